@@ -1,0 +1,2 @@
+//! comm_cycle benchmark (placeholder).
+fn main() {}

@@ -1,0 +1,2 @@
+//! mr_cache benchmark (placeholder).
+fn main() {}

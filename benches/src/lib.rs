@@ -1,0 +1,1 @@
+//! Holder crate for the criterion benchmarks in `benches/`.

@@ -1,0 +1,1 @@
+//! Send and receive comms (in progress).

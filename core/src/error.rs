@@ -1,0 +1,253 @@
+//! The core's one error type.
+//!
+//! Every fallible operation in `ibnet-core` returns [`Error`]. Each variant carries the context
+//! an operator needs in a single log line: what failed, the capacity or value involved, and the
+//! peer where there is one. The core does not know `ncclResult_t`; [`Error::kind`] classifies an
+//! error so that `ibnet-ffi` maps it to the result code NCCL's plugin README prescribes.
+
+use core::fmt;
+
+use crate::provider::{Gid, WcOpcode, WcStatus};
+
+/// `Result` with the core's [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// How an error should be reported to NCCL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A network or system failure (NCCL: `ncclSystemError`).
+    System,
+    /// The caller broke the plugin contract, or an internal invariant failed
+    /// (NCCL: `ncclInternalError`).
+    Internal,
+    /// A user or configuration error, e.g. mismatched collectives (NCCL: `ncclInvalidUsage`).
+    InvalidUsage,
+    /// An argument out of range (NCCL: `ncclInvalidArgument`).
+    InvalidArgument,
+    /// A completion or the peer reported an error (NCCL: `ncclRemoteError`).
+    Remote,
+}
+
+/// Who is on the other end of a comm, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerId {
+    /// The peer's GID (RoCE) or all zeros (InfiniBand without GRH).
+    pub gid: Gid,
+    /// The peer's LID (InfiniBand) or 0.
+    pub lid: u16,
+    /// The peer's first QP number.
+    pub qpn: u32,
+}
+
+impl fmt::Display for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "gid {} lid {} qpn {:#x}",
+            core::net::Ipv6Addr::from(self.gid.0),
+            self.lid,
+            self.qpn
+        )
+    }
+}
+
+/// Which side of a comm a completion error hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReqType {
+    /// An `isend` request.
+    Send,
+    /// An `irecv` request.
+    Recv,
+    /// An `iflush` request.
+    Flush,
+}
+
+impl fmt::Display for ReqType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Send => "Send",
+            Self::Recv => "Recv",
+            Self::Flush => "Flush",
+        })
+    }
+}
+
+/// Every error the core can report. Variants carry context; `Display` writes one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A fixed-capacity structure is full.
+    Full {
+        /// What is full ("request pool", "MR cache", …).
+        what: &'static str,
+        /// Its capacity.
+        cap: usize,
+    },
+    /// An argument is out of range.
+    OutOfRange {
+        /// Which argument.
+        what: &'static str,
+        /// The value given.
+        value: i64,
+        /// Smallest accepted value.
+        min: i64,
+        /// Largest accepted value.
+        max: i64,
+    },
+    /// A required argument is missing (a NULL pointer from C, an empty list).
+    Missing {
+        /// Which argument.
+        what: &'static str,
+    },
+    /// An operation was called in a state that does not allow it.
+    BadState {
+        /// The operation.
+        op: &'static str,
+        /// The state it found.
+        state: &'static str,
+    },
+    /// A request handle that is not (or no longer) live on this comm.
+    StaleRequest {
+        /// The pool index the handle named.
+        idx: u16,
+    },
+    /// A send is larger than the receive the peer posted for it (a collective mismatch).
+    SizeMismatch {
+        /// Bytes the local side sends.
+        send: u64,
+        /// Bytes the peer posted to receive.
+        recv: u64,
+        /// The tag both sides used.
+        tag: u32,
+        /// The receive's index inside its multi-receive.
+        index: u8,
+        /// How many receives the multi-receive had.
+        nreqs: u8,
+        /// The peer.
+        peer: PeerId,
+    },
+    /// The peer posted a FIFO element that cannot be valid.
+    BadFifoElem {
+        /// Which field is wrong.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The peer.
+        peer: PeerId,
+    },
+    /// A work completion with an error status.
+    Completion {
+        /// The completion status.
+        status: WcStatus,
+        /// The completion opcode.
+        opcode: WcOpcode,
+        /// Byte length reported by the completion.
+        len: u32,
+        /// Vendor error code.
+        vendor_err: u32,
+        /// The request type the completion belongs to.
+        req: ReqType,
+        /// The peer.
+        peer: PeerId,
+        /// The local GID (for RoCE diagnostics).
+        local_gid: Gid,
+    },
+    /// A completion named a request that is not live: the provider or the peer is confused.
+    BogusCompletion {
+        /// The completion's `wr_id`.
+        wr_id: u64,
+    },
+    /// A provider call failed.
+    Provider {
+        /// The call that failed (`"ibv_create_qp"`, `"process_vm_writev"`, …).
+        call: &'static str,
+        /// The OS error number, or 0.
+        errno: i32,
+    },
+    /// The peer's handshake message is malformed or hostile.
+    Wire {
+        /// The field or check that failed.
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+    },
+    /// A configuration value (environment variable) is malformed.
+    Param {
+        /// The variable's name.
+        name: &'static str,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// The comm has failed earlier (fatal completion or async event) and accepts no more work.
+    Poisoned {
+        /// The operation refused.
+        op: &'static str,
+    },
+    /// The peer closed or stopped responding.
+    PeerGone {
+        /// The peer.
+        peer: PeerId,
+    },
+}
+
+impl Error {
+    /// How this error is reported to NCCL.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Full { .. } | Self::BadState { .. } | Self::StaleRequest { .. } => {
+                ErrorKind::Internal
+            }
+            Self::BadFifoElem { .. } | Self::BogusCompletion { .. } | Self::Missing { .. } => {
+                ErrorKind::Internal
+            }
+            Self::OutOfRange { .. } => ErrorKind::InvalidArgument,
+            Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
+            Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
+            Self::Provider { .. } | Self::Wire { .. } | Self::Poisoned { .. } => ErrorKind::System,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full { what, cap } => write!(f, "{what} full (capacity {cap})"),
+            Self::OutOfRange { what, value, min, max } => {
+                write!(f, "{what} = {value} is out of range [{min}, {max}]")
+            }
+            Self::Missing { what } => write!(f, "{what} is missing (NULL)"),
+            Self::BadState { op, state } => write!(f, "{op} called in state {state}"),
+            Self::StaleRequest { idx } => write!(f, "request {idx} is not live on this comm"),
+            Self::SizeMismatch { send, recv, tag, index, nreqs, peer } => write!(
+                f,
+                "collective mismatch: req {index}/{nreqs} tag {tag:#x} peer {peer}: \
+                 local send size {send} > remote receive size {recv}"
+            ),
+            Self::BadFifoElem { field, value, peer } => write!(
+                f,
+                "peer {peer} posted incorrect receive info: {field} = {value:#x}"
+            ),
+            Self::Completion { status, opcode, len, vendor_err, req, peer, local_gid } => write!(
+                f,
+                "got completion from peer {peer} with status {status} ({}), opcode {opcode:?}, \
+                 len {len}, vendor err {vendor_err} ({req}) localGid {}",
+                *status as u32,
+                core::net::Ipv6Addr::from(local_gid.0)
+            ),
+            Self::BogusCompletion { wr_id } => {
+                write!(f, "completion names no live request (wr_id {wr_id:#x})")
+            }
+            Self::Provider { call, errno } => write!(f, "{call} failed (errno {errno})"),
+            Self::Wire { what, value } => {
+                write!(f, "malformed handshake from peer: {what} (value {value:#x})")
+            }
+            Self::Param { name, reason } => write!(f, "{name}: {reason}"),
+            Self::Poisoned { op } => {
+                write!(f, "{op} refused: the comm failed earlier and accepts no more work")
+            }
+            Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}

@@ -1,0 +1,290 @@
+//! The receiver-posted FIFO of clear-to-send elements.
+//!
+//! The receiver drives a transfer: `irecv` tells the sender where to write by RDMA-writing one
+//! [`FifoElem`] per receive buffer into the sender's [`FifoRing`]. The sender's `isend` polls the
+//! ring slot of its next sequence number and, once every element of that slot has arrived,
+//! writes the data.
+//!
+//! ```text
+//!  receiver (writer)                                   sender (reader)
+//!  elems[s][r] = {addr,size,rkey,nreqs,tag,check}      seq = fifo_head; s = seq % SLOTS
+//!  elems[s][r].idx = seq+1            (Release) ──RDMA──▶ elems[s][0].idx == seq+1 ? (Acquire)
+//!                                                       nreqs = elems[s][0].nreqs
+//!                                                       elems[s][r].idx == seq+1 ∀r<nreqs (Acquire)
+//!                                                       read fields; verify check  → use
+//! ```
+//!
+//! * `idx` is the sequence number plus one, so a zeroed ring and every previous lap read as
+//!   "not posted"; sequence numbers are 64-bit and never wrap.
+//! * An element is 64 bytes (a 32-byte multiple) and the ring is 64-byte aligned, so PCIe
+//!   relaxed ordering cannot split an element across write transactions.
+//! * The element also carries `check`, a hash of all its other fields. A reader that sees the
+//!   right `idx` but a wrong `check` is looking at an element still in flight (a NIC or a
+//!   kernel copy may make the bytes of one write visible in any order) and tries again later.
+//!   This makes the protocol independent of how the provider orders bytes within one write.
+//! * The reader never spins: an incomplete slot is reported as "not yet".
+//!
+//! In the local, in-memory form (the loom models, and the receiver's staging copy) the writer
+//! stores the fields with `Relaxed` and `idx` with `Release`; the reader loads `idx` with
+//! `Acquire` before the fields.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Most receive buffers in one multi-receive (`maxRecvs`).
+pub const MAX_RECVS: usize = 8;
+/// Outstanding operations per comm NCCL 2.28 may issue (`NCCL_NET_MAX_REQUESTS`).
+pub const NET_MAX_REQUESTS: usize = 32;
+/// Request slots per comm: 32 operations × 8 receives. Also the number of FIFO slots.
+pub const MAX_REQUESTS: usize = NET_MAX_REQUESTS * MAX_RECVS;
+
+/// One clear-to-send element, as it sits in memory and on the wire (host byte order; both peers
+/// run the same build).
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct FifoElem {
+    addr: AtomicU64,
+    size: AtomicU64,
+    rkey: AtomicU32,
+    nreqs: AtomicU32,
+    tag: AtomicU32,
+    _reserved: AtomicU32,
+    idx: AtomicU64,
+    check: AtomicU64,
+    _pad: [u64; 2],
+}
+
+const _: () = assert!(core::mem::size_of::<FifoElem>() == 64);
+const _: () = assert!(core::mem::size_of::<FifoElem>() % 32 == 0);
+const _: () = assert!(core::mem::align_of::<FifoElem>() == 64);
+
+/// What one posted receive says to the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PostedRecv {
+    /// Address of the receive buffer in the receiver's memory.
+    pub addr: u64,
+    /// Size of the receive buffer.
+    pub size: u64,
+    /// The receive buffer's rkey.
+    pub rkey: u32,
+    /// The tag (NCCL: the remote rank).
+    pub tag: u32,
+}
+
+/// Why a slot the reader looked at is unusable (a protocol violation by the writer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FifoFault {
+    /// The offending field.
+    pub field: &'static str,
+    /// Its value.
+    pub value: u64,
+}
+
+/// The hash stored in `check` (a 64-bit mix; not cryptographic: it detects torn elements).
+fn check_of(p: &PostedRecv, nreqs: u32, idx: u64) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64;
+    for w in [p.addr, p.size, ((p.rkey as u64) << 32) | p.tag as u64, nreqs as u64, idx] {
+        h ^= w;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 31;
+    }
+    h | 1 // never 0, so a zeroed element never verifies
+}
+
+/// A ring of `SLOTS` slots of [`MAX_RECVS`] elements each.
+///
+/// `FifoRing` (with the default `SLOTS`) is what a sender registers for its peer to write into,
+/// and what a receiver stages its posts in. Small `SLOTS` exist for the loom models.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct FifoRing<const SLOTS: usize = MAX_REQUESTS> {
+    slots: [[FifoElem; MAX_RECVS]; SLOTS],
+    /// A few bytes of registered memory a flush may read into.
+    scratch: [AtomicU64; 8],
+}
+
+impl<const SLOTS: usize> Default for FifoRing<SLOTS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const SLOTS: usize> FifoRing<SLOTS> {
+    /// A zeroed ring (no slot posted).
+    pub fn new() -> Self {
+        const { assert!(SLOTS > 0) };
+        Self {
+            slots: core::array::from_fn(|_| core::array::from_fn(|_| FifoElem::default())),
+            scratch: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The ring's size in bytes (what is registered).
+    pub const BYTES: usize = core::mem::size_of::<Self>();
+
+    /// The ring slot of sequence number `seq`.
+    #[inline]
+    pub fn slot_of(seq: u64) -> usize {
+        (seq % SLOTS as u64) as usize
+    }
+
+    /// Byte offset of `slot` from the start of the ring.
+    #[inline]
+    pub fn slot_offset(slot: usize) -> usize {
+        slot * MAX_RECVS * core::mem::size_of::<FifoElem>()
+    }
+
+    /// Address of the ring (what is registered and sent to the peer).
+    #[inline]
+    pub fn base_addr(&self) -> u64 {
+        self as *const Self as u64
+    }
+
+    /// Address of the scratch words a flush reads into.
+    #[inline]
+    pub fn scratch_addr(&self) -> u64 {
+        self.scratch.as_ptr() as u64
+    }
+
+    /// Writer side: fills slot `seq % SLOTS` with `elems`, `idx` last. Returns the byte offset
+    /// of the slot and the length to transfer (`elems.len()` elements).
+    ///
+    /// `elems` must hold 1..=[`MAX_RECVS`] entries (checked by the caller, asserted here).
+    pub fn publish(&self, seq: u64, elems: &[PostedRecv]) -> (usize, usize) {
+        debug_assert!(!elems.is_empty() && elems.len() <= MAX_RECVS);
+        let n = elems.len().min(MAX_RECVS);
+        let slot = Self::slot_of(seq);
+        let idx = seq + 1;
+        for (e, p) in self.slots[slot].iter().zip(&elems[..n]) {
+            // Relaxed: these stores are published by the Release store of `idx` below.
+            e.addr.store(p.addr, Ordering::Relaxed);
+            e.size.store(p.size, Ordering::Relaxed);
+            e.rkey.store(p.rkey, Ordering::Relaxed);
+            e.nreqs.store(n as u32, Ordering::Relaxed);
+            e.tag.store(p.tag, Ordering::Relaxed);
+            e.check.store(check_of(p, n as u32, idx), Ordering::Relaxed);
+            // Release: pairs with the Acquire load of `idx` in `poll`; the fields above are
+            // visible to a reader that sees this `idx`.
+            e.idx.store(idx, Ordering::Release);
+        }
+        (Self::slot_offset(slot), n * core::mem::size_of::<FifoElem>())
+    }
+
+    /// Reader side: the slot of `seq`, if the writer has posted every element of it.
+    ///
+    /// Returns `Ok(None)` when the slot is not (fully) posted yet, `Ok(Some(n))` with `out[..n]`
+    /// filled once it is, and an error when the writer posted something impossible.
+    pub fn poll(
+        &self,
+        seq: u64,
+        out: &mut [PostedRecv; MAX_RECVS],
+    ) -> Result<Option<usize>, FifoFault> {
+        let slot = &self.slots[Self::slot_of(seq)];
+        let idx = seq + 1;
+        // Acquire: pairs with the writer's Release store of `idx` in `publish`.
+        if slot[0].idx.load(Ordering::Acquire) != idx {
+            return Ok(None);
+        }
+        // Relaxed: ordered after the Acquire load of elem 0's `idx` above.
+        let nreqs = slot[0].nreqs.load(Ordering::Relaxed);
+        if nreqs == 0 || nreqs as usize > MAX_RECVS {
+            // `check` may still be in flight: only a verified element is a fault.
+            let p = Self::read(&slot[0]);
+            if slot[0].check.load(Ordering::Relaxed) != check_of(&p, nreqs, idx) {
+                return Ok(None);
+            }
+            return Err(FifoFault { field: "nreqs", value: nreqs as u64 });
+        }
+        for (e, o) in slot[..nreqs as usize].iter().zip(out.iter_mut()) {
+            // Acquire: pairs with the writer's Release store of this element's `idx`.
+            if e.idx.load(Ordering::Acquire) != idx {
+                return Ok(None);
+            }
+            let p = Self::read(e);
+            // Relaxed: ordered after this element's Acquire `idx` load.
+            let n = e.nreqs.load(Ordering::Relaxed);
+            if e.check.load(Ordering::Relaxed) != check_of(&p, n, idx) {
+                return Ok(None); // torn: part of the element is still in flight
+            }
+            if n != nreqs {
+                return Err(FifoFault { field: "nreqs", value: n as u64 });
+            }
+            *o = p;
+        }
+        Ok(Some(nreqs as usize))
+    }
+
+    fn read(e: &FifoElem) -> PostedRecv {
+        // Relaxed: every caller loaded this element's `idx` with Acquire first.
+        PostedRecv {
+            addr: e.addr.load(Ordering::Relaxed),
+            size: e.size.load(Ordering::Relaxed),
+            rkey: e.rkey.load(Ordering::Relaxed),
+            tag: e.tag.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn p(i: u64) -> PostedRecv {
+        PostedRecv { addr: 0x1000 * (i + 1), size: 100 + i, rkey: 7 + i as u32, tag: i as u32 }
+    }
+
+    #[test]
+    fn publish_then_poll_round_trips_every_element() {
+        let ring: Box<FifoRing<4>> = Box::default();
+        let mut out = [PostedRecv::default(); MAX_RECVS];
+        assert_eq!(ring.poll(0, &mut out), Ok(None));
+        let elems: [PostedRecv; 3] = core::array::from_fn(|i| p(i as u64));
+        let (off, len) = ring.publish(0, &elems);
+        assert_eq!((off, len), (0, 3 * 64));
+        assert_eq!(ring.poll(0, &mut out), Ok(Some(3)));
+        assert_eq!(&out[..3], &elems);
+        // The next sequence number is not posted yet.
+        assert_eq!(ring.poll(1, &mut out), Ok(None));
+    }
+
+    #[test]
+    fn previous_lap_reads_as_not_posted() {
+        let ring: Box<FifoRing<2>> = Box::default();
+        let mut out = [PostedRecv::default(); MAX_RECVS];
+        ring.publish(0, &[p(0)]);
+        // seq 2 maps to the same slot but expects idx 3.
+        assert_eq!(ring.poll(2, &mut out), Ok(None));
+        ring.publish(2, &[p(5)]);
+        assert_eq!(ring.poll(2, &mut out), Ok(Some(1)));
+        assert_eq!(out[0], p(5));
+        assert_eq!(FifoRing::<2>::slot_offset(1), 8 * 64);
+    }
+
+    #[test]
+    fn torn_element_waits_and_bad_nreqs_is_a_fault() {
+        let ring: Box<FifoRing<2>> = Box::default();
+        let mut out = [PostedRecv::default(); MAX_RECVS];
+        ring.publish(0, &[p(0), p(1)]);
+        // Simulate a field of element 1 still in flight.
+        ring.slots[0][1].addr.store(0, Ordering::Relaxed);
+        assert_eq!(ring.poll(0, &mut out), Ok(None));
+        ring.slots[0][1].addr.store(p(1).addr, Ordering::Relaxed);
+        assert_eq!(ring.poll(0, &mut out), Ok(Some(2)));
+        // A hostile but well-formed element with nreqs 9.
+        let e = &ring.slots[1][0];
+        let bad = p(3);
+        e.addr.store(bad.addr, Ordering::Relaxed);
+        e.size.store(bad.size, Ordering::Relaxed);
+        e.rkey.store(bad.rkey, Ordering::Relaxed);
+        e.tag.store(bad.tag, Ordering::Relaxed);
+        e.nreqs.store(9, Ordering::Relaxed);
+        e.check.store(check_of(&bad, 9, 2), Ordering::Relaxed);
+        e.idx.store(2, Ordering::Release);
+        assert_eq!(ring.poll(1, &mut out), Err(FifoFault { field: "nreqs", value: 9 }));
+    }
+
+    #[test]
+    fn ring_layout_is_aligned() {
+        assert_eq!(core::mem::align_of::<FifoRing>(), 64);
+        assert!(FifoRing::<MAX_REQUESTS>::BYTES >= MAX_REQUESTS * MAX_RECVS * 64);
+    }
+}

@@ -1,0 +1,1 @@
+//! handshake (in progress).

@@ -1,0 +1,1 @@
+//! hca (in progress).

@@ -1,0 +1,41 @@
+//! # ibnet-core
+//!
+//! The allocation-free, lock-free protocol core of ibnet, the Rust network plugin for NCCL and
+//! RCCL. Everything that decides *what* goes on the wire lives here; everything that touches the
+//! operating system (sockets, `dlopen`, environment variables, logging sinks, threads) lives in
+//! the crates that depend on this one.
+//!
+//! ```text
+//!  ffi / soft / tools            (std: sockets, libibverbs, env, logging)
+//!        │  bytes, completions, memory registrations
+//!        ▼
+//!  handshake ── wire            connect/accept state machines over byte buffers
+//!  comm ─┬─ fifo                receiver-posted FIFO of clear-to-send elements
+//!        ├─ request             fixed request pool, `wr_id` packing
+//!        └─ provider            the verbs subset: QPs, CQ, post, poll, register
+//!  mr_cache                     per-device, lock-free registration cache
+//!  params, hca                  NCCL's variables, typed; the `NCCL_IB_HCA` grammar
+//!  sync                         the one facade for atomics (switches to loom)
+//! ```
+//!
+//! * `#![no_std]` outside tests and loom builds; no `alloc`.
+//! * Fixed capacities everywhere; exhausting one is an [`Error`], never a panic.
+//! * The core reads no clock and performs no I/O: callers feed bytes and completions in.
+//! * `unsafe` is confined to [`sync`] and [`fifo`] (memory shared with a remote writer).
+#![cfg_attr(not(any(test, loom)), no_std)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod comm;
+pub mod error;
+pub mod fifo;
+pub mod handshake;
+pub mod hca;
+pub mod mr_cache;
+pub mod params;
+pub mod provider;
+pub mod request;
+pub mod sync;
+pub mod wire;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,1 @@
+//! mr_cache (in progress).

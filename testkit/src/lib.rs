@@ -1,0 +1,1 @@
+//! Test doubles for ibnet-core (in progress).
