@@ -150,9 +150,12 @@ impl Config {
             "NCCL_IB_GID_INDEX" => self.gid_index = int(v, -1, 65535)?,
             "NCCL_IB_ROCE_VERSION_NUM" => self.roce_version = int(v, 1, 2)?,
             "NCCL_IB_ADDR_FAMILY" => {
-                self.addr_family = crate::ifaddr::parse_family(v).ok_or("expected AF_INET or AF_INET6")?
+                self.addr_family =
+                    crate::ifaddr::parse_family(v).ok_or("expected AF_INET or AF_INET6")?
             }
-            "NCCL_IB_ADDR_RANGE" => self.addr_range = Some(parse_range(v).ok_or("expected ADDR/PREFIXLEN")?),
+            "NCCL_IB_ADDR_RANGE" => {
+                self.addr_range = Some(parse_range(v).ok_or("expected ADDR/PREFIXLEN")?)
+            }
             "NCCL_IB_TIMEOUT" => self.timeout = int(v, 1, 31)? as u8,
             "NCCL_IB_RETRY_CNT" => self.retry_cnt = int(v, 0, 7)? as u8,
             "NCCL_IB_QPS_PER_CONNECTION" => self.qps_per_conn = int(v, 1, 128)? as u8,
@@ -169,7 +172,8 @@ impl Config {
             "NCCL_DMABUF_ENABLE" => self.dmabuf_enable = int(v, 0, 1)? == 1,
             "NCCL_SOCKET_IFNAME" => self.socket_ifname = Some(v.to_string()),
             "NCCL_SOCKET_FAMILY" => {
-                self.socket_family = Some(crate::ifaddr::parse_family(v).ok_or("expected AF_INET or AF_INET6")?)
+                self.socket_family =
+                    Some(crate::ifaddr::parse_family(v).ok_or("expected AF_INET or AF_INET6")?)
             }
             _ => return Ok(false),
         }
@@ -181,7 +185,9 @@ impl Config {
     pub fn from_env() -> Self {
         let mut c = Self::default();
         for &n in NAMES {
-            let Some(v) = std::env::var_os(n) else { continue };
+            let Some(v) = std::env::var_os(n) else {
+                continue;
+            };
             let v = v.to_string_lossy();
             match c.set(n, &v) {
                 Ok(_) => crate::info!(crate::log::ENV, "{n} set to {v}"),
@@ -211,7 +217,10 @@ mod tests {
         assert_eq!(c.provider, ProviderChoice::Auto);
         assert_eq!(c.set("IBNET_PROVIDER", "SOFT"), Ok(true));
         assert_eq!(c.provider, ProviderChoice::Soft);
-        assert_eq!(parse_range("10.0.0.0/8"), Some(("10.0.0.0".parse().unwrap(), 8)));
+        assert_eq!(
+            parse_range("10.0.0.0/8"),
+            Some(("10.0.0.0".parse().unwrap(), 8))
+        );
         assert_eq!(parse_range("10.0.0.0/33"), None);
     }
 }

@@ -42,13 +42,28 @@ impl IfFilter {
         if exact {
             s = &s[1..];
         }
-        let names = s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect();
-        Self { exclude, exact, names }
+        let names = s
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        Self {
+            exclude,
+            exact,
+            names,
+        }
     }
 
     /// Whether interface `name` is selected.
     pub fn matches(&self, name: &str) -> bool {
-        let hit = self.names.iter().any(|n| if self.exact { name == n } else { name.starts_with(n.as_str()) });
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                name == n
+            } else {
+                name.starts_with(n.as_str())
+            }
+        });
         hit != self.exclude
     }
 }
@@ -70,14 +85,19 @@ pub fn list() -> Vec<IfAddr> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr is non-NULL and points at a sockaddr of the family it declares.
         let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
         let addr = match fam {
             libc::AF_INET => {
                 // SAFETY: family AF_INET: the sockaddr is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                SocketAddr::new(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))), 0)
+                SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
+                    0,
+                )
             }
             libc::AF_INET6 => {
                 // SAFETY: family AF_INET6: the sockaddr is a sockaddr_in6.
@@ -108,7 +128,11 @@ pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Op
     let ok = |a: &&IfAddr| family_ok(&a.addr, family);
     if let Some(spec) = ifname.filter(|s| !s.trim().is_empty()) {
         let f = IfFilter::parse(spec);
-        return addrs.iter().filter(ok).find(|a| f.matches(&a.name)).cloned();
+        return addrs
+            .iter()
+            .filter(ok)
+            .find(|a| f.matches(&a.name))
+            .cloned();
     }
     let other = |a: &&IfAddr| !a.name.starts_with("docker") && !a.name.starts_with("lo");
     // NCCL prefers ib* among the ordinary interfaces, then the others; IPv4 before IPv6
@@ -121,7 +145,12 @@ pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Op
         .filter(usable)
         .find(|a| a.name.starts_with("ib"))
         .or_else(|| addrs.iter().filter(ok).filter(other).find(usable))
-        .or_else(|| addrs.iter().filter(ok).find(|a| a.name.starts_with("docker")))
+        .or_else(|| {
+            addrs
+                .iter()
+                .filter(ok)
+                .find(|a| a.name.starts_with("docker"))
+        })
         .or_else(|| addrs.iter().filter(ok).find(|a| a.name.starts_with("lo")))
         .cloned()
 }
@@ -140,7 +169,10 @@ mod tests {
     use super::*;
 
     fn a(name: &str, ip: &str) -> IfAddr {
-        IfAddr { name: name.into(), addr: SocketAddr::new(ip.parse().unwrap(), 0) }
+        IfAddr {
+            name: name.into(),
+            addr: SocketAddr::new(ip.parse().unwrap(), 0),
+        }
     }
 
     #[test]
@@ -156,7 +188,12 @@ mod tests {
 
     #[test]
     fn default_preference() {
-        let v = vec![a("lo", "127.0.0.1"), a("docker0", "172.17.0.1"), a("eth0", "10.0.0.2"), a("ib0", "10.1.0.2")];
+        let v = vec![
+            a("lo", "127.0.0.1"),
+            a("docker0", "172.17.0.1"),
+            a("eth0", "10.0.0.2"),
+            a("ib0", "10.1.0.2"),
+        ];
         assert_eq!(choose(&v, None, None).unwrap().name, "ib0");
         assert_eq!(choose(&v[..3], None, None).unwrap().name, "eth0");
         assert_eq!(choose(&v[..2], None, None).unwrap().name, "docker0");

@@ -10,8 +10,14 @@ use core::ffi::{c_char, c_int, c_ulong};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// NCCL's `ncclDebugLogger_t`.
-pub type Logger =
-    unsafe extern "C" fn(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
+pub type Logger = unsafe extern "C" fn(
+    level: c_int,
+    flags: c_ulong,
+    file: *const c_char,
+    line: c_int,
+    fmt: *const c_char,
+    ...
+);
 
 /// `ncclDebugLogLevel` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +53,13 @@ pub fn set_logger(l: Option<Logger>) {
 }
 
 /// Writes one line at `level` with subsystem `flags`.
-pub fn emit(level: Level, flags: c_ulong, file: &'static str, line: u32, msg: core::fmt::Arguments<'_>) {
+pub fn emit(
+    level: Level,
+    flags: c_ulong,
+    file: &'static str,
+    line: u32,
+    msg: core::fmt::Arguments<'_>,
+) {
     // Acquire pairs with the Release in `set_logger`.
     let l = LOGGER.load(Ordering::Acquire);
     let text = format!("NET/IBNET : {msg}");
@@ -63,7 +75,14 @@ pub fn emit(level: Level, flags: c_ulong, file: &'static str, line: u32, msg: co
     // one NUL-terminated string argument passed.
     unsafe {
         let f: Logger = core::mem::transmute::<usize, Logger>(l);
-        f(level as c_int, flags, cfile.as_ptr(), line as c_int, c"%s".as_ptr(), cmsg.as_ptr());
+        f(
+            level as c_int,
+            flags,
+            cfile.as_ptr(),
+            line as c_int,
+            c"%s".as_ptr(),
+            cmsg.as_ptr(),
+        );
     }
 }
 

@@ -27,7 +27,9 @@ pub fn try_accept(l: &TcpListener) -> io::Result<Option<TcpStream>> {
             s.set_nodelay(true)?;
             Ok(Some(s))
         }
-        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => Ok(None),
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+            Ok(None)
+        }
         Err(e) => Err(e),
     }
 }
@@ -40,7 +42,9 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
@@ -52,7 +56,9 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: v6.port().to_be(),
                 sin6_flowinfo: v6.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
                 sin6_scope_id: v6.scope_id(),
             };
             // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in6.
@@ -65,9 +71,19 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 
 /// Starts a non-blocking connect to `to`; finish it with [`connect_done`].
 pub fn connect_start(to: &SocketAddr) -> io::Result<TcpStream> {
-    let fam = if to.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let fam = if to.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain socket(2) call.
-    let fd = unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe {
+        libc::socket(
+            fam,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -88,12 +104,20 @@ pub fn connect_start(to: &SocketAddr) -> io::Result<TcpStream> {
 
 /// Whether a connect started by [`connect_start`] has completed; its failure is an error.
 pub fn connect_done(s: &TcpStream) -> io::Result<bool> {
-    let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd, zero timeout (never blocks).
     let rc = unsafe { libc::poll(&mut p, 1, 0) };
     if rc < 0 {
         let e = io::Error::last_os_error();
-        return if e.kind() == ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+        return if e.kind() == ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
     }
     if rc == 0 {
         return Ok(false);
@@ -119,7 +143,12 @@ pub struct Pipe {
 impl Pipe {
     /// Wraps a non-blocking stream.
     pub fn new(stream: TcpStream) -> Self {
-        Self { stream, out: Vec::new(), out_pos: 0, inbuf: Vec::new() }
+        Self {
+            stream,
+            out: Vec::new(),
+            out_pos: 0,
+            inbuf: Vec::new(),
+        }
     }
 
     /// Queues `b` for sending.

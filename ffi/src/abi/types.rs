@@ -101,8 +101,10 @@ pub struct ncclNetAttr_t {
 }
 
 /// `ncclDebugLogger_t`.
+#[allow(non_camel_case_types)]
 pub type ncclDebugLogger_t = Option<crate::log::Logger>;
 /// `ncclProfilerCallback_t` (unused by ibnet; kept opaque).
+#[allow(non_camel_case_types)]
 pub type ncclProfilerCallback_t = Option<unsafe extern "C" fn()>;
 
 const _: () = assert!(size_of::<ncclNetDeviceHandle_t>() == 32);

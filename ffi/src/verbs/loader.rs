@@ -44,13 +44,11 @@ pub struct Verbs {
     pub ack_async_event: unsafe extern "C" fn(*mut ibv_async_event),
     pub event_type_str: unsafe extern "C" fn(c_int) -> *const c_char,
     /// `IBVERBS_1.8`; `None` on older libraries.
-    pub reg_mr_iova2: Option<
-        unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut ibv_mr,
-    >,
+    pub reg_mr_iova2:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut ibv_mr>,
     /// `IBVERBS_1.12`; `None` on older libraries.
-    pub reg_dmabuf_mr: Option<
-        unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr,
-    >,
+    pub reg_dmabuf_mr:
+        Option<unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr>,
 }
 
 // SAFETY: the table holds plain function pointers into a library that is never unloaded.
@@ -114,7 +112,11 @@ fn load() -> Result<Verbs, String> {
     macro_rules! req {
         ($name:literal) => {{
             let p = sym(h, $name, v11).ok_or_else(|| {
-                format!("{} not found in libibverbs ({})", $name.to_string_lossy(), dlerror_text())
+                format!(
+                    "{} not found in libibverbs ({})",
+                    $name.to_string_lossy(),
+                    dlerror_text()
+                )
             })?;
             // SAFETY: the symbol is the libibverbs function of that name and version, whose C
             // signature the field type declares (verified against verbs.h by the layout test).
@@ -174,7 +176,8 @@ impl Verbs {
             if sz >= core::mem::size_of::<verbs_context_tail>() {
                 if let Some(q) = qp {
                     // SAFETY: `q` is the provider's query_port; `attr` is writable for its size.
-                    let mut rc = unsafe { q(ctx, port, &mut attr, core::mem::size_of::<ibv_port_attr>()) };
+                    let mut rc =
+                        unsafe { q(ctx, port, &mut attr, core::mem::size_of::<ibv_port_attr>()) };
                     if rc != 0 {
                         // An older library may refuse the larger struct: ask for the v44 size.
                         attr = ibv_port_attr::default();

@@ -46,8 +46,8 @@ pub struct ibv_device {
     _opaque: [u8; 0],
 }
 
-/// `union ibv_gid` (as raw bytes).
-#[repr(C)]
+/// `union ibv_gid` (as raw bytes; 8-byte aligned like its `__be64` view).
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct ibv_gid {
     pub raw: [u8; 16],
@@ -343,14 +343,15 @@ pub type PostSendFn =
 pub type PostRecvFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 /// `verbs_context->query_port`.
-pub type QueryPortExFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub type QueryPortExFn =
+    unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
 
-/// `struct ibv_context_ops`: 34 slots; only the data-path ones are named.
+/// `struct ibv_context_ops`: 32 slots; only the data-path ones are named.
 #[repr(C)]
 pub struct ibv_context_ops {
     pub _compat: [*mut c_void; 11],
     pub poll_cq: Option<PollCqFn>,
-    pub _compat2: [*mut c_void; 12],
+    pub _compat2: [*mut c_void; 13],
     pub post_send: Option<PostSendFn>,
     pub post_recv: Option<PostRecvFn>,
     pub _compat3: [*mut c_void; 5],
@@ -402,6 +403,7 @@ pub const IBV_QP_MAX_QP_RD_ATOMIC: c_int = 1 << 13;
 pub const IBV_QP_MIN_RNR_TIMER: c_int = 1 << 15;
 pub const IBV_QP_SQ_PSN: c_int = 1 << 16;
 pub const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+pub const IBV_QP_DEST_QPN_MASK: c_int = 1 << 20;
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
 pub const IBV_ACCESS_REMOTE_READ: c_int = 4;
@@ -433,5 +435,7 @@ const _: () = assert!(size_of::<ibv_qp_init_attr>() == 64);
 const _: () = assert!(size_of::<ibv_qp_attr>() == 144);
 const _: () = assert!(size_of::<ibv_send_wr>() == 128);
 const _: () = assert!(offset_of!(ibv_send_wr, wr) == 40);
-const _: () = assert!(size_of::<ibv_context_ops>() == 34 * 8);
+const _: () = assert!(size_of::<ibv_context_ops>() == 32 * 8);
 const _: () = assert!(offset_of!(verbs_context_tail, context) == 320);
+const _: () = assert!(size_of::<ibv_context>() == 328);
+const _: () = assert!(offset_of!(ibv_context_ops, post_send) == 25 * 8);
