@@ -148,23 +148,22 @@ pub fn init(
     })
 }
 
+/// Contexts returned by `init` and not yet finalized (control path only). A pointer not in
+/// this list (NULL, stale, already finalized) is never dereferenced.
+static LIVE_CTX: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
 /// `finalize(ctx)`: NULL-safe and idempotent per context.
 pub fn finalize(ctx: *mut c_void) -> ncclResult_t {
     entry("finalize", || {
-        if ctx.is_null() {
+        let mut live = LIVE_CTX.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = live.iter().position(|&c| c == ctx as usize) else {
             return Ok(());
-        }
-        let c = ctx as *mut NetCtx;
-        // SAFETY: a non-NULL ctx is one we returned from init; its tag tells if it is live.
-        if unsafe { (*c).tag } != CTX_TAG {
-            return Ok(());
-        }
-        // SAFETY: live (tag checked); we clear the tag before freeing, so a second finalize of a
-        // stale pointer that still reads our memory does nothing.
-        unsafe {
-            (*c).tag = DEAD;
-            drop(Box::from_raw(c));
-        }
+        };
+        live.swap_remove(pos);
+        drop(live);
+        // SAFETY: the pointer was live in LIVE_CTX, so it is a NetCtx box we allocated; it was
+        // removed from the list above, so it is freed exactly once.
+        drop(unsafe { Box::from_raw(ctx as *mut NetCtx) });
         plugin::release();
         Ok(())
     })
@@ -174,8 +173,15 @@ fn ctx_tc(ctx: *mut c_void) -> i32 {
     if ctx.is_null() {
         return -1;
     }
+    if !LIVE_CTX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&(ctx as usize))
+    {
+        return -1;
+    }
     let c = ctx as *const NetCtx;
-    // SAFETY: a non-NULL ctx is one we returned from init.
+    // SAFETY: a live ctx (checked above) is a NetCtx we allocated.
     if unsafe { (*c).tag } == CTX_TAG {
         // SAFETY: as above.
         unsafe { (*c).traffic_class }
