@@ -106,6 +106,8 @@ fn sym(h: *mut c_void, name: &CStr, version: &CStr) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
+// The transmute targets are the field types of `Verbs`, inferred per symbol.
+#[allow(clippy::missing_transmute_annotations)]
 fn load() -> Result<Verbs, String> {
     let h = open()?;
     let v11 = c"IBVERBS_1.1";
