@@ -42,15 +42,28 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn ten_thousand_cycles_allocate_nothing() {
     let dev = Loopback::new();
-    let cfg = CommConfig { nqps: 2, split_data: true, gdr_flush: true, ..CommConfig::default() };
+    let cfg = CommConfig {
+        nqps: 2,
+        split_data: true,
+        gdr_flush: true,
+        ..CommConfig::default()
+    };
     let (mut s, mut r) = connect_pair(&dev, cfg).unwrap();
     let src: Vec<AlignedBuf> = (0..8).map(|_| AlignedBuf::new(4096)).collect();
     let dst: Vec<AlignedBuf> = (0..8).map(|_| AlignedBuf::new(4096)).collect();
-    let sk: Vec<_> = src.iter().map(|b| dev.register(b.addr(), 4096).unwrap().0).collect();
+    let sk: Vec<_> = src
+        .iter()
+        .map(|b| dev.register(b.addr(), 4096).unwrap().0)
+        .collect();
     let bufs: Vec<RecvBuf> = dst
         .iter()
         .enumerate()
-        .map(|(i, b)| RecvBuf { addr: b.addr(), size: 4096, tag: i as u32, mr: dev.register(b.addr(), 4096).unwrap().0 })
+        .map(|(i, b)| RecvBuf {
+            addr: b.addr(),
+            size: 4096,
+            tag: i as u32,
+            mr: dev.register(b.addr(), 4096).unwrap().0,
+        })
         .collect();
     let mut bytes = 0u64;
 
@@ -60,7 +73,9 @@ fn ten_thousand_cycles_allocate_nothing() {
         let rid = r.irecv(&bufs[..n]).unwrap().unwrap();
         let mut sids = [None; 8];
         for (i, slot) in sids.iter_mut().enumerate().take(n) {
-            *slot = s.isend(src[i].addr(), 8 + i as u64, i as u32, sk[i]).unwrap();
+            *slot = s
+                .isend(src[i].addr(), 8 + i as u64, i as u32, sk[i])
+                .unwrap();
         }
         for sid in sids.iter().take(n) {
             while s.test(sid.unwrap()).unwrap().is_none() {}
@@ -78,6 +93,10 @@ fn ten_thousand_cycles_allocate_nothing() {
     }
     COUNTING.store(false, Ordering::Relaxed);
 
-    assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "allocations on the hot path");
+    assert_eq!(
+        ALLOCS.load(Ordering::Relaxed),
+        0,
+        "allocations on the hot path"
+    );
     assert_eq!(bytes, 5000 * 8 + 5000, "every cycle completed");
 }
