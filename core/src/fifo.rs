@@ -54,9 +54,12 @@ pub struct FifoElem {
     _pad: [AtomicU64; 2],
 }
 
+// The wire layout (loom's instrumented atomics are larger, so only the real build is checked).
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<FifoElem>() == 64);
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<FifoElem>() % 32 == 0);
-const _: () = assert!(core::mem::align_of::<FifoElem>() == 64);
+const _: () = assert!(core::mem::align_of::<FifoElem>() >= 64);
 
 /// What one posted receive says to the sender.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
