@@ -180,21 +180,33 @@ impl Config {
         Ok(true)
     }
 
-    /// Reads every variable in [`NAMES`] from the process environment. Each malformed one is
-    /// one WARN; its default stands.
-    pub fn from_env() -> Self {
+    /// Reads every variable in [`NAMES`] and in `ibnet_core::params::Params::NAMES` from the
+    /// process environment into this config and into the core's `Params` (which drives the
+    /// comms). A malformed variable is one WARN; its default stands in both.
+    pub fn from_env() -> (Self, ibnet_core::params::Params) {
         let mut c = Self::default();
-        for &n in NAMES {
+        let mut p = ibnet_core::params::Params::default();
+        let core_names = ibnet_core::params::Params::NAMES;
+        let mut names: Vec<&str> = NAMES.to_vec();
+        names.extend(core_names.iter().copied().filter(|n| !NAMES.contains(n)));
+        for n in names {
             let Some(v) = std::env::var_os(n) else {
                 continue;
             };
             let v = v.to_string_lossy();
-            match c.set(n, &v) {
-                Ok(_) => crate::info!(crate::log::ENV, "{n} set to {v}"),
-                Err(why) => crate::warn!("ignoring {n}={v:?}: {why}; the default stands"),
+            let mine = c.set(n, &v).err();
+            let core = if core_names.contains(&n) {
+                p.set(n, &v).err().map(|e| e.to_string())
+            } else {
+                None
+            };
+            match (mine, core) {
+                (None, None) => crate::info!(crate::log::ENV, "{n} set to {v}"),
+                (Some(why), _) => crate::warn!("ignoring {n}={v:?}: {why}; the default stands"),
+                (None, Some(why)) => crate::warn!("ignoring {n}={v:?}: {why}; the default stands"),
             }
         }
-        c
+        (c, p)
     }
 }
 

@@ -203,6 +203,8 @@ impl AnyRecv {
 pub struct Plugin {
     /// Configuration read at init.
     pub cfg: Config,
+    /// The core's parameters (NCCL's variables, typed), read at init.
+    pub params: ibnet_core::params::Params,
     /// Devices.
     pub devs: Vec<Dev>,
     /// The bootstrap address (port 0) listeners bind to.
@@ -212,32 +214,11 @@ pub struct Plugin {
 impl Plugin {
     /// The comm settings for device `d` with traffic class `tc` (-1: undefined).
     pub fn comm_config(&self, d: &Dev, tc: i32) -> CommConfig {
-        let c = &self.cfg;
-        CommConfig {
-            nqps: c.qps_per_conn,
-            split_data: c.split_data,
-            adaptive_routing: d.adaptive_routing(),
-            ar_threshold: c.ar_threshold,
-            use_inline: c.use_inline,
-            gdr_flush: false,
-            timeout: c.timeout,
-            retry_cnt: c.retry_cnt,
-            sl: if c.sl >= 0 {
-                c.sl as u8
-            } else if tc >= 0 {
-                (tc >> 5) as u8 & 0x7
-            } else {
-                0
-            },
-            tc: if c.tc >= 0 {
-                c.tc as u8
-            } else if tc >= 0 {
-                tc as u8
-            } else {
-                0
-            },
-            pkey_index: c.pkey,
-        }
+        let link = match d {
+            Dev::Verbs(p) => p.port_info().link_layer,
+        };
+        let tc = u8::try_from(tc).ok();
+        CommConfig::from_params(&self.params, link, tc, false)
     }
 }
 
@@ -298,7 +279,7 @@ pub fn acquire() -> Arc<Plugin> {
     if let Some(p) = &s.plugin {
         return p.clone();
     }
-    let cfg = Config::from_env();
+    let (cfg, params) = Config::from_env();
     let bind = bootstrap_addr(&cfg);
     if bind.is_none() {
         warn!(
@@ -307,7 +288,12 @@ pub fn acquire() -> Arc<Plugin> {
         );
     }
     let devs = discover(&cfg);
-    let p = Arc::new(Plugin { cfg, devs, bind });
+    let p = Arc::new(Plugin {
+        cfg,
+        params,
+        devs,
+        bind,
+    });
     s.plugin = Some(p.clone());
     p
 }
