@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,13 +167,17 @@ static int net_irecv(net_t* n, void* c, int k, void** d, const size_t* sz, int* 
 
 static void wait_done(net_t* n, void* req, int* sizes) {
   int done = 0;
-  while (!done) EXPECT_RC(CALL(n, test, req, &done, sizes), 0);
+  while (!done) {
+    EXPECT_RC(CALL(n, test, req, &done, sizes), 0);
+    if (!done) sched_yield(); /* leave CPU to the provider's copy threads on small hosts */
+  }
 }
 
 #define MAXSZ (16u << 20)
 static const size_t kSizes[] = {0, 1, 8, 4096, 65536, 1u << 20, 4u << 20, MAXSZ};
 #define NSIZES (sizeof kSizes / sizeof kSizes[0])
-#define ITERS 20
+#define ITERS 10
+#define BW_ITERS 50
 
 /* Receiver. */
 static void run_recv(net_t* n, int ver, int wfd, int rfd) {
@@ -187,22 +192,23 @@ static void run_recv(net_t* n, int ver, int wfd, int rfd) {
   EXPECT_RC(CALL(n, regMr, rc, buf, 8 * (size_t)MAXSZ, IBNET_PTR_HOST, &mh), 0);
   for (size_t s = 0; s < NSIZES; s++) {
     double t0 = 0;
-    for (int it = 0; it < ITERS; it++) {
-      if (it == 1) t0 = now_s();
+    for (int it = 0; it < ITERS + BW_ITERS; it++) {
+      /* ITERS verified transfers, then BW_ITERS timed ones (no fill, clear or verify). */
+      if (it == ITERS) t0 = now_s();
       void* data = buf;
       size_t sz = kSizes[s];
       int tag = 7, got = -1;
       void* req = (void*)0x1; /* v11: NCCL's optional-completion hint; always overwritten */
-      memset(buf, 0, sz);
+      if (it < ITERS) memset(buf, 0, sz);
       do EXPECT_RC(net_irecv(n, rc, 1, &data, &sz, &tag, &mh, &req), 0); while (req == NULL);
       CHECK(req != (void*)0x1);
       wait_done(n, req, &got);
       CHECK(got == (int)kSizes[s]);
-      CHECK(verify(buf, kSizes[s], (unsigned)(s * 100 + it)));
+      if (it < ITERS) CHECK(verify(buf, kSizes[s], (unsigned)(s * 100 + it)));
     }
     double dt = now_s() - t0;
-    printf("v%d two-process recv %9zu B x %d: verified, %8.3f GB/s\n", ver, kSizes[s], ITERS - 1,
-           kSizes[s] * (double)(ITERS - 1) / dt / 1e9);
+    printf("v%d two-process %9zu B: %d verified; %d timed: %8.3f GB/s, %7.1f us/msg\n", ver,
+           kSizes[s], ITERS, BW_ITERS, kSizes[s] * (double)BW_ITERS / dt / 1e9, dt / BW_ITERS * 1e6);
   }
   /* 8-way multi-receive: tags 0..7, different sizes (0 B .. 7 MiB). */
   {
@@ -260,10 +266,10 @@ static void run_send(net_t* n, int rfd, int wfd) {
   CHECK(buf);
   EXPECT_RC(CALL(n, regMr, sc, buf, 8 * (size_t)MAXSZ, IBNET_PTR_HOST, &mh), 0);
   for (size_t s = 0; s < NSIZES; s++)
-    for (int it = 0; it < ITERS; it++) {
+    for (int it = 0; it < ITERS + BW_ITERS; it++) {
       void* req = NULL;
       int got = -1;
-      fill(buf, kSizes[s], (unsigned)(s * 100 + it));
+      if (it < ITERS) fill(buf, kSizes[s], (unsigned)(s * 100 + it));
       do EXPECT_RC(net_isend(n, sc, buf, kSizes[s], 7, mh, &req), 0); while (req == NULL);
       wait_done(n, req, &got);
       CHECK(got == (int)kSizes[s]);
@@ -336,7 +342,8 @@ static int cycle(const char* path, int expect, int round) {
   int ndev = -1;
   EXPECT_RC(n->devices(&ndev), 0);
   CHECK(ndev >= 0);
-  if (expect >= 0) CHECK(ndev == expect);
+  /* Expected devices (IBNET_PROVIDER=soft: 1) unless the soft provider's probe refused. */
+  if (expect >= 0 && !(ndev == 0 && g_cma_refused)) CHECK(ndev == expect);
   for (int d = 0; d < ndev; d++) {
     ibnet_properties_v11_t p;
     EXPECT_RC(n->getProperties(d, &p), 0);
