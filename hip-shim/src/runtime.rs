@@ -91,8 +91,8 @@ fn reason_of(e: Error) -> String {
     }
 }
 
-fn load_cuda() -> Result<(Cuda, i32)> {
-    let c = Cuda::load()?;
+fn load_cuda(host: &Host) -> Result<(Cuda, i32)> {
+    let c = Cuda::load(host.env())?;
     c.init()?;
     let n = c.device_count()?;
     if n < 1 {
@@ -104,7 +104,7 @@ fn load_cuda() -> Result<(Cuda, i32)> {
 }
 
 fn load_hip(host: &Host) -> Result<(Backend, i32)> {
-    let hip = Hip::load()?;
+    let hip = Hip::load(host.env())?;
     let version = hip.runtime_version()?;
     let n = hip.device_count()?;
     if n < 1 {
@@ -133,7 +133,7 @@ impl GpuRuntime {
             });
         }
         if matches!(w, Want::Auto | Want::Cuda) {
-            match load_cuda() {
+            match load_cuda(&host) {
                 Ok((c, devices)) => {
                     return Ok(Self {
                         backend: Backend::Cuda(c),
@@ -253,7 +253,7 @@ impl GpuRuntime {
         match &self.backend {
             Backend::Cuda(c) => {
                 let a = addr as u64;
-                let mem_type = match c.pointer_attribute(cuda::PTR_MEMORY_TYPE, a) {
+                let mem_type = match cuda_pointer_attribute(c, cuda::PTR_MEMORY_TYPE, a) {
                     Ok(t) => t,
                     Err(Error::Call {
                         code: cuda::ERROR_INVALID_VALUE,
@@ -261,10 +261,9 @@ impl GpuRuntime {
                     }) => return Ok(PointerKind::Unregistered),
                     Err(e) => return Err(e),
                 };
-                let managed = c.pointer_attribute(cuda::PTR_IS_MANAGED, a).unwrap_or(0) != 0;
-                let dev = c
-                    .pointer_attribute(cuda::PTR_DEVICE_ORDINAL, a)
-                    .map_or(-1, |d| d as i32);
+                let managed = cuda_pointer_attribute(c, cuda::PTR_IS_MANAGED, a).unwrap_or(0) != 0;
+                let dev =
+                    cuda_pointer_attribute(c, cuda::PTR_DEVICE_ORDINAL, a).map_or(-1, |d| d as i32);
                 Ok(pointer::cuda_kind(mem_type, managed, dev))
             }
             Backend::Rocm { hip, version, .. } => match hip.pointer_attributes(addr) {
@@ -306,19 +305,39 @@ impl GpuRuntime {
     }
 }
 
-fn export_cuda(c: &Cuda, addr: u64, len: usize) -> Result<DmaBuf> {
-    let dev = match c.pointer_attribute(cuda::PTR_DEVICE_ORDINAL, addr) {
-        Ok(d) => d as i32,
+/// `cuPointerGetAttribute`, retried with GPU 0's primary context current if the driver wants
+/// a context (`CUDA_ERROR_INVALID_CONTEXT`) on a thread that has none.
+fn cuda_pointer_attribute(c: &Cuda, attr: std::ffi::c_int, addr: u64) -> Result<u32> {
+    match c.pointer_attribute(attr, addr) {
         Err(Error::Call {
+            code: cuda::ERROR_INVALID_CONTEXT,
+            ..
+        }) => c
+            .primary_context(0)?
+            .scoped(|_| c.pointer_attribute(attr, addr)),
+        other => other,
+    }
+}
+
+fn export_cuda(c: &Cuda, addr: u64, len: usize) -> Result<DmaBuf> {
+    let not_device = Error::InvalidArgument {
+        what: "not CUDA device memory",
+    };
+    match cuda_pointer_attribute(c, cuda::PTR_MEMORY_TYPE, addr) {
+        Ok(cuda::MEMORYTYPE_DEVICE) => {}
+        Ok(_)
+        | Err(Error::Call {
             code: cuda::ERROR_INVALID_VALUE,
             ..
-        }) => {
-            return Err(Error::InvalidArgument {
-                what: "not CUDA device memory",
-            })
-        }
+        }) => return Err(not_device),
         Err(e) => return Err(e),
-    };
+    }
+    if cuda_pointer_attribute(c, cuda::PTR_IS_MANAGED, addr).unwrap_or(0) != 0 {
+        return Err(Error::Unsupported {
+            what: "DMA-BUF export of managed memory".into(),
+        });
+    }
+    let dev = cuda_pointer_attribute(c, cuda::PTR_DEVICE_ORDINAL, addr)? as i32;
     c.primary_context(dev)?.scoped(|cur| {
         let (base, size) = cur.address_range(addr)?;
         let (start, stop) = pointer::export_window(addr, len, base, size, crate::sys::page_size())?;

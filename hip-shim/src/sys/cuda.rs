@@ -11,6 +11,7 @@ use libc::c_char;
 use libloading::Library;
 
 use super::{c_str, optional, required};
+use crate::env::Env;
 use crate::error::{Error, Result};
 
 /// The library file name NCCL loads.
@@ -34,6 +35,10 @@ pub(crate) const PTR_IS_MANAGED: c_int = 8;
 pub(crate) const PTR_DEVICE_ORDINAL: c_int = 9;
 /// `CUDA_ERROR_INVALID_VALUE`: what `cuPointerGetAttribute` returns for unknown host memory.
 pub(crate) const ERROR_INVALID_VALUE: i32 = 1;
+/// `CUDA_ERROR_INVALID_CONTEXT`: no context current on the calling thread.
+pub(crate) const ERROR_INVALID_CONTEXT: i32 = 201;
+/// `CU_MEMORYTYPE_DEVICE`.
+pub(crate) const MEMORYTYPE_DEVICE: u32 = 2;
 /// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`.
 const RANGE_HANDLE_DMA_BUF_FD: c_int = 1;
 
@@ -62,9 +67,13 @@ pub(crate) struct Cuda {
 }
 
 impl Cuda {
-    /// Opens `libcuda.so.1` (then `libcuda.so`) and resolves the table. Does not call `cuInit`.
-    pub(crate) fn load() -> Result<Self> {
-        let names = [LIB.to_owned(), "libcuda.so".to_owned()];
+    /// Opens `IBNET_CUDA_LIB` if set, else `libcuda.so.1` then `libcuda.so`, and resolves the
+    /// table. Does not call `cuInit`.
+    pub(crate) fn load(env: &Env) -> Result<Self> {
+        let names = match env.get("IBNET_CUDA_LIB").filter(|p| !p.is_empty()) {
+            Some(path) => vec![path],
+            None => vec![LIB.to_owned(), "libcuda.so".to_owned()],
+        };
         let (lib, _name) =
             super::open_first(&names).map_err(|reason| Error::NotPresent { reason })?;
         Ok(Self {

@@ -80,12 +80,16 @@ pub(crate) struct Hip {
 }
 
 impl Hip {
-    /// Opens HIP (`libamdhip64.so`, then the versioned sonames) and resolves the table.
-    pub(crate) fn load() -> Result<Self> {
-        let names: Vec<String> = ["", ".7", ".6", ".5"]
-            .iter()
-            .map(|v| format!("{HIP_LIB}{v}"))
-            .collect();
+    /// Opens `IBNET_HIP_LIB` if set, else HIP (`libamdhip64.so`, then the versioned sonames),
+    /// and resolves the table.
+    pub(crate) fn load(env: &Env) -> Result<Self> {
+        let names: Vec<String> = match env.get("IBNET_HIP_LIB").filter(|p| !p.is_empty()) {
+            Some(path) => vec![path],
+            None => ["", ".7", ".6", ".5"]
+                .iter()
+                .map(|v| format!("{HIP_LIB}{v}"))
+                .collect(),
+        };
         let (lib, _) = super::open_first(&names).map_err(|reason| Error::NotPresent { reason })?;
         Ok(Self {
             runtime_get_version: required!(lib, HIP_LIB, "hipRuntimeGetVersion"),
