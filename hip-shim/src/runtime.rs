@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! detect ── IBNET_GPU=auto (default): CUDA first (libcuda.so.1 + cuInit + ≥1 device),
-//!           │                         then ROCm (libamdhip64.so + ≥1 device; HSA optional)
+//!           │                         then ROCm (libamdhip64.so + ≥1 device; HSA optional);
+//!           │                         ROCm first if HIP is already mapped and libcuda is not
 //!           ├ cuda | hip: only that one;  none: no runtime
 //!           └ nothing found → Error::NotPresent { reason } naming every attempt
 //! GpuRuntime
@@ -132,28 +133,42 @@ impl GpuRuntime {
                 reason: "disabled by IBNET_GPU=none".into(),
             });
         }
-        if matches!(w, Want::Auto | Want::Cuda) {
-            match load_cuda(&host) {
-                Ok((c, devices)) => {
-                    return Ok(Self {
-                        backend: Backend::Cuda(c),
-                        host,
-                        devices,
-                    })
-                }
-                Err(e) => why.push(format!("CUDA: {}", reason_of(e))),
-            }
-        }
-        if matches!(w, Want::Auto | Want::Hip) {
-            match load_hip(&host) {
-                Ok((backend, devices)) => {
-                    return Ok(Self {
-                        backend,
-                        host,
-                        devices,
-                    })
-                }
-                Err(e) => why.push(format!("ROCm: {}", reason_of(e))),
+        // In an RCCL process HIP is already mapped: try it first so a stray libcuda on the same
+        // machine cannot win. Otherwise CUDA goes first.
+        let hip_mapped = || {
+            !crate::sys::is_loaded(crate::sys::cuda::LIB)
+                && ["", ".7", ".6", ".5"]
+                    .iter()
+                    .any(|v| crate::sys::is_loaded(&format!("{}{v}", crate::sys::hip::HIP_LIB)))
+        };
+        let order: &[Vendor] = match w {
+            Want::Cuda => &[Vendor::Nvidia],
+            Want::Hip => &[Vendor::Amd],
+            _ if hip_mapped() => &[Vendor::Amd, Vendor::Nvidia],
+            _ => &[Vendor::Nvidia, Vendor::Amd],
+        };
+        for v in order {
+            match v {
+                Vendor::Nvidia => match load_cuda(&host) {
+                    Ok((c, devices)) => {
+                        return Ok(Self {
+                            backend: Backend::Cuda(c),
+                            host,
+                            devices,
+                        })
+                    }
+                    Err(e) => why.push(format!("CUDA: {}", reason_of(e))),
+                },
+                Vendor::Amd => match load_hip(&host) {
+                    Ok((backend, devices)) => {
+                        return Ok(Self {
+                            backend,
+                            host,
+                            devices,
+                        })
+                    }
+                    Err(e) => why.push(format!("ROCm: {}", reason_of(e))),
+                },
             }
         }
         Err(Error::NotPresent {

@@ -38,6 +38,15 @@ pub(crate) fn open_first(names: &[String]) -> Result<(Library, String), String> 
     Err(why.join("; "))
 }
 
+/// Whether a library of this file name is already mapped into the process (`RTLD_NOLOAD`);
+/// used to prefer the runtime the host application (NCCL or RCCL) already uses.
+pub(crate) fn is_loaded(name: &str) -> bool {
+    use libloading::os::unix::{Library as UnixLibrary, RTLD_LAZY};
+    // SAFETY: with RTLD_NOLOAD nothing is loaded and no initialiser runs; a hit only bumps the
+    // reference count of an already-initialised library, which dropping the handle undoes.
+    unsafe { UnixLibrary::open(Some(name), RTLD_LAZY | libc::RTLD_NOLOAD) }.is_ok()
+}
+
 /// Looks up a required symbol; the fn-pointer type comes from the field it is assigned to.
 macro_rules! required {
     ($lib:expr, $libname:expr, $name:literal) => {{
@@ -105,6 +114,12 @@ mod tests {
         let err = open_first(&names).unwrap_err();
         assert!(err.contains("libibnet-surely-missing-1.so"), "{err}");
         assert!(err.contains("libnope-2.so"), "{err}");
+    }
+
+    #[test]
+    fn noload_sees_only_mapped_libraries() {
+        assert!(is_loaded("libc.so.6"), "the test binary links libc");
+        assert!(!is_loaded("libibnet-surely-missing-1.so"));
     }
 
     #[test]
