@@ -303,11 +303,15 @@ impl GpuRuntime {
             });
         }
         let alloc = match &self.backend {
-            Backend::Cuda(c) => Alloc::Cuda(c.primary_context(dev)?.scoped(|cur| cur.alloc(len))?),
+            Backend::Cuda(c) => {
+                let ctx = c.primary_context(dev)?;
+                let a = ctx.scoped(|cur| cur.alloc(len))?;
+                Alloc::Cuda(a, ctx)
+            }
             Backend::Rocm { hip, .. } => Alloc::Hip(hip.alloc(dev, len)?),
         };
         let addr = match &alloc {
-            Alloc::Cuda(a) => a.addr() as usize,
+            Alloc::Cuda(a, _) => a.addr() as usize,
             Alloc::Hip(a) => a.addr(),
         };
         Ok(DeviceBuffer {
@@ -404,15 +408,17 @@ impl RocmProbe for HsaProbe<'_> {
 }
 
 /// The owned allocation behind a [`DeviceBuffer`].
-enum Alloc {
-    Cuda(CudaAlloc),
+enum Alloc<'rt> {
+    /// The allocation and a retained primary context: releasing the last retain destroys the
+    /// context and every allocation in it, so the buffer keeps one for its whole life.
+    Cuda(CudaAlloc, cuda::PrimaryCtx<'rt>),
     Hip(HipAlloc),
 }
 
 /// Device memory from [`GpuRuntime::alloc`]; freed on drop.
 pub struct DeviceBuffer<'rt> {
     rt: &'rt GpuRuntime,
-    alloc: Option<Alloc>,
+    alloc: Option<Alloc<'rt>>,
     addr: usize,
     len: usize,
     dev: i32,
@@ -485,9 +491,7 @@ impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
         // Errors cannot be reported from Drop; a failed free only leaks device memory.
         let _ = match (&self.rt.backend, self.alloc.take()) {
-            (Backend::Cuda(c), Some(Alloc::Cuda(a))) => c
-                .primary_context(self.dev)
-                .and_then(|ctx| ctx.scoped(|cur| cur.free(a))),
+            (Backend::Cuda(_), Some(Alloc::Cuda(a, ctx))) => ctx.scoped(|cur| cur.free(a)),
             (Backend::Rocm { hip, .. }, Some(Alloc::Hip(a))) => hip.free(a),
             _ => Ok(()),
         };

@@ -61,12 +61,33 @@ CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
   return rc;
 }
 
+/* Like the real driver: releasing the last retain of a primary context destroys it, and with
+ * it every allocation made in it. */
+static int retains[2];
 CUresult cuDevicePrimaryCtxRetain(void **c, int dev) {
   if (dev < 0 || dev > 1) return INVALID_DEVICE;
   *c = &ctxs[dev];
+  pthread_mutex_lock(&mu);
+  retains[dev]++;
+  pthread_mutex_unlock(&mu);
   return OK;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return dev < 0 || dev > 1 ? INVALID_DEVICE : OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  if (dev < 0 || dev > 1) return INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  if (retains[dev] > 0 && --retains[dev] == 0) {
+    for (int i = 0; i < nallocs;) {
+      if (allocs[i].dev == dev) {
+        free((void *)(uintptr_t)allocs[i].base);
+        allocs[i] = allocs[--nallocs];
+      } else {
+        i++;
+      }
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return OK;
+}
 CUresult cuCtxPushCurrent_v2(void *c) {
   if (sp == 16 || (c != &ctxs[0] && c != &ctxs[1])) return INVALID_VALUE;
   stack[sp++] = c == &ctxs[0] ? 0 : 1;
