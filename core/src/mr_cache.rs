@@ -562,6 +562,7 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                     let claimed = word(gen, CLAIMED, 0, 0);
                     // Acquire: pairs with the Release store of FREE by the slot's previous owner
                     // (drainer or backed-off claimer): its accesses to key and value are done.
+                    // (The SeqCst fence below would also acquire it; this states the intent.)
                     let won = slot.state.compare_exchange(
                         s,
                         claimed,

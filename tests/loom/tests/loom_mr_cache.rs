@@ -217,3 +217,37 @@ fn failed_registration_does_not_stick() {
         w.assert_drained();
     });
 }
+
+/// One thread releases the last reference while another registers a different range into the
+/// same (only) slot: the new owner's value write must come after the drainer's read of the old
+/// value (loom checks the value cell), or the new acquire sees the table full.
+#[test]
+fn slot_reuse_by_another_thread() {
+    loom::model(|| {
+        let w = World::<1>::new();
+        let first = w.acquire(K1);
+        let w2 = w.clone();
+        let t = thread::spawn(move || {
+            let res = w2.cache.acquire(K2, PAGE, PAGE, |_, _| -> Result<u64> {
+                assert_eq!(w2.live[1].fetch_add(1, SeqCst), 0);
+                Ok(w2.regs.fetch_add(1, SeqCst) as u64 + 1)
+            });
+            match res {
+                Ok(r) => {
+                    assert_eq!(w2.cache.get(r.handle), Some(r.value));
+                    w2.release(r);
+                }
+                Err(e) => assert_eq!(
+                    e,
+                    ibnet_core::Error::Full {
+                        what: "MR cache",
+                        cap: 1
+                    }
+                ),
+            }
+        });
+        w.release(first);
+        t.join().unwrap();
+        w.assert_drained();
+    });
+}
