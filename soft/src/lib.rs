@@ -509,9 +509,10 @@ impl Provider for SoftProvider {
                 max: (u64::MAX - addr) as i64,
             });
         }
-        let bits = (access.local_write as u32) * segment::ACC_LOCAL_WRITE
-            | (access.remote_write as u32) * segment::ACC_REMOTE_WRITE
-            | (access.remote_read as u32) * segment::ACC_REMOTE_READ;
+        let bit = |on: bool, b: u32| if on { b } else { 0 };
+        let bits = bit(access.local_write, segment::ACC_LOCAL_WRITE)
+            | bit(access.remote_write, segment::ACC_REMOTE_WRITE)
+            | bit(access.remote_read, segment::ACC_REMOTE_READ);
         let idx = self
             .inner
             .mrs

@@ -322,9 +322,17 @@ impl Segment {
 
 /// A zeroed FIFO ring on the heap (128 KiB: too large to build on the stack).
 pub fn zeroed_fifo() -> Box<ibnet_core::fifo::FifoRing> {
-    // SAFETY: `FifoRing` consists only of atomics (and arrays of them), for which the
+    use ibnet_core::fifo::FifoRing;
+    let layout = std::alloc::Layout::new::<FifoRing>();
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<FifoRing>();
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `p` is a fresh allocation of `FifoRing`'s layout by the global allocator (what
+    // `Box` frees with); `FifoRing` consists only of atomics (and arrays of them), for which the
     // all-zero bit pattern is valid: a zeroed ring is the empty ring `FifoRing::new` builds.
-    unsafe { Box::<ibnet_core::fifo::FifoRing>::new_zeroed().assume_init() }
+    unsafe { Box::from_raw(p) }
 }
 
 /// Direction of a transfer, seen from the initiator.

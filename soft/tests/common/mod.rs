@@ -254,7 +254,8 @@ impl Info {
         )
     }
     pub fn parse(line: &str) -> Option<Self> {
-        let mut it = line.strip_prefix("IBNET ")?.split_whitespace();
+        // libtest may have printed "test helper_entry ... " on the same line.
+        let mut it = line[line.find("IBNET ")? + 6..].split_whitespace();
         let hex = it.next()?;
         let bytes: Vec<u8> = (0..hex.len() / 2)
             .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
