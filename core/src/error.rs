@@ -212,13 +212,25 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Full { what, cap } => write!(f, "{what} full (capacity {cap})"),
-            Self::OutOfRange { what, value, min, max } => {
+            Self::OutOfRange {
+                what,
+                value,
+                min,
+                max,
+            } => {
                 write!(f, "{what} = {value} is out of range [{min}, {max}]")
             }
             Self::Missing { what } => write!(f, "{what} is missing (NULL)"),
             Self::BadState { op, state } => write!(f, "{op} called in state {state}"),
             Self::StaleRequest { idx } => write!(f, "request {idx} is not live on this comm"),
-            Self::SizeMismatch { send, recv, tag, index, nreqs, peer } => write!(
+            Self::SizeMismatch {
+                send,
+                recv,
+                tag,
+                index,
+                nreqs,
+                peer,
+            } => write!(
                 f,
                 "collective mismatch: req {index}/{nreqs} tag {tag:#x} peer {peer}: \
                  local send size {send} > remote receive size {recv}"
@@ -227,7 +239,15 @@ impl fmt::Display for Error {
                 f,
                 "peer {peer} posted incorrect receive info: {field} = {value:#x}"
             ),
-            Self::Completion { status, opcode, len, vendor_err, req, peer, local_gid } => write!(
+            Self::Completion {
+                status,
+                opcode,
+                len,
+                vendor_err,
+                req,
+                peer,
+                local_gid,
+            } => write!(
                 f,
                 "got completion from peer {peer} with status {status} ({}), opcode {opcode:?}, \
                  len {len}, vendor err {vendor_err} ({req}) localGid {}",
@@ -239,11 +259,17 @@ impl fmt::Display for Error {
             }
             Self::Provider { call, errno } => write!(f, "{call} failed (errno {errno})"),
             Self::Wire { what, value } => {
-                write!(f, "malformed handshake from peer: {what} (value {value:#x})")
+                write!(
+                    f,
+                    "malformed handshake from peer: {what} (value {value:#x})"
+                )
             }
             Self::Param { name, reason } => write!(f, "{name}: {reason}"),
             Self::Poisoned { op } => {
-                write!(f, "{op} refused: the comm failed earlier and accepts no more work")
+                write!(
+                    f,
+                    "{op} refused: the comm failed earlier and accepts no more work"
+                )
             }
             Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),
         }

@@ -90,7 +90,10 @@ pub struct ProviderAddr {
 
 impl ProviderAddr {
     /// The empty address.
-    pub const EMPTY: Self = Self { len: 0, bytes: [0; PROVIDER_ADDR_MAX] };
+    pub const EMPTY: Self = Self {
+        len: 0,
+        bytes: [0; PROVIDER_ADDR_MAX],
+    };
     /// Copies `b`; `None` when longer than [`PROVIDER_ADDR_MAX`].
     pub fn new(b: &[u8]) -> Option<Self> {
         if b.len() > PROVIDER_ADDR_MAX {
@@ -275,7 +278,11 @@ impl SendWr {
     pub const EMPTY: Self = Self {
         wr_id: 0,
         opcode: WrOpcode::Write,
-        sge: Sge { addr: 0, len: 0, lkey: 0 },
+        sge: Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        },
         remote_addr: 0,
         rkey: 0,
         imm: 0,

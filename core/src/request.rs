@@ -36,7 +36,10 @@ impl ReqId {
     /// Unpacks [`ReqId::to_bits`].
     #[inline]
     pub fn from_bits(b: u32) -> Self {
-        Self { idx: b as u8, gen: (b >> 8) as u16 }
+        Self {
+            idx: b as u8,
+            gen: (b >> 8) as u16,
+        }
     }
 }
 
@@ -73,7 +76,11 @@ impl Request {
         events: 0,
         nreqs: 0,
         sizes: [0; MAX_RECVS],
-        send: SendState { addr: 0, size: 0, lkey: 0 },
+        send: SendState {
+            addr: 0,
+            size: 0,
+            lkey: 0,
+        },
         gen: 0,
     };
 }
@@ -99,15 +106,27 @@ impl RequestPool {
         for i in (0..MAX_REQUESTS).rev() {
             let _ = free.push(i as u8);
         }
-        Self { reqs: [Request::FREE; MAX_REQUESTS], free }
+        Self {
+            reqs: [Request::FREE; MAX_REQUESTS],
+            free,
+        }
     }
 
     /// Takes a free slot for `kind` with `events` expected completions.
     pub fn alloc(&mut self, kind: ReqType, events: u32, nreqs: u8) -> Result<ReqId> {
-        let idx = self.free.pop().ok_or(Error::Full { what: "request pool", cap: MAX_REQUESTS })?;
+        let idx = self.free.pop().ok_or(Error::Full {
+            what: "request pool",
+            cap: MAX_REQUESTS,
+        })?;
         let r = &mut self.reqs[idx as usize];
         let gen = r.gen.wrapping_add(1);
-        *r = Request { kind: Some(kind), events, nreqs, gen, ..Request::FREE };
+        *r = Request {
+            kind: Some(kind),
+            events,
+            nreqs,
+            gen,
+            ..Request::FREE
+        };
         Ok(ReqId { idx, gen })
     }
 
@@ -145,7 +164,10 @@ impl RequestPool {
 /// Packs slot indices into a `wr_id`, lane `i` = `ids[i]`.
 #[inline]
 pub fn pack_wr_id(ids: &[u8]) -> u64 {
-    ids.iter().take(8).enumerate().fold(0u64, |w, (i, &id)| w | (id as u64) << (8 * i))
+    ids.iter()
+        .take(8)
+        .enumerate()
+        .fold(0u64, |w, (i, &id)| w | (id as u64) << (8 * i))
 }
 
 /// Lane `lane` of a `wr_id`.
@@ -161,11 +183,16 @@ mod tests {
     #[test]
     fn exhaustion_is_an_error_and_free_recycles() {
         let mut p = RequestPool::new();
-        let ids: Vec<_> = (0..MAX_REQUESTS).map(|_| p.alloc(ReqType::Recv, 1, 1).unwrap()).collect();
+        let ids: Vec<_> = (0..MAX_REQUESTS)
+            .map(|_| p.alloc(ReqType::Recv, 1, 1).unwrap())
+            .collect();
         assert_eq!(p.in_use(), MAX_REQUESTS);
         assert_eq!(
             p.alloc(ReqType::Send, 1, 1),
-            Err(Error::Full { what: "request pool", cap: MAX_REQUESTS })
+            Err(Error::Full {
+                what: "request pool",
+                cap: MAX_REQUESTS
+            })
         );
         p.free(ids[17]).unwrap();
         let again = p.alloc(ReqType::Send, 1, 1).unwrap();
@@ -183,6 +210,9 @@ mod tests {
         for (i, &id) in ids.iter().enumerate() {
             assert_eq!(wr_id_lane(w, i), id);
         }
-        assert_eq!(ReqId::from_bits(ReqId { idx: 5, gen: 300 }.to_bits()), ReqId { idx: 5, gen: 300 });
+        assert_eq!(
+            ReqId::from_bits(ReqId { idx: 5, gen: 300 }.to_bits()),
+            ReqId { idx: 5, gen: 300 }
+        );
     }
 }

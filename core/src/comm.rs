@@ -1,1 +1,0 @@
-//! Send and receive comms (in progress).

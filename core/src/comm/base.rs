@@ -1,0 +1,289 @@
+//! What both comm directions share: the provider handle, CQ, QPs, request pool, the peer's
+//! identity, and completion processing for `test`.
+
+use heapless::Vec;
+
+use super::Done;
+use crate::error::{Error, PeerId, ReqType, Result};
+use crate::provider::{
+    Access, Completion, ConnectAttr, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
+    WcStatus,
+};
+use crate::request::{wr_id_lane, ReqId, RequestPool};
+use crate::wire::{QpInfo, MAX_QPS};
+
+/// Completions taken from the CQ per poll.
+const POLL_BATCH: usize = 4;
+
+/// Provider objects and bookkeeping shared by [`super::SendComm`] and [`super::RecvComm`].
+pub(super) struct Base<P: Provider> {
+    pub dev: P,
+    pub port: PortInfo,
+    pub cq: Option<P::Cq>,
+    pub qps: Vec<P::Qp, MAX_QPS>,
+    pub reqs: RequestPool,
+    pub peer: PeerId,
+    /// Next QP for round-robin posting (data QPs pair by index with the peer's).
+    pub qp_index: usize,
+    /// Set by the first failed completion: later calls fail fast.
+    pub poisoned: bool,
+}
+
+impl<P: Provider> Base<P> {
+    /// Creates the CQ and `nqps` QPs.
+    pub fn new(dev: P, nqps: u8, cq_depth: u32, attr: &QpAttr) -> Result<Self> {
+        if nqps == 0 || nqps as usize > MAX_QPS {
+            return Err(Error::OutOfRange {
+                what: "QPs per connection",
+                value: nqps as i64,
+                min: 1,
+                max: MAX_QPS as i64,
+            });
+        }
+        let port = dev.port_info();
+        let cq = dev.create_cq(cq_depth)?;
+        let mut base = Self {
+            dev,
+            port,
+            cq: Some(cq),
+            qps: Vec::new(),
+            reqs: RequestPool::new(),
+            peer: PeerId::default(),
+            qp_index: 0,
+            poisoned: false,
+        };
+        for _ in 0..nqps {
+            let qp = base.create_qp(attr)?;
+            // Cannot fail: nqps ≤ MAX_QPS was checked above.
+            let _ = base.qps.push(qp);
+        }
+        Ok(base)
+    }
+
+    /// Creates one more QP on this comm's CQ (flush QP).
+    pub fn create_qp(&self, attr: &QpAttr) -> Result<P::Qp> {
+        let cq = self.cq.as_ref().ok_or(Error::BadState {
+            op: "create_qp",
+            state: "closed",
+        })?;
+        self.dev.create_qp(cq, attr)
+    }
+
+    /// Registers control memory (FIFO, staging ring) for the comm's lifetime.
+    pub fn reg(&self, addr: u64, len: usize, access: Access) -> Result<(P::Mr, MrKeys)> {
+        let mr = self.dev.reg_mr(addr, len as u64, access, RegKind::Plain)?;
+        let keys = self.dev.mr_keys(&mr);
+        Ok((mr, keys))
+    }
+
+    /// The local half of the handshake, without the FIFO.
+    pub fn local_info(&self, mtu: crate::provider::Mtu, sl: u8, tc: u8) -> QpInfo {
+        QpInfo {
+            port: self.port.port,
+            link_layer: self.port.link_layer,
+            mtu,
+            lid: self.port.lid,
+            gid: self.port.gid,
+            sl,
+            tc,
+            qpn: self.qps.iter().map(|q| self.dev.qp_num(q)).collect(),
+            fifo: None,
+            addr: self.port.addr,
+        }
+    }
+
+    /// Checks the peer's description against ours and remembers who the peer is.
+    pub fn accept_peer(&mut self, remote: &QpInfo) -> Result<()> {
+        if remote.link_layer != self.port.link_layer {
+            return Err(Error::Wire {
+                what: "link layer differs from ours",
+                value: remote.link_layer as u64,
+            });
+        }
+        if remote.qpn.len() != self.qps.len() {
+            return Err(Error::Wire {
+                what: "QP count differs from ours",
+                value: remote.qpn.len() as u64,
+            });
+        }
+        self.peer = PeerId {
+            gid: remote.gid,
+            lid: remote.lid,
+            qpn: remote.qpn[0],
+        };
+        Ok(())
+    }
+
+    /// Connects QP `i` to the peer's QP `i`.
+    pub fn connect_all(&mut self, remote: &QpInfo, attr: &ConnectAttr) -> Result<()> {
+        for (qp, &rqpn) in self.qps.iter_mut().zip(remote.qpn.iter()) {
+            let a = ConnectAttr {
+                remote_qpn: rqpn,
+                ..*attr
+            };
+            self.dev.connect_qp(qp, &a)?;
+        }
+        Ok(())
+    }
+
+    /// The connect attributes towards `remote` with `mtu`, `sl`, `tc`.
+    pub fn connect_attr(
+        &self,
+        remote: &QpInfo,
+        mtu: crate::provider::Mtu,
+        cfg: &super::CommConfig,
+        sl: u8,
+        tc: u8,
+    ) -> ConnectAttr {
+        ConnectAttr {
+            remote_qpn: 0,
+            remote_lid: remote.lid,
+            remote_gid: remote.gid,
+            remote_addr: remote.addr,
+            link_layer: self.port.link_layer,
+            mtu,
+            gid_index: self.port.gid_index,
+            timeout: cfg.timeout,
+            retry_cnt: cfg.retry_cnt,
+            sl,
+            tc,
+            pkey_index: cfg.pkey_index,
+        }
+    }
+
+    /// Fails fast on a poisoned comm.
+    #[inline]
+    pub fn check_live(&self, op: &'static str) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned { op });
+        }
+        Ok(())
+    }
+
+    /// The next QP index for round-robin posting.
+    #[inline]
+    pub fn next_qp(&mut self) -> usize {
+        let q = self.qp_index;
+        self.qp_index = (q + 1) % self.qps.len();
+        q
+    }
+
+    /// `test`: polls the CQ until `id` is done or the CQ is empty.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.check_live("test")?;
+        loop {
+            let r = self.reqs.get(id)?;
+            if r.events == 0 {
+                let done = match r.kind {
+                    Some(ReqType::Recv) => Done {
+                        n: r.nreqs,
+                        sizes: r.sizes,
+                    },
+                    Some(ReqType::Send) => {
+                        let mut sizes = [0; crate::fifo::MAX_RECVS];
+                        sizes[0] = r.send.size;
+                        Done { n: 1, sizes }
+                    }
+                    _ => Done {
+                        n: 0,
+                        sizes: [0; crate::fifo::MAX_RECVS],
+                    },
+                };
+                self.reqs.free(id)?;
+                return Ok(Some(done));
+            }
+            let mut wcs = [Completion::EMPTY; POLL_BATCH];
+            let cq = self.cq.as_mut().ok_or(Error::BadState {
+                op: "test",
+                state: "closed",
+            })?;
+            let n = self.dev.poll_cq(cq, &mut wcs)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            for wc in &wcs[..n] {
+                if let Err(e) = self.complete(wc) {
+                    self.poisoned = true;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Applies one completion to the requests its `wr_id` names.
+    fn complete(&mut self, wc: &Completion) -> Result<()> {
+        let bogus = Error::BogusCompletion { wr_id: wc.wr_id };
+        let lane0 = wr_id_lane(wc.wr_id, 0);
+        if wc.status != WcStatus::Success {
+            let req = self
+                .reqs
+                .by_index(lane0)
+                .and_then(|r| r.kind)
+                .unwrap_or(ReqType::Recv);
+            return Err(Error::Completion {
+                status: wc.status,
+                opcode: wc.opcode,
+                len: wc.byte_len,
+                vendor_err: wc.vendor_err,
+                req,
+                peer: self.peer,
+                local_gid: self.port.gid,
+            });
+        }
+        let r = self.reqs.by_index(lane0).ok_or(bogus)?;
+        match r.kind {
+            Some(ReqType::Send) => {
+                // One signaled completion retires every send of the multi-receive.
+                let nreqs = r.nreqs as usize;
+                for lane in 0..nreqs {
+                    let s = self
+                        .reqs
+                        .by_index(wr_id_lane(wc.wr_id, lane))
+                        .ok_or(bogus)?;
+                    if s.kind != Some(ReqType::Send) || s.events == 0 {
+                        return Err(bogus);
+                    }
+                    s.events -= 1;
+                }
+            }
+            Some(kind) => {
+                if wc.opcode == WcOpcode::RecvRdmaWithImm {
+                    if kind != ReqType::Recv {
+                        return Err(bogus);
+                    }
+                    if r.nreqs > 1 {
+                        for (i, s) in r.sizes.iter_mut().take(r.nreqs as usize).enumerate() {
+                            *s = ((wc.imm >> i) & 1) as u64;
+                        }
+                    } else {
+                        r.sizes[0] += wc.imm as u64;
+                    }
+                }
+                if r.events == 0 {
+                    return Err(bogus);
+                }
+                r.events -= 1;
+            }
+            None => return Err(bogus),
+        }
+        Ok(())
+    }
+
+    /// Destroys every provider object (idempotent).
+    pub fn teardown(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some(qp) = self.qps.pop() {
+            let r = self.dev.destroy_qp(qp);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        if let Some(cq) = self.cq.take() {
+            let r = self.dev.destroy_cq(cq);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,290 @@
+//! The receiving side of a connection.
+//!
+//! Drive it as: receive the connector's `QpInfo` → [`RecvComm::new`] (creates and connects the
+//! QPs, negotiating the MTU) → send [`RecvComm::local_info`] back → wait for the peer's ready
+//! message → [`RecvComm::irecv`] / [`RecvComm::test`] / [`RecvComm::iflush`] from one thread.
+
+use super::base::Base;
+use super::{CommConfig, Done, RecvBuf};
+use crate::error::{Error, ReqType, Result};
+use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
+use crate::provider::{Access, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
+use crate::request::ReqId;
+use crate::wire::{QpInfo, RemoteBuf};
+
+/// The RDMA READ flush: a loopback QP and a one-byte read into registered scratch memory.
+struct Flush<P: Provider> {
+    qp: Option<P::Qp>,
+}
+
+/// The receiving side of a connection.
+pub struct RecvComm<P: Provider> {
+    base: Base<P>,
+    cfg: CommConfig,
+    mtu: Mtu,
+    sl: u8,
+    tc: u8,
+    /// Where receive posts are staged before being written to the peer's FIFO (and the flush's
+    /// scratch target).
+    staging: P::Fifo,
+    staging_mr: Option<P::Mr>,
+    staging_keys: MrKeys,
+    /// The peer's FIFO.
+    rem_fifo: RemoteBuf,
+    /// Sequence number of the next FIFO slot to post.
+    fifo_tail: u64,
+    flush: Flush<P>,
+}
+
+impl<P: Provider> RecvComm<P> {
+    /// Creates and connects the QPs towards the connector described by `remote`.
+    pub fn new(dev: P, cfg: CommConfig, remote: &QpInfo) -> Result<Self> {
+        let rem_fifo = remote.fifo.ok_or(Error::Wire {
+            what: "connector sent no FIFO",
+            value: 0,
+        })?;
+        if rem_fifo.addr == 0 || rem_fifo.rkey == 0 {
+            return Err(Error::Wire {
+                what: "connector's FIFO address or rkey is 0",
+                value: rem_fifo.addr,
+            });
+        }
+        let nqps = u8::try_from(remote.qpn.len()).map_err(|_| Error::Wire {
+            what: "QP count",
+            value: remote.qpn.len() as u64,
+        })?;
+        let attr = QpAttr {
+            max_send_wr: 2 * MAX_REQUESTS as u32,
+            max_recv_wr: MAX_REQUESTS as u32,
+            max_inline: if cfg.use_inline {
+                (MAX_RECVS * core::mem::size_of::<crate::fifo::FifoElem>()) as u32
+            } else {
+                0
+            },
+            access: Access {
+                remote_write: true,
+                ..Access::default()
+            },
+        };
+        let cq_depth = 2 * MAX_REQUESTS as u32 * nqps as u32 + MAX_REQUESTS as u32;
+        let mut base = Base::new(dev, nqps, cq_depth, &attr)?;
+        base.accept_peer(remote)?;
+        let mtu = remote.mtu.min(base.port.mtu);
+        // The receiver applies the sender's service level and traffic class (NCCL 2.28).
+        let (sl, tc) = (remote.sl, remote.tc);
+        let cattr = base.connect_attr(remote, mtu, &cfg, sl, tc);
+        base.connect_all(remote, &cattr)?;
+
+        let staging = base.dev.alloc_fifo()?;
+        let access = Access {
+            local_write: true,
+            remote_read: true,
+            ..Access::default()
+        };
+        let (staging_mr, staging_keys) =
+            base.reg(staging.base_addr(), FifoRing::<MAX_REQUESTS>::BYTES, access)?;
+        let mut comm = Self {
+            base,
+            cfg,
+            mtu,
+            sl,
+            tc,
+            staging,
+            staging_mr: Some(staging_mr),
+            staging_keys,
+            rem_fifo,
+            fifo_tail: 0,
+            flush: Flush { qp: None },
+        };
+        if cfg.gdr_flush {
+            comm.flush.qp = Some(comm.loopback_qp()?);
+        }
+        Ok(comm)
+    }
+
+    /// A QP connected to itself, for the flush READ.
+    fn loopback_qp(&mut self) -> Result<P::Qp> {
+        let attr = QpAttr {
+            max_send_wr: MAX_REQUESTS as u32,
+            max_recv_wr: 1,
+            max_inline: 0,
+            access: Access {
+                local_write: true,
+                remote_read: true,
+                ..Access::default()
+            },
+        };
+        let mut qp = self.base.create_qp(&attr)?;
+        let me = self.base.port;
+        let info = QpInfo {
+            port: me.port,
+            link_layer: me.link_layer,
+            mtu: me.mtu,
+            lid: me.lid,
+            gid: me.gid,
+            sl: 0,
+            tc: 0,
+            qpn: core::iter::once(self.base.dev.qp_num(&qp)).collect(),
+            fifo: None,
+            addr: me.addr,
+        };
+        let mut a = self
+            .base
+            .connect_attr(&info, me.mtu, &self.cfg, self.sl, self.tc);
+        a.remote_qpn = info.qpn[0];
+        if let Err(e) = self.base.dev.connect_qp(&mut qp, &a) {
+            let _ = self.base.dev.destroy_qp(qp);
+            return Err(e);
+        }
+        Ok(qp)
+    }
+
+    /// The answer to the connector: our QPs and the negotiated MTU.
+    pub fn local_info(&self) -> QpInfo {
+        self.base.local_info(self.mtu, self.sl, self.tc)
+    }
+
+    /// Posts a (multi-)receive of `bufs` (1..=8 buffers).
+    pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
+        self.base.check_live("irecv")?;
+        let n = bufs.len();
+        if n == 0 || n > MAX_RECVS {
+            return Err(Error::OutOfRange {
+                what: "receives in one irecv",
+                value: n as i64,
+                min: 1,
+                max: MAX_RECVS as i64,
+            });
+        }
+        let nqps = if self.cfg.split_data {
+            self.base.qps.len()
+        } else {
+            1
+        };
+        let id = self.base.reqs.alloc(ReqType::Recv, nqps as u32, n as u8)?;
+        if let Err(e) = self.post(id, bufs, nqps) {
+            self.base.poisoned = true;
+            let _ = self.base.reqs.free(id);
+            return Err(e);
+        }
+        Ok(Some(id))
+    }
+
+    fn post(&mut self, id: ReqId, bufs: &[RecvBuf], nqps: usize) -> Result<()> {
+        for _ in 0..nqps {
+            let q = self.base.next_qp();
+            self.base
+                .dev
+                .post_recv(&mut self.base.qps[q], id.index() as u64)?;
+        }
+        // Tell the sender where to write.
+        let mut elems = [PostedRecv::default(); MAX_RECVS];
+        for (e, b) in elems.iter_mut().zip(bufs) {
+            *e = PostedRecv {
+                addr: b.addr,
+                size: b.size,
+                rkey: b.mr.rkey,
+                tag: b.tag,
+            };
+        }
+        let seq = self.fifo_tail;
+        let (off, len) = self.staging.publish(seq, &elems[..bufs.len()]);
+        // Signal once per lap of the ring, so the send queue of unsignaled posts drains.
+        let signaled = FifoRing::<MAX_REQUESTS>::slot_of(seq) == 0;
+        if signaled {
+            self.base.reqs.get(id)?.events += 1;
+        }
+        let wr = SendWr {
+            wr_id: id.index() as u64,
+            opcode: WrOpcode::Write,
+            sge: Sge {
+                addr: self.staging.base_addr() + off as u64,
+                len: len as u32,
+                lkey: self.staging_keys.lkey,
+            },
+            remote_addr: self.rem_fifo.addr + off as u64,
+            rkey: self.rem_fifo.rkey,
+            imm: 0,
+            signaled,
+            inline: self.cfg.use_inline,
+        };
+        self.base.dev.post_send(&mut self.base.qps[0], &[wr])?;
+        self.fifo_tail += 1;
+        Ok(())
+    }
+
+    /// Flushes received data out of the NIC (GPU-direct receives): one RDMA READ from the last
+    /// non-empty buffer. `Ok(None)` when there is nothing to flush.
+    pub fn iflush(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
+        self.base.check_live("iflush")?;
+        if bufs.len() > MAX_RECVS {
+            return Err(Error::OutOfRange {
+                what: "buffers in one iflush",
+                value: bufs.len() as i64,
+                min: 0,
+                max: MAX_RECVS as i64,
+            });
+        }
+        let Some(last) = bufs.iter().rposition(|b| b.size != 0) else {
+            return Ok(None);
+        };
+        let Some(qp) = self.flush.qp.as_mut() else {
+            return Ok(None);
+        };
+        let id = self.base.reqs.alloc(ReqType::Flush, 1, 1)?;
+        let wr = SendWr {
+            wr_id: id.index() as u64,
+            opcode: WrOpcode::Read,
+            sge: Sge {
+                addr: self.staging.scratch_addr(),
+                len: 1,
+                lkey: self.staging_keys.lkey,
+            },
+            remote_addr: bufs[last].addr,
+            rkey: bufs[last].mr.rkey,
+            imm: 0,
+            signaled: true,
+            inline: false,
+        };
+        if let Err(e) = self.base.dev.post_send(qp, &[wr]) {
+            let _ = self.base.reqs.free(id);
+            return Err(e);
+        }
+        Ok(Some(id))
+    }
+
+    /// Polls for completion of `id`.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.base.test(id)
+    }
+
+    /// Destroys QPs, CQ and registrations.
+    pub fn close(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let f = self
+            .flush
+            .qp
+            .take()
+            .map_or(Ok(()), |qp| self.base.dev.destroy_qp(qp));
+        let r = self.base.teardown();
+        let m = self
+            .staging_mr
+            .take()
+            .map_or(Ok(()), |mr| self.base.dev.dereg_mr(mr));
+        f.and(r).and(m)
+    }
+
+    /// Requests in use (for tests and diagnostics).
+    pub fn requests_in_use(&self) -> usize {
+        self.base.reqs.in_use()
+    }
+}
+
+impl<P: Provider> Drop for RecvComm<P> {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}

@@ -1,0 +1,291 @@
+//! The sending side of a connection.
+//!
+//! Drive it as: [`SendComm::new`] → send [`SendComm::local_info`] to the peer → receive the
+//! acceptor's answer → [`SendComm::connect`] → then [`SendComm::isend`] / [`SendComm::test`]
+//! from one thread. `isend` returns `Ok(None)` ("retry later") until the receiver has posted a
+//! matching receive.
+
+use super::base::Base;
+use super::{CommConfig, Done};
+use crate::error::{Error, ReqType, Result};
+use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
+use crate::provider::{Access, MrKeys, Provider, QpAttr, SendWr, Sge, WrOpcode};
+use crate::request::{pack_wr_id, ReqId};
+use crate::wire::{QpInfo, RemoteBuf};
+
+/// The largest message one `isend` carries (one RDMA write; NCCL splits larger transfers).
+pub const MAX_MSG_SIZE: u64 = 1 << 30;
+
+/// RDMA writes of a split message are multiples of this, so LL/LL128 lines stay whole.
+const SPLIT_ALIGN: u64 = 128;
+
+/// The sending side of a connection.
+pub struct SendComm<P: Provider> {
+    base: Base<P>,
+    cfg: CommConfig,
+    /// The ring the receiver writes its posted receives into.
+    fifo: P::Fifo,
+    fifo_mr: Option<P::Mr>,
+    fifo_keys: MrKeys,
+    /// Sequence number of the next FIFO slot to consume.
+    fifo_head: u64,
+    /// Requests matched so far against the receives of slot `fifo_head`.
+    slot_reqs: [Option<ReqId>; MAX_RECVS],
+    connected: bool,
+}
+
+impl<P: Provider> SendComm<P> {
+    /// Creates the CQ, the QPs and the registered FIFO.
+    pub fn new(dev: P, cfg: CommConfig) -> Result<Self> {
+        let attr = QpAttr {
+            max_send_wr: 2 * MAX_REQUESTS as u32,
+            max_recv_wr: MAX_REQUESTS as u32,
+            max_inline: 0,
+            access: Access {
+                remote_write: true,
+                ..Access::default()
+            },
+        };
+        let cq_depth = 2 * MAX_REQUESTS as u32 * cfg.nqps as u32;
+        let base = Base::new(dev, cfg.nqps, cq_depth, &attr)?;
+        let fifo = base.dev.alloc_fifo()?;
+        let access = Access {
+            local_write: true,
+            remote_write: true,
+            remote_read: true,
+            relaxed_ordering: false,
+        };
+        let (mr, keys) = base.reg(fifo.base_addr(), FifoRing::<MAX_REQUESTS>::BYTES, access)?;
+        Ok(Self {
+            base,
+            cfg,
+            fifo,
+            fifo_mr: Some(mr),
+            fifo_keys: keys,
+            fifo_head: 0,
+            slot_reqs: [None; MAX_RECVS],
+            connected: false,
+        })
+    }
+
+    /// What the peer needs: QPs, port, and where to write receive posts.
+    pub fn local_info(&self) -> QpInfo {
+        let mut info = self
+            .base
+            .local_info(self.base.port.mtu, self.cfg.sl, self.cfg.tc);
+        info.fifo = Some(RemoteBuf {
+            addr: self.fifo.base_addr(),
+            rkey: self.fifo_keys.rkey,
+        });
+        info
+    }
+
+    /// Connects the QPs to the acceptor's (whose `mtu` is the negotiated one).
+    pub fn connect(&mut self, remote: &QpInfo) -> Result<()> {
+        if self.connected {
+            return Err(Error::BadState {
+                op: "connect",
+                state: "connected",
+            });
+        }
+        self.base.accept_peer(remote)?;
+        let mtu = remote.mtu.min(self.base.port.mtu);
+        let attr = self
+            .base
+            .connect_attr(remote, mtu, &self.cfg, self.cfg.sl, self.cfg.tc);
+        self.base.connect_all(remote, &attr)?;
+        self.connected = true;
+        Ok(())
+    }
+
+    /// Sends `size` bytes at `addr` (registered with `mr`) to the receive tagged `tag`.
+    ///
+    /// `Ok(None)`: the receiver has not posted the matching receive yet; call again.
+    pub fn isend(&mut self, addr: u64, size: u64, tag: u32, mr: MrKeys) -> Result<Option<ReqId>> {
+        if !self.connected {
+            return Err(Error::BadState {
+                op: "isend",
+                state: "not connected",
+            });
+        }
+        self.base.check_live("isend")?;
+        if size > MAX_MSG_SIZE {
+            return Err(Error::OutOfRange {
+                what: "send size",
+                value: size as i64,
+                min: 0,
+                max: MAX_MSG_SIZE as i64,
+            });
+        }
+        let mut posted = [PostedRecv::default(); MAX_RECVS];
+        let n = match self.fifo.poll(self.fifo_head, &mut posted) {
+            Ok(None) => return Ok(None),
+            Ok(Some(n)) => n,
+            Err(f) => {
+                return Err(self.poison(Error::BadFifoElem {
+                    field: f.field,
+                    value: f.value,
+                    peer: self.base.peer,
+                }))
+            }
+        };
+        let Some(r) = (0..n).find(|&r| self.slot_reqs[r].is_none() && posted[r].tag == tag) else {
+            return Ok(None);
+        };
+        let p = posted[r];
+        if size > p.size {
+            return Err(Error::SizeMismatch {
+                send: size,
+                recv: p.size,
+                tag,
+                index: r as u8,
+                nreqs: n as u8,
+                peer: self.base.peer,
+            });
+        }
+        if p.size > 0 && (p.addr == 0 || p.rkey == 0) {
+            let (field, value) = if p.addr == 0 {
+                ("addr", p.addr)
+            } else {
+                ("rkey", p.rkey as u64)
+            };
+            return Err(self.poison(Error::BadFifoElem {
+                field,
+                value,
+                peer: self.base.peer,
+            }));
+        }
+        let events = if self.cfg.split_data {
+            self.base.qps.len() as u32
+        } else {
+            1
+        };
+        let id = self.base.reqs.alloc(ReqType::Send, events, n as u8)?;
+        let req = self.base.reqs.get(id)?;
+        req.send.addr = addr;
+        req.send.size = size;
+        req.send.lkey = mr.lkey;
+        self.slot_reqs[r] = Some(id);
+        // A multi-receive goes out only once every one of its receives has a send.
+        if self.slot_reqs[..n].iter().any(Option::is_none) {
+            return Ok(Some(id));
+        }
+        if let Err(e) = self.multi_send(&posted[..n]) {
+            return Err(self.poison(e));
+        }
+        self.slot_reqs = [None; MAX_RECVS];
+        self.fifo_head += 1;
+        Ok(Some(id))
+    }
+
+    /// Polls for completion of `id`.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.base.test(id)
+    }
+
+    /// Posts the data writes and the write-with-immediate for the slot at `fifo_head`.
+    fn multi_send(&mut self, posted: &[PostedRecv]) -> Result<()> {
+        let n = posted.len();
+        let mut lanes = [0u8; MAX_RECVS];
+        let mut sends = [crate::request::SendState::default(); MAX_RECVS];
+        for r in 0..n {
+            let id = self.slot_reqs[r].ok_or(Error::BadState {
+                op: "multi_send",
+                state: "unmatched",
+            })?;
+            lanes[r] = id.index();
+            sends[r] = self.base.reqs.get(id)?.send;
+        }
+        let wr_id = pack_wr_id(&lanes[..n]);
+        let nqps = if self.cfg.split_data {
+            self.base.qps.len() as u64
+        } else {
+            1
+        };
+        // With one receive the immediate is the size; with several, a bitmask of non-empty sends.
+        let mask = sends[..n]
+            .iter()
+            .enumerate()
+            .fold(0u32, |m, (r, s)| m | ((s.size != 0) as u32) << r);
+        let separate_imm =
+            n > 1 || (self.cfg.adaptive_routing && sends[0].size > self.cfg.ar_threshold);
+        for q in 0..nqps {
+            let mut wrs = [SendWr::EMPTY; MAX_RECVS + 1];
+            let mut k = 0;
+            let mut imm_len = 0u64;
+            for r in 0..n {
+                let chunk = sends[r].size.div_ceil(nqps).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+                let off = (q * chunk).min(sends[r].size);
+                let len = (sends[r].size - off).min(chunk);
+                if r == 0 {
+                    imm_len = len;
+                }
+                // An empty write is only kept when it must carry the immediate itself.
+                let carries_imm = n == 1 && !separate_imm;
+                if len == 0 && !carries_imm {
+                    continue;
+                }
+                wrs[k] = SendWr {
+                    opcode: WrOpcode::Write,
+                    sge: Sge {
+                        addr: sends[r].addr + off,
+                        len: len as u32,
+                        lkey: sends[r].lkey,
+                    },
+                    remote_addr: posted[r].addr + off,
+                    rkey: posted[r].rkey,
+                    ..SendWr::EMPTY
+                };
+                k += 1;
+            }
+            let imm = if n == 1 { imm_len as u32 } else { mask };
+            if separate_imm || k == 0 {
+                wrs[k] = SendWr {
+                    remote_addr: posted[0].addr,
+                    rkey: posted[0].rkey,
+                    ..SendWr::EMPTY
+                };
+                k += 1;
+            }
+            let last = &mut wrs[k - 1];
+            last.opcode = WrOpcode::WriteWithImm;
+            last.imm = imm;
+            last.wr_id = wr_id;
+            last.signaled = true;
+            let qi = self.base.next_qp();
+            let qp = &mut self.base.qps[qi];
+            self.base.dev.post_send(qp, &wrs[..k])?;
+        }
+        Ok(())
+    }
+
+    fn poison(&mut self, e: Error) -> Error {
+        self.base.poisoned = true;
+        e
+    }
+
+    /// Destroys QPs, CQ and the FIFO registration.
+    pub fn close(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let r = self.base.teardown();
+        let m = self
+            .fifo_mr
+            .take()
+            .map_or(Ok(()), |mr| self.base.dev.dereg_mr(mr));
+        r.and(m)
+    }
+
+    /// Requests in use (for tests and diagnostics).
+    pub fn requests_in_use(&self) -> usize {
+        self.base.reqs.in_use()
+    }
+}
+
+impl<P: Provider> Drop for SendComm<P> {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
