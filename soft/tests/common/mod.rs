@@ -241,7 +241,7 @@ pub struct Info {
 }
 
 impl Info {
-    pub fn to_line(&self) -> String {
+    pub fn to_line(self) -> String {
         let hex: String = self
             .addr
             .as_bytes()
@@ -300,4 +300,19 @@ pub fn spawn_helper(entry: &str, role: &str, arg: &str) -> std::process::Child {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// Reads lines until `f` accepts one.
+pub fn read_line_with<T>(r: &mut impl BufRead, f: impl Fn(&str) -> Option<T>) -> T {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "peer closed its output"
+        );
+        if let Some(v) = f(line.trim()) {
+            return v;
+        }
+    }
 }
