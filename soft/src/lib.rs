@@ -407,7 +407,9 @@ impl Provider for SoftProvider {
         let b = i.seg.qp_block(idx as usize);
         // Relaxed: published by the Release store of `state` below.
         b.recv_posted.store(0, Ordering::Relaxed);
-        b.recv_tail.store(0, Ordering::Relaxed);
+        for e in &b.ring {
+            e.seq.store(0, Ordering::Relaxed);
+        }
         // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
         b.state.store(qpn as u64, Ordering::Release);
         let sh = Arc::new(QpShared::new(

@@ -28,8 +28,9 @@
 //!
 //! ## Errors
 //! The first failing WR completes with its own status (`LocalProtectionError`,
-//! `RemoteAccessError`, …) and moves the QP to the error state (`fail`); outstanding WRs behind
-//! it complete with `WrFlushError`. When the peer process dies (or its QP is destroyed) every
+//! `RemoteAccessError`, …) and moves the QP to the error state (`fail`); WRs behind it are not
+//! executed (`err_seq`: their copies are skipped) and complete with `WrFlushError`, WRs before
+//! it complete normally. When the peer process dies (or its QP is destroyed) every
 //! outstanding WR, sends and receives, completes with `RetryExceeded`. WRs posted in the error
 //! state complete with `WrFlushError`. Copy workers skip the chunks of a failed QP.
 
@@ -173,6 +174,9 @@ pub struct QpShared {
     kicks: CachePadded<AtomicU32>,
     /// Immediates delivered to the remote QP (combiner only).
     imm_sent: AtomicU64,
+    /// The remote's `recv_posted` as last read (combiner only): credits known without touching
+    /// the remote's cache line.
+    posted_seen: AtomicU64,
     /// 0, or the status outstanding WRs complete with (error state).
     fail: AtomicU32,
     /// Sequence number of the first WR whose copy failed (u64::MAX: none). WRs behind it are
@@ -223,6 +227,7 @@ impl QpShared {
             sq_head: CachePadded::new(AtomicU64::new(0)),
             kicks: CachePadded::new(AtomicU32::new(0)),
             imm_sent: AtomicU64::new(0),
+            posted_seen: AtomicU64::new(0),
             fail: AtomicU32::new(0),
             err_seq: AtomicU64::new(u64::MAX),
             state: AtomicU8::new(ST_RESET),
@@ -414,12 +419,13 @@ impl QpShared {
             .ok_or((WcStatus::RemoteAccessError, 0))?;
         let ll = self
             .own
-            .lease(w.lkey, la, n, lneed)
+            .lease(w.lkey, la, n, lneed, true)
             .map_err(|_| (WcStatus::LocalProtectionError, 0))?;
+        let own = Arc::ptr_eq(&r.peer.seg, &self.own);
         let rl = r
             .peer
             .seg
-            .lease(w.rkey, ra, n, rneed)
+            .lease(w.rkey, ra, n, rneed, own)
             .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
         segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize).map_err(|e| {
             let errno = e.raw_os_error().unwrap_or(0);
@@ -520,18 +526,24 @@ impl QpShared {
             return Deliver::Gone;
         }
         let t = self.imm_sent.load(Ordering::Relaxed); // combiner only
-                                                       // Acquire: pairs with the target's Release in `post_recv`: the slot is free again.
-        if t >= b.recv_posted.load(Ordering::Acquire) {
-            return Deliver::Rnr;
+        if t >= self.posted_seen.load(Ordering::Relaxed) {
+            // Acquire: pairs with the target's Release in `post_recv`: slot `t % RING` was
+            // read by the target before it posted receive `t`.
+            let p = b.recv_posted.load(Ordering::Acquire);
+            self.posted_seen.store(p, Ordering::Relaxed); // combiner only
+            if t >= p {
+                return Deliver::Rnr;
+            }
         }
         // Relaxed: the entry itself was published by `sq_tail`.
         let v =
             ((e.imm.load(Ordering::Relaxed) as u64) << 32) | e.len.load(Ordering::Relaxed) as u64;
-        // Relaxed: published by the Release store of `recv_tail` below.
-        b.ring[(t % RING as u64) as usize].store(v, Ordering::Relaxed);
-        // Release: pairs with the target's Acquire in `poll`: the ring entry and every byte
-        // this QP copied before (which happened-before this point) are visible.
-        b.recv_tail.store(t + 1, Ordering::Release);
+        let slot = &b.ring[(t % RING as u64) as usize];
+        // Relaxed: published by the Release store of `seq` below.
+        slot.meta.store(v, Ordering::Relaxed);
+        // Release: pairs with the target's Acquire of `seq` in `poll_into`: the entry and every
+        // byte this QP copied before (which happened-before this point) are visible.
+        slot.seq.store(t + 1, Ordering::Release);
         self.imm_sent.store(t + 1, Ordering::Relaxed);
         Deliver::Done
     }
@@ -612,24 +624,21 @@ impl QpShared {
         // Acquire: pairs with `post_recv`'s Release.
         let posted = self.rq_posted.load(Ordering::Acquire);
         let mut rh = self.rq_head.load(Ordering::Relaxed); // only the poller writes it
-                                                           // Acquire: pairs with the initiator's Release in `deliver` (data and entry visible).
-                                                           // Clamped to `posted`: a peer can never complete more than was posted.
-        let mut limit = b.recv_tail.load(Ordering::Acquire).min(posted).max(rh);
-        // Acquire: pairs with `set_fail`.
+                                                           // Acquire: pairs with `set_fail`.
         let fail = self.fail.load(Ordering::Acquire);
-        if fail != 0 {
-            let cut = self.rq_cutoff.load(Ordering::Relaxed); // only the poller writes it
-            let cut = if cut == u64::MAX {
-                self.rq_cutoff.store(limit, Ordering::Relaxed);
-                limit
-            } else {
-                cut
-            };
-            limit = limit.min(cut).max(rh);
-        }
+        // In the error state, deliveries are accepted only up to the point where the poller
+        // first saw the failure; the rest of the posted receives are flushed.
+        let cut = self.rq_cutoff.load(Ordering::Relaxed); // only the poller writes it
+                                                          // Never beyond `posted`: a peer can never complete more than was posted.
+        let limit = posted.min(cut);
         while rh < limit && n < out.len() {
-            // Relaxed: ordered by the Acquire of `recv_tail`.
-            let v = b.ring[(rh % RING as u64) as usize].load(Ordering::Relaxed);
+            let e = &b.ring[(rh % RING as u64) as usize];
+            // Acquire: pairs with the initiator's Release in `deliver` (data and meta visible).
+            if e.seq.load(Ordering::Acquire) != rh + 1 {
+                break;
+            }
+            // Relaxed: ordered by the Acquire of `seq`.
+            let v = e.meta.load(Ordering::Relaxed);
             out[n] = Completion {
                 wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
                 status: WcStatus::Success,
@@ -642,6 +651,10 @@ impl QpShared {
             n += 1;
             released += 1;
             rh += 1;
+        }
+        if fail != 0 && cut == u64::MAX && n < out.len() {
+            // Everything delivered before we looked is harvested: fix the cut here.
+            self.rq_cutoff.store(rh, Ordering::Relaxed);
         }
         if fail != 0 {
             while rh < posted && n < out.len() {

@@ -8,7 +8,7 @@
 //! ```text
 //!  offset 0        Header   magic, version, pid, nonce
 //!  HDR_BYTES       MrSlot × MR_SLOTS      registration table (key = gen << 16 | index)
-//!  QP_OFF          QpBlock × QP_SLOTS     per QP: recv_posted, recv_tail, inbound ring
+//!  QP_OFF          QpBlock × QP_SLOTS     per QP: recv_posted, inbound ring
 //! ```
 //!
 //! ## Registration leases (initiator checks, owner deregisters)
@@ -17,6 +17,7 @@
 //! ```text
 //!  initiator                                   owner (dereg)
 //!  busy.fetch_add(1)            (SeqCst)       state.store(invalid) (SeqCst)
+//!  (busy_remote for peers, busy_local for the owner's own copies: separate cache lines)
 //!  state.load() == key's gen?   (SeqCst)       while busy.load() != 0 (SeqCst) { wait ≤ 1 s }
 //!  check range/access, copy                    slot reusable
 //!  busy.fetch_sub(1)            (Release) ───▶ (Acquire) sees 0: the copy is complete
@@ -28,11 +29,13 @@
 //! ## Inbound ring (WRITE_WITH_IMM delivery)
 //! ```text
 //!  target (owner)                                   initiator (its QP's combiner)
-//!  post_recv: recv_posted = p+1       (Release) ──▶ p = recv_posted (Acquire); t < p ?
-//!                                                   ring[t % RING] = imm << 32 | len (Relaxed)
-//!  poll: t = recv_tail (Acquire)                ◀── recv_tail = t+1 (Release)
-//!        read ring[head .. min(t, posted)]
+//!  post_recv: recv_posted = p+1       (Release) ──▶ p = recv_posted (Acquire), re-read only
+//!                                                   when the cached credit runs out; t < p ?
+//!                                                   ring[t % RING].meta = imm << 32 | len (Relaxed)
+//!  poll: ring[h % RING].seq == h+1 ? (Acquire)  ◀── ring[t % RING].seq = t + 1 (Release)
+//!        read meta; h += 1 (for h < posted)
 //! ```
+//! The reader polls the entry itself (one cache line carries both the signal and the data).
 //! The target never posts more than `RING` receives beyond what it has polled, so the
 //! initiator never overwrites an entry the target has not read.
 //!
@@ -81,7 +84,9 @@ struct Header {
     nonce: AtomicU64,
 }
 
-/// One registration slot.
+/// One registration slot: a read-mostly line, then the lease counters of this process and of
+/// peers on lines of their own (so leases from both sides of a ping-pong never share a line,
+/// and never invalidate the read-mostly line).
 #[repr(C, align(64))]
 pub struct MrSlot {
     /// `gen << 1 | valid`.
@@ -89,8 +94,13 @@ pub struct MrSlot {
     addr: AtomicU64,
     len: AtomicU64,
     access: AtomicU32,
-    /// Leases held by initiators right now.
-    busy: AtomicU32,
+    _p0: [u32; 9],
+    /// Leases held by peers right now.
+    busy_remote: AtomicU32,
+    _p1: [u32; 15],
+    /// Leases held by the owner's own copies right now.
+    busy_local: AtomicU32,
+    _p2: [u32; 15],
 }
 
 /// The receive side of one QP.
@@ -102,15 +112,21 @@ pub struct QpBlock {
     /// Receives posted so far (written by the owner).
     pub recv_posted: AtomicU64,
     _p1: [u64; 7],
-    /// Write-with-immediate deliveries so far (written by the connected initiator).
-    pub recv_tail: AtomicU64,
-    _p2: [u64; 7],
     _p3: [u64; 8],
-    /// `imm << 32 | byte_len` per delivery, at `seq % RING`.
-    pub ring: [AtomicU64; RING],
+    /// One entry per delivery `t`, at `t % RING`.
+    pub ring: [RingEntry; RING],
 }
 
-const _: () = assert!(std::mem::size_of::<MrSlot>() == 64);
+/// One write-with-immediate delivery.
+#[repr(C)]
+pub struct RingEntry {
+    /// `t + 1` once the entry of delivery `t` is complete.
+    pub seq: AtomicU64,
+    /// `imm << 32 | byte_len`.
+    pub meta: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
 const _: () = assert!(std::mem::size_of::<Header>() <= HDR_BYTES);
 const _: () = assert!(QP_OFF % 64 == 0);
 
@@ -127,14 +143,14 @@ pub enum LeaseError {
 
 /// A held lease on a registration: while it lives, the owner's `dereg` waits.
 pub struct Lease<'a> {
-    slot: &'a MrSlot,
+    busy: &'a AtomicU32,
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         // Release: pairs with the SeqCst/Acquire `busy` loads in `dereg`: our copy happened
         // before the owner sees the lease gone.
-        self.slot.busy.fetch_sub(1, Ordering::Release);
+        self.busy.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -230,8 +246,13 @@ impl Segment {
         debug_assert!(idx < MR_SLOTS);
         let idx = idx % MR_SLOTS;
         // SAFETY: in bounds (idx < MR_SLOTS), 64-byte aligned (page-aligned base + 4096 +
-        // 64·idx); atomics only, valid for any bit pattern; lives as long as `self`.
-        unsafe { &*(self.map.as_ptr().add(MR_OFF + idx * 64) as *const MrSlot) }
+        // 192·idx); atomics only, valid for any bit pattern; lives as long as `self`.
+        unsafe {
+            &*(self
+                .map
+                .as_ptr()
+                .add(MR_OFF + idx * std::mem::size_of::<MrSlot>()) as *const MrSlot)
+        }
     }
 
     /// The QP block `idx` (must be < [`QP_SLOTS`]).
@@ -249,17 +270,30 @@ impl Segment {
         }
     }
 
-    /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`.
+    /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`;
+    /// `own` says the lease is taken by the owner process itself (its local SGE).
     #[inline]
-    pub fn lease(&self, key: u32, addr: u64, len: u64, need: u32) -> Result<Lease<'_>, LeaseError> {
+    pub fn lease(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        own: bool,
+    ) -> Result<Lease<'_>, LeaseError> {
         let idx = (key & 0xffff) as usize;
         if idx == 0 {
             return Err(LeaseError::Key);
         }
         let slot = self.mr(idx);
+        let busy = if own {
+            &slot.busy_local
+        } else {
+            &slot.busy_remote
+        };
         // SeqCst: the Dekker pair with `dereg` (store state, load busy); see the module doc.
-        slot.busy.fetch_add(1, Ordering::SeqCst);
-        let lease = Lease { slot };
+        busy.fetch_add(1, Ordering::SeqCst);
+        let lease = Lease { busy };
         // SeqCst: see above; also acquires the fields written before `reg`'s Release store.
         let st = slot.state.load(Ordering::SeqCst);
         if st != (((key >> 16) as u64) << 1) | 1 {
@@ -305,7 +339,9 @@ impl Segment {
         let start = Instant::now();
         let mut spins = 0u32;
         // SeqCst: see above; it also acquires the Release of every dropped lease.
-        while slot.busy.load(Ordering::SeqCst) != 0 {
+        while slot.busy_remote.load(Ordering::SeqCst) != 0
+            || slot.busy_local.load(Ordering::SeqCst) != 0
+        {
             if start.elapsed() >= timeout {
                 return false;
             }
