@@ -147,7 +147,10 @@ pub fn store_step(word: &AtomicU64, v: u64) {
 
 /// Memory the proxy writes and the GPU reads for a connection (NCCL's `struct ncclSendMem`):
 /// `head` on a send connection (credits), on a recv connection the GPU's consumed count.
-#[repr(C, align(4096))]
+// Under loom the layout does not matter and a 4 KiB alignment overflows loom's small
+// coroutine stacks.
+#[cfg_attr(not(loom), repr(C, align(4096)))]
+#[cfg_attr(loom, repr(C))]
 #[derive(Debug)]
 pub struct SendMem {
     /// Ring counter: see the module doc.
@@ -181,7 +184,8 @@ impl SendMem {
 
 /// Memory the GPU writes and the proxy reads on a send connection, and the reverse on a recv
 /// connection (NCCL's `struct ncclRecvMem`). `N` is [`STEPS`] except in loom models.
-#[repr(C, align(4096))]
+#[cfg_attr(not(loom), repr(C, align(4096)))]
+#[cfg_attr(loom, repr(C))]
 #[derive(Debug)]
 pub struct RecvMem<const N: usize = STEPS> {
     /// Ring counter: see the module doc.
