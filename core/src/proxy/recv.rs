@@ -1,7 +1,8 @@
 //! Receive progress (NCCL's `recvProxyProgress`).
 //!
 //! Subs are grouped at start (subs sharing a net comm, up to `max_recvs` per group); a group
-//! moves in lockstep through four stages, and a call returns after the first stage that moved:
+//! moves in lockstep through four stages, all run by each call (NCCL returns after the first
+//! stage that moved; running all four hands data over with fewer calls):
 //! 1. **post**: one multi-receive per group covering the next slice of every member that still
 //!    has steps (depth-limited to `min(STEPS, SHARED_STEPS / nsubs)`, 1 for registered subs).
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
@@ -32,16 +33,19 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         op: &mut ProxyOp<N>,
         prof: &mut P,
     ) -> Result<bool> {
-        if !self.recv_post(op, prof)? {
-            return Ok(false);
+        // Each stage moves at most one step per group per pass; repeat it while it moves (at
+        // most a ring's worth), so a call can post, complete and hand over several steps.
+        let mut idle = true;
+        for stage in [Self::recv_post, Self::recv_test, Self::recv_hand_over] {
+            for _ in 0..STEPS {
+                if stage(self, op, prof)? {
+                    break;
+                }
+                idle = false;
+            }
         }
-        if !self.recv_test(op, prof)? {
-            return Ok(false);
-        }
-        if !self.recv_hand_over(op, prof)? {
-            return Ok(false);
-        }
-        self.recv_retire(op, prof)
+        let d = self.recv_retire(op, prof)?;
+        Ok(idle && d)
     }
 
     fn recv_post<P: Profiler>(&mut self, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {

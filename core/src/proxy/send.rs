@@ -1,6 +1,7 @@
 //! Send progress (NCCL's `sendProxyProgress`).
 //!
-//! Each call walks the subs and, per sub, does the first of these that applies:
+//! Each call walks the subs and, per sub, runs these stages in turn, each as far as it can
+//! (NCCL does one action per sub per call; draining each stage costs fewer calls per step):
 //! 1. **post**: give the GPU credit for one more slice (depth-limited to
 //!    `min(STEPS, SHARED_STEPS / nsubs)`). Dedicated buffers: credits are implied by `head`
 //!    (the ring starts with `STEPS` credits). Shared buffers: pick the slice's shared slot,
@@ -55,8 +56,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 });
             };
 
-            // 1. Post credits.
-            if sub.posted < sub.nsteps && sub.posted < sub.done + max_depth {
+            // 1. Post credits (all that the depth allows).
+            while sub.posted < sub.nsteps && sub.posted < sub.done + max_depth {
                 prof.step_start(s, sub.posted, sub.posted + slice);
                 if shared {
                     let step = sub.base + sub.posted;
@@ -78,11 +79,10 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 prof.op_state(s, OpEvent::SendPosted, sub.posted, sub.trans_size);
                 prof.step_state(s, sub.posted - slice, sub.posted, StepEvent::SendGpuWait);
                 idle = false;
-                continue;
             }
 
-            // 2. Transmit what the GPU filled.
-            if sub.transmitted < sub.posted && sub.transmitted < sub.done + steps {
+            // 2. Transmit what the GPU filled (every ready slot).
+            while sub.transmitted < sub.posted && sub.transmitted < sub.done + steps {
                 let step = sub.base + sub.transmitted;
                 let slot = RecvMem::<STEPS>::slot(step);
                 let ready: Option<(u64, usize)> = 'ready: {
@@ -154,10 +154,11 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                         continue;
                     }
                 }
+                break;
             }
 
-            // 3. Complete.
-            if sub.done < sub.transmitted {
+            // 3. Complete (every finished send, oldest first).
+            while sub.done < sub.transmitted {
                 let step = sub.base + sub.done;
                 let slot = RecvMem::<STEPS>::slot(step);
                 let req = sub.requests[slot].ok_or(Error::BadState {
@@ -210,6 +211,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                         }
                         op.ndone += 1;
                     }
+                } else {
+                    break;
                 }
             }
         }
