@@ -30,7 +30,7 @@
 //! * [`profiler`]: proxy op/step events, no-op by default;
 //! * [`state`]: the [`ProxyState`] (connection table, shared pools, shared comms);
 //!   [`lifecycle`]: setup/connect/free; [`pools`]: shared buffers and shared comms;
-//! * [`op`]: a proxy operation and its sub-operations; [`send`] and [`recv`]: progress.
+//! * [`op`]: a proxy operation and its sub-operations; `send` and `recv` (private): progress.
 //!
 //! # Driving it
 //! ```text

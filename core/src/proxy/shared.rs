@@ -256,7 +256,7 @@ const _: () = {
 
 /// A typed view of a `T` inside memory a [`MemProvider`](super::MemProvider) handed out.
 ///
-/// Built only by [`MemRef::at`], which checks bounds and alignment against the region. The
+/// Built only by `MemRef::at` (crate-private), which checks bounds and alignment against the region. The
 /// engine keeps a region alive (does not free it) while views into it exist.
 #[derive(Debug)]
 pub struct MemRef<T> {
