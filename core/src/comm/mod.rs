@@ -1,4 +1,4 @@
-//! Send and receive comms: the data path of `net_ib`, generic over a [`Provider`].
+//! Send and receive comms: the data path of `net_ib`, generic over a [`Provider`](crate::provider::Provider).
 //!
 //! A connection is a [`SendComm`] on one side and a [`RecvComm`] on the other, each with its
 //! own CQ, `nqps` RC queue pairs paired by index, and a request pool.
