@@ -43,13 +43,14 @@ use std::time::{Duration, Instant};
 use ibnet_core::comm::{CommConfig, RecvBuf};
 use ibnet_core::fifo::{MAX_RECVS, MAX_REQUESTS};
 use ibnet_core::handshake::{Acceptor, Connector, Event};
+use ibnet_core::mr_cache::MrHandle;
 use ibnet_core::provider::{MrKeys, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::{ConnectHandle, HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::{Error, ErrorKind};
 
 use crate::abi::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
-use crate::plugin::{self, AnyMr, AnyRecv, AnySend, Dev, Plugin, Props};
+use crate::plugin::{self, AnyMr, AnyRecv, AnySend, CachedMr, Dev, MrCacheT, Plugin, Props};
 use crate::sock;
 use crate::warn;
 
@@ -115,6 +116,18 @@ fn device(p: &Plugin, dev: c_int) -> Result<Dev, Error> {
         })
 }
 
+fn dev_cache(p: &Plugin, dev: c_int) -> Result<Arc<MrCacheT>, Error> {
+    usize::try_from(dev)
+        .ok()
+        .and_then(|d| p.caches.get(d).cloned())
+        .ok_or(Error::OutOfRange {
+            what: "dev",
+            value: dev as i64,
+            min: 0,
+            max: p.caches.len() as i64 - 1,
+        })
+}
+
 // ---------------------------------------------------------------------------------------------
 // init / devices / properties / finalize
 
@@ -130,7 +143,6 @@ const CTX_TAG: u64 = 0x4942_4e45_5443_5458; // "IBNETCTX"
 const LISTEN_TAG: u64 = 0x4942_4e45_544c_5354;
 const SEND_TAG: u64 = 0x4942_4e45_5453_4e44;
 const RECV_TAG: u64 = 0x4942_4e45_5452_4356;
-const MR_TAG: u64 = 0x4942_4e45_544d_5248;
 const REQ_TAG: u64 = 0x4942_4e45_5452_4551;
 const DEAD: u64 = 0xdead_dead_dead_dead;
 
@@ -260,6 +272,7 @@ fn stalled(deadline: Instant, state: &'static str) -> Result<(), Error> {
 pub struct ListenComm {
     tag: u64,
     dev: Dev,
+    cache: Arc<MrCacheT>,
     plugin: Arc<Plugin>,
     listener: TcpListener,
     nonce: u64,
@@ -307,6 +320,7 @@ pub fn listen(
         let lc = Box::new(ListenComm {
             tag: LISTEN_TAG,
             dev: d,
+            cache: dev_cache(&p, dev)?,
             plugin: p,
             listener: l,
             nonce,
@@ -322,6 +336,7 @@ pub fn listen(
 pub struct SendCommBox {
     tag: u64,
     dev: Dev,
+    cache: Arc<MrCacheT>,
     comm: AnySend,
     reqs: [ReqSlot; MAX_REQUESTS],
 }
@@ -331,6 +346,7 @@ pub struct SendCommBox {
 pub struct RecvCommBox {
     tag: u64,
     dev: Dev,
+    cache: Arc<MrCacheT>,
     comm: AnyRecv,
     reqs: [ReqSlot; MAX_REQUESTS],
 }
@@ -380,19 +396,21 @@ pub fn drop_pending_connects() {
     drop(old);
 }
 
-fn new_send_box(dev: Dev, comm: AnySend) -> *mut c_void {
+fn new_send_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnySend) -> *mut c_void {
     Box::into_raw(Box::new(SendCommBox {
         tag: SEND_TAG,
         dev,
+        cache,
         comm,
         reqs: [const { ReqSlot::FREE }; MAX_REQUESTS],
     })) as *mut c_void
 }
 
-fn new_recv_box(dev: Dev, comm: AnyRecv) -> *mut c_void {
+fn new_recv_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnyRecv) -> *mut c_void {
     Box::into_raw(Box::new(RecvCommBox {
         tag: RECV_TAG,
         dev,
+        cache,
         comm,
         reqs: [const { ReqSlot::FREE }; MAX_REQUESTS],
     })) as *mut c_void
@@ -499,7 +517,7 @@ pub fn connect(
         hb[TOKEN_OFF..TOKEN_OFF + 8].fill(0);
         match connect_step(&mut c, &d, cfg)? {
             Some(send) => {
-                *out = new_send_box(d, *send);
+                *out = new_send_box(d, dev_cache(&p, dev)?, *send);
             }
             None => {
                 let mut reg = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -574,7 +592,7 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
             state: "no pending connection",
         })?;
         match accept_step(lc, &mut a)? {
-            Some(recv) => *out = new_recv_box(lc.dev.clone(), *recv),
+            Some(recv) => *out = new_recv_box(lc.dev.clone(), lc.cache.clone(), *recv),
             None => lc.pending = Some(a),
         }
         Ok(())
@@ -638,24 +656,83 @@ fn recv_comm(c: *mut c_void) -> Result<&'static mut RecvCommBox, Error> {
     }
 }
 
-/// A memory handle handed to NCCL.
-#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
-pub struct MrBox {
-    tag: u64,
-    mr: Option<AnyMr>,
-    keys: MrKeys,
-    addr: u64,
-    len: u64,
+/// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (slot index below
+/// 2^12, generation) under a marker, so a registration hit allocates nothing. A value without
+/// the marker, or whose entry is gone (stale), is rejected.
+const MH_MARK: u64 = 0x1b3;
+const MH_MARK_SHIFT: u32 = 52;
+const MH_IDX_BITS: u32 = 12;
+const _: () = assert!(plugin::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
+const _: () = assert!(MH_IDX_BITS + 32 <= MH_MARK_SHIFT);
+
+fn mh_encode(h: MrHandle) -> *mut c_void {
+    let b = h.to_bits();
+    let (gen, idx) = (b >> 32, b & 0xffff_ffff);
+    ((MH_MARK << MH_MARK_SHIFT) | (gen << MH_IDX_BITS) | idx) as usize as *mut c_void
 }
 
-fn comm_dev(c: *mut c_void) -> Result<Dev, Error> {
-    Ok(match comm_ref(c, "comm")? {
-        CommRef::Send(s) => s.dev.clone(),
-        CommRef::Recv(r) => r.dev.clone(),
+fn mh_decode(m: *mut c_void) -> Result<MrHandle, Error> {
+    let v = m as usize as u64;
+    if m.is_null() {
+        return Err(missing("mhandle"));
+    }
+    if v >> MH_MARK_SHIFT != MH_MARK {
+        return Err(Error::BadState {
+            op: "memory handle",
+            state: "not an ibnet registration",
+        });
+    }
+    let idx = v & ((1 << MH_IDX_BITS) - 1);
+    let gen = (v >> MH_IDX_BITS) & 0xffff_ffff;
+    Ok(MrHandle::from_bits((gen << 32) | idx))
+}
+
+/// The registration of `mhandle` in the comm's device cache (lock-free, no allocation).
+fn mr_get(cache: &MrCacheT, m: *mut c_void) -> Result<MrInfo, Error> {
+    let h = mh_decode(m)?;
+    let v = cache.get(h).ok_or(Error::BadState {
+        op: "memory handle",
+        state: "not a live ibnet registration of this device (stale or deregistered)",
+    })?;
+    Ok(MrInfo {
+        keys: v.keys,
+        base: v.base,
+        len: v.len,
     })
 }
 
-/// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))).
+/// What the data path needs of a registration.
+struct MrInfo {
+    keys: MrKeys,
+    base: u64,
+    len: u64,
+}
+
+/// A buffer must lie inside the registration NCCL passed with it.
+fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
+    if size == 0 {
+        return Ok(());
+    }
+    if addr < m.base || addr.saturating_add(size) > m.base + m.len {
+        return Err(Error::OutOfRange {
+            what: "buffer outside its registration",
+            value: addr as i64,
+            min: m.base as i64,
+            max: (m.base + m.len) as i64,
+        });
+    }
+    Ok(())
+}
+
+fn comm_dev(c: *mut c_void) -> Result<(Dev, Arc<MrCacheT>), Error> {
+    Ok(match comm_ref(c, "comm")? {
+        CommRef::Send(s) => (s.dev.clone(), s.cache.clone()),
+        CommRef::Recv(r) => (r.dev.clone(), r.cache.clone()),
+    })
+}
+
+/// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))): through the device's registration
+/// cache, so registering a range again (any comm of the device) is a lock-free hit.
 pub fn reg_mr(
     comm: *mut c_void,
     data: *mut c_void,
@@ -667,85 +744,52 @@ pub fn reg_mr(
     entry("regMr", || {
         let out = out_ptr(mhandle, "mhandle")?;
         *out = core::ptr::null_mut();
-        let d = comm_dev(comm)?;
+        let (d, cache) = comm_dev(comm)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
         let _ = ty;
-        let addr = data as u64;
         let kind = match dmabuf {
             Some((offset, fd)) => RegKind::DmaBuf { fd, offset },
             None => RegKind::Plain,
         };
-        // Page-align plain registrations as NCCL's IB plugin does.
-        let (ra, rl) = match kind {
-            RegKind::Plain => {
-                let pg = 4096u64;
-                let a = addr & !(pg - 1);
-                let end = addr.checked_add(size.max(1)).ok_or(Error::OutOfRange {
-                    what: "size",
-                    value: size as i64,
-                    min: 0,
-                    max: i64::MAX,
-                })?;
-                (a, end.div_ceil(pg) * pg - a)
-            }
-            RegKind::DmaBuf { .. } => (addr, size),
-        };
-        let (mr, keys) = d.reg(ra, rl, kind)?;
-        *out = Box::into_raw(Box::new(MrBox {
-            tag: MR_TAG,
-            mr: Some(mr),
-            keys,
-            addr: ra,
-            len: rl,
-        })) as *mut c_void;
+        // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
+        // covers one page.
+        let r = cache.acquire(data as u64, size.max(1), page_size(), |base, len| {
+            let (mr, keys) = d.reg(base, len, kind)?;
+            Ok(CachedMr {
+                keys,
+                raw: Box::into_raw(Box::new(mr)) as usize,
+                base,
+                len,
+            })
+        })?;
+        *out = mh_encode(r.handle);
         Ok(())
     })
 }
 
-fn mr_ref(m: *mut c_void) -> Result<&'static mut MrBox, Error> {
-    let m = m as *mut MrBox;
-    // SAFETY: a non-NULL mhandle is one we returned; the tag rejects other objects.
-    let r = unsafe { m.as_mut() }.ok_or(missing("mhandle"))?;
-    if r.tag != MR_TAG {
-        return Err(Error::BadState {
-            op: "memory handle",
-            state: "not a live ibnet registration",
-        });
-    }
-    Ok(r)
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
-/// `deregMr`.
+/// `deregMr`: drops one reference; the last one deregisters.
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
     entry("deregMr", || {
-        let _ = comm_ref(comm, "comm")?;
-        let m = mr_ref(mhandle)?;
-        m.tag = DEAD;
-        let mr = m.mr.take();
-        // SAFETY: a live MrBox we allocated; freed once (tag cleared above).
-        drop(unsafe { Box::from_raw(m as *mut MrBox) });
-        if let Some(mr) = mr {
-            mr.dereg()?;
-        }
-        Ok(())
+        let (_, cache) = comm_dev(comm)?;
+        let h = mh_decode(mhandle)?;
+        cache.release(h, |v| {
+            // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
+            // calls this closure once, for the last reference, so it is reclaimed once.
+            let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
+            mr.dereg()
+        })
     })
-}
-
-fn covers(m: &MrBox, addr: u64, size: u64) -> Result<(), Error> {
-    if size == 0 {
-        return Ok(());
-    }
-    if addr < m.addr || addr.saturating_add(size) > m.addr + m.len {
-        return Err(Error::OutOfRange {
-            what: "buffer outside its registration",
-            value: addr as i64,
-            min: m.addr as i64,
-            max: (m.addr + m.len) as i64,
-        });
-    }
-    Ok(())
 }
 
 fn publish(
@@ -777,11 +821,11 @@ pub fn isend(
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let s = send_comm(comm)?;
-        let m = mr_ref(mhandle)?;
+        let m = mr_get(&s.cache, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
-        covers(m, data as u64, size)?;
+        covers(&m, data as u64, size)?;
         if let Some(id) = s.comm.isend(data as u64, size, tag as u32, m.keys)? {
             *out = publish(&mut s.reqs, comm, true, id);
         }
@@ -799,6 +843,7 @@ pub enum Sizes {
 }
 
 fn gather(
+    cache: &MrCacheT,
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
@@ -842,11 +887,11 @@ fn gather(
         } else {
             unsafe { *tags.add(i) }
         };
-        let m = mr_ref(mh)?;
+        let m = mr_get(cache, mh)?;
         if d.is_null() && size > 0 {
             return Err(missing("data[i]"));
         }
-        covers(m, d as u64, size)?;
+        covers(&m, d as u64, size)?;
         *b = RecvBuf {
             addr: d as u64,
             size,
@@ -875,7 +920,7 @@ pub fn irecv(
         if tags.is_null() {
             return Err(missing("tags"));
         }
-        let (bufs, n) = gather(n, data, sizes, tags, mhandles)?;
+        let (bufs, n) = gather(&r.cache, n, data, sizes, tags, mhandles)?;
         if let Some(id) = r.comm.irecv(&bufs[..n])? {
             *out = publish(&mut r.reqs, comm, false, id);
         }
@@ -896,7 +941,14 @@ pub fn iflush(
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let r = recv_comm(comm)?;
-        let (bufs, n) = gather(n, data, Sizes::Int(sizes), core::ptr::null(), mhandles)?;
+        let (bufs, n) = gather(
+            &r.cache,
+            n,
+            data,
+            Sizes::Int(sizes),
+            core::ptr::null(),
+            mhandles,
+        )?;
         if let Some(id) = r.comm.iflush(&bufs[..n])? {
             *out = publish(&mut r.reqs, comm, false, id);
         }

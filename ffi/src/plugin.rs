@@ -61,6 +61,27 @@ pub enum AnyMr {
     Soft(SoftProvider, SoftMr),
 }
 
+/// Registrations cached per device (properties say `regIsGlobal = 1`).
+pub const MR_CACHE_CAPACITY: usize = 4096;
+
+/// What the registration cache keeps per range: the keys, and the provider's registration,
+/// boxed and held as a raw pointer (the cache's values are `Copy`), reclaimed by the
+/// cache's `deregister` closure exactly once.
+#[derive(Debug, Clone, Copy)]
+pub struct CachedMr {
+    /// The registration's keys.
+    pub keys: MrKeys,
+    /// `Box<AnyMr>` as a raw pointer.
+    pub raw: usize,
+    /// The registered (page-aligned) range.
+    pub base: u64,
+    /// Its length.
+    pub len: u64,
+}
+
+/// A device's registration cache.
+pub type MrCacheT = ibnet_core::mr_cache::MrCache<CachedMr, MR_CACHE_CAPACITY>;
+
 /// The provider family tag written into connect handles ([`ConnectHandle::provider`]), so a
 /// connector on another provider fails at once instead of mid-handshake.
 ///
@@ -280,6 +301,8 @@ pub struct Plugin {
     pub params: ibnet_core::params::Params,
     /// Devices.
     pub devs: Vec<Dev>,
+    /// One registration cache per device (same index as `devs`).
+    pub caches: Vec<Arc<MrCacheT>>,
     /// The bootstrap address (port 0) listeners bind to.
     pub bind: Option<SocketAddr>,
 }
@@ -431,10 +454,12 @@ pub fn acquire() -> Arc<Plugin> {
         );
     }
     let devs = discover(&cfg);
+    let caches = devs.iter().map(|_| Arc::new(MrCacheT::new())).collect();
     let p = Arc::new(Plugin {
         cfg,
         params,
         devs,
+        caches,
         bind,
     });
     s.plugin = Some(p.clone());
