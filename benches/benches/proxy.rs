@@ -156,7 +156,12 @@ impl<P: Provider + Clone> Bare<P> {
             }
             while rdone < sent {
                 let i = (rdone % STEPS as u64) as usize;
-                if self.r.test(rids[i].expect("posted")).expect("test").is_none() {
+                if self
+                    .r
+                    .test(rids[i].expect("posted"))
+                    .expect("test")
+                    .is_none()
+                {
                     break;
                 }
                 rdone += 1;

@@ -29,6 +29,7 @@ pub mod gpu;
 pub mod ifaddr;
 pub mod log;
 pub mod plugin;
+pub mod proxy;
 pub mod shake;
 pub mod sock;
 pub mod verbs;

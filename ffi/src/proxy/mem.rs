@@ -1,0 +1,139 @@
+//! Memory for the engine behind the C API: the caller's allocator (`ibnet_proxy_mem_t`
+//! callbacks), or zeroed, page-aligned host memory from this library.
+//!
+//! The engine allocates only at connect and frees at free, so a `Vec` of live allocations is
+//! fine here (never touched during progress).
+
+use core::ffi::{c_int, c_void};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+use ibnet_core::proxy::{MemKind, MemProvider, Region};
+use ibnet_core::{Error, Result};
+
+/// `ibnet_proxy_mem_t`: the caller's allocator. `alloc` returns zeroed, 4096-aligned memory of
+/// `kind` (0 host, 1 device) readable and writable by this process at `*cpu`, and the address
+/// GPU kernels use at `*gpu` (the same as `cpu` for host memory), plus a token of its own in
+/// `*handle`; it returns 0 on success. `free` gives back what `alloc` returned.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CMemTable {
+    /// Passed back to every callback.
+    pub ctx: *mut c_void,
+    /// Allocates.
+    pub alloc: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            kind: c_int,
+            size: usize,
+            cpu: *mut *mut c_void,
+            gpu: *mut u64,
+            handle: *mut u64,
+        ) -> c_int,
+    >,
+    /// Frees.
+    pub free:
+        Option<unsafe extern "C" fn(ctx: *mut c_void, cpu: *mut c_void, handle: u64) -> c_int>,
+}
+
+/// The engine's memory: the caller's callbacks or this library's host memory.
+pub struct ProxyMem {
+    table: Option<CMemTable>,
+    live: Vec<(u64, Layout)>,
+}
+
+impl ProxyMem {
+    /// Host memory from this library.
+    pub fn host() -> Self {
+        Self {
+            table: None,
+            live: Vec::new(),
+        }
+    }
+
+    /// The caller's allocator.
+    ///
+    /// # Safety
+    /// The callbacks must behave as [`CMemTable`] documents for as long as this value lives.
+    pub unsafe fn from_table(t: CMemTable) -> Result<Self> {
+        if t.alloc.is_none() || t.free.is_none() {
+            return Err(Error::Missing {
+                what: "ibnet_proxy_mem_t alloc/free",
+            });
+        }
+        Ok(Self {
+            table: Some(t),
+            live: Vec::new(),
+        })
+    }
+
+    /// Live allocations from this library's host memory.
+    pub fn live(&self) -> usize {
+        self.live.len()
+    }
+}
+
+// SAFETY: host regions are fresh zeroed 4096-aligned allocations freed only through `free`;
+// regions from the caller's table carry its contract (see `ProxyMem::from_table`).
+unsafe impl MemProvider for ProxyMem {
+    fn alloc(&mut self, kind: MemKind, size: usize) -> Result<Region> {
+        if let Some(t) = self.table {
+            let f = t.alloc.ok_or(Error::Missing { what: "alloc" })?;
+            let (mut cpu, mut gpu, mut h) = (core::ptr::null_mut(), 0u64, 0u64);
+            let k = match kind {
+                MemKind::Host => 0,
+                MemKind::Device => 1,
+            };
+            // SAFETY: the caller's callback, with valid out-pointers.
+            let rc = unsafe { f(t.ctx, k, size, &mut cpu, &mut gpu, &mut h) };
+            if rc != 0 || cpu.is_null() || cpu as usize % 4096 != 0 {
+                return Err(Error::Provider {
+                    call: "ibnet_proxy_mem_t alloc",
+                    errno: rc,
+                });
+            }
+            // SAFETY: the callback's contract (zeroed, aligned, mapped until freed).
+            return Ok(unsafe { Region::new(cpu as u64, gpu, size, kind, h) });
+        }
+        let l = Layout::from_size_align(size.max(8), 4096).map_err(|_| Error::OutOfRange {
+            what: "allocation size",
+            value: size as i64,
+            min: 0,
+            max: isize::MAX as i64,
+        })?;
+        // SAFETY: non-zero size.
+        let p = unsafe { alloc_zeroed(l) };
+        if p.is_null() {
+            return Err(Error::Provider {
+                call: "alloc",
+                errno: libc::ENOMEM,
+            });
+        }
+        self.live.push((p as u64, l));
+        // SAFETY: a fresh zeroed allocation of `size` bytes, 4096-aligned, live until `free`.
+        Ok(unsafe { Region::new(p as u64, p as u64, size, kind, 0) })
+    }
+
+    fn free(&mut self, r: Region) -> Result<()> {
+        if let Some(t) = self.table {
+            let f = t.free.ok_or(Error::Missing { what: "free" })?;
+            // SAFETY: a region the callback allocated, freed once.
+            let rc = unsafe { f(t.ctx, r.cpu() as *mut c_void, r.handle()) };
+            if rc != 0 {
+                return Err(Error::Provider {
+                    call: "ibnet_proxy_mem_t free",
+                    errno: rc,
+                });
+            }
+            return Ok(());
+        }
+        let i = self
+            .live
+            .iter()
+            .position(|a| a.0 == r.cpu())
+            .ok_or(Error::Missing { what: "region" })?;
+        let (a, l) = self.live.swap_remove(i);
+        // SAFETY: allocated by `alloc` with this layout, freed once.
+        unsafe { dealloc(a as *mut u8, l) };
+        Ok(())
+    }
+}
