@@ -58,8 +58,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         while k < nsubs {
             let lead = op.order[k] as usize;
             let g = op.subs[lead].group as usize;
-            let mut bufs = [None::<NetBuf<N::Mr>>; MAX_RECVS];
-            let mut cnt = 0;
+            let mut bufs = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
             let mut blocked = false;
             let mut comm = None;
             for i in 0..g {
@@ -112,14 +111,18 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                     what: "memory handle",
                 })?;
                 sub.posted_sizes[(sub.posted % STEPS as u64) as usize] = size;
-                bufs[cnt] = Some(NetBuf {
+                bufs.push(NetBuf {
                     addr,
                     size,
                     tag: c.req.tp_remote_rank,
                     mr,
-                });
-                cnt += 1;
+                })
+                .map_err(|_| Error::Full {
+                    what: "buffers in one multi-receive",
+                    cap: MAX_RECVS,
+                })?;
             }
+            let cnt = bufs.len();
             if !blocked && cnt > 0 {
                 let Some(CommRef::Recv(rc)) = comm else {
                     return Err(Error::BadState {
@@ -127,11 +130,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                         state: "send comm",
                     });
                 };
-                let mut list = [bufs[0].ok_or(Error::Missing { what: "buffer" })?; MAX_RECVS];
-                for (o, b) in list.iter_mut().zip(&bufs[..cnt]) {
-                    *o = b.ok_or(Error::Missing { what: "buffer" })?;
-                }
-                if let Some(req) = self.net.irecv(rc, &list[..cnt])? {
+                if let Some(req) = self.net.irecv(rc, &bufs)? {
                     let lp = op.subs[lead].posted;
                     let ls = &mut op.subs[lead];
                     ls.requests[(lp % STEPS as u64) as usize] = Some(req);
@@ -187,8 +186,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             let mut need_flush = false;
             let mut total = 0usize;
             let mut idx = 0;
-            let mut fl = [None::<NetBuf<N::Mr>>; MAX_RECVS];
-            let mut nfl = 0;
+            let mut fl = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
             let mut gdc_flush = None;
             for i in 0..g {
                 let si = op.order[k - g + i] as usize;
@@ -222,13 +220,13 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                         need_flush = true;
                         gdc_flush = gdc_flush.or(r.gdc_flush);
                         if let Some(mr) = sub.mhandle {
-                            fl[nfl] = Some(NetBuf {
+                            // At most one buffer per group member (≤ MAX_RECVS).
+                            let _ = fl.push(NetBuf {
                                 addr,
                                 size,
                                 tag: c.req.tp_remote_rank,
                                 mr,
                             });
-                            nfl += 1;
                         }
                     }
                     if sub.reg {
@@ -259,12 +257,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             if total > 0 && p == Protocol::Simple && need_flush {
                 if let Some(w) = gdc_flush {
                     self.mem.flush_read(w.get());
-                } else if nfl > 0 {
-                    let mut list = [fl[0].ok_or(Error::Missing { what: "buffer" })?; MAX_RECVS];
-                    for (o, b) in list.iter_mut().zip(&fl[..nfl]) {
-                        *o = b.ok_or(Error::Missing { what: "buffer" })?;
-                    }
-                    let fr = self.net.iflush(rc, &list[..nfl])?;
+                } else if !fl.is_empty() {
+                    let fr = self.net.iflush(rc, &fl)?;
                     op.subs[lead].requests[ri] = fr;
                 }
             }
