@@ -682,6 +682,17 @@ fn c_api_over_the_library_own_table() {
             0
         );
     }
+    // Destroy is refused while a connection is open, and works once it is freed.
+    let (r, _) = e.setup(
+        Dir::Recv,
+        SetupReq {
+            tp_rank: 1,
+            ..SetupReq::default()
+        },
+    );
+    // SAFETY: the live proxy.
+    assert_ne!(unsafe { destroy(px) }, 0, "destroy with an open connection");
+    e.free(r);
     // SAFETY: the live proxy, destroyed once.
     ok(unsafe { destroy(px) }, "destroy");
 }

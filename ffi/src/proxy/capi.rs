@@ -337,8 +337,8 @@ pub unsafe extern "C" fn ibnet_proxy_free(px: *mut CProxy, conn: u32) -> ncclRes
     })
 }
 
-/// `ibnet_proxy_destroy`: frees every connection still open, then the proxy (which finalizes
-/// the plugin context).
+/// `ibnet_proxy_destroy`: frees the proxy (which finalizes the plugin context). Refused while
+/// connections are open.
 ///
 /// # Safety
 /// `px` is NULL or from `ibnet_proxy_create`, destroyed once; no op of it is in progress.
@@ -346,16 +346,16 @@ pub unsafe extern "C" fn ibnet_proxy_free(px: *mut CProxy, conn: u32) -> ncclRes
 pub unsafe extern "C" fn ibnet_proxy_destroy(px: *mut CProxy) -> ncclResult_t {
     entry("ibnet_proxy_destroy", || {
         let p = proxy(px)?;
-        p.tag = DEAD;
-        // SAFETY: a live CProxy we allocated; freed once (tag cleared above).
-        let b = unsafe { Box::from_raw(p as *mut CProxy) };
-        let (conns, _, _) = b.px.live();
-        if conns != 0 {
+        if p.px.live().0 != 0 {
+            // Refused, not leaked: free the connections, then destroy again.
             return Err(Error::BadState {
                 op: "ibnet_proxy_destroy",
-                state: "connections not freed (they were leaked)",
+                state: "connections still open",
             });
         }
+        p.tag = DEAD;
+        // SAFETY: a live CProxy we allocated; freed once (tag cleared above).
+        drop(unsafe { Box::from_raw(p as *mut CProxy) });
         Ok(())
     })
 }
