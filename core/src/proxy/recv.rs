@@ -2,7 +2,9 @@
 //!
 //! Subs are grouped at start (subs sharing a net comm, up to `max_recvs` per group); a group
 //! moves in lockstep through four stages, all run by each call (NCCL returns after the first
-//! stage that moved; running all four hands data over with fewer calls):
+//! stage that moved; running all four hands data over with fewer calls). Each call runs
+//! **retire** (4) first, so that slots the GPU consumed since the previous call are reposted
+//! by this one rather than the next:
 //! 1. **post**: one multi-receive per group covering the next slice of every member that still
 //!    has steps (depth-limited to `min(STEPS, SHARED_STEPS / nsubs)`, 1 for registered subs).
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
@@ -35,7 +37,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     ) -> Result<bool> {
         // Each stage moves at most one step per group per pass; repeat it while it moves (at
         // most a ring's worth), so a call can post, complete and hand over several steps.
-        let mut idle = true;
+        // Retire first: slots the GPU consumed since the last call are reposted by this one.
+        let mut idle = self.recv_retire(op, prof)?;
         for stage in [Self::recv_post, Self::recv_test, Self::recv_hand_over] {
             for _ in 0..STEPS {
                 if stage(self, op, prof)? {
@@ -44,8 +47,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 idle = false;
             }
         }
-        let d = self.recv_retire(op, prof)?;
-        Ok(idle && d)
+        Ok(idle)
     }
 
     fn recv_post<P: Profiler>(&mut self, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
