@@ -1,6 +1,7 @@
 //! The proxy engine driving ibnet's own `.so` through its C table: the built
 //! `libnccl_net_ibnet.so` is `dlopen`ed with `IBNET_PROVIDER=soft` and
-//! * the Rust engine runs over it as a [`CNet`] (`ncclNetPlugin_v11` found with `dlsym`);
+//! * the Rust engine runs over it as a [`CNet`] (`ncclNetPlugin_v11`, and `ncclNetPlugin_v8`,
+//!   found with `dlsym`);
 //! * the C API (`ibnet_proxy_*`, found with `dlsym` in the same `.so`) runs over the library's
 //!   own table (`pluginPath = NULL`).
 //!
@@ -20,7 +21,7 @@ use ibnet_core::proxy::{
     ProxyState, SetupReq, SubArgs, STEPS,
 };
 use nccl_net_ibnet::proxy::capi::{CConfig, CDeviceView, COp, CProxy, CSetup};
-use nccl_net_ibnet::proxy::{CMemTable, CNet, ProxyMem};
+use nccl_net_ibnet::proxy::{CMemTable, CNet, ProxyMem, Version};
 
 fn so_path() -> String {
     if let Ok(p) = std::env::var("IBNET_TEST_PLUGIN_SO") {
@@ -577,6 +578,7 @@ fn run<E: Eng>(e: &mut E, sc: Sc) -> u64 {
 fn rust_engine() -> RustEng {
     env();
     let net = CNet::load(&so_path()).expect("load the plugin");
+    assert_eq!(net.version(), Version::V11, "the newest table is preferred");
     assert_eq!(net.name(), "IBNet");
     assert!(
         net.devices().expect("devices") >= 1,
@@ -634,6 +636,41 @@ fn rust_engine_over_the_plugin_c_table() {
         "connections, pools, shared comms left"
     );
     assert_eq!(e.0.mem().live(), 0, "memory left");
+}
+
+#[test]
+fn rust_engine_over_the_plugin_v8_table() {
+    env();
+    let net = CNet::load_version(&so_path(), Version::V8).expect("load the v8 table");
+    assert_eq!(net.version(), Version::V8);
+    let mut e = RustEng(ProxyState::new(net, ProxyMem::host(), cfg()));
+    let simple = Sc {
+        proto: Protocol::Simple,
+        nsubs: 1,
+        ops: 300,
+        shared: false,
+        reg: 0,
+    };
+    run(&mut e, simple);
+    run(
+        &mut e,
+        Sc {
+            proto: Protocol::Ll,
+            nsubs: 2,
+            ops: 100,
+            ..simple
+        },
+    );
+    run(
+        &mut e,
+        Sc {
+            nsubs: 4,
+            ops: 100,
+            shared: true,
+            ..simple
+        },
+    );
+    assert_eq!(e.0.live(), (0, 0, 0));
 }
 
 #[test]

@@ -21,8 +21,9 @@ use ibnet_core::proxy::{
 };
 use ibnet_core::{Error, Result};
 
-use super::cnet::{CNet, TableV11};
+use super::cnet::CNet;
 use super::mem::{CMemTable, ProxyMem};
+use super::tables::TableV11;
 use crate::abi::types::ncclResult_t;
 use crate::api::entry;
 

@@ -1,15 +1,20 @@
-//! [`Net`] over any plugin's C table (`ncclNet_v11_t`), loaded from a path or given by address.
+//! [`Net`] over any plugin's C table (`ncclNet_v11_t`, or `ncclNet_v8_t` for older plugins),
+//! loaded from a path or given by address.
 //!
 //! The engine's handles become the plugin's `void*` comms, registrations and requests
 //! ([`Ptr`]). Every table entry is read as an `Option` of a function pointer, so a plugin that
 //! leaves a required entry NULL is reported ([`Error::Missing`]) instead of called.
 //!
 //! ```text
-//!  CNet::load("libnccl-net-foo.so") ─ dlopen(RTLD_NOW|RTLD_LOCAL) ─ dlsym("ncclNetPlugin_v11")
-//!        └─ init(&ctx, commId, {trafficClass = -1}, logger = NULL, profiler = NULL)
-//!  engine ── listen/connect/accept/regMr/isend/irecv/iflush/test/close* ──▶ table(ctx, …)
-//!  drop ──▶ finalize(ctx)           (the library stays loaded: a plugin may own threads)
+//!  CNet::load("libnccl-net-foo.so") ─ dlopen(RTLD_NOW|RTLD_LOCAL)
+//!        ├─ dlsym("ncclNetPlugin_v11") ─ init(&ctx, commId, {trafficClass = -1}, NULL, NULL)
+//!        └─ else dlsym("ncclNetPlugin_v8") ─ init(NULL logger)
+//!  engine ── listen/connect/accept/regMr/isend/irecv/iflush/test/close* ──▶ table(…)
+//!  drop ──▶ finalize(ctx) (v11)     (the library stays loaded: a plugin may own threads)
 //! ```
+//!
+//! v8 differences handled here: no context argument, `int` sizes in `isend`/`irecv` (a larger
+//! size is an `OutOfRange` error), no profiler handles, no `finalize`.
 //!
 //! Errors: a call returning anything but `ncclSuccess` becomes
 //! `Error::Provider { call: "ncclNet <entry>", errno: <ncclResult_t> }`. `connect`/`accept`
@@ -20,17 +25,19 @@
 //! plugin and ibnet do, 0/1 per buffer; [`CNet::with_sizes`] says which (default
 //! [`SizeReport::Flags`], correct for both IB-style plugins and single receives).
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_int, c_void};
 use std::ffi::CString;
 
 use ibnet_core::proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 use ibnet_core::{Error, Result};
 
+use super::tables::{TableV11, TableV8, R, V};
 use crate::abi::types::{
-    ncclNetAttr_t, ncclNetCommConfig_t, ncclNetDeviceHandle_t, ncclNetVDeviceProps_t, ncclResult_t,
-    NCCL_NET_TRAFFIC_CLASS_UNDEF, NCCL_PTR_CUDA, NCCL_PTR_DMABUF, NCCL_PTR_HOST,
+    ncclNetCommConfig_t, ncclNetDeviceHandle_t, ncclResult_t, NCCL_NET_TRAFFIC_CLASS_UNDEF,
+    NCCL_PTR_CUDA, NCCL_PTR_DMABUF, NCCL_PTR_HOST,
 };
 use crate::abi::v11::Props11;
+use crate::abi::v8::Props8;
 
 const MAX_RECVS: usize = ibnet_core::proxy::MAX_RECVS;
 
@@ -38,52 +45,34 @@ const MAX_RECVS: usize = ibnet_core::proxy::MAX_RECVS;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ptr(pub *mut c_void);
 
-type R = ncclResult_t;
-type V = *mut c_void;
-
-/// `ncclNet_v11_t` with every entry nullable (layout identical to NCCL's).
-#[repr(C)]
-#[allow(missing_docs)]
-pub struct TableV11 {
-    pub name: *const c_char,
-    pub init: Option<
-        unsafe extern "C" fn(
-            *mut V,
-            u64,
-            *mut ncclNetCommConfig_t,
-            crate::abi::types::ncclDebugLogger_t,
-            crate::abi::types::ncclProfilerCallback_t,
-        ) -> R,
-    >,
-    pub devices: Option<unsafe extern "C" fn(*mut c_int) -> R>,
-    pub get_properties: Option<unsafe extern "C" fn(c_int, *mut Props11) -> R>,
-    pub listen: Option<unsafe extern "C" fn(V, c_int, V, *mut V) -> R>,
-    pub connect:
-        Option<unsafe extern "C" fn(V, c_int, V, *mut V, *mut *mut ncclNetDeviceHandle_t) -> R>,
-    pub accept: Option<unsafe extern "C" fn(V, *mut V, *mut *mut ncclNetDeviceHandle_t) -> R>,
-    pub reg_mr: Option<unsafe extern "C" fn(V, V, usize, c_int, *mut V) -> R>,
-    pub reg_mr_dma_buf: Option<unsafe extern "C" fn(V, V, usize, c_int, u64, c_int, *mut V) -> R>,
-    pub dereg_mr: Option<unsafe extern "C" fn(V, V) -> R>,
-    pub isend: Option<unsafe extern "C" fn(V, V, usize, c_int, V, V, *mut V) -> R>,
-    pub irecv: Option<
-        unsafe extern "C" fn(V, c_int, *mut V, *mut usize, *mut c_int, *mut V, *mut V, *mut V) -> R,
-    >,
-    pub iflush: Option<unsafe extern "C" fn(V, c_int, *mut V, *mut c_int, *mut V, *mut V) -> R>,
-    pub test: Option<unsafe extern "C" fn(V, *mut c_int, *mut c_int) -> R>,
-    pub close_send: Option<unsafe extern "C" fn(V) -> R>,
-    pub close_recv: Option<unsafe extern "C" fn(V) -> R>,
-    pub close_listen: Option<unsafe extern "C" fn(V) -> R>,
-    pub get_device_mr: Option<unsafe extern "C" fn(V, V, *mut V) -> R>,
-    pub irecv_consumed: Option<unsafe extern "C" fn(V, c_int, V) -> R>,
-    pub make_vdevice: Option<unsafe extern "C" fn(*mut c_int, *mut ncclNetVDeviceProps_t) -> R>,
-    pub finalize: Option<unsafe extern "C" fn(V) -> R>,
-    pub set_net_attr: Option<unsafe extern "C" fn(V, *mut ncclNetAttr_t) -> R>,
+/// The plugin ABI version a [`CNet`] drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// `ncclNet_v11_t` (NCCL 2.28).
+    V11,
+    /// `ncclNet_v8_t` (NCCL 2.19–2.22).
+    V8,
 }
-const _: () = assert!(core::mem::size_of::<TableV11>() == 22 * 8);
 
-/// [`Net`] over a plugin's `ncclNet_v11_t`.
+#[derive(Clone, Copy)]
+enum Abi {
+    V11(&'static TableV11),
+    V8(&'static TableV8),
+}
+
+/// An entry both versions share with the same signature.
+macro_rules! entry {
+    ($s:expr, $f:ident) => {
+        match $s.abi {
+            Abi::V11(t) => t.$f,
+            Abi::V8(t) => t.$f,
+        }
+    };
+}
+
+/// [`Net`] over a plugin's `ncclNet_v11_t` or `ncclNet_v8_t`.
 pub struct CNet {
-    t: &'static TableV11,
+    abi: Abi,
     ctx: V,
     sizes: SizeReport,
     /// Connects in progress: (handle as the engine passes it, the plugin's working copy). A
@@ -128,10 +117,31 @@ fn tag(t: u32) -> Result<c_int> {
     })
 }
 
+/// A size for a v8 entry (`int`).
+fn int_size(n: usize) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| Error::OutOfRange {
+        what: "size for an ncclNet_v8 plugin",
+        value: n.min(i64::MAX as usize) as i64,
+        min: 0,
+        max: c_int::MAX as i64,
+    })
+}
+
 impl CNet {
-    /// Loads the plugin at `path` (`dlopen`, `RTLD_NOW | RTLD_LOCAL`), finds
-    /// `ncclNetPlugin_v11` and initialises it. The library is never unloaded.
+    /// Loads the plugin at `path` (`dlopen`, `RTLD_NOW | RTLD_LOCAL`) and initialises its newest
+    /// table this engine speaks: `ncclNetPlugin_v11`, else `ncclNetPlugin_v8`. The library is
+    /// never unloaded.
     pub fn load(path: &str) -> Result<Self> {
+        match Self::load_version(path, Version::V11) {
+            Err(Error::Missing {
+                what: "plugin table",
+            }) => Self::load_version(path, Version::V8),
+            r => r,
+        }
+    }
+
+    /// Loads the plugin at `path` and initialises its table of version `v`.
+    pub fn load_version(path: &str, v: Version) -> Result<Self> {
         let p = CString::new(path).map_err(|_| Error::Missing {
             what: "plugin path without NUL bytes",
         })?;
@@ -143,19 +153,28 @@ impl CNet {
                 what: "loadable plugin library (dlopen failed)",
             });
         }
+        let name = match v {
+            Version::V11 => c"ncclNetPlugin_v11",
+            Version::V8 => c"ncclNetPlugin_v8",
+        };
         // SAFETY: `lib` is a live handle; the symbol name is NUL-terminated.
-        let sym = unsafe { libc::dlsym(lib, c"ncclNetPlugin_v11".as_ptr()) };
+        let sym = unsafe { libc::dlsym(lib, name.as_ptr()) };
         if sym.is_null() {
             return Err(Error::Missing {
-                what: "ncclNetPlugin_v11 in the plugin",
+                what: "plugin table",
             });
         }
-        // SAFETY: the symbol is the plugin's v11 table (the ABI NCCL itself relies on); the
-        // library is never closed, so the table lives for the rest of the process.
-        unsafe { Self::from_table(sym as *const TableV11) }
+        // SAFETY: the symbol is the plugin's table of that version (the ABI NCCL itself relies
+        // on); the library is never closed, so the table lives for the rest of the process.
+        unsafe {
+            match v {
+                Version::V11 => Self::from_table(sym as *const TableV11),
+                Version::V8 => Self::from_table_v8(sym as *const TableV8),
+            }
+        }
     }
 
-    /// Initialises the plugin whose table is at `t`.
+    /// Initialises the plugin whose v11 table is at `t`.
     ///
     /// # Safety
     /// `t` must point to an `ncclNet_v11_t` that stays valid (and whose functions follow
@@ -174,12 +193,39 @@ impl CNet {
         check("ncclNet init", unsafe {
             init(&mut ctx, 0, &mut cfg, None, None)
         })?;
-        Ok(Self {
-            t,
+        Ok(Self::new(Abi::V11(t), ctx))
+    }
+
+    /// Initialises the plugin whose v8 table is at `t`.
+    ///
+    /// # Safety
+    /// As [`CNet::from_table`], for an `ncclNet_v8_t`.
+    pub unsafe fn from_table_v8(t: *const TableV8) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        let t: &'static TableV8 = unsafe { t.as_ref() }.ok_or(Error::Missing {
+            what: "ncclNet_v8 table",
+        })?;
+        let init = need(t.init, "ncclNet init")?;
+        // SAFETY: a NULL logger is allowed by the ABI.
+        check("ncclNet init", unsafe { init(None) })?;
+        Ok(Self::new(Abi::V8(t), core::ptr::null_mut()))
+    }
+
+    fn new(abi: Abi, ctx: V) -> Self {
+        Self {
+            abi,
             ctx,
             sizes: SizeReport::Flags,
             connecting: Vec::new(),
-        })
+        }
+    }
+
+    /// The ABI version in use.
+    pub fn version(&self) -> Version {
+        match self.abi {
+            Abi::V11(_) => Version::V11,
+            Abi::V8(_) => Version::V8,
+        }
     }
 
     /// Says how the plugin reports multi-receive sizes (see the module doc).
@@ -190,18 +236,19 @@ impl CNet {
 
     /// The plugin's name.
     pub fn name(&self) -> &str {
-        if self.t.name.is_null() {
+        let name = entry!(self, name);
+        if name.is_null() {
             return "";
         }
         // SAFETY: a non-NULL name is a NUL-terminated static string of the plugin.
-        unsafe { core::ffi::CStr::from_ptr(self.t.name) }
+        unsafe { core::ffi::CStr::from_ptr(name) }
             .to_str()
             .unwrap_or("")
     }
 
     /// The number of devices.
     pub fn devices(&self) -> Result<usize> {
-        let f = need(self.t.devices, "ncclNet devices")?;
+        let f = need(entry!(self, devices), "ncclNet devices")?;
         let mut n: c_int = 0;
         // SAFETY: valid out-pointer.
         check("ncclNet devices", unsafe { f(&mut n) })?;
@@ -230,7 +277,10 @@ impl CNet {
 
 impl Drop for CNet {
     fn drop(&mut self) {
-        if let Some(f) = self.t.finalize {
+        if let Abi::V11(TableV11 {
+            finalize: Some(f), ..
+        }) = self.abi
+        {
             // SAFETY: `ctx` came from this table's init and is finalized once.
             let _ = unsafe { f(self.ctx) };
         }
@@ -245,31 +295,49 @@ impl Net for CNet {
     type Req = Ptr;
 
     fn properties(&mut self, dev: u32) -> Result<NetProps> {
-        let f = need(self.t.get_properties, "ncclNet getProperties")?;
-        // SAFETY: Props11 is plain data (pointers, integers); all-zero is a valid value.
-        let mut p: Props11 = unsafe { core::mem::zeroed() };
         let d = c_int::try_from(dev).map_err(|_| Error::OutOfRange {
             what: "net device",
             value: dev as i64,
             min: 0,
             max: c_int::MAX as i64,
         })?;
-        // SAFETY: valid out-pointer to a v11 properties struct.
-        check("ncclNet getProperties", unsafe { f(d, &mut p) })?;
+        let (max_recvs, ptr_support) = match self.abi {
+            Abi::V11(t) => {
+                let f = need(t.get_properties, "ncclNet getProperties")?;
+                // SAFETY: Props11 is plain data (pointers, integers); all-zero is valid.
+                let mut p: Props11 = unsafe { core::mem::zeroed() };
+                // SAFETY: valid out-pointer to a v11 properties struct.
+                check("ncclNet getProperties", unsafe { f(d, &mut p) })?;
+                (p.max_recvs, p.ptr_support)
+            }
+            Abi::V8(t) => {
+                let f = need(t.get_properties, "ncclNet getProperties")?;
+                // SAFETY: Props8 is plain data; all-zero is valid.
+                let mut p: Props8 = unsafe { core::mem::zeroed() };
+                // SAFETY: valid out-pointer to a v8 properties struct.
+                check("ncclNet getProperties", unsafe { f(d, &mut p) })?;
+                (p.max_recvs, p.ptr_support)
+            }
+        };
         Ok(NetProps {
-            max_recvs: (p.max_recvs.max(1) as usize).min(MAX_RECVS),
-            dmabuf: p.ptr_support & NCCL_PTR_DMABUF != 0,
+            max_recvs: (max_recvs.max(1) as usize).min(MAX_RECVS),
+            dmabuf: ptr_support & NCCL_PTR_DMABUF != 0,
             sizes: self.sizes,
         })
     }
 
     fn listen(&mut self, dev: u32, handle: &mut NetHandle) -> Result<Ptr> {
-        let f = need(self.t.listen, "ncclNet listen")?;
         let mut l: V = core::ptr::null_mut();
-        // SAFETY: `handle` has NCCL_NET_HANDLE_MAXSIZE bytes; valid out-pointer.
-        check("ncclNet listen", unsafe {
-            f(self.ctx, dev as c_int, handle.as_mut_ptr().cast(), &mut l)
-        })?;
+        let h: V = handle.as_mut_ptr().cast();
+        let r = match self.abi {
+            // SAFETY: `handle` has NCCL_NET_HANDLE_MAXSIZE bytes; valid out-pointer.
+            Abi::V11(t) => unsafe {
+                need(t.listen, "ncclNet listen")?(self.ctx, dev as c_int, h, &mut l)
+            },
+            // SAFETY: as above.
+            Abi::V8(t) => unsafe { need(t.listen, "ncclNet listen")?(dev as c_int, h, &mut l) },
+        };
+        check("ncclNet listen", r)?;
         if l.is_null() {
             return Err(Error::Missing {
                 what: "listen comm from the plugin",
@@ -279,7 +347,6 @@ impl Net for CNet {
     }
 
     fn connect(&mut self, dev: u32, handle: &NetHandle) -> Result<Option<Ptr>> {
-        let f = need(self.t.connect, "ncclNet connect")?;
         let mut s: V = core::ptr::null_mut();
         let mut dh: *mut ncclNetDeviceHandle_t = core::ptr::null_mut();
         let i = match self.connecting.iter().position(|c| c.0 == *handle) {
@@ -289,16 +356,16 @@ impl Net for CNet {
                 self.connecting.len() - 1
             }
         };
-        let h = &mut self.connecting[i].1;
-        // SAFETY: 128-byte handle (the plugin's working copy), valid out-pointers.
-        let r = unsafe {
-            f(
-                self.ctx,
-                dev as c_int,
-                h.as_mut_ptr().cast(),
-                &mut s,
-                &mut dh,
-            )
+        let h: V = self.connecting[i].1.as_mut_ptr().cast();
+        let r = match self.abi {
+            // SAFETY: 128-byte handle (the plugin's working copy), valid out-pointers.
+            Abi::V11(t) => unsafe {
+                need(t.connect, "ncclNet connect")?(self.ctx, dev as c_int, h, &mut s, &mut dh)
+            },
+            // SAFETY: as above.
+            Abi::V8(t) => unsafe {
+                need(t.connect, "ncclNet connect")?(dev as c_int, h, &mut s, &mut dh)
+            },
         };
         if r != ncclResult_t::Success || !s.is_null() {
             self.connecting.swap_remove(i);
@@ -308,7 +375,7 @@ impl Net for CNet {
     }
 
     fn accept(&mut self, listen: Ptr) -> Result<Option<Ptr>> {
-        let f = need(self.t.accept, "ncclNet accept")?;
+        let f = need(entry!(self, accept), "ncclNet accept")?;
         let mut r: V = core::ptr::null_mut();
         let mut dh: *mut ncclNetDeviceHandle_t = core::ptr::null_mut();
         // SAFETY: a listen comm of this plugin; valid out-pointers.
@@ -332,14 +399,14 @@ impl Net for CNet {
         let mut mh: V = core::ptr::null_mut();
         match dmabuf {
             Some((fd, off)) => {
-                let f = need(self.t.reg_mr_dma_buf, "ncclNet regMrDmaBuf")?;
+                let f = need(entry!(self, reg_mr_dma_buf), "ncclNet regMrDmaBuf")?;
                 // SAFETY: a comm of this plugin; the engine owns the memory; valid out-pointer.
                 check("ncclNet regMrDmaBuf", unsafe {
                     f(c, addr as V, size, ty, off, fd, &mut mh)
                 })?;
             }
             None => {
-                let f = need(self.t.reg_mr, "ncclNet regMr")?;
+                let f = need(entry!(self, reg_mr), "ncclNet regMr")?;
                 // SAFETY: as above.
                 check("ncclNet regMr", unsafe {
                     f(c, addr as V, size, ty, &mut mh)
@@ -350,60 +417,91 @@ impl Net for CNet {
     }
 
     fn dereg_mr(&mut self, comm: CommRef<Ptr, Ptr>, mr: Ptr) -> Result<()> {
-        let f = need(self.t.dereg_mr, "ncclNet deregMr")?;
+        let f = need(entry!(self, dereg_mr), "ncclNet deregMr")?;
         // SAFETY: a registration of this comm, deregistered once.
         check("ncclNet deregMr", unsafe { f(Self::comm_ptr(comm), mr.0) })
     }
 
     fn isend(&mut self, comm: Ptr, addr: u64, size: usize, t: u32, mr: Ptr) -> Result<Option<Ptr>> {
-        let f = need(self.t.isend, "ncclNet isend")?;
         let mut req: V = core::ptr::null_mut();
-        // SAFETY: a send comm and registration of this plugin covering the buffer.
-        check("ncclNet isend", unsafe {
-            f(
-                comm.0,
-                addr as V,
-                size,
-                tag(t)?,
-                mr.0,
-                core::ptr::null_mut(),
-                &mut req,
-            )
-        })?;
+        let (data, tg) = (addr as V, tag(t)?);
+        let r = match self.abi {
+            // SAFETY: a send comm and registration of this plugin covering the buffer.
+            Abi::V11(t) => unsafe {
+                need(t.isend, "ncclNet isend")?(
+                    comm.0,
+                    data,
+                    size,
+                    tg,
+                    mr.0,
+                    core::ptr::null_mut(),
+                    &mut req,
+                )
+            },
+            // SAFETY: as above.
+            Abi::V8(t) => unsafe {
+                need(t.isend, "ncclNet isend")?(comm.0, data, int_size(size)?, tg, mr.0, &mut req)
+            },
+        };
+        check("ncclNet isend", r)?;
         Ok((!req.is_null()).then_some(Ptr(req)))
     }
 
     fn irecv(&mut self, comm: Ptr, bufs: &[NetBuf<Ptr>]) -> Result<Option<Ptr>> {
-        let f = need(self.t.irecv, "ncclNet irecv")?;
         let mut data = [core::ptr::null_mut(); MAX_RECVS];
         let mut mhs = [core::ptr::null_mut(); MAX_RECVS];
         let mut phs = [core::ptr::null_mut(); MAX_RECVS];
-        let mut sizes = [0usize; MAX_RECVS];
         let mut tags = [0 as c_int; MAX_RECVS];
         let n = Self::gather(bufs, &mut data, &mut mhs)?;
         for (i, b) in bufs.iter().enumerate() {
-            sizes[i] = b.size;
             tags[i] = tag(b.tag)?;
         }
         let mut req: V = core::ptr::null_mut();
-        // SAFETY: arrays of `n` entries; a recv comm and registrations of this plugin.
-        check("ncclNet irecv", unsafe {
-            f(
-                comm.0,
-                n,
-                data.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                tags.as_mut_ptr(),
-                mhs.as_mut_ptr(),
-                phs.as_mut_ptr(),
-                &mut req,
-            )
-        })?;
+        let r = match self.abi {
+            Abi::V11(t) => {
+                let mut sizes = [0usize; MAX_RECVS];
+                for (o, b) in sizes.iter_mut().zip(bufs) {
+                    *o = b.size;
+                }
+                // SAFETY: arrays of `n` entries; a recv comm and registrations of this plugin.
+                unsafe {
+                    need(t.irecv, "ncclNet irecv")?(
+                        comm.0,
+                        n,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        phs.as_mut_ptr(),
+                        &mut req,
+                    )
+                }
+            }
+            Abi::V8(t) => {
+                let mut sizes = [0 as c_int; MAX_RECVS];
+                for (o, b) in sizes.iter_mut().zip(bufs) {
+                    *o = int_size(b.size)?;
+                }
+                // SAFETY: as above.
+                unsafe {
+                    need(t.irecv, "ncclNet irecv")?(
+                        comm.0,
+                        n,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        &mut req,
+                    )
+                }
+            }
+        };
+        check("ncclNet irecv", r)?;
         Ok((!req.is_null()).then_some(Ptr(req)))
     }
 
     fn iflush(&mut self, comm: Ptr, bufs: &[NetBuf<Ptr>]) -> Result<Option<Ptr>> {
-        let f = need(self.t.iflush, "ncclNet iflush")?;
+        let f = need(entry!(self, iflush), "ncclNet iflush")?;
         let mut data = [core::ptr::null_mut(); MAX_RECVS];
         let mut mhs = [core::ptr::null_mut(); MAX_RECVS];
         let mut sizes = [0 as c_int; MAX_RECVS];
@@ -432,7 +530,7 @@ impl Net for CNet {
         req: Ptr,
         sizes: &mut [usize; MAX_RECVS],
     ) -> Result<bool> {
-        let f = need(self.t.test, "ncclNet test")?;
+        let f = need(entry!(self, test), "ncclNet test")?;
         let mut done: c_int = 0;
         let mut s = [0 as c_int; MAX_RECVS];
         // SAFETY: a live request of this plugin; room for MAX_RECVS sizes.
@@ -449,7 +547,7 @@ impl Net for CNet {
     }
 
     fn irecv_consumed(&mut self, comm: Ptr, n: usize, req: Ptr) -> Result<()> {
-        let Some(f) = self.t.irecv_consumed else {
+        let Some(f) = entry!(self, irecv_consumed) else {
             return Ok(());
         };
         // SAFETY: a completed multi-receive of this comm, reported once.
@@ -459,19 +557,19 @@ impl Net for CNet {
     }
 
     fn close_send(&mut self, comm: Ptr) -> Result<()> {
-        let f = need(self.t.close_send, "ncclNet closeSend")?;
+        let f = need(entry!(self, close_send), "ncclNet closeSend")?;
         // SAFETY: a send comm of this plugin, closed once.
         check("ncclNet closeSend", unsafe { f(comm.0) })
     }
 
     fn close_recv(&mut self, comm: Ptr) -> Result<()> {
-        let f = need(self.t.close_recv, "ncclNet closeRecv")?;
+        let f = need(entry!(self, close_recv), "ncclNet closeRecv")?;
         // SAFETY: a recv comm of this plugin, closed once.
         check("ncclNet closeRecv", unsafe { f(comm.0) })
     }
 
     fn close_listen(&mut self, listen: Ptr) -> Result<()> {
-        let f = need(self.t.close_listen, "ncclNet closeListen")?;
+        let f = need(entry!(self, close_listen), "ncclNet closeListen")?;
         // SAFETY: a listen comm of this plugin, closed once.
         check("ncclNet closeListen", unsafe { f(listen.0) })
     }
