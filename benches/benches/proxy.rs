@@ -32,7 +32,7 @@ use ibnet_core::proxy::{
 use ibnet_core::request::ReqId;
 use ibnet_core::{Error, Result};
 use ibnet_soft::SoftProvider;
-use ibnet_testkit::{connect_pair, AlignedBuf, Loopback};
+use ibnet_testkit::{connect_pair, Loopback};
 
 const MSGS: u64 = 64;
 const SIZES: [usize; 3] = [8, 64 << 10, 1 << 20];
@@ -81,8 +81,9 @@ struct Bare<P: Provider + Clone> {
     dev: P,
     s: SendComm<P>,
     r: RecvComm<P>,
-    src: AlignedBuf,
-    dst: AlignedBuf,
+    src: Region,
+    dst: Region,
+    mem: HostMem,
     mrs: Option<(P::Mr, P::Mr)>,
     keys: (MrKeys, MrKeys),
     size: usize,
@@ -91,16 +92,18 @@ struct Bare<P: Provider + Clone> {
 impl<P: Provider + Clone> Bare<P> {
     fn new(dev: &P, size: usize) -> Self {
         let (s, r) = connect_pair(dev, CommConfig::default()).expect("connect");
-        let slots = STEPS * size;
-        let src = AlignedBuf::new(slots);
-        let dst = AlignedBuf::new(slots);
-        touch(src.addr(), slots);
-        touch(dst.addr(), slots);
+        // The same allocator as the engine's buffers (same alignment and placement).
+        let slots = STEPS * size.max(4096);
+        let mut mem = HostMem::default();
+        let src = mem.alloc(MemKind::Host, slots).expect("alloc");
+        let dst = mem.alloc(MemKind::Host, slots).expect("alloc");
+        touch(src.cpu(), slots);
+        touch(dst.cpu(), slots);
         let reg = |a| {
             dev.reg_mr(a, slots as u64, Access::ALL, RegKind::Plain)
                 .expect("reg")
         };
-        let (sm, rm) = (reg(src.addr()), reg(dst.addr()));
+        let (sm, rm) = (reg(src.cpu()), reg(dst.cpu()));
         let keys = (dev.mr_keys(&sm), dev.mr_keys(&rm));
         Self {
             dev: dev.clone(),
@@ -108,6 +111,7 @@ impl<P: Provider + Clone> Bare<P> {
             r,
             src,
             dst,
+            mem,
             mrs: Some((sm, rm)),
             keys,
             size,
@@ -124,7 +128,7 @@ impl<P: Provider + Clone> Bare<P> {
             while posted < MSGS && posted < rdone + STEPS as u64 {
                 let off = (posted % STEPS as u64) * size;
                 let buf = [RecvBuf {
-                    addr: self.dst.addr() + off,
+                    addr: self.dst.cpu() + off,
                     size,
                     tag: 1,
                     mr: rk,
@@ -139,7 +143,7 @@ impl<P: Provider + Clone> Bare<P> {
                 let off = (sent % STEPS as u64) * size;
                 match self
                     .s
-                    .isend(self.src.addr() + off, size, 1, sk)
+                    .isend(self.src.cpu() + off, size, 1, sk)
                     .expect("isend")
                 {
                     Some(id) => sids[(sent % STEPS as u64) as usize] = Some(id),
@@ -176,6 +180,8 @@ impl<P: Provider + Clone> Drop for Bare<P> {
             let _ = self.dev.dereg_mr(a);
             let _ = self.dev.dereg_mr(b);
         }
+        let _ = self.mem.free(self.src);
+        let _ = self.mem.free(self.dst);
     }
 }
 

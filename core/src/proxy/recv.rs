@@ -5,7 +5,7 @@
 //! stage that moved; running all four hands data over with fewer calls). Each call runs
 //! **retire** (4) first, so that slots the GPU consumed since the previous call are reposted
 //! by this one rather than the next:
-//! 1. **post**: one multi-receive per group covering the next slice of every member that still
+//! 1. **post**: multi-receives per group, each covering the next slice of every member that still
 //!    has steps (depth-limited to `min(STEPS, SHARED_STEPS / nsubs)`, 1 for registered subs).
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
 //!    offset goes into `connFifo`. Registered: the user buffer, once the GPU set the size at
@@ -35,18 +35,13 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         op: &mut ProxyOp<N>,
         prof: &mut P,
     ) -> Result<bool> {
-        // Each stage moves at most one step per group per pass; repeat it while it moves (at
-        // most a ring's worth), so a call can post, complete and hand over several steps.
-        // Retire first: slots the GPU consumed since the last call are reposted by this one.
+        // Each stage drains its work per group (it revisits a group while it moves), so a call
+        // can post, complete and hand over several steps. Retire first: slots the GPU consumed
+        // since the last call are reposted by this one.
         let mut idle = self.recv_retire(op, prof)?;
-        for stage in [Self::recv_post, Self::recv_test, Self::recv_hand_over] {
-            for _ in 0..STEPS {
-                if stage(self, op, prof)? {
-                    break;
-                }
-                idle = false;
-            }
-        }
+        idle &= self.recv_post(op, prof)?;
+        idle &= self.recv_test(op, prof)?;
+        idle &= self.recv_hand_over(op, prof)?;
         Ok(idle)
     }
 
@@ -145,6 +140,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                         prof.step_state(si, sub.posted - slice, sub.posted, StepEvent::RecvWait);
                     }
                     idle = false;
+                    // Post this group's next slice too (bounded by the depth).
+                    continue;
                 }
             }
             k += g;
@@ -265,6 +262,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 }
             }
             idle = false;
+            // Test this group's next receive too (bounded: `received` grew).
+            k -= g;
         }
         Ok(idle)
     }
@@ -323,6 +322,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 }
             }
             idle = false;
+            // Hand over this group's next step too (bounded: `transmitted` grew).
+            k -= g;
         }
         Ok(idle)
     }
