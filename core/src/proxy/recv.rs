@@ -1,8 +1,9 @@
 //! Receive progress (NCCL's `recvProxyProgress`).
 //!
 //! Subs are grouped at start (subs sharing a net comm, up to `max_recvs` per group); a group
-//! moves in lockstep through four stages, all run by each call (NCCL returns after the first
-//! stage that moved; running all four hands data over with fewer calls). Each call runs
+//! moves in lockstep through four stages, all run by each call, each as far as it can (NCCL
+//! moves one step per stage and returns after the first stage that moved; draining all four
+//! hands data over with fewer calls). Each call runs
 //! **retire** (4) first, so that slots the GPU consumed since the previous call are reposted
 //! by this one rather than the next:
 //! 1. **post**: multi-receives per group, each covering the next slice of every member that still
@@ -10,10 +11,10 @@
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
 //!    offset goes into `connFifo`. Registered: the user buffer, once the GPU set the size at
 //!    `base` (its kernel started), at most 1 GiB. Tag = the peer's rank.
-//! 2. **receive**: `test` the oldest multi-receive; registered subs short of their total move
+//! 2. **receive**: `test` multi-receives, oldest first, while they complete; registered subs short of their total move
 //!    on to one more piece; when data landed in GPU memory and the connection needs it, flush
 //!    (a GDR-copy read, or `iflush` of the non-empty buffers) — SIMPLE only.
-//! 3. **hand over**: once the flush (if any) completed, store `tail = base + transmitted`
+//! 3. **hand over**: once a step's flush (if any) completed, store `tail = base + transmitted`
 //!    (Release; once, at the end, for a registered sub).
 //! 4. **retire**: the GPU's `head` (Acquire) says which steps it consumed; those slots may be
 //!    reposted (and the plugin told with `irecv_consumed`).
