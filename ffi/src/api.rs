@@ -9,18 +9,26 @@
 //! (or a freed one whose tag was cleared) is rejected instead of misused. Requests are slots in
 //! a fixed array inside their comm: `isend`/`irecv`/`test` never allocate.
 //!
-//! Connection setup (never blocks; NCCL calls connect/accept until they return a comm):
+//! Connection setup (never blocks; NCCL calls connect/accept until they return a comm). The
+//! handle is the core's [`ConnectHandle`] (listener address, nonce, provider tag); the talking
+//! is the core's [`Connector`]/[`Acceptor`] machines, driven over the socket by
+//! [`crate::shake::pump`]:
 //! ```text
-//!  connect (handle from listen)                 accept (listenComm)
-//!  TCP connect ─────────────────────────────▶   accept queued TCP connection
-//!  SendComm::new; send HELLO{magic,nonce,info}─▶ check magic+nonce; RecvComm::new(info)
-//!                     ◀───────────────────────── REPLY{magic,info}
-//!  SendComm::connect(info); send READY ──────▶   READY → recvComm
+//!  connect (handle from listen)                  accept (listenComm)
+//!  TCP connect ──────────────────────────────▶   accept queued TCP connection
+//!  SendComm::new; Connector::new(nonce, info)    Acceptor::new(nonce, port)
+//!      Hello{nonce} · QpInfo{qpns, fifo} ────▶   PeerInfo: RecvComm::new(info) (QPs to RTS);
+//!                                                handle_local_info(recv.local_info())
+//!      ◀────────────────────────────────────── QpInfo{qpns, mtu = min}
+//!  PeerInfo: SendComm::connect(info);
+//!  handle_qps_connected
+//!      Ready ────────────────────────────────▶   Done → recvComm
+//!  Done → sendComm
 //! ```
-//! The connector's in-progress state is kept in a registry keyed by a token it writes into
-//! the handle (NCCL keeps the handle between calls); an unknown token is a corrupt handle.
-//! A peer that closes mid-handshake is an error; one that stalls past
-//! `IBNET_HANDSHAKE_TIMEOUT` seconds is an error.
+//! The connector's in-progress state is kept in a registry keyed by a token it writes into the
+//! scratch area of the handle (bytes 64..72; NCCL keeps the handle between calls); an unknown
+//! token is a corrupt handle. A peer that closes mid-handshake is an error (`PeerGone`); one that
+//! stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either drops the half-built comm.
 
 // These functions are the C entry points' bodies: every pointer comes from NCCL under the plugin
 // contract and is NULL-checked (and tag-checked for our own objects) before use.
@@ -28,19 +36,22 @@
 
 use core::ffi::{c_int, c_void};
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener};
+use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ibnet_core::comm::{CommConfig, RecvBuf};
 use ibnet_core::fifo::{MAX_RECVS, MAX_REQUESTS};
+use ibnet_core::handshake::{Acceptor, Connector, Event};
+use ibnet_core::mr_cache::MrHandle;
 use ibnet_core::provider::{MrKeys, RegKind};
 use ibnet_core::request::ReqId;
+use ibnet_core::wire::{ConnectHandle, HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::{Error, ErrorKind};
 
 use crate::abi::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
-use crate::plugin::{self, AnyMr, AnyRecv, AnySend, Dev, Plugin, Props};
-use crate::sock::{self, Pipe};
+use crate::plugin::{self, AnyMr, AnyRecv, AnySend, CachedMr, Dev, MrCacheT, Plugin, Props};
+use crate::sock;
 use crate::warn;
 
 /// Maps an error kind to `ncclResult_t`.
@@ -105,10 +116,23 @@ fn device(p: &Plugin, dev: c_int) -> Result<Dev, Error> {
         })
 }
 
+fn dev_cache(p: &Plugin, dev: c_int) -> Result<Arc<MrCacheT>, Error> {
+    usize::try_from(dev)
+        .ok()
+        .and_then(|d| p.caches.get(d).cloned())
+        .ok_or(Error::OutOfRange {
+            what: "dev",
+            value: dev as i64,
+            min: 0,
+            max: p.caches.len() as i64 - 1,
+        })
+}
+
 // ---------------------------------------------------------------------------------------------
 // init / devices / properties / finalize
 
 /// Per-`init` context (v11): the communicator's traffic class.
+#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
 pub struct NetCtx {
     tag: u64,
     /// `ncclNetCommConfig_t::trafficClass` (-1: undefined).
@@ -119,7 +143,6 @@ const CTX_TAG: u64 = 0x4942_4e45_5443_5458; // "IBNETCTX"
 const LISTEN_TAG: u64 = 0x4942_4e45_544c_5354;
 const SEND_TAG: u64 = 0x4942_4e45_5453_4e44;
 const RECV_TAG: u64 = 0x4942_4e45_5452_4356;
-const MR_TAG: u64 = 0x4942_4e45_544d_5248;
 const REQ_TAG: u64 = 0x4942_4e45_5452_4551;
 const DEAD: u64 = 0xdead_dead_dead_dead;
 
@@ -214,88 +237,11 @@ pub fn properties(dev: c_int) -> Result<Props, Error> {
 // ---------------------------------------------------------------------------------------------
 // handle and bootstrap
 
-const HANDLE_MAGIC: u32 = 0x4942_4e54; // "IBNT"
-const HANDLE_VERSION: u16 = 1;
-/// Offset of the connector's private progress token inside the handle.
-const TOKEN_OFF: usize = 64;
-
-/// The connect handle (fits `NCCL_NET_HANDLE_MAXSIZE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Handle {
-    addr: SocketAddr,
-    nonce: u64,
-}
-
-const _: () = assert!(TOKEN_OFF + 8 <= NCCL_NET_HANDLE_MAXSIZE);
-
-impl Handle {
-    fn write(&self, b: &mut [u8; NCCL_NET_HANDLE_MAXSIZE]) {
-        *b = [0; NCCL_NET_HANDLE_MAXSIZE];
-        b[0..4].copy_from_slice(&HANDLE_MAGIC.to_le_bytes());
-        b[4..6].copy_from_slice(&HANDLE_VERSION.to_le_bytes());
-        b[8..16].copy_from_slice(&self.nonce.to_le_bytes());
-        b[16..18].copy_from_slice(&self.addr.port().to_le_bytes());
-        match self.addr {
-            SocketAddr::V4(a) => {
-                b[6] = 4;
-                b[20..24].copy_from_slice(&a.ip().octets());
-            }
-            SocketAddr::V6(a) => {
-                b[6] = 6;
-                b[20..36].copy_from_slice(&a.ip().octets());
-                b[36..40].copy_from_slice(&a.scope_id().to_le_bytes());
-            }
-        }
-    }
-
-    fn read(b: &[u8; NCCL_NET_HANDLE_MAXSIZE]) -> Result<Self, Error> {
-        let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        if magic != HANDLE_MAGIC {
-            return Err(Error::Wire {
-                what: "connect handle magic (not an ibnet handle)",
-                value: magic as u64,
-            });
-        }
-        let ver = u16::from_le_bytes([b[4], b[5]]);
-        if ver != HANDLE_VERSION {
-            return Err(Error::Wire {
-                what: "connect handle version",
-                value: ver as u64,
-            });
-        }
-        let mut n = [0u8; 8];
-        n.copy_from_slice(&b[8..16]);
-        let port = u16::from_le_bytes([b[16], b[17]]);
-        let ip = match b[6] {
-            4 => IpAddr::V4(Ipv4Addr::new(b[20], b[21], b[22], b[23])),
-            6 => {
-                let mut o = [0u8; 16];
-                o.copy_from_slice(&b[20..36]);
-                let scope = u32::from_le_bytes([b[36], b[37], b[38], b[39]]);
-                return Ok(Self {
-                    addr: SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(o), port, 0, scope)),
-                    nonce: u64::from_le_bytes(n),
-                });
-            }
-            f => {
-                return Err(Error::Wire {
-                    what: "connect handle address family",
-                    value: f as u64,
-                })
-            }
-        };
-        if port == 0 {
-            return Err(Error::Wire {
-                what: "connect handle port",
-                value: 0,
-            });
-        }
-        Ok(Self {
-            addr: SocketAddr::new(ip, port),
-            nonce: u64::from_le_bytes(n),
-        })
-    }
-}
+/// Offset of the connector's private progress token: the first 8 bytes of the handle's scratch
+/// area, which [`ConnectHandle`] leaves to the connecting side.
+const TOKEN_OFF: usize = HANDLE_SCRATCH_OFFSET;
+const _: () = assert!(TOKEN_OFF + 8 <= HANDLE_SCRATCH_OFFSET + HANDLE_SCRATCH_LEN);
+const _: () = assert!(HANDLE_SCRATCH_OFFSET + HANDLE_SCRATCH_LEN <= NCCL_NET_HANDLE_MAXSIZE);
 
 fn random_u64() -> u64 {
     let mut v = 0u64;
@@ -310,12 +256,9 @@ fn random_u64() -> u64 {
     v | 1
 }
 
-const HELLO_MAGIC: u32 = 0x4942_4e48; // "IBNH"
-const REPLY_MAGIC: u32 = 0x4942_4e52; // "IBNR"
-const READY: u8 = 0x5a;
-
-fn stalled(deadline: Instant) -> Result<(), Error> {
+fn stalled(deadline: Instant, state: &'static str) -> Result<(), Error> {
     if Instant::now() > deadline {
+        warn!("handshake timed out in state {state} (IBNET_HANDSHAKE_TIMEOUT)");
         return Err(Error::Provider {
             call: "bootstrap handshake (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
             errno: libc::ETIMEDOUT,
@@ -325,24 +268,23 @@ fn stalled(deadline: Instant) -> Result<(), Error> {
 }
 
 /// What `listen` returns.
+#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
 pub struct ListenComm {
     tag: u64,
     dev: Dev,
+    cache: Arc<MrCacheT>,
     plugin: Arc<Plugin>,
     listener: TcpListener,
     nonce: u64,
     pending: Option<Accepting>,
 }
 
-enum AcceptStage {
-    Hello,
-    Reply(Box<AnyRecv>),
-    Ready(Box<AnyRecv>),
-}
-
+/// One accepted connection being handshaken.
 struct Accepting {
-    pipe: Pipe,
-    stage: AcceptStage,
+    stream: TcpStream,
+    machine: Box<Acceptor>,
+    /// Created at the connector's `PeerInfo`; handed to NCCL at `Done`.
+    recv: Option<Box<AnyRecv>>,
     deadline: Instant,
 }
 
@@ -369,10 +311,16 @@ pub fn listen(
         let l = sock::listen(bind).map_err(|e| sys("bind/listen", &e))?;
         let addr = l.local_addr().map_err(|e| sys("getsockname", &e))?;
         let nonce = random_u64();
-        Handle { addr, nonce }.write(hb);
+        ConnectHandle {
+            addr,
+            nonce,
+            provider: d.provider_tag(),
+        }
+        .encode(hb)?;
         let lc = Box::new(ListenComm {
             tag: LISTEN_TAG,
             dev: d,
+            cache: dev_cache(&p, dev)?,
             plugin: p,
             listener: l,
             nonce,
@@ -384,17 +332,21 @@ pub fn listen(
 }
 
 /// A send comm handed to NCCL.
+#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
 pub struct SendCommBox {
     tag: u64,
     dev: Dev,
+    cache: Arc<MrCacheT>,
     comm: AnySend,
     reqs: [ReqSlot; MAX_REQUESTS],
 }
 
 /// A receive comm handed to NCCL.
+#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
 pub struct RecvCommBox {
     tag: u64,
     dev: Dev,
+    cache: Arc<MrCacheT>,
     comm: AnyRecv,
     reqs: [ReqSlot; MAX_REQUESTS],
 }
@@ -418,129 +370,103 @@ impl ReqSlot {
 }
 
 enum ConnectStage {
-    Tcp(std::net::TcpStream),
-    Hello(Pipe, Box<AnySend>),
-    Reply(Pipe, Box<AnySend>),
-    Ready(Pipe, Box<AnySend>),
+    /// The TCP connect is in progress.
+    Tcp(TcpStream),
+    /// The comm exists; the handshake machine runs over the socket.
+    Shake {
+        stream: TcpStream,
+        send: Box<AnySend>,
+        machine: Box<Connector>,
+    },
 }
 
+/// A connect in progress between NCCL's `connect` calls.
 struct Connecting {
     stage: Option<ConnectStage>,
     nonce: u64,
     deadline: Instant,
 }
 
+/// Connects in progress, keyed by the token each wrote into its handle's scratch area.
 static CONNECTING: Mutex<Option<HashMap<u64, Connecting>>> = Mutex::new(None);
 
-fn new_send_box(dev: Dev, comm: AnySend) -> *mut c_void {
+/// Drops every connect in progress (the last `finalize`), closing their comms and sockets.
+pub fn drop_pending_connects() {
+    let old = CONNECTING.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(old);
+}
+
+fn new_send_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnySend) -> *mut c_void {
     Box::into_raw(Box::new(SendCommBox {
         tag: SEND_TAG,
         dev,
+        cache,
         comm,
         reqs: [const { ReqSlot::FREE }; MAX_REQUESTS],
     })) as *mut c_void
 }
 
-fn new_recv_box(dev: Dev, comm: AnyRecv) -> *mut c_void {
+fn new_recv_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnyRecv) -> *mut c_void {
     Box::into_raw(Box::new(RecvCommBox {
         tag: RECV_TAG,
         dev,
+        cache,
         comm,
         reqs: [const { ReqSlot::FREE }; MAX_REQUESTS],
     })) as *mut c_void
-}
-
-fn hello(nonce: u64, info: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(16 + info.len());
-    b.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
-    b.extend_from_slice(&nonce.to_le_bytes());
-    b.extend_from_slice(&(info.len() as u32).to_le_bytes());
-    b.extend_from_slice(info);
-    b
 }
 
 /// One step of a connect; `Ok(Some(comm))` when done.
 fn connect_step(
     c: &mut Connecting,
-    p: &Plugin,
     d: &Dev,
     cfg: CommConfig,
 ) -> Result<Option<Box<AnySend>>, Error> {
-    stalled(c.deadline)?;
     let stage = c.stage.take().ok_or(Error::BadState {
         op: "connect",
         state: "failed earlier",
     })?;
-    let _ = p;
-    let next = match stage {
+    let (mut stream, mut send, mut machine) = match stage {
         ConnectStage::Tcp(s) => {
             if !sock::connect_done(&s).map_err(|e| sys("connect", &e))? {
-                ConnectStage::Tcp(s)
-            } else {
-                let send = Box::new(d.new_send(cfg)?);
-                let mut pipe = Pipe::new(s);
-                pipe.queue(&hello(c.nonce, &crate::codec::encode(&send.local_info())));
-                ConnectStage::Hello(pipe, send)
+                stalled(c.deadline, "TcpConnect")?;
+                c.stage = Some(ConnectStage::Tcp(s));
+                return Ok(None);
             }
+            let send = Box::new(d.new_send(cfg)?);
+            let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
+            (s, send, machine)
         }
-        ConnectStage::Hello(mut pipe, send) => {
-            if pipe.flush().map_err(|e| sys("send (handshake)", &e))? {
-                ConnectStage::Reply(pipe, send)
-            } else {
-                ConnectStage::Hello(pipe, send)
-            }
-        }
-        ConnectStage::Reply(mut pipe, mut send) => {
-            if !pipe
-                .fill(8)
-                .map_err(|e| sys("recv (handshake reply)", &e))?
-            {
-                ConnectStage::Reply(pipe, send)
-            } else {
-                let h = pipe.input();
-                let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-                let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-                if magic != REPLY_MAGIC {
-                    return Err(Error::Wire {
-                        what: "handshake reply magic",
-                        value: magic as u64,
-                    });
-                }
-                if len > crate::codec::MAX_LEN {
-                    return Err(Error::Wire {
-                        what: "handshake reply length",
-                        value: len as u64,
-                    });
-                }
-                if !pipe
-                    .fill(8 + len)
-                    .map_err(|e| sys("recv (handshake reply)", &e))?
-                {
-                    ConnectStage::Reply(pipe, send)
-                } else {
-                    let info = crate::codec::decode(&pipe.input()[8..8 + len])?;
-                    pipe.consume(8 + len);
-                    send.connect(&info)?;
-                    pipe.queue(&[READY]);
-                    ConnectStage::Ready(pipe, send)
-                }
-            }
-        }
-        ConnectStage::Ready(mut pipe, send) => {
-            if pipe
-                .flush()
-                .map_err(|e| sys("send (handshake ready)", &e))?
-            {
-                return Ok(Some(send));
-            }
-            ConnectStage::Ready(pipe, send)
-        }
+        ConnectStage::Shake {
+            stream,
+            send,
+            machine,
+        } => (stream, send, machine),
     };
-    c.stage = Some(next);
+    loop {
+        match crate::shake::pump(&mut stream, &mut *machine)? {
+            Some(Event::PeerInfo(info)) => {
+                send.connect(&info)?;
+                machine.handle_qps_connected()?;
+            }
+            Some(Event::Done) => return Ok(Some(send)),
+            None => break,
+        }
+    }
+    stalled(c.deadline, machine.state_name())?;
+    c.stage = Some(ConnectStage::Shake {
+        stream,
+        send,
+        machine,
+    });
     Ok(None)
 }
 
 /// `connect`. `tc` is the traffic class from the v10 config or the v11 ctx (-1: undefined).
+///
+/// NCCL calls it with the same handle until it returns a comm; the progress is kept in
+/// [`CONNECTING`] under a token written into the handle's scratch area (an unknown token is a
+/// corrupt or reused handle). Any error drops the connect (its socket and comm).
 pub fn connect(
     ctx: *mut c_void,
     dev: c_int,
@@ -554,35 +480,44 @@ pub fn connect(
         let hp = handle as *mut [u8; NCCL_NET_HANDLE_MAXSIZE];
         // SAFETY: NCCL passes its NCCL_NET_HANDLE_MAXSIZE handle buffer or NULL (rejected).
         let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
-        let h = Handle::read(hb)?;
+        let h = ConnectHandle::decode(&hb[..])?;
         let p = plugin()?;
         let d = device(&p, dev)?;
+        if h.provider != d.provider_tag() {
+            return Err(Error::Wire {
+                what: "handle provider (the listener runs another IBNET_PROVIDER)",
+                value: h.provider as u64,
+            });
+        }
         let tc = tc.unwrap_or_else(|| ctx_tc(ctx));
         let cfg = p.comm_config(&d, tc);
         let mut tok = [0u8; 8];
         tok.copy_from_slice(&hb[TOKEN_OFF..TOKEN_OFF + 8]);
         let mut token = u64::from_le_bytes(tok);
+        let now = Instant::now();
         let mut reg = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
         let map = reg.get_or_insert_with(HashMap::new);
+        // Connects NCCL gave up on (never called again) are dropped once past their deadline.
+        map.retain(|_, c| c.deadline >= now);
         let mut c = if token == 0 {
             let s = sock::connect_start(&h.addr).map_err(|e| sys("connect", &e))?;
             token = random_u64();
             Connecting {
                 stage: Some(ConnectStage::Tcp(s)),
                 nonce: h.nonce,
-                deadline: Instant::now() + Duration::from_secs(p.cfg.handshake_timeout_s),
+                deadline: now + Duration::from_secs(p.cfg.handshake_timeout_s),
             }
         } else {
             map.remove(&token).ok_or(Error::Wire {
-                what: "connect handle progress token (corrupt or reused handle)",
+                what: "connect handle progress token (corrupt, reused or timed-out handle)",
                 value: token,
             })?
         };
         drop(reg);
         hb[TOKEN_OFF..TOKEN_OFF + 8].fill(0);
-        match connect_step(&mut c, &p, &d, cfg)? {
+        match connect_step(&mut c, &d, cfg)? {
             Some(send) => {
-                *out = new_send_box(d, *send);
+                *out = new_send_box(d, dev_cache(&p, dev)?, *send);
             }
             None => {
                 let mut reg = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -607,91 +542,31 @@ fn listen_comm(l: *mut c_void) -> Result<&'static mut ListenComm, Error> {
     Ok(lc)
 }
 
-fn accept_step(lc: &mut ListenComm, a: &mut Accepting) -> Result<Option<Box<AnyRecv>>, Error> {
-    stalled(a.deadline)?;
-    let stage = core::mem::replace(&mut a.stage, AcceptStage::Hello);
-    let next = match stage {
-        AcceptStage::Hello => {
-            if !a
-                .pipe
-                .fill(16)
-                .map_err(|e| sys("recv (handshake hello)", &e))?
-            {
-                AcceptStage::Hello
-            } else {
-                let h = a.pipe.input();
-                let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-                let mut n = [0u8; 8];
-                n.copy_from_slice(&h[4..12]);
-                let len = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
-                if magic != HELLO_MAGIC {
-                    return Err(Error::Wire {
-                        what: "handshake hello magic",
-                        value: magic as u64,
-                    });
-                }
-                if u64::from_le_bytes(n) != lc.nonce {
-                    return Err(Error::Wire {
-                        what: "handshake nonce (connection for another listen comm)",
-                        value: u64::from_le_bytes(n),
-                    });
-                }
-                if len > crate::codec::MAX_LEN {
-                    return Err(Error::Wire {
-                        what: "handshake hello length",
-                        value: len as u64,
-                    });
-                }
-                if !a
-                    .pipe
-                    .fill(16 + len)
-                    .map_err(|e| sys("recv (handshake hello)", &e))?
-                {
-                    AcceptStage::Hello
-                } else {
-                    let info = crate::codec::decode(&a.pipe.input()[16..16 + len])?;
-                    a.pipe.consume(16 + len);
-                    let cfg = lc.plugin.comm_config(&lc.dev, -1);
-                    let recv = Box::new(lc.dev.new_recv(cfg, &info)?);
-                    let mine = crate::codec::encode(&recv.local_info());
-                    a.pipe.queue(&REPLY_MAGIC.to_le_bytes());
-                    a.pipe.queue(&(mine.len() as u32).to_le_bytes());
-                    a.pipe.queue(&mine);
-                    AcceptStage::Reply(recv)
-                }
+/// One step of an accept; `Ok(Some(comm))` when done.
+fn accept_step(lc: &ListenComm, a: &mut Accepting) -> Result<Option<Box<AnyRecv>>, Error> {
+    loop {
+        match crate::shake::pump(&mut a.stream, &mut *a.machine)? {
+            Some(Event::PeerInfo(info)) => {
+                let cfg = lc.plugin.comm_config(&lc.dev, -1);
+                let recv = Box::new(lc.dev.new_recv(cfg, &info)?);
+                a.machine.handle_local_info(recv.local_info())?;
+                a.recv = Some(recv);
             }
-        }
-        AcceptStage::Reply(recv) => {
-            if a.pipe
-                .flush()
-                .map_err(|e| sys("send (handshake reply)", &e))?
-            {
-                AcceptStage::Ready(recv)
-            } else {
-                AcceptStage::Reply(recv)
+            Some(Event::Done) => {
+                return a.recv.take().map(Some).ok_or(Error::BadState {
+                    op: "accept",
+                    state: "handshake done without a receive comm",
+                })
             }
+            None => break,
         }
-        AcceptStage::Ready(recv) => {
-            if a.pipe
-                .fill(1)
-                .map_err(|e| sys("recv (handshake ready)", &e))?
-            {
-                if a.pipe.input()[0] != READY {
-                    return Err(Error::Wire {
-                        what: "handshake ready byte",
-                        value: a.pipe.input()[0] as u64,
-                    });
-                }
-                return Ok(Some(recv));
-            }
-            AcceptStage::Ready(recv)
-        }
-    };
-    a.stage = next;
+    }
+    stalled(a.deadline, a.machine.state_name())?;
     Ok(None)
 }
 
-/// `accept`.
+/// `accept`. Any error drops the pending connection (socket and comm); the listener stays
+/// usable for the next one.
 pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t {
     entry("accept", || {
         let out = out_ptr(recv_comm, "recvComm")?;
@@ -703,8 +578,9 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
                     let deadline =
                         Instant::now() + Duration::from_secs(lc.plugin.cfg.handshake_timeout_s);
                     lc.pending = Some(Accepting {
-                        pipe: Pipe::new(s),
-                        stage: AcceptStage::Hello,
+                        stream: s,
+                        machine: Box::new(Acceptor::new(lc.nonce, &lc.dev.port_info())),
+                        recv: None,
                         deadline,
                     });
                 }
@@ -716,7 +592,7 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
             state: "no pending connection",
         })?;
         match accept_step(lc, &mut a)? {
-            Some(recv) => *out = new_recv_box(lc.dev.clone(), *recv),
+            Some(recv) => *out = new_recv_box(lc.dev.clone(), lc.cache.clone(), *recv),
             None => lc.pending = Some(a),
         }
         Ok(())
@@ -780,23 +656,83 @@ fn recv_comm(c: *mut c_void) -> Result<&'static mut RecvCommBox, Error> {
     }
 }
 
-/// A memory handle handed to NCCL.
-pub struct MrBox {
-    tag: u64,
-    mr: Option<AnyMr>,
-    keys: MrKeys,
-    addr: u64,
-    len: u64,
+/// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (slot index below
+/// 2^12, generation) under a marker, so a registration hit allocates nothing. A value without
+/// the marker, or whose entry is gone (stale), is rejected.
+const MH_MARK: u64 = 0x1b3;
+const MH_MARK_SHIFT: u32 = 52;
+const MH_IDX_BITS: u32 = 12;
+const _: () = assert!(plugin::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
+const _: () = assert!(MH_IDX_BITS + 32 <= MH_MARK_SHIFT);
+
+fn mh_encode(h: MrHandle) -> *mut c_void {
+    let b = h.to_bits();
+    let (gen, idx) = (b >> 32, b & 0xffff_ffff);
+    ((MH_MARK << MH_MARK_SHIFT) | (gen << MH_IDX_BITS) | idx) as usize as *mut c_void
 }
 
-fn comm_dev(c: *mut c_void) -> Result<Dev, Error> {
-    Ok(match comm_ref(c, "comm")? {
-        CommRef::Send(s) => s.dev.clone(),
-        CommRef::Recv(r) => r.dev.clone(),
+fn mh_decode(m: *mut c_void) -> Result<MrHandle, Error> {
+    let v = m as usize as u64;
+    if m.is_null() {
+        return Err(missing("mhandle"));
+    }
+    if v >> MH_MARK_SHIFT != MH_MARK {
+        return Err(Error::BadState {
+            op: "memory handle",
+            state: "not an ibnet registration",
+        });
+    }
+    let idx = v & ((1 << MH_IDX_BITS) - 1);
+    let gen = (v >> MH_IDX_BITS) & 0xffff_ffff;
+    Ok(MrHandle::from_bits((gen << 32) | idx))
+}
+
+/// The registration of `mhandle` in the comm's device cache (lock-free, no allocation).
+fn mr_get(cache: &MrCacheT, m: *mut c_void) -> Result<MrInfo, Error> {
+    let h = mh_decode(m)?;
+    let v = cache.get(h).ok_or(Error::BadState {
+        op: "memory handle",
+        state: "not a live ibnet registration of this device (stale or deregistered)",
+    })?;
+    Ok(MrInfo {
+        keys: v.keys,
+        base: v.base,
+        len: v.len,
     })
 }
 
-/// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))).
+/// What the data path needs of a registration.
+struct MrInfo {
+    keys: MrKeys,
+    base: u64,
+    len: u64,
+}
+
+/// A buffer must lie inside the registration NCCL passed with it.
+fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
+    if size == 0 {
+        return Ok(());
+    }
+    if addr < m.base || addr.saturating_add(size) > m.base + m.len {
+        return Err(Error::OutOfRange {
+            what: "buffer outside its registration",
+            value: addr as i64,
+            min: m.base as i64,
+            max: (m.base + m.len) as i64,
+        });
+    }
+    Ok(())
+}
+
+fn comm_dev(c: *mut c_void) -> Result<(Dev, Arc<MrCacheT>), Error> {
+    Ok(match comm_ref(c, "comm")? {
+        CommRef::Send(s) => (s.dev.clone(), s.cache.clone()),
+        CommRef::Recv(r) => (r.dev.clone(), r.cache.clone()),
+    })
+}
+
+/// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))): through the device's registration
+/// cache, so registering a range again (any comm of the device) is a lock-free hit.
 pub fn reg_mr(
     comm: *mut c_void,
     data: *mut c_void,
@@ -808,85 +744,52 @@ pub fn reg_mr(
     entry("regMr", || {
         let out = out_ptr(mhandle, "mhandle")?;
         *out = core::ptr::null_mut();
-        let d = comm_dev(comm)?;
+        let (d, cache) = comm_dev(comm)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
         let _ = ty;
-        let addr = data as u64;
         let kind = match dmabuf {
             Some((offset, fd)) => RegKind::DmaBuf { fd, offset },
             None => RegKind::Plain,
         };
-        // Page-align plain registrations as NCCL's IB plugin does.
-        let (ra, rl) = match kind {
-            RegKind::Plain => {
-                let pg = 4096u64;
-                let a = addr & !(pg - 1);
-                let end = addr.checked_add(size.max(1)).ok_or(Error::OutOfRange {
-                    what: "size",
-                    value: size as i64,
-                    min: 0,
-                    max: i64::MAX,
-                })?;
-                (a, end.div_ceil(pg) * pg - a)
-            }
-            RegKind::DmaBuf { .. } => (addr, size),
-        };
-        let (mr, keys) = d.reg(ra, rl, kind)?;
-        *out = Box::into_raw(Box::new(MrBox {
-            tag: MR_TAG,
-            mr: Some(mr),
-            keys,
-            addr: ra,
-            len: rl,
-        })) as *mut c_void;
+        // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
+        // covers one page.
+        let r = cache.acquire(data as u64, size.max(1), page_size(), |base, len| {
+            let (mr, keys) = d.reg(base, len, kind)?;
+            Ok(CachedMr {
+                keys,
+                raw: Box::into_raw(Box::new(mr)) as usize,
+                base,
+                len,
+            })
+        })?;
+        *out = mh_encode(r.handle);
         Ok(())
     })
 }
 
-fn mr_ref(m: *mut c_void) -> Result<&'static mut MrBox, Error> {
-    let m = m as *mut MrBox;
-    // SAFETY: a non-NULL mhandle is one we returned; the tag rejects other objects.
-    let r = unsafe { m.as_mut() }.ok_or(missing("mhandle"))?;
-    if r.tag != MR_TAG {
-        return Err(Error::BadState {
-            op: "memory handle",
-            state: "not a live ibnet registration",
-        });
-    }
-    Ok(r)
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
-/// `deregMr`.
+/// `deregMr`: drops one reference; the last one deregisters.
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
     entry("deregMr", || {
-        let _ = comm_ref(comm, "comm")?;
-        let m = mr_ref(mhandle)?;
-        m.tag = DEAD;
-        let mr = m.mr.take();
-        // SAFETY: a live MrBox we allocated; freed once (tag cleared above).
-        drop(unsafe { Box::from_raw(m as *mut MrBox) });
-        if let Some(mr) = mr {
-            mr.dereg()?;
-        }
-        Ok(())
+        let (_, cache) = comm_dev(comm)?;
+        let h = mh_decode(mhandle)?;
+        cache.release(h, |v| {
+            // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
+            // calls this closure once, for the last reference, so it is reclaimed once.
+            let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
+            mr.dereg()
+        })
     })
-}
-
-fn covers(m: &MrBox, addr: u64, size: u64) -> Result<(), Error> {
-    if size == 0 {
-        return Ok(());
-    }
-    if addr < m.addr || addr.saturating_add(size) > m.addr + m.len {
-        return Err(Error::OutOfRange {
-            what: "buffer outside its registration",
-            value: addr as i64,
-            min: m.addr as i64,
-            max: (m.addr + m.len) as i64,
-        });
-    }
-    Ok(())
 }
 
 fn publish(
@@ -918,11 +821,11 @@ pub fn isend(
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let s = send_comm(comm)?;
-        let m = mr_ref(mhandle)?;
+        let m = mr_get(&s.cache, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
-        covers(m, data as u64, size)?;
+        covers(&m, data as u64, size)?;
         if let Some(id) = s.comm.isend(data as u64, size, tag as u32, m.keys)? {
             *out = publish(&mut s.reqs, comm, true, id);
         }
@@ -940,6 +843,7 @@ pub enum Sizes {
 }
 
 fn gather(
+    cache: &MrCacheT,
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
@@ -983,11 +887,11 @@ fn gather(
         } else {
             unsafe { *tags.add(i) }
         };
-        let m = mr_ref(mh)?;
+        let m = mr_get(cache, mh)?;
         if d.is_null() && size > 0 {
             return Err(missing("data[i]"));
         }
-        covers(m, d as u64, size)?;
+        covers(&m, d as u64, size)?;
         *b = RecvBuf {
             addr: d as u64,
             size,
@@ -1016,7 +920,7 @@ pub fn irecv(
         if tags.is_null() {
             return Err(missing("tags"));
         }
-        let (bufs, n) = gather(n, data, sizes, tags, mhandles)?;
+        let (bufs, n) = gather(&r.cache, n, data, sizes, tags, mhandles)?;
         if let Some(id) = r.comm.irecv(&bufs[..n])? {
             *out = publish(&mut r.reqs, comm, false, id);
         }
@@ -1037,7 +941,14 @@ pub fn iflush(
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let r = recv_comm(comm)?;
-        let (bufs, n) = gather(n, data, Sizes::Int(sizes), core::ptr::null(), mhandles)?;
+        let (bufs, n) = gather(
+            &r.cache,
+            n,
+            data,
+            Sizes::Int(sizes),
+            core::ptr::null(),
+            mhandles,
+        )?;
         if let Some(id) = r.comm.iflush(&bufs[..n])? {
             *out = publish(&mut r.reqs, comm, false, id);
         }

@@ -9,7 +9,9 @@
 //!      │
 //!  plugin        init/finalize refcount, devices, provider dispatch
 //!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
-//!      ├── sock, ifaddr, codec   non-blocking TCP bootstrap on NCCL's interface
+//!      ├── soft      ibnet-soft's soft0 (IBNET_PROVIDER=soft)
+//!      ├── sock, ifaddr, shake   non-blocking TCP bootstrap on NCCL's interface, driving the
+//!      │                         core's handshake machines
 //!      └── env, log  NCCL variables; logging through NCCL's logger ("NET/IBNET")
 //! ```
 //!
@@ -22,10 +24,11 @@
 
 pub mod abi;
 pub mod api;
-pub mod codec;
 pub mod env;
+pub mod gpu;
 pub mod ifaddr;
 pub mod log;
 pub mod plugin;
+pub mod shake;
 pub mod sock;
 pub mod verbs;

@@ -2,11 +2,9 @@
 //!
 //! NCCL calls `connect`/`accept` again and again until they produce a comm, so nothing here
 //! ever waits: a listener accepts when a connection is queued, a connect is started and later
-//! checked, and a [`Pipe`] moves whatever bytes the kernel takes or has. A peer that closes
-//! mid-message is an error (`UnexpectedEof`); a peer that stalls is caught by the caller's
-//! deadline.
+//! checked; [`crate::shake`] then moves whatever bytes the kernel takes or has.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 
@@ -131,112 +129,9 @@ pub fn connect_done(s: &TcpStream) -> io::Result<bool> {
     Ok(true)
 }
 
-/// A non-blocking byte pipe over one stream: queued output and accumulated input.
-#[derive(Debug)]
-pub struct Pipe {
-    stream: TcpStream,
-    out: Vec<u8>,
-    out_pos: usize,
-    inbuf: Vec<u8>,
-}
-
-impl Pipe {
-    /// Wraps a non-blocking stream.
-    pub fn new(stream: TcpStream) -> Self {
-        Self {
-            stream,
-            out: Vec::new(),
-            out_pos: 0,
-            inbuf: Vec::new(),
-        }
-    }
-
-    /// Queues `b` for sending.
-    pub fn queue(&mut self, b: &[u8]) {
-        self.out.extend_from_slice(b);
-    }
-
-    /// Writes what the kernel takes; `true` once everything queued is sent.
-    pub fn flush(&mut self) -> io::Result<bool> {
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.out.clear();
-        self.out_pos = 0;
-        Ok(true)
-    }
-
-    /// Reads until at least `want` bytes are buffered; `true` when they are. A closed peer
-    /// is `UnexpectedEof`.
-    pub fn fill(&mut self, want: usize) -> io::Result<bool> {
-        let mut chunk = [0u8; 512];
-        while self.inbuf.len() < want {
-            let n = (want - self.inbuf.len()).min(chunk.len());
-            match self.stream.read(&mut chunk[..n]) {
-                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-                Ok(k) => self.inbuf.extend_from_slice(&chunk[..k]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
-    }
-
-    /// The buffered input.
-    pub fn input(&self) -> &[u8] {
-        &self.inbuf
-    }
-
-    /// Drops the first `n` buffered input bytes.
-    pub fn consume(&mut self, n: usize) {
-        self.inbuf.drain(..n.min(self.inbuf.len()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pipe_roundtrip_and_eof() {
-        let l = listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let to = l.local_addr().unwrap();
-        let c = connect_start(&to).unwrap();
-        let mut acc = None;
-        for _ in 0..10_000 {
-            if acc.is_none() {
-                acc = try_accept(&l).unwrap();
-            }
-            if acc.is_some() && connect_done(&c).unwrap() {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        let mut a = Pipe::new(acc.unwrap());
-        let mut b = Pipe::new(c);
-        a.queue(b"hello");
-        while !a.flush().unwrap() {}
-        while !b.fill(5).unwrap() {
-            std::thread::yield_now();
-        }
-        assert_eq!(b.input(), b"hello");
-        drop(a);
-        let e = loop {
-            match b.fill(6) {
-                Ok(false) => std::thread::yield_now(),
-                Ok(true) => panic!("no more data was sent"),
-                Err(e) => break e,
-            }
-        };
-        assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
-    }
 
     #[test]
     fn refused_connect_is_error() {
