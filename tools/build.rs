@@ -2,5 +2,8 @@
 //! (stable Rust cannot define a C-variadic function).
 fn main() {
     println!("cargo:rerun-if-changed=src/logshim.c");
-    cc::Build::new().file("src/logshim.c").warnings(true).compile("ibnet_tools_logshim");
+    cc::Build::new()
+        .file("src/logshim.c")
+        .warnings(true)
+        .compile("ibnet_tools_logshim");
 }

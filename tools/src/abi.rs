@@ -10,8 +10,8 @@ use core::ffi::{c_char, c_int, c_void};
 use core::mem::size_of;
 
 pub use ibnet_ffi::abi::types::{
-    ncclNetCommConfig_t, ncclNetDeviceHandle_t, NCCL_NET_HANDLE_MAXSIZE,
-    NCCL_PTR_CUDA, NCCL_PTR_DMABUF, NCCL_PTR_HOST,
+    ncclNetCommConfig_t, ncclNetDeviceHandle_t, NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_CUDA,
+    NCCL_PTR_DMABUF, NCCL_PTR_HOST,
 };
 pub use ibnet_ffi::abi::v11::Props11;
 pub use ibnet_ffi::abi::v8::Props8;

@@ -100,7 +100,11 @@ pub fn verify(b: &[u8], seed: u64) -> Option<usize> {
     for (j, c) in chunks.enumerate() {
         let w = word(base, j).to_le_bytes();
         if c != w {
-            let k = c.iter().zip(w.iter()).position(|(a, b)| a != b).unwrap_or(0);
+            let k = c
+                .iter()
+                .zip(w.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
             return Some(j * 8 + k);
         }
     }
@@ -123,7 +127,10 @@ mod tests {
             fill(&mut b, 42);
             assert_eq!(verify(&b, 42), None, "len {len}");
             if len > 0 {
-                assert!(verify(&b, 43).is_some(), "other seed must differ, len {len}");
+                assert!(
+                    verify(&b, 43).is_some(),
+                    "other seed must differ, len {len}"
+                );
                 b[len - 1] ^= 0x40;
                 assert_eq!(verify(&b, 42), Some(len - 1));
             }

@@ -55,9 +55,7 @@ impl From<serde_json::Error> for Error {
 /// Parses a byte count: `8`, `4K`, `1M`, `256MiB`, `1G` (binary multiples).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()

@@ -68,9 +68,18 @@ mod tests {
     #[test]
     fn dirs_for_bin_and_test() {
         let d = search_dirs(Path::new("/t/release/ibnet-perf"));
-        assert_eq!(d, vec![PathBuf::from("/t/release"), PathBuf::from("/t/release/deps")]);
+        assert_eq!(
+            d,
+            vec![
+                PathBuf::from("/t/release"),
+                PathBuf::from("/t/release/deps")
+            ]
+        );
         let d = search_dirs(Path::new("/t/debug/deps/cli-123"));
-        assert_eq!(d, vec![PathBuf::from("/t/debug/deps"), PathBuf::from("/t/debug")]);
+        assert_eq!(
+            d,
+            vec![PathBuf::from("/t/debug/deps"), PathBuf::from("/t/debug")]
+        );
     }
 
     #[test]
@@ -80,7 +89,10 @@ mod tests {
         assert_eq!(find_near(&exe), None);
         std::fs::create_dir(t.path().join("deps")).unwrap();
         std::fs::write(t.path().join("deps/libnccl_net_ibnet.so"), b"").unwrap();
-        assert_eq!(find_near(&exe), Some(t.path().join("deps/libnccl_net_ibnet.so")));
+        assert_eq!(
+            find_near(&exe),
+            Some(t.path().join("deps/libnccl_net_ibnet.so"))
+        );
         std::fs::write(t.path().join("libnccl-net-ibnet.so"), b"").unwrap();
         assert_eq!(find_near(&exe), Some(t.path().join("libnccl-net-ibnet.so")));
     }

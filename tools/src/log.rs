@@ -64,7 +64,9 @@ pub unsafe extern "C" fn ibnet_tools_log_sink(
         String::new()
     } else {
         // SAFETY: as above.
-        unsafe { CStr::from_ptr(file) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(file) }
+            .to_string_lossy()
+            .into_owned()
     };
     let tag = match level {
         LEVEL_WARN => "WARN",
@@ -72,9 +74,5 @@ pub unsafe extern "C" fn ibnet_tools_log_sink(
         LEVEL_ABORT => "ABORT",
         _ => "TRACE",
     };
-    eprintln!(
-        "[{}] {tag} {f}:{line} {}",
-        std::process::id(),
-        m.trim_end()
-    );
+    eprintln!("[{}] {tag} {f}:{line} {}", std::process::id(), m.trim_end());
 }

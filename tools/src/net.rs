@@ -176,7 +176,9 @@ impl Plugin {
             "(unnamed)".to_string()
         } else {
             // SAFETY: a NUL-terminated static string of the plugin.
-            unsafe { CStr::from_ptr(name_ptr) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(name_ptr) }
+                .to_string_lossy()
+                .into_owned()
         };
         Ok(Self {
             table,
@@ -550,7 +552,16 @@ impl Plugin {
                 )
             },
             Table::V10(t) => unsafe {
-                ((*t).irecv.unwrap_unchecked())(comm.0, nn, dp, sizes.as_mut_ptr(), tp, mp, pp, &mut r)
+                ((*t).irecv.unwrap_unchecked())(
+                    comm.0,
+                    nn,
+                    dp,
+                    sizes.as_mut_ptr(),
+                    tp,
+                    mp,
+                    pp,
+                    &mut r,
+                )
             },
             Table::V9(t) => unsafe {
                 ((*t).irecv.unwrap_unchecked())(comm.0, nn, dp, sizes.as_mut_ptr(), tp, mp, &mut r)

@@ -83,10 +83,26 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
         .iter()
         .zip(rows)
         .filter(|(_, r)| r.lat_p50_us.is_finite() && r.lat_p99_us.is_finite())
-        .map(|(x, r)| (*x, r.lat_p50_us.max(1e-3).log10(), r.lat_p99_us.max(1e-3).log10()))
+        .map(|(x, r)| {
+            (
+                *x,
+                r.lat_p50_us.max(1e-3).log10(),
+                r.lat_p99_us.max(1e-3).log10(),
+            )
+        })
         .collect();
-    let lo = lat.iter().map(|p| p.1).fold(f64::INFINITY, f64::min).min(0.0).floor();
-    let hi = lat.iter().map(|p| p.2).fold(f64::NEG_INFINITY, f64::max).max(lo + 1.0).ceil();
+    let lo = lat
+        .iter()
+        .map(|p| p.1)
+        .fold(f64::INFINITY, f64::min)
+        .min(0.0)
+        .floor();
+    let hi = lat
+        .iter()
+        .map(|p| p.2)
+        .fold(f64::NEG_INFINITY, f64::max)
+        .max(lo + 1.0)
+        .ceil();
     let mut c = ChartBuilder::on(&r)
         .caption("one-way latency", ("sans-serif", 16))
         .margin(10)
@@ -101,14 +117,20 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
         .y_label_formatter(&|v: &f64| format!("{}", 10f64.powf(*v)))
         .draw()
         .map_err(e)?;
-    c.draw_series(LineSeries::new(lat.iter().map(|p| (p.0, p.1)), GREEN.stroke_width(2)))
-        .map_err(e)?
-        .label("p50")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
-    c.draw_series(LineSeries::new(lat.iter().map(|p| (p.0, p.2)), RED.stroke_width(2)))
-        .map_err(e)?
-        .label("p99")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    c.draw_series(LineSeries::new(
+        lat.iter().map(|p| (p.0, p.1)),
+        GREEN.stroke_width(2),
+    ))
+    .map_err(e)?
+    .label("p50")
+    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+    c.draw_series(LineSeries::new(
+        lat.iter().map(|p| (p.0, p.2)),
+        RED.stroke_width(2),
+    ))
+    .map_err(e)?
+    .label("p99")
+    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     c.configure_series_labels()
         .border_style(BLACK)
         .background_style(WHITE)

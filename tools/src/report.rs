@@ -66,7 +66,14 @@ pub fn table(rows: &[Row]) -> String {
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
     t.set_header(vec![
-        "size", "lat p50 µs", "lat p99 µs", "BW GB/s", "Mmsg/s", "iters lat/bw", "win", "check",
+        "size",
+        "lat p50 µs",
+        "lat p99 µs",
+        "BW GB/s",
+        "Mmsg/s",
+        "iters lat/bw",
+        "win",
+        "check",
     ]);
     for r in rows {
         t.add_row(vec![
@@ -166,7 +173,10 @@ mod tests {
     fn table_has_rows_and_units() {
         let t = table(&rows());
         assert!(t.contains("lat p50 µs") && t.contains("BW GB/s"), "{t}");
-        assert!(t.contains("8B") && t.contains("1MiB") && t.contains("1.50") && t.contains("9.500"), "{t}");
+        assert!(
+            t.contains("8B") && t.contains("1MiB") && t.contains("1.50") && t.contains("9.500"),
+            "{t}"
+        );
         assert!(t.contains("1000/1000") && t.contains(" ok"), "{t}");
     }
 
@@ -189,13 +199,19 @@ mod tests {
             lines.next().unwrap(),
             "size,lat_p50_us,lat_p99_us,lat_mean_us,lat_iters,bw_gbps,msg_rate_mps,bw_iters,window,multirecv,check"
         );
-        assert_eq!(lines.next().unwrap(), "8,1.5,3.25,1.75,1000,0.012,1.5,1000,16,1,ok");
+        assert_eq!(
+            lines.next().unwrap(),
+            "8,1.5,3.25,1.75,1000,0.012,1.5,1000,16,1,ok"
+        );
         assert_eq!(lines.count(), 1);
     }
 
     #[test]
     fn header_says_provider() {
         let h = meta().header();
-        assert!(h.contains("provider soft") && h.contains("loopback") && h.contains("100 Gb/s"), "{h}");
+        assert!(
+            h.contains("provider soft") && h.contains("loopback") && h.contains("100 Gb/s"),
+            "{h}"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //!   8-byte ack after the last one; bandwidth = bytes / (first isend → ack), message rate =
 //!   messages / same time.
 //!
-//! Every wait is bounded by the configured timeout, so a dead or stuck peer is an error. With
+//! Polls yield the CPU between attempts. Every wait is bounded by the configured timeout, so a dead or stuck peer is an error. With
 //! `check`, every message carries its own pattern ([`crate::buf`]) and every received byte is
 //! verified (the fill/verify cost is then inside the timings); sizes reported by `test` are
 //! always checked.
@@ -183,7 +183,9 @@ fn spin(deadline: Instant, what: &str) -> Result<(), Error> {
             "timed out waiting for {what} (peer dead or stuck? raise --timeout)"
         )));
     }
-    std::hint::spin_loop();
+    // Yield between polls: on a small host the peer process and the provider's threads need
+    // the CPU this poll would burn.
+    std::thread::yield_now();
     Ok(())
 }
 
@@ -214,7 +216,6 @@ impl<'p> Endpoint<'p> {
             }
             if s.is_none() || r.is_none() {
                 spin(deadline, "connect/accept")?;
-                std::thread::yield_now();
             }
         }
         Ok(Self {
@@ -260,7 +261,13 @@ impl<'p> Endpoint<'p> {
         }
     }
 
-    fn try_recv(&self, a: &Arena, first: usize, n: usize, size: usize) -> Result<Option<Req>, Error> {
+    fn try_recv(
+        &self,
+        a: &Arena,
+        first: usize,
+        n: usize,
+        size: usize,
+    ) -> Result<Option<Req>, Error> {
         let mut specs = [RecvSpec {
             data: core::ptr::null_mut(),
             size: 0,
@@ -481,7 +488,11 @@ fn stream_recv(
 }
 
 /// The responder's side of one step.
-pub fn respond_step(ep: &Endpoint<'_>, st: &Step, ready: impl FnOnce() -> Result<(), Error>) -> Result<Tally, Error> {
+pub fn respond_step(
+    ep: &Endpoint<'_>,
+    st: &Step,
+    ready: impl FnOnce() -> Result<(), Error>,
+) -> Result<Tally, Error> {
     let n = st.multirecv;
     let mut sa = Arena::new(ep, ep.send, 1, st.size)?;
     let ra = Arena::new(ep, ep.recv, st.window * n, st.size)?;
@@ -548,7 +559,10 @@ mod tests {
     fn steps_are_bounded() {
         let c = RunConfig::default();
         let small = c.step(8);
-        assert_eq!((small.lat_iters, small.bw_iters, small.window), (1000, 1000, 16));
+        assert_eq!(
+            (small.lat_iters, small.bw_iters, small.window),
+            (1000, 1000, 16)
+        );
         let big = c.step(256 << 20);
         assert!(big.bw_iters * (256 << 20) <= c.budget.max(3 * (256 << 20)));
         assert_eq!(big.window, 4);

@@ -129,28 +129,38 @@ impl Drop for PeerGuard {
     }
 }
 
+/// Whether ibnet's verbs discovery (the same code the plugin runs, through ibnet-ffi's Rust
+/// API) finds a usable RDMA port under the current `NCCL_IB_*` settings: the count, or why not.
+fn rdma_nic() -> Result<usize, String> {
+    let (cfg, _) = ibnet_ffi::env::Config::from_env();
+    match ibnet_ffi::verbs::device::discover(&cfg) {
+        Ok(v) if !v.is_empty() => Ok(v.len()),
+        Ok(_) => Err("no usable RDMA port".into()),
+        Err(why) => Err(why),
+    }
+}
+
 /// Opens and initialises the plugin; with ibnet and no device, falls back to the soft provider
 /// unless the user chose one. Returns the plugin, its device count and the provider note.
 fn load(path: &std::path::Path) -> Result<(Plugin, i32, Option<String>), Error> {
     let mut p = Plugin::open(path)?;
-    p.init()?;
-    let mut n = p.devices()?;
     let mut note = None;
     if p.is_ibnet() {
-        match std::env::var("IBNET_PROVIDER") {
-            Ok(v) => note = Some(format!("{v} (IBNET_PROVIDER)")),
-            Err(_) if n == 0 => {
-                p.finalize()?;
-                // Single-threaded here (no peer, no progress bar yet); the loopback peer
-                // inherits the variable.
-                std::env::set_var("IBNET_PROVIDER", "soft");
-                p.init()?;
-                n = p.devices()?;
-                note = Some("soft (IBNET_PROVIDER=soft set by ibnet-perf: no RDMA NIC found)".into());
-            }
-            Err(_) => note = Some("auto (verbs)".into()),
-        }
+        note = Some(match std::env::var("IBNET_PROVIDER") {
+            Ok(v) => format!("{v} (IBNET_PROVIDER)"),
+            Err(_) => match rdma_nic() {
+                Ok(n) => format!("auto: verbs ({n} port(s))"),
+                Err(why) => {
+                    // Single-threaded here (no peer, no progress bar yet); the loopback peer
+                    // inherits the variable. Decided before `init`, which reads it.
+                    std::env::set_var("IBNET_PROVIDER", "soft");
+                    format!("soft (IBNET_PROVIDER=soft set by ibnet-perf: no RDMA NIC: {why})")
+                }
+            },
+        });
     }
+    p.init()?;
+    let n = p.devices()?;
     if n <= 0 {
         let hint = if p.is_ibnet() {
             " (ibnet: no RDMA device and the soft provider is unavailable; see `ibnet-info`)"
@@ -164,7 +174,10 @@ fn load(path: &std::path::Path) -> Result<(Plugin, i32, Option<String>), Error> 
 
 fn pick(p: &Plugin, n: i32, dev: i32, multirecv: usize) -> Result<DevProps, Error> {
     if dev < 0 || dev >= n {
-        return Err(Error(format!("--dev {dev}: the plugin has devices 0..{}", n - 1)));
+        return Err(Error(format!(
+            "--dev {dev}: the plugin has devices 0..{}",
+            n - 1
+        )));
     }
     let props = p.properties(dev)?;
     if multirecv > props.max_recvs.max(1) as usize {
@@ -362,7 +375,9 @@ fn driver(a: &Args) -> Result<(), Error> {
                 m => return Err(Error(format!("expected Done, got {m:?}"))),
             }
             if let Some(f) = &t.first {
-                pb.suspend(|| eprintln!("ibnet-perf: {}: {f}", ibnet_tools::fmt_bytes(size as u64)));
+                pb.suspend(|| {
+                    eprintln!("ibnet-perf: {}: {f}", ibnet_tools::fmt_bytes(size as u64))
+                });
             }
             rows.push(sweep::row(&st, lat, secs, t.bad));
             pb.inc(1);
