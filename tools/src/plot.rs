@@ -114,7 +114,14 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
         .x_desc("message size")
         .y_desc("µs (log)")
         .x_label_formatter(&xfmt)
-        .y_label_formatter(&|v: &f64| format!("{}", 10f64.powf(*v)))
+        .y_labels((hi - lo) as usize + 1)
+        .y_label_formatter(&|v: &f64| {
+            if (v - v.round()).abs() < 1e-6 {
+                format!("{}", 10f64.powi(v.round() as i32))
+            } else {
+                String::new()
+            }
+        })
         .draw()
         .map_err(e)?;
     c.draw_series(LineSeries::new(

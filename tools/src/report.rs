@@ -31,6 +31,24 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// A short title (plots).
+    pub fn title(&self) -> String {
+        let prov = self
+            .provider
+            .as_deref()
+            .and_then(|p| p.split_whitespace().next())
+            .map(|p| format!(", provider {p}"))
+            .unwrap_or_default();
+        format!(
+            "ibnet-perf: {} on {}{prov}, {}, window {}, multirecv {}",
+            self.plugin_name,
+            self.device,
+            self.mode.split(" (").next().unwrap_or(""),
+            self.window,
+            self.multirecv
+        )
+    }
+
     /// The one-line header.
     pub fn header(&self) -> String {
         let prov = self

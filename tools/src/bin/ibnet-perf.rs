@@ -403,7 +403,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         println!("{}", report::table(&rows));
     }
     if let Some(png) = &a.png {
-        ibnet_tools::plot::png(png, &meta.header(), &rows)?;
+        ibnet_tools::plot::png(png, &meta.title(), &rows)?;
         eprintln!("ibnet-perf: wrote {}", png.display());
     }
     let bad: usize = rows.iter().filter(|r| r.check.starts_with("FAIL")).count();
