@@ -227,18 +227,18 @@ fn ctx_tc(ctx: *mut c_void) -> i32 {
     if ctx.is_null() {
         return -1;
     }
-    if !LIVE_CTX
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&(ctx as usize))
-    {
+    // Held while reading: `finalize` frees a ctx only after removing it under this lock.
+    let live = LIVE_CTX.lock().unwrap_or_else(|e| e.into_inner());
+    if !live.contains(&(ctx as usize)) {
         return -1;
     }
     let c = ctx as *const NetCtx;
-    // SAFETY: a live ctx (checked above) is a NetCtx we allocated.
-    if unsafe { (*c).tag } == CTX_TAG {
-        // SAFETY: as above.
-        unsafe { (*c).traffic_class }
+    // SAFETY: a live ctx (checked above, lock still held, so not freed meanwhile) is a NetCtx
+    // we allocated.
+    let (tag, tc) = unsafe { ((*c).tag, (*c).traffic_class) };
+    drop(live);
+    if tag == CTX_TAG {
+        tc
     } else {
         -1
     }
@@ -282,15 +282,33 @@ fn random_u64() -> u64 {
     v | 1
 }
 
+/// The error of a handshake stalled past its deadline, naming the state it stalled in (the
+/// one WARN is `entry`'s).
 fn stalled(deadline: Instant, state: &'static str) -> Result<(), Error> {
     if Instant::now() > deadline {
-        warn!("handshake timed out in state {state} (IBNET_HANDSHAKE_TIMEOUT)");
         return Err(Error::Provider {
-            call: "bootstrap handshake (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+            call: timeout_call(state),
             errno: libc::ETIMEDOUT,
         });
     }
     Ok(())
+}
+
+/// `Error::Provider::call` for a timeout in `state` (a static string per handshake state).
+fn timeout_call(state: &str) -> &'static str {
+    match state {
+        "TcpConnect" => "bootstrap handshake timed out in state TcpConnect (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "SendInfo" => "bootstrap handshake timed out in state SendInfo (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvInfo" => "bootstrap handshake timed out in state RecvInfo (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Connect" => "bootstrap handshake timed out in state Connect (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "SendReady" => "bootstrap handshake timed out in state SendReady (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvHello" => "bootstrap handshake timed out in state RecvHello (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Setup" => "bootstrap handshake timed out in state Setup (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvReady" => "bootstrap handshake timed out in state RecvReady (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Done" => "bootstrap handshake timed out in state Done (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Failed" => "bootstrap handshake timed out in state Failed (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        _ => "bootstrap handshake timed out (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+    }
 }
 
 /// What `listen` returns (NCCL holds its [`crate::handles`] token).
@@ -1130,6 +1148,23 @@ pub fn set_net_attr(
 #[cfg(test)]
 mod lifecycle_tests {
     use super::*;
+
+    /// A stalled handshake is one error naming its state (the caller's WARN is the only one).
+    #[test]
+    fn handshake_timeout_names_the_state() {
+        let past = Instant::now() - Duration::from_secs(1);
+        let e = stalled(past, "RecvReady").unwrap_err();
+        assert!(matches!(
+            e,
+            Error::Provider {
+                errno: libc::ETIMEDOUT,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("in state RecvReady"), "{e}");
+        let future = Instant::now() + Duration::from_secs(60);
+        assert!(stalled(future, "RecvReady").is_ok());
+    }
 
     /// v11: every `init` context is live until its `finalize`, which releases the plugin
     /// reference it took; the last one tears the plugin down; finalize is idempotent.
