@@ -316,6 +316,7 @@ pub struct ListenComm {
     /// Set when a panic was caught in a call on this comm.
     poisoned: AtomicBool,
     dev: Dev,
+    dev_index: u8,
     cache: Arc<MrCacheT>,
     plugin: Arc<Plugin>,
     listener: TcpListener,
@@ -364,6 +365,7 @@ pub fn listen(
         let lc = Box::new(ListenComm {
             poisoned: AtomicBool::new(false),
             dev: d,
+            dev_index: dev as u8,
             cache: dev_cache(&p, dev)?,
             plugin: p,
             listener: l,
@@ -392,6 +394,8 @@ pub struct CommBox<C> {
     /// Set when a panic was caught in a call on this comm; later calls fail.
     poisoned: AtomicBool,
     dev: Dev,
+    /// The plugin device index (low 8 bits), carried by this device's mhandles.
+    dev_index: u8,
     cache: Arc<MrCacheT>,
     comm: UnsafeCell<C>,
 }
@@ -402,10 +406,11 @@ pub type SendCommBox = CommBox<AnySend>;
 pub type RecvCommBox = CommBox<AnyRecv>;
 
 impl<C> CommBox<C> {
-    fn new(dev: Dev, cache: Arc<MrCacheT>, comm: C) -> Box<Self> {
+    fn new(dev: Dev, dev_index: u8, cache: Arc<MrCacheT>, comm: C) -> Box<Self> {
         Box::new(Self {
             poisoned: AtomicBool::new(false),
             dev,
+            dev_index,
             cache,
             comm: UnsafeCell::new(comm),
         })
@@ -477,12 +482,24 @@ fn publish_comm<C>(
     }
 }
 
-fn new_send_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnySend) -> Result<*mut c_void, Error> {
-    publish_comm(Kind::Send, CommBox::new(dev, cache, comm), AnySend::close)
+fn new_send_box(
+    dev: Dev,
+    dev_index: u8,
+    cache: Arc<MrCacheT>,
+    comm: AnySend,
+) -> Result<*mut c_void, Error> {
+    let b = CommBox::new(dev, dev_index, cache, comm);
+    publish_comm(Kind::Send, b, AnySend::close)
 }
 
-fn new_recv_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnyRecv) -> Result<*mut c_void, Error> {
-    publish_comm(Kind::Recv, CommBox::new(dev, cache, comm), AnyRecv::close)
+fn new_recv_box(
+    dev: Dev,
+    dev_index: u8,
+    cache: Arc<MrCacheT>,
+    comm: AnyRecv,
+) -> Result<*mut c_void, Error> {
+    let b = CommBox::new(dev, dev_index, cache, comm);
+    publish_comm(Kind::Recv, b, AnyRecv::close)
 }
 
 /// One step of a connect; `Ok(Some(comm))` when done.
@@ -586,7 +603,7 @@ pub fn connect(
         hb[TOKEN_OFF..TOKEN_OFF + 8].fill(0);
         match connect_step(&mut c, &d, cfg)? {
             Some(send) => {
-                *out = new_send_box(d, dev_cache(&p, dev)?, *send)?;
+                *out = new_send_box(d, dev as u8, dev_cache(&p, dev)?, *send)?;
             }
             None => {
                 let mut reg = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -663,7 +680,9 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
             state: "no pending connection",
         })?;
         match accept_step(lc, &mut a)? {
-            Some(recv) => *out = new_recv_box(lc.dev.clone(), lc.cache.clone(), *recv)?,
+            Some(recv) => {
+                *out = new_recv_box(lc.dev.clone(), lc.dev_index, lc.cache.clone(), *recv)?
+            }
             None => lc.pending = Some(a),
         }
         Ok(())
@@ -746,21 +765,28 @@ fn poison(token: *mut c_void) {
 }
 
 /// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (slot index below
-/// 2^12, generation) under a marker, so a registration hit allocates nothing. A value without
-/// the marker, or whose entry is gone (stale), is rejected.
+/// 2^12, generation) and the plugin device index (low 8 bits) under a marker, so a
+/// registration hit allocates nothing:
+/// ```text
+///  [63..52] MH_MARK  [51..44] device index  [43..12] generation  [11..0] cache slot
+/// ```
+/// A value without the marker, of another device (NCCL passed a handle registered on another
+/// device's comm), or whose entry is gone (stale) is rejected.
 const MH_MARK: u64 = 0x1b3;
 const MH_MARK_SHIFT: u32 = 52;
 const MH_IDX_BITS: u32 = 12;
+const MH_DEV_SHIFT: u32 = 44;
 const _: () = assert!(plugin::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
-const _: () = assert!(MH_IDX_BITS + 32 <= MH_MARK_SHIFT);
+const _: () = assert!(MH_IDX_BITS + 32 <= MH_DEV_SHIFT && MH_DEV_SHIFT + 8 <= MH_MARK_SHIFT);
 
-fn mh_encode(h: MrHandle) -> *mut c_void {
+fn mh_encode(h: MrHandle, dev_index: u8) -> *mut c_void {
     let b = h.to_bits();
     let (gen, idx) = (b >> 32, b & 0xffff_ffff);
-    ((MH_MARK << MH_MARK_SHIFT) | (gen << MH_IDX_BITS) | idx) as usize as *mut c_void
+    ((MH_MARK << MH_MARK_SHIFT) | ((dev_index as u64) << MH_DEV_SHIFT) | (gen << MH_IDX_BITS) | idx)
+        as usize as *mut c_void
 }
 
-fn mh_decode(m: *mut c_void) -> Result<MrHandle, Error> {
+fn mh_decode(m: *mut c_void, dev_index: u8) -> Result<MrHandle, Error> {
     let v = m as usize as u64;
     if m.is_null() {
         return Err(missing("mhandle"));
@@ -771,14 +797,20 @@ fn mh_decode(m: *mut c_void) -> Result<MrHandle, Error> {
             state: "not an ibnet registration",
         });
     }
+    if (v >> MH_DEV_SHIFT) & 0xff != dev_index as u64 {
+        return Err(Error::BadState {
+            op: "memory handle",
+            state: "registered on another device than this comm's",
+        });
+    }
     let idx = v & ((1 << MH_IDX_BITS) - 1);
     let gen = (v >> MH_IDX_BITS) & 0xffff_ffff;
     Ok(MrHandle::from_bits((gen << 32) | idx))
 }
 
 /// The registration of `mhandle` in the comm's device cache (lock-free, no allocation).
-fn mr_get(cache: &MrCacheT, m: *mut c_void) -> Result<MrInfo, Error> {
-    let h = mh_decode(m)?;
+fn mr_get(cache: &MrCacheT, dev_index: u8, m: *mut c_void) -> Result<MrInfo, Error> {
+    let h = mh_decode(m, dev_index)?;
     let v = cache.get(h).ok_or(Error::BadState {
         op: "memory handle",
         state: "not a live ibnet registration of this device (stale or deregistered)",
@@ -815,15 +847,15 @@ fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
 
 /// The device and registration cache of a comm: shared fields only (the proxy service
 /// thread calls `regMr`/`deregMr` while the progress thread runs the comm's data path).
-fn comm_dev(c: *mut c_void) -> Result<(&'static Dev, &'static MrCacheT), Error> {
+fn comm_dev(c: *mut c_void) -> Result<(&'static Dev, u8, &'static MrCacheT), Error> {
     Ok(match comm_ref(c, "comm")? {
         CommRef::Send(s) => {
             s.check_live("regMr/deregMr")?;
-            (&s.dev, &*s.cache)
+            (&s.dev, s.dev_index, &*s.cache)
         }
         CommRef::Recv(r) => {
             r.check_live("regMr/deregMr")?;
-            (&r.dev, &*r.cache)
+            (&r.dev, r.dev_index, &*r.cache)
         }
     })
 }
@@ -841,7 +873,7 @@ pub fn reg_mr(
     entry_on("regMr", comm, || {
         let out = out_ptr(mhandle, "mhandle")?;
         *out = core::ptr::null_mut();
-        let (d, cache) = comm_dev(comm)?;
+        let (d, dev_index, cache) = comm_dev(comm)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
@@ -861,7 +893,7 @@ pub fn reg_mr(
                 len,
             })
         })?;
-        *out = mh_encode(r.handle);
+        *out = mh_encode(r.handle, dev_index);
         Ok(())
     })
 }
@@ -878,8 +910,8 @@ fn page_size() -> u64 {
 /// `deregMr`: drops one reference; the last one deregisters.
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
     entry_on("deregMr", comm, || {
-        let (_, cache) = comm_dev(comm)?;
-        let h = mh_decode(mhandle)?;
+        let (_, dev_index, cache) = comm_dev(comm)?;
+        let h = mh_decode(mhandle, dev_index)?;
         cache.release(h, |v| {
             // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
             // calls this closure once, for the last reference, so it is reclaimed once.
@@ -903,7 +935,7 @@ pub fn isend(
         *out = core::ptr::null_mut();
         let s = send_comm(comm)?;
         s.check_live("isend")?;
-        let m = mr_get(&s.cache, mhandle)?;
+        let m = mr_get(&s.cache, s.dev_index, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
@@ -928,6 +960,7 @@ pub enum Sizes {
 
 fn gather(
     cache: &MrCacheT,
+    dev_index: u8,
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
@@ -971,7 +1004,7 @@ fn gather(
         } else {
             unsafe { *tags.add(i) }
         };
-        let m = mr_get(cache, mh)?;
+        let m = mr_get(cache, dev_index, mh)?;
         if d.is_null() && size > 0 {
             return Err(missing("data[i]"));
         }
@@ -1005,7 +1038,7 @@ pub fn irecv(
         if tags.is_null() {
             return Err(missing("tags"));
         }
-        let (bufs, n) = gather(&r.cache, n, data, sizes, tags, mhandles)?;
+        let (bufs, n) = gather(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         if let Some(id) = unsafe { r.comm_mut() }.irecv(&bufs[..n])? {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
@@ -1030,6 +1063,7 @@ pub fn iflush(
         r.check_live("iflush")?;
         let (bufs, n) = gather(
             &r.cache,
+            r.dev_index,
             n,
             data,
             Sizes::Int(sizes),
@@ -1208,7 +1242,7 @@ mod token_tests {
         let d = Dev::Soft(sp.clone());
         let cfg = CommConfig::from_params(&Params::default(), LinkLayer::Ethernet, None, false);
         let s = d.new_send(cfg).unwrap();
-        let tok = new_send_box(d, Arc::new(MrCacheT::new()), s).unwrap();
+        let tok = new_send_box(d, 0, Arc::new(MrCacheT::new()), s).unwrap();
         Some((sp, tok))
     }
 
@@ -1256,6 +1290,28 @@ mod token_tests {
         );
         assert_eq!(done, 0);
         sp.shutdown();
+    }
+
+    /// An mhandle carries its device: one from device 0 used on device 1's comm is an error.
+    #[test]
+    fn mhandles_are_tied_to_their_device() {
+        let h = MrHandle::from_bits((5u64 << 32) | 17);
+        let m0 = mh_encode(h, 0);
+        let m1 = mh_encode(h, 1);
+        assert_ne!(m0, m1);
+        assert_eq!(mh_decode(m0, 0).unwrap(), h);
+        assert_eq!(mh_decode(m1, 1).unwrap(), h);
+        assert!(matches!(
+            mh_decode(m0, 1),
+            Err(Error::BadState {
+                state: "registered on another device than this comm's",
+                ..
+            })
+        ));
+        assert!(mh_decode(mh_encode(h, 255), 255).is_ok());
+        assert!(mh_decode(0x1234 as *mut c_void, 0).is_err(), "no marker");
+        let cache = MrCacheT::new();
+        assert!(mr_get(&cache, 1, m0).is_err());
     }
 
     #[test]
