@@ -299,11 +299,11 @@ impl Provider for VerbsPort {
         let sp = sges.as_mut_ptr() as *mut ibv_sge;
         let n = wrs.len();
         for (i, w) in wrs.iter().enumerate() {
-            sges[i].write(ibv_sge {
+            let sge = ibv_sge {
                 addr: w.sge.addr,
                 length: w.sge.len,
                 lkey: w.sge.lkey,
-            });
+            };
             // SAFETY: all-zero is a valid ibv_send_wr (NULL pointers, zero flags, union zero).
             let mut r: ibv_send_wr = unsafe { core::mem::zeroed() };
             r.wr_id = w.wr_id;
@@ -318,7 +318,9 @@ impl Provider for VerbsPort {
             r.imm_data = w.imm.to_be();
             r.wr.remote_addr = w.remote_addr;
             r.wr.rkey = w.rkey;
-            // SAFETY: `i < n <= MAX_CHAIN`; the pointers stay valid for the post call below.
+            // SAFETY: `i < n <= MAX_CHAIN`: in bounds of both arrays. Every write goes through
+            // `base`/`sp` (never the arrays again), so the pointers stored in the chain stay
+            // valid for the post call below.
             unsafe {
                 r.sg_list = sp.add(i);
                 r.next = if i + 1 < n {
@@ -326,8 +328,9 @@ impl Provider for VerbsPort {
                 } else {
                     core::ptr::null_mut()
                 };
+                sp.add(i).write(sge);
+                base.add(i).write(r);
             }
-            raw[i].write(r);
         }
         let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
         // SAFETY: the QP is live; its context's ops table is the provider's; the chain and SGEs
