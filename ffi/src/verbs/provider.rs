@@ -6,10 +6,11 @@
 //!   WR chains are built on the stack, so the hot path does not allocate.
 //! * `reg_mr` uses `ibv_reg_mr_iova2` with relaxed ordering when enabled, retrying without it on
 //!   EINVAL (old drivers); DMA-BUF registrations honour the offset and never keep the fd.
-//! * A fatal async event on the device makes every later poll fail (the comm is poisoned).
+//! * A device-fatal async event makes every later poll on the device fail; a QP or CQ error
+//!   only the polls of the comm owning it (see [`super::events`]).
 
 use core::mem::MaybeUninit;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ibnet_core::fifo::FifoRing;
@@ -29,8 +30,9 @@ pub struct VerbsPort {
     pub relaxed_ordering: bool,
 }
 
-/// A completion queue.
-pub struct VCq(*mut ibv_cq);
+/// A completion queue and its comm's async-error flag (set by the device's event thread for a
+/// CQ error or an error of a QP completing on it).
+pub struct VCq(*mut ibv_cq, Arc<AtomicBool>);
 /// A queue pair and its access rights.
 pub struct VQp {
     raw: *mut ibv_qp,
@@ -169,7 +171,8 @@ impl Provider for VerbsPort {
         if cq.is_null() {
             return Err(fail("ibv_create_cq", last_errno()));
         }
-        Ok(VCq(cq))
+        let flag = self.dev.ctx.events.add_cq(cq as usize);
+        Ok(VCq(cq, flag))
     }
 
     fn create_qp(&self, cq: &VCq, attr: &QpAttr) -> Result<VQp> {
@@ -193,6 +196,7 @@ impl Provider for VerbsPort {
         if qp.is_null() {
             return Err(fail("ibv_create_qp", last_errno()));
         }
+        self.dev.ctx.events.add_qp(qp as usize, cq.0 as usize);
         Ok(VQp {
             raw: qp,
             access: attr.access,
@@ -373,7 +377,11 @@ impl Provider for VerbsPort {
     fn poll_cq(&self, cq: &mut VCq, out: &mut [Completion]) -> Result<usize> {
         // Acquire pairs with the Release increment in the device's async-event thread.
         if self.dev.ctx.events.fatal.load(Ordering::Acquire) != 0 {
-            return Err(fail("async event (fatal device/QP/CQ error)", libc::EIO));
+            return Err(fail("async event (fatal device error)", libc::EIO));
+        }
+        // Acquire pairs with the Release store in `Events::handle` (QP/CQ error of this comm).
+        if cq.1.load(Ordering::Acquire) {
+            return Err(fail("async event (QP/CQ error on this comm)", libc::EIO));
         }
         // Written by the provider; only the first `rc` entries are read.
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; POLL_BATCH];
@@ -488,6 +496,7 @@ impl Provider for VerbsPort {
     }
 
     fn destroy_qp(&self, qp: VQp) -> Result<()> {
+        self.dev.ctx.events.remove_qp(qp.raw as usize);
         // SAFETY: a live QP, destroyed once (consumed).
         let rc = unsafe { (self.v().destroy_qp)(qp.raw) };
         if rc != 0 {
@@ -497,6 +506,7 @@ impl Provider for VerbsPort {
     }
 
     fn destroy_cq(&self, cq: VCq) -> Result<()> {
+        self.dev.ctx.events.remove_cq(cq.0 as usize);
         // SAFETY: a live CQ, destroyed once (consumed), after its QPs.
         let rc = unsafe { (self.v().destroy_cq)(cq.0) };
         if rc != 0 {
