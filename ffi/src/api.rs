@@ -39,7 +39,7 @@
 //! stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either drops the half-built comm.
 
 // These functions are the C entry points' bodies: every pointer comes from NCCL under the plugin
-// contract and is NULL-checked (and tag-checked for our own objects) before use.
+// contract and is NULL-checked (comms and requests are looked up as tokens) before use.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::{c_int, c_void};
@@ -156,7 +156,7 @@ fn dev_cache(p: &Plugin, dev: c_int) -> Result<Arc<MrCacheT>, Error> {
 // init / devices / properties / finalize
 
 /// Per-`init` context (v11): the communicator's traffic class.
-#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
+#[repr(C)]
 pub struct NetCtx {
     tag: u64,
     /// `ncclNetCommConfig_t::trafficClass` (-1: undefined).
