@@ -7,6 +7,17 @@
 # RXE_GID (the RoCE v2 IPv4 GID index), RXE_IP, NETDEV=dummy0, IBNET_PROVIDER=verbs,
 # NCCL_SOCKET_IFNAME=dummy0, and $BIN / $LIB / $SHARE (the staged executables, the plugin .so).
 # Keep it lean: under TCG a process start costs seconds and rxe moves tens of MB/s.
+SO=$LIB/libnccl-net-ibnet.so
+
+# logged NAME PATTERN... — passes when the case's saved output (/tmp/NAME.log) has every
+# PATTERN (grep -E), printing each one that is missing.
+logged() {
+  local f=/tmp/$1.log p rc=0
+  shift
+  for p in "$@"; do grep -qE -- "$p" "$f" || { echo "expected in the output: $p"; rc=1; }; done
+  return $rc
+}
+export -f logged
 
 # ---- the VM's verbs stack itself, independent of ibnet (proves the harness)
 t verbs-probe 60 "$BIN/verbs-probe $RXE_DEV $RXE_GID"
@@ -14,10 +25,29 @@ pair rc-pingpong 90 \
   "ibv_rc_pingpong -d $RXE_DEV -g $RXE_GID -n 50 -s 65536 -c" \
   "ibv_rc_pingpong -d $RXE_DEV -g $RXE_GID -n 50 -s 65536 -c $RXE_IP" 18515
 
+# ---- the plugin through the C ABI test (ffi/tests/c/abi_test.c: dlopen like NCCL, v11 + v8
+# tables, bad input, a forked two-process data test verified byte for byte, a send larger than
+# the posted receive, finalize, dlclose and a second load cycle). Its second argument is the
+# number of devices the plugin must report.
+# Default discovery: rxe0 port 1, RoCE, and GID auto-selection (NCCL_IB_GID_INDEX unset) picks
+# index 1, the RoCE v2 IPv4-mapped GID.
+abi="ABI_TEST_VERBOSE=1 $BIN/abi_test $SO"
+t abi-default 240 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default \
+  'rxe0:1 using GID index 1: ::ffff:$RXE_IP \(RoCE v2\)' 'Using .*rxe0:1/RoCE'"
+t abi-qps4-split 240 "NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1 $abi 1"
+t abi-ar-inline 240 "NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=1024 NCCL_IB_USE_INLINE=1 $abi 1"
+t abi-no-ro 240 "NCCL_IB_PCI_RELAXED_ORDERING=0 $abi 1 2>&1 | tee /tmp/abi-no-ro.log && \
+  ! grep -q '\[RO\]' /tmp/abi-no-ro.log"
+# NCCL_IB_HCA include / exact / exclude (0 devices: the data test is skipped, so these are quick)
+t hca-include 60 "NCCL_IB_HCA=rxe $abi 1"
+t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $abi 1"
+t hca-exclude 60 "NCCL_IB_HCA=^rxe0 $abi 0"
+t hca-other 60 "NCCL_IB_HCA=mlx5_0 $abi 0"
+
 # ---- Rust test binaries staged from `cargo test --no-run` (see vm-test.sh): each runs whole,
 # single-threaded; IBNET_TEST_REQUIRE_VERBS=1 tells verbs tests to fail, not skip, without a device.
 for f in "$SHARE"/rust/*; do
   [ -x "$f" ] || continue
   t "rust:${f##*/}" "$IBNET_RXE_CASE_TIMEOUT" \
-    "IBNET_TEST_REQUIRE_VERBS=1 IBNET_PLUGIN=$LIB/libnccl-net-ibnet.so $f --test-threads=1"
+    "IBNET_TEST_REQUIRE_VERBS=1 IBNET_PLUGIN=$SO $f --test-threads=1"
 done

@@ -49,7 +49,7 @@ t() {
   missing "$cmd" "$name" && return 0
   echo "RXE-CASE-BEGIN $name"; echo "+ $cmd"
   t0=$(ts)
-  timeout -k 5 "$to" bash -c "$cmd" </dev/null 2>&1; rc=$?
+  timeout -k 5 "$to" bash -o pipefail -c "$cmd" </dev/null 2>&1; rc=$?
   [ $rc = 124 ] && echo "(timed out after ${to}s)"
   record "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(elapsed "$t0")" "$([ $rc = 0 ] || echo "rc=$rc")"
 }
@@ -63,7 +63,7 @@ pair() {
   missing "$srv" "$name" && return 0
   echo "RXE-CASE-BEGIN $name"; echo "+ server: $srv"; echo "+ client: $cli"
   t0=$(ts)
-  timeout -k 5 "$to" bash -c "$srv" </dev/null >/tmp/server.log 2>&1 & spid=$!
+  timeout -k 5 "$to" bash -o pipefail -c "$srv" </dev/null >/tmp/server.log 2>&1 & spid=$!
   if [ -n "$port" ]; then
     for i in $(seq 100); do
       ss -Hltn "sport = :$port" | grep -q . && break
@@ -73,7 +73,7 @@ pair() {
   else
     sleep 2
   fi
-  timeout -k 5 "$to" bash -c "$cli" </dev/null 2>&1; crc=$?
+  timeout -k 5 "$to" bash -o pipefail -c "$cli" </dev/null 2>&1; crc=$?
   wait $spid; src=$?
   echo "--- server (rc=$src):"; cat /tmp/server.log; echo "--- client rc=$crc"
   [ $crc = 124 ] || [ $src = 124 ] && echo "(timed out after ${to}s)"

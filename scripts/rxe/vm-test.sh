@@ -13,14 +13,18 @@
 # Environment: IBNET_RXE_CACHE (image + logs, default ~/.cache/ibnet-rxe-vm), IBNET_RXE_TIMEOUT
 # (whole VM run, s, default 600), IBNET_RXE_CASE_TIMEOUT (default per-case timeout, s, 120),
 # IBNET_RXE_ONLY (case regex), IBNET_RXE_BUILD=0 (stage what target/ holds, build nothing),
-# IBNET_RXE_RUST_TESTS (regex on cargo test target names to stage, default ^verbs),
-# IBNET_RXE_EXTRA (more files for bin/), IBNET_RXE_MEM / IBNET_RXE_SMP (2G / 2).
+# IBNET_RXE_PROFILE (cargo profile of the .so and tools, default release), IBNET_RXE_TEST_PKGS
+# (crates whose test executables are staged, default ibnet-ffi), IBNET_RXE_RUST_TESTS (regex on
+# their test target names, default ^verbs),
+# IBNET_RXE_EXTRA (more files for bin/), IBNET_RXE_CASES (another case list instead of cases.sh),
+# IBNET_RXE_MEM / IBNET_RXE_SMP (2G / 2).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 CACHE=${IBNET_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ibnet-rxe-vm}
 TIMEOUT=${IBNET_RXE_TIMEOUT:-600}
 target=${CARGO_TARGET_DIR:-$repo/target}
+trap 'echo "rxe: FAILED at vm-test.sh line $LINENO: $BASH_COMMAND" >&2' ERR
 step() { printf '\n---- rxe: %s (%s)\n' "$*" "$(date +%T)"; }
 t_start=$SECONDS
 
@@ -47,29 +51,37 @@ share=$(mktemp -d "$CACHE/share.XXXXXX")
 trap 'rm -rf "$share"' EXIT
 mkdir -p "$share/bin" "$share/lib" "$share/rust"
 install -m755 "$here/guest.sh" "$share/run.sh"
-install -m644 "$here/cases.sh" "$share/cases.sh"
+install -m644 "${IBNET_RXE_CASES:-$here/cases.sh}" "$share/cases.sh"
 printf 'IBNET_RXE_ONLY=%q\nIBNET_RXE_CASE_TIMEOUT=%q\n' \
   "${IBNET_RXE_ONLY:-}" "${IBNET_RXE_CASE_TIMEOUT:-120}" >"$share/config"
 gcc -O2 -Wall -Wextra -Werror -o "$share/bin/verbs-probe" "$here/verbs-probe.c" -libverbs
 
-has_pkg() { cargo metadata --no-deps --format-version 1 --manifest-path "$repo/Cargo.toml" |
-  grep -q "\"name\":\"$1\""; }
-if [ "${IBNET_RXE_BUILD:-1}" != 0 ] && command -v cargo >/dev/null && has_pkg ibnet-ffi; then
-  (cd "$repo" && cargo build -p ibnet-ffi)
-  # Test executables of ibnet-ffi whose target name matches IBNET_RXE_RUST_TESTS.
-  (cd "$repo" && cargo test -p ibnet-ffi --no-run --message-format=json) |
-    sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2/p' |
-    while read -r name exe; do
-      [[ $name =~ ${IBNET_RXE_RUST_TESTS:-^verbs} ]] && install -m755 "$exe" "$share/rust/$name"
-    done
+profile=${IBNET_RXE_PROFILE:-release}
+pkgs=$(cargo metadata --no-deps --format-version 1 --manifest-path "$repo/Cargo.toml" 2>/dev/null |
+       grep -o '"name":"ibnet-[a-z-]*","version"' | cut -d'"' -f4 || true)
+has_pkg() { grep -qx "$1" <<<"$pkgs"; }
+if [ "${IBNET_RXE_BUILD:-1}" != 0 ]; then
+  pflag=(); [ "$profile" = release ] && pflag=(--release)
+  has_pkg ibnet-ffi && (cd "$repo" && cargo build -q -p ibnet-ffi "${pflag[@]}")
+  has_pkg ibnet-tools && (cd "$repo" && cargo build -q -p ibnet-tools --bins "${pflag[@]}")
+  # Test executables (debug, as `cargo test` builds them) whose target name matches the regex.
+  for p in ${IBNET_RXE_TEST_PKGS:-ibnet-ffi}; do
+    has_pkg "$p" || continue
+    (cd "$repo" && cargo test -q -p "$p" --no-run --message-format=json) |
+      sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2/p' |
+      while read -r name exe; do
+        if [[ $name =~ ${IBNET_RXE_RUST_TESTS:-^verbs} ]]; then install -m755 "$exe" "$share/rust/$name"; fi
+      done
+  done
 fi
-if has_pkg ibnet-tools 2>/dev/null && [ "${IBNET_RXE_BUILD:-1}" != 0 ]; then
-  (cd "$repo" && cargo build -p ibnet-tools --bins)
+# The plugin under the name NCCL loads, and the C ABI test that dlopens it like NCCL does.
+so=$target/$profile/libnccl_net_ibnet.so
+if [ -f "$so" ]; then install -m755 "$so" "$share/lib/libnccl-net-ibnet.so"; fi
+if [ -f "$repo/ffi/tests/c/abi_test.c" ]; then
+  cc -O2 -Wall -Wextra -o "$share/bin/abi_test" "$repo/ffi/tests/c/abi_test.c" -ldl
 fi
-so=$target/debug/libnccl_net_ibnet.so
-[ -f "$so" ] && install -m755 "$so" "$share/lib/libnccl-net-ibnet.so"
-for f in "$target"/debug/ibnet-info "$target"/debug/ibnet-perf ${IBNET_RXE_EXTRA:-}; do
-  [ -f "$f" ] && install -m755 "$f" "$share/bin/"
+for f in "$target/$profile/ibnet-info" "$target/$profile/ibnet-perf" ${IBNET_RXE_EXTRA:-}; do
+  if [ -f "$f" ]; then install -m755 "$f" "$share/bin/"; fi
 done
 echo "staged: $(cd "$share" && find bin lib rust -type f | sort | tr '\n' ' ')"
 t_stage=$((SECONDS - t0))
@@ -85,7 +97,7 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
   -append "console=ttyS0 root=/dev/vda ro init=/ibnet-init panic=-1 quiet loglevel=4 fsck.mode=skip" \
   -drive "file=$img/rootfs.img,format=raw,if=virtio,readonly=on" \
   -virtfs "local,path=$share,mount_tag=hostshare,security_model=none,readonly=on" \
-  </dev/null 2>&1 | tr -d '\r' | tee "$log" | grep --line-buffered -E '^RXE-(CASE-END|GUEST)'
+  </dev/null 2>&1 | tr -d '\r' | tee "$log" | grep --line-buffered -aoE 'RXE-(CASE-END|GUEST).*'
 qrc=${PIPESTATUS[0]}
 set -e
 t_vm=$((SECONDS - t0))
@@ -104,4 +116,4 @@ if [ -z "$summary" ]; then
 fi
 echo "timings: image ${t_image}s, stage ${t_stage}s, vm ${t_vm}s, total $((SECONDS - t_start))s (console: $log)"
 echo "${summary:-RXE-TEST-SUMMARY: VM did not finish}"
-[ -n "$summary" ] && [[ $summary == *" 0 failed,"* ]]
+if [ -z "$summary" ] || [[ $summary != *" 0 failed,"* ]]; then exit 1; fi
