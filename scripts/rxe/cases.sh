@@ -29,20 +29,29 @@ pair rc-pingpong 90 \
 # tables, bad input, a forked two-process data test verified byte for byte, a send larger than
 # the posted receive, finalize, dlclose and a second load cycle). Its second argument is the
 # number of devices the plugin must report.
-# Default discovery: rxe0 port 1, RoCE, and GID auto-selection (NCCL_IB_GID_INDEX unset) picks
-# index 1, the RoCE v2 IPv4-mapped GID.
+# Default discovery: rxe0 port 1, RoCE, GID auto-selection (NCCL_IB_GID_INDEX unset) picks
+# index 1, the RoCE v2 IPv4-mapped GID; ptrSupport is HOST only (0x1), as rxe answers the
+# ibv_reg_dmabuf_mr(fd=-1) probe with EOPNOTSUPP (verbs-probe prints the raw answer).
 abi="ABI_TEST_VERBOSE=1 $BIN/abi_test $SO"
 t abi-default 240 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default \
-  'rxe0:1 using GID index 1: ::ffff:$RXE_IP \(RoCE v2\)' 'Using .*rxe0:1/RoCE'"
+  'rxe0:1 using GID index 1: ::ffff:$RXE_IP \(RoCE v2\)' 'Using .*rxe0:1/RoCE' \
+  'dev 0: rxe0 speed [0-9]+ Mbps port 1 .*ptr 0x1\$'"
 t abi-qps4-split 240 "NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1 $abi 1"
 t abi-ar-inline 240 "NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=1024 NCCL_IB_USE_INLINE=1 $abi 1"
 t abi-no-ro 240 "NCCL_IB_PCI_RELAXED_ORDERING=0 $abi 1 2>&1 | tee /tmp/abi-no-ro.log && \
   ! grep -q '\[RO\]' /tmp/abi-no-ro.log"
-# NCCL_IB_HCA include / exact / exclude (0 devices: the data test is skipped, so these are quick)
-t hca-include 60 "NCCL_IB_HCA=rxe $abi 1"
-t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $abi 1"
-t hca-exclude 60 "NCCL_IB_HCA=^rxe0 $abi 0"
-t hca-other 60 "NCCL_IB_HCA=mlx5_0 $abi 0"
+# NCCL_IB_HCA include / exact / exclude / no match (plugin-faults: init + devices only)
+faults="$BIN/plugin-faults $SO"
+t hca-include 60 "NCCL_IB_HCA=rxe $faults devices 1"
+t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $faults devices 1"
+t hca-exclude 60 "NCCL_IB_HCA=^rxe0 $faults devices 0"
+t hca-other 60 "NCCL_IB_HCA=mlx5_0 $faults devices 0"
+
+# ---- lifecycle and failure paths (scripts/rxe/plugin-faults.c)
+t lifecycle 120 "$faults lifecycle"
+# A short retry timeout (67 ms x 3 retries) so the dead peer is detected quickly.
+t peer-death 180 "FAULTS_GID=::ffff:$RXE_IP NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 $faults peer-death"
+t iflush 120 "$faults flush"
 
 # ---- Rust test binaries staged from `cargo test --no-run` (see vm-test.sh): each runs whole,
 # single-threaded; IBNET_TEST_REQUIRE_VERBS=1 tells verbs tests to fail, not skip, without a device.

@@ -80,6 +80,11 @@ if [ -f "$so" ]; then install -m755 "$so" "$share/lib/libnccl-net-ibnet.so"; fi
 if [ -f "$repo/ffi/tests/c/abi_test.c" ]; then
   cc -O2 -Wall -Wextra -o "$share/bin/abi_test" "$repo/ffi/tests/c/abi_test.c" -ldl
 fi
+# Our own fault/lifecycle program (plugin-faults.c) needs the plugin's C header.
+if [ -f "$repo/include/ibnet.h" ]; then
+  cc -O2 -Wall -Wextra -Werror -I"$repo/include" -o "$share/bin/plugin-faults" \
+    "$here/plugin-faults.c" -ldl
+fi
 for f in "$target/$profile/ibnet-info" "$target/$profile/ibnet-perf" ${IBNET_RXE_EXTRA:-}; do
   if [ -f "$f" ]; then install -m755 "$f" "$share/bin/"; fi
 done
@@ -97,7 +102,7 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
   -append "console=ttyS0 root=/dev/vda ro init=/ibnet-init panic=-1 quiet loglevel=4 fsck.mode=skip" \
   -drive "file=$img/rootfs.img,format=raw,if=virtio,readonly=on" \
   -virtfs "local,path=$share,mount_tag=hostshare,security_model=none,readonly=on" \
-  </dev/null 2>&1 | tr -d '\r' | tee "$log" | grep --line-buffered -aoE 'RXE-(CASE-END|GUEST).*'
+  </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" | grep --line-buffered -aoE 'RXE-(CASE-END|GUEST).*'
 qrc=${PIPESTATUS[0]}
 set -e
 t_vm=$((SECONDS - t0))
