@@ -47,6 +47,9 @@ t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $faults devices 1"
 t hca-exclude 60 "NCCL_IB_HCA=^rxe0 $faults devices 0"
 t hca-other 60 "NCCL_IB_HCA=mlx5_0 $faults devices 0"
 
+# ibnet-info (tools crate): what the plugin sees through the verbs provider.
+t ibnet-info 60 "$BIN/ibnet-info 2>&1 | tee /tmp/ibnet-info.log && logged ibnet-info rxe0"
+
 # ---- lifecycle and failure paths (scripts/rxe/plugin-faults.c)
 t lifecycle 120 "$faults lifecycle"
 # A short retry timeout (67 ms x 3 retries) so the dead peer is detected quickly.

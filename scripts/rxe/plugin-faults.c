@@ -74,14 +74,25 @@ static int expired(double d) {
   return t.tv_sec + t.tv_nsec * 1e-9 > d;
 }
 
-static int threads(void) {
+/* The process's thread count; with `show`, prints each thread's name. */
+static int threads_named(int show) {
   int n = 0;
   DIR* d = opendir("/proc/self/task");
   CHECK(d);
-  for (struct dirent* e; (e = readdir(d));) n += e->d_name[0] != '.';
+  for (struct dirent* e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    n++;
+    char path[300], name[64] = "?";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (f && fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+    if (f) fclose(f);
+    if (show) printf("  thread %s: %s\n", e->d_name, name);
+  }
   closedir(d);
   return n;
 }
+static int threads(void) { return threads_named(0); }
 
 static void* g_so;
 static const ibnet_net_v11_t* load_any(const char* path, void** ctx, int* ndev) {
@@ -137,9 +148,10 @@ static void lifecycle(const char* path) {
     const ibnet_net_v11_t* n = load(path, &ctx);
     int loaded = threads();
     unload(n, ctx);
+    int after = threads_named(1);
     printf("round %d: %d thread(s) while loaded, %d after finalize+dlclose\n", round, loaded,
-           threads());
-    CHECK(threads() == base);
+           after);
+    CHECK(after == base);
   }
   printf("lifecycle: ok (load/init/finalize/unload x3, no thread outlives finalize)\n");
 }
