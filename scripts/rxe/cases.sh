@@ -61,5 +61,5 @@ t iflush 120 "$faults flush"
 for f in "$SHARE"/rust/*; do
   [ -x "$f" ] || continue
   t "rust:${f##*/}" "$IBNET_RXE_CASE_TIMEOUT" \
-    "IBNET_TEST_REQUIRE_VERBS=1 IBNET_PLUGIN=$SO $f --test-threads=1"
+    "IBNET_TEST_REQUIRE_VERBS=1 $f --test-threads=1 --color never"
 done

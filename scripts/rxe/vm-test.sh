@@ -76,7 +76,7 @@ if [ "${IBNET_RXE_BUILD:-1}" != 0 ]; then
 fi
 # The plugin under the name NCCL loads, and the C ABI test that dlopens it like NCCL does.
 so=$target/$profile/libnccl_net_ibnet.so
-if [ -f "$so" ]; then install -m755 "$so" "$share/lib/libnccl-net-ibnet.so"; fi
+if has_pkg ibnet-ffi && [ -f "$so" ]; then install -m755 "$so" "$share/lib/libnccl-net-ibnet.so"; fi
 if [ -f "$repo/ffi/tests/c/abi_test.c" ]; then
   cc -O2 -Wall -Wextra -o "$share/bin/abi_test" "$repo/ffi/tests/c/abi_test.c" -ldl
 fi
