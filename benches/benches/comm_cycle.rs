@@ -16,12 +16,20 @@ fn cycle(c: &mut Criterion) {
         let dst = AlignedBuf::new(size);
         let sk = dev.register(src.addr(), size as u64).expect("reg").0;
         let rk = dev.register(dst.addr(), size as u64).expect("reg").0;
-        let buf = [RecvBuf { addr: dst.addr(), size: size as u64, tag: 1, mr: rk }];
+        let buf = [RecvBuf {
+            addr: dst.addr(),
+            size: size as u64,
+            tag: 1,
+            mr: rk,
+        }];
         g.throughput(Throughput::Bytes(size as u64));
         g.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
             b.iter(|| {
                 let rid = r.irecv(&buf).expect("irecv").expect("posted");
-                let sid = s.isend(src.addr(), size as u64, 1, sk).expect("isend").expect("matched");
+                let sid = s
+                    .isend(src.addr(), size as u64, 1, sk)
+                    .expect("isend")
+                    .expect("matched");
                 while s.test(sid).expect("test").is_none() {}
                 while r.test(rid).expect("test").is_none() {}
             })

@@ -34,6 +34,7 @@ pub mod hca;
 pub mod mr_cache;
 pub mod params;
 pub mod provider;
+pub mod proxy;
 pub mod request;
 pub mod sync;
 pub mod wire;

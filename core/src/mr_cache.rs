@@ -1,1 +1,1176 @@
-//! mr_cache (in progress).
+//! The per-device memory-registration cache: fixed capacity, lock-free hits, reference counts.
+//!
+//! NCCL registers the same buffers over and over (every comm, every channel). Registering memory
+//! with the NIC is a slow system call, so each device keeps one [`MrCache`] that maps a
+//! page-aligned range to its registration and counts references. The seed keeps a growable array
+//! under a mutex and scans it linearly on every register and deregister; this cache is an
+//! open-addressing hash table of `N` slots whose hits are a hash, one or two slot probes and one
+//! CAS, with no lock and no allocation.
+//!
+//! # Keys
+//! A range `(addr, len)` is cached under `(base, pages)`: `base = addr` rounded down to the page
+//! size, `pages` = whole pages up to `addr + len` rounded up. The page size is a parameter (the ffi
+//! passes `sysconf(_SC_PAGESIZE)`); it must be a power of two. A length of zero is rejected with
+//! [`Error::OutOfRange`] (NCCL never registers 0 bytes and the verbs reject empty registrations;
+//! an error is the one deterministic answer). The key ignores how the memory is registered
+//! (plain, DMA-BUF), as the seed does: the first registration of a range serves every later one.
+//!
+//! # Slots and probing
+//! A key's *home* is a 64-bit mix of `(base, pages)` modulo `N`; its *window* is the
+//! `min(N, 16)` slots from home on (wrapping). Entries live in their window only: a lookup scans
+//! at most the window (hits stop at the match, usually the first probe), never the table, so its
+//! cost does not grow with the number of cached ranges. Freed slots are immediately reusable:
+//! there are no tombstones, because a lookup never stops early at an empty slot.
+//!
+//! # State word
+//! Each slot has one `AtomicU64` state word, the key (`base`, `pages`, two atomics) and the value
+//! cell.
+//! ```text
+//!   63          32 31 29 28    20 19          0
+//!  ┌──────────────┬─────┬────────┬─────────────┐
+//!  │  generation  │ tag │  pins  │    refs     │      tag: FREE CLAIMED PENDING READY DRAINING
+//!  └──────────────┴─────┴────────┴─────────────┘
+//! ```
+//! The generation goes up by one (skipping 0) on every claim, so a [`MrHandle`] (index +
+//! generation) from an earlier life of the slot is detected as stale. `refs` counts
+//! [`acquire`](MrCache::acquire)s not yet [`release`](MrCache::release)d; `pins` counts
+//! [`get`](MrCache::get) calls copying the value right now.
+//!
+//! # Transitions (who may do what)
+//! ```text
+//!          claim: CAS, gen+1         key written           register Ok: value written
+//!  FREE ─────────────────▶ CLAIMED ────────────▶ PENDING ──────────────────────────▶ READY(refs 1)
+//!   ▲   (any acquirer)       (claimer only)   │ (claimer)        (claimer only)      │    ▲
+//!   │                                          │                                      │    │ hit: CAS refs+1
+//!   ├──── back off / register Err or panic ───┘                                      │    │ release: CAS refs-1
+//!   │     (claimer only)                                                              │    │ get: CAS pins+1, pins-1
+//!   │                                                                                 ├────┘
+//!   │                                              release of the last ref: CAS refs 1→0
+//!   └── wait pins == 0; store FREE ◀── deregister(value) ◀── DRAINING ◀──────────────┘
+//!       (drainer only)                  (drainer only)
+//! ```
+//! * The key is written only in CLAIMED, the value only in PENDING, both by the claimer. Readers
+//!   read the key of a PENDING/READY/DRAINING slot and then check that the generation did not move
+//!   (a seqlock check); they read the value only while they hold a ref or a pin (or as the
+//!   drainer), so it cannot be rewritten under them.
+//! * A hit that races with the release of the last reference cannot resurrect the entry: both
+//!   are a CAS on the same word; once DRAINING, the hit's CAS fails and it waits for the slot to
+//!   become FREE, then registers the range anew.
+//!
+//! # One registration per range
+//! Two threads missing the same key at once may claim two different free slots. Each claimer,
+//! after publishing PENDING, issues a `SeqCst` fence and scans the window for the same key:
+//! ```text
+//!  claimer A                                   claimer B
+//!  state[a] = PENDING(K)    (Release)          state[b] = PENDING(K)    (Release)
+//!  fence(SeqCst)  ─────── total order S ─────  fence(SeqCst)
+//!  scan state[*] for K      (Acquire)          scan state[*] for K      (Acquire)
+//! ```
+//! Whichever fence comes second in `S` sees the other's PENDING (or what followed it), so of any
+//! two concurrent claimers at least one sees the other. On finding the key in another slot:
+//! READY → back off (free own slot, start over: it becomes a hit); PENDING at a lower window
+//! position → back off; PENDING at a higher position, or DRAINING → wait until it leaves that
+//! state, then look again. Waits only point to higher positions or to a drainer (who waits for
+//! nobody but `get`), so there is no cycle. Hence at any time at most one registration per range
+//! exists, and a range is registered again only after its previous registration was deregistered.
+//!
+//! # Progress
+//! Hits, [`get`](MrCache::get) and releases that do not reach zero are lock-free (a CAS loop).
+//! The cold paths wait, by design: an acquirer of a range that is being registered or
+//! deregistered by another thread spins (with [`spin_hint`]) until that thread is done, since
+//! there must be one registration. Closures must not call back into the same cache for the same
+//! range. A panic inside `register` or `deregister` (in an unwinding build) still frees the slot.
+//!
+//! # Full
+//! [`Error::Full`] means every slot of the key's window holds a live registration. Slots in a
+//! transient state (claimed, registering, draining) are waited for, not reported as full. With
+//! a good hash and `N` about four times the live ranges, a full window is vanishingly rare.
+#![allow(unsafe_code)]
+
+use core::fmt;
+use core::mem::MaybeUninit;
+
+use crate::error::{Error, Result};
+use crate::sync::{fence, spin_hint, AtomicU64, Ordering, UnsafeCell};
+
+const REFS_BITS: u32 = 20;
+const PINS_BITS: u32 = 9;
+const PINS_SHIFT: u32 = REFS_BITS;
+const TAG_SHIFT: u32 = REFS_BITS + PINS_BITS;
+const GEN_SHIFT: u32 = 32;
+const REFS_MASK: u64 = (1 << REFS_BITS) - 1;
+const PINS_MASK: u64 = (1 << PINS_BITS) - 1;
+const ONE_REF: u64 = 1;
+const ONE_PIN: u64 = 1 << PINS_SHIFT;
+
+/// Most references one cached range can hold (the `refs` field is 20 bits wide).
+pub const MAX_REFS: u32 = REFS_MASK as u32;
+/// Most slots a key may occupy away from its home slot (the probe window is `min(N, PROBE)`).
+pub const PROBE: usize = 16;
+
+const FREE: u64 = 0;
+const CLAIMED: u64 = 1;
+const PENDING: u64 = 2;
+const READY: u64 = 3;
+const DRAINING: u64 = 4;
+
+#[inline]
+const fn word(gen: u32, tag: u64, pins: u64, refs: u64) -> u64 {
+    ((gen as u64) << GEN_SHIFT) | (tag << TAG_SHIFT) | (pins << PINS_SHIFT) | refs
+}
+#[inline]
+const fn gen_of(s: u64) -> u32 {
+    (s >> GEN_SHIFT) as u32
+}
+#[inline]
+const fn tag_of(s: u64) -> u64 {
+    (s >> TAG_SHIFT) & 0b111
+}
+#[inline]
+const fn pins_of(s: u64) -> u64 {
+    (s >> PINS_SHIFT) & PINS_MASK
+}
+#[inline]
+const fn refs_of(s: u64) -> u64 {
+    s & REFS_MASK
+}
+/// Whether a slot in state `s` carries a published key.
+#[inline]
+const fn keyed(s: u64) -> bool {
+    matches!(tag_of(s), PENDING | READY | DRAINING)
+}
+
+/// A cached range: base address rounded down to the page, and its length in whole pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    base: u64,
+    pages: u64,
+}
+
+impl Key {
+    /// Rounds `(addr, len)` out to whole pages of size `page`; returns the key and its length in
+    /// bytes.
+    fn new(addr: u64, len: u64, page: u64) -> Result<(Self, u64)> {
+        if page == 0 || !page.is_power_of_two() {
+            return Err(Error::OutOfRange {
+                what: "MR page size (a power of two)",
+                value: clamp_i64(page),
+                min: 1,
+                max: 1 << 62,
+            });
+        }
+        let limit = u64::MAX - addr;
+        if len == 0 || len > limit {
+            return Err(Error::OutOfRange {
+                what: "MR length",
+                value: clamp_i64(len),
+                min: 1,
+                max: clamp_i64(limit),
+            });
+        }
+        let mask = page - 1;
+        let base = addr & !mask;
+        let last = addr + (len - 1); // no overflow: len <= u64::MAX - addr
+        let pages = ((last & !mask) - base) / page + 1;
+        // Only a range ending in the last page of the address space rounds out to 2^64 bytes.
+        let bytes = pages.checked_mul(page).ok_or_else(|| Error::OutOfRange {
+            what: "MR length",
+            value: clamp_i64(len),
+            min: 1,
+            max: clamp_i64(limit.saturating_sub(page)),
+        })?;
+        Ok((Self { base, pages }, bytes))
+    }
+
+    /// A 64-bit mix of both fields (murmur3's finalizer over a multiplicative combine), so that
+    /// page-aligned bases with zero low bits still spread over all slots.
+    #[inline]
+    fn hash(self) -> u64 {
+        let mut x = self.base
+            ^ self
+                .pages
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(31);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A handle to one live cache entry: slot index + generation.
+///
+/// Stale handles (the entry was released to zero, or the slot was reused since) are detected:
+/// [`MrCache::get`] returns `None` and [`MrCache::release`] an error. A live handle's bits are
+/// never 0 (generations start at 1), so [`MrHandle::to_bits`] may serve as a non-NULL C token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MrHandle {
+    idx: u32,
+    gen: u32,
+}
+
+impl MrHandle {
+    /// The slot index.
+    #[inline]
+    pub fn index(self) -> u32 {
+        self.idx
+    }
+    /// Packs the handle into a `u64` (generation in the high half).
+    #[inline]
+    pub fn to_bits(self) -> u64 {
+        ((self.gen as u64) << 32) | self.idx as u64
+    }
+    /// Unpacks [`MrHandle::to_bits`]. Any value is accepted; a value that names no live entry is
+    /// simply stale.
+    #[inline]
+    pub fn from_bits(b: u64) -> Self {
+        Self {
+            idx: b as u32,
+            gen: (b >> 32) as u32,
+        }
+    }
+}
+
+/// One reference to a cached registration, as returned by [`MrCache::acquire`].
+///
+/// Give it back with [`MrCache::release`]`(r.handle, …)`; the cache does not release on drop
+/// (the ffi hands the handle to C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrRef<M> {
+    /// The entry's handle.
+    pub handle: MrHandle,
+    /// The registration, as `register` returned it.
+    pub value: M,
+    /// The registered base address (the requested address rounded down to the page).
+    pub base: u64,
+    /// The registered length in bytes (whole pages).
+    pub len: u64,
+}
+
+#[repr(C, align(64))]
+struct Slot<M> {
+    state: AtomicU64,
+    base: AtomicU64,
+    pages: AtomicU64,
+    value: UnsafeCell<MaybeUninit<M>>,
+}
+
+impl<M> Slot<M> {
+    #[cfg(not(loom))]
+    const fn new() -> Self {
+        Self {
+            state: AtomicU64::new(word(0, FREE, 0, 0)),
+            base: AtomicU64::new(0),
+            pages: AtomicU64::new(0),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+    #[cfg(loom)]
+    fn new() -> Self {
+        Self {
+            state: AtomicU64::new(word(0, FREE, 0, 0)),
+            base: AtomicU64::new(0),
+            pages: AtomicU64::new(0),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// Reads the key. Callers validate it by re-reading the generation afterwards.
+    #[inline]
+    fn key(&self) -> Key {
+        Key {
+            // Acquire: pairs with the Release key stores in `claim`, so a key from a newer claim
+            // makes that claim's generation bump visible to the caller's re-check.
+            base: self.base.load(Ordering::Acquire),
+            // Acquire: same pair as `base`.
+            pages: self.pages.load(Ordering::Acquire),
+        }
+    }
+
+    /// Spins until the slot leaves state `s` (a different tag or generation).
+    fn wait_change(&self, s: u64) {
+        loop {
+            // Relaxed: only a hint to look again; the looks that follow carry their own ordering.
+            let now = self.state.load(Ordering::Relaxed);
+            if gen_of(now) != gen_of(s) || tag_of(now) != tag_of(s) {
+                return;
+            }
+            spin_hint();
+        }
+    }
+
+    /// Copies the value out.
+    ///
+    /// Callers hold a ref or a pin on a READY state, or are the drainer; they synchronized with
+    /// the READY store that published the value (see the call sites).
+    #[inline]
+    fn read_value(&self) -> M
+    where
+        M: Copy,
+    {
+        // SAFETY: the value was written before the Release store of READY, which the caller has
+        // acquired (directly or through the release sequence of RMWs that follows it); it is not
+        // written again before the slot is FREE, which needs the caller's ref/pin to be gone.
+        self.value.with(|p| unsafe { (*p).assume_init() })
+    }
+}
+
+/// Frees a PENDING slot unless disarmed: used around `register`, so that an error or a panic
+/// never leaves a slot stuck.
+struct Revert<'a> {
+    state: &'a AtomicU64,
+    free: u64,
+}
+
+impl Drop for Revert<'_> {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire claim CAS of the next claimer of this slot.
+        self.state.store(self.free, Ordering::Release);
+    }
+}
+
+/// Finishes a drain (waits out `get` pins, frees the slot), also if `deregister` panics.
+struct Drain<'a> {
+    state: &'a AtomicU64,
+    free: u64,
+}
+
+impl Drop for Drain<'_> {
+    fn drop(&mut self) {
+        // Acquire: pairs with the Release unpin in `get`: its copy of the value is done.
+        while pins_of(self.state.load(Ordering::Acquire)) != 0 {
+            spin_hint();
+        }
+        // Release: pairs with the Acquire claim CAS of the next claimer of this slot: every
+        // read of the old value happens before the new value is written.
+        self.state.store(self.free, Ordering::Release);
+    }
+}
+
+/// How a scan of the window ended.
+enum Scan<M> {
+    Hit(MrRef<M>),
+    /// The key is being registered or deregistered in slot `.0` (state `.1`): wait, retry.
+    Wait(usize, u64),
+    Miss,
+}
+
+/// A fixed-capacity, lock-free registration cache of `N` slots (a power of two) holding values
+/// `M` (the ffi's MR handle and keys).
+///
+/// Drive it with [`acquire`](Self::acquire) (register-or-hit, counts a reference) and
+/// [`release`](Self::release) (drops a reference, deregisters at zero); [`get`](Self::get) reads
+/// an entry by handle. It is `Sync`: share one per device between all threads. The protocol is
+/// in the [module docs](self).
+///
+/// Each slot takes 64 bytes (one cache line, for `M` up to 40 bytes); `MrCache<M, 4096>` is
+/// 256 KiB. Outside loom builds `new` is `const`, so a cache can live in a `static`.
+pub struct MrCache<M, const N: usize> {
+    slots: [Slot<M>; N],
+}
+
+// SAFETY: each slot's value cell is written only by the thread owning the slot in PENDING, which
+// no other thread reads, and read only by holders of a ref or pin, or by the drainer, after they
+// synchronized with that write (module docs). Values are handed out by copy to other threads, so
+// `M: Send`; several threads copy the same `M` at once, so `M: Sync`.
+unsafe impl<M: Copy + Send + Sync, const N: usize> Sync for MrCache<M, N> {}
+
+impl<M: Copy, const N: usize> Default for MrCache<M, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<M, const N: usize> fmt::Debug for MrCache<M, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MrCache")
+            .field("capacity", &N)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Copy, const N: usize> MrCache<M, N> {
+    /// The probe window: how many slots from a key's home it may occupy.
+    const WINDOW: usize = if N < PROBE { N } else { PROBE };
+    const CHECK: () = assert!(
+        N.is_power_of_two() && N <= 1 << 31,
+        "MrCache capacity N must be a power of two <= 2^31"
+    );
+
+    /// An empty cache.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        let () = Self::CHECK;
+        Self {
+            slots: [const { Slot::new() }; N],
+        }
+    }
+    /// An empty cache.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        let () = Self::CHECK;
+        Self {
+            slots: core::array::from_fn(|_| Slot::new()),
+        }
+    }
+
+    /// The capacity `N`.
+    pub const fn capacity(&self) -> usize {
+        N
+    }
+
+    /// Returns a reference to the registration of the page-rounded range around
+    /// `[addr, addr + len)`, registering it if it is not cached.
+    ///
+    /// `register(base, len)` is called with the rounded range, at most once per call, and only
+    /// when no registration of that range is live: of many threads acquiring one uncached range
+    /// at once, exactly one registers and the others wait for it and share its result. If
+    /// `register` fails, its error is returned to that thread, the slot is freed, and waiting
+    /// threads try again (calling their own `register`).
+    ///
+    /// A hit is lock-free and allocation-free. Errors: [`Error::OutOfRange`] for `len == 0`,
+    /// a range past the end of the address space or a `page` that is not a power of two;
+    /// [`Error::Full`] `{ what: "MR cache", .. }` when the range's probe window holds only live
+    /// entries; `Full { what: "MR cache refcount", .. }` at [`MAX_REFS`] references; or the
+    /// error `register` returned.
+    pub fn acquire<F>(&self, addr: u64, len: u64, page: u64, register: F) -> Result<MrRef<M>>
+    where
+        F: FnOnce(u64, u64) -> Result<M>,
+    {
+        let (key, bytes) = Key::new(addr, len, page)?;
+        let home = key.hash() as usize & (N - 1);
+        let (slot, idx, gen) = loop {
+            match self.scan(key, bytes, home)? {
+                Scan::Hit(r) => return Ok(r),
+                Scan::Wait(i, s) => {
+                    self.slots[i].wait_change(s);
+                    continue;
+                }
+                Scan::Miss => {}
+            }
+            let Some((pos, gen)) = self.claim(key, home)? else {
+                continue; // waited for a transient slot; look again
+            };
+            let idx = (home + pos) & (N - 1);
+            let slot = &self.slots[idx];
+            if self.validate(key, home, pos) {
+                break (slot, idx, gen);
+            }
+            // Release: pairs with the Acquire claim CAS of the next claimer of this slot.
+            slot.state.store(word(gen, FREE, 0, 0), Ordering::Release);
+        };
+        // We own the slot in PENDING and no other registration of `key` is live or pending.
+        let revert = Revert {
+            state: &slot.state,
+            free: word(gen, FREE, 0, 0),
+        };
+        let value = register(key.base, bytes)?; // on error `revert` frees the slot
+        core::mem::forget(revert);
+        // SAFETY: the slot is PENDING and ours: nobody reads the value of a PENDING slot, and the
+        // readers of its previous life finished before the Release store of FREE that our claim
+        // CAS acquired.
+        slot.value
+            .with_mut(|p| unsafe { p.write(MaybeUninit::new(value)) });
+        // Release: publishes the value; pairs with the Acquire hit/pin CAS and scans.
+        slot.state.store(word(gen, READY, 0, 1), Ordering::Release);
+        Ok(MrRef {
+            handle: MrHandle {
+                idx: idx as u32,
+                gen,
+            },
+            value,
+            base: key.base,
+            len: bytes,
+        })
+    }
+
+    /// Scans the window for `key`: takes a reference on a READY match, or reports a slot that is
+    /// registering/deregistering `key`.
+    #[inline]
+    fn scan(&self, key: Key, bytes: u64, home: usize) -> Result<Scan<M>> {
+        let mut wait = None;
+        for pos in 0..Self::WINDOW {
+            let idx = (home + pos) & (N - 1);
+            let slot = &self.slots[idx];
+            // Acquire: pairs with the Release store of READY (and the RMWs of its release
+            // sequence), so the value is visible once our CAS below succeeds.
+            let mut s = slot.state.load(Ordering::Acquire);
+            if !keyed(s) || slot.key() != key {
+                continue;
+            }
+            let gen = gen_of(s);
+            while gen_of(s) == gen && tag_of(s) == READY {
+                if refs_of(s) == REFS_MASK {
+                    return Err(Error::Full {
+                        what: "MR cache refcount",
+                        cap: MAX_REFS as usize,
+                    });
+                }
+                // Acquire on success: same pair as the load above (the CAS reads the latest value
+                // of READY's release sequence). The CAS also re-validates the generation, so a
+                // key read from a newer life of the slot never yields a wrong hit.
+                match slot.state.compare_exchange(
+                    s,
+                    s + ONE_REF,
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        let value = slot.read_value();
+                        let handle = MrHandle {
+                            idx: idx as u32,
+                            gen,
+                        };
+                        return Ok(Scan::Hit(MrRef {
+                            handle,
+                            value,
+                            base: key.base,
+                            len: bytes,
+                        }));
+                    }
+                    Err(now) => s = now,
+                }
+            }
+            if gen_of(s) == gen && matches!(tag_of(s), PENDING | DRAINING) && wait.is_none() {
+                wait = Some((idx, s));
+            }
+        }
+        Ok(wait.map_or(Scan::Miss, |(i, s)| Scan::Wait(i, s)))
+    }
+
+    /// Claims the first free slot of the window for `key` and publishes it PENDING. Returns its
+    /// window position and generation, `Ok(None)` after waiting for a transient slot (look
+    /// again), or `Full` when every slot of the window is READY.
+    fn claim(&self, key: Key, home: usize) -> Result<Option<(usize, u32)>> {
+        let mut transient = None;
+        for pos in 0..Self::WINDOW {
+            let idx = (home + pos) & (N - 1);
+            let slot = &self.slots[idx];
+            // Relaxed: a candidate only; the CAS below carries the Acquire.
+            let s = slot.state.load(Ordering::Relaxed);
+            match tag_of(s) {
+                FREE => {
+                    let gen = match gen_of(s).wrapping_add(1) {
+                        0 => 1,
+                        g => g,
+                    };
+                    let claimed = word(gen, CLAIMED, 0, 0);
+                    // Acquire: pairs with the Release store of FREE by the slot's previous owner
+                    // (drainer or backed-off claimer): its accesses to key and value are done.
+                    // (The SeqCst fence below would also acquire it; this states the intent.)
+                    let won = slot.state.compare_exchange(
+                        s,
+                        claimed,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    );
+                    if won.is_err() {
+                        continue; // taken meanwhile; try the next slot
+                    }
+                    // Release: pairs with the Acquire key loads in `Slot::key`; orders the CLAIMED
+                    // generation bump before the key (seqlock writer side).
+                    slot.base.store(key.base, Ordering::Release);
+                    // Release: same pair as `base`.
+                    slot.pages.store(key.pages, Ordering::Release);
+                    // Release: pairs with the Acquire loads of `scan` and `validate`, which then
+                    // see the key.
+                    slot.state
+                        .store(word(gen, PENDING, 0, 0), Ordering::Release);
+                    // SeqCst: pairs with the same fence of every other claimer (module docs: of
+                    // two claimers at least one sees the other's PENDING in `validate`).
+                    fence(Ordering::SeqCst);
+                    return Ok(Some((pos, gen)));
+                }
+                READY => {}
+                _ => {
+                    if transient.is_none() {
+                        transient = Some((idx, s));
+                    }
+                }
+            }
+        }
+        match transient {
+            Some((idx, s)) => {
+                self.slots[idx].wait_change(s);
+                Ok(None)
+            }
+            None => Err(Error::Full {
+                what: "MR cache",
+                cap: N,
+            }),
+        }
+    }
+
+    /// After publishing PENDING at window position `mine`: may this claimer register `key`?
+    /// `false` means back off (free the slot and look again).
+    fn validate(&self, key: Key, home: usize, mine: usize) -> bool {
+        for pos in (0..Self::WINDOW).filter(|&p| p != mine) {
+            let slot = &self.slots[(home + pos) & (N - 1)];
+            loop {
+                // Acquire: pairs with the Release store of PENDING/READY, so the key is visible;
+                // it follows our SeqCst fence, so it sees any claimer whose fence came first.
+                let s = slot.state.load(Ordering::Acquire);
+                if !keyed(s) {
+                    break;
+                }
+                let k = slot.key();
+                // Acquire: ordered after the key loads (which are Acquire themselves); a changed
+                // generation means the key may be from another life of the slot.
+                let s2 = slot.state.load(Ordering::Acquire);
+                if gen_of(s2) != gen_of(s) {
+                    continue;
+                }
+                if k != key {
+                    break;
+                }
+                match tag_of(s2) {
+                    READY => return false,
+                    PENDING if pos < mine => return false,
+                    PENDING | DRAINING => slot.wait_change(s2),
+                    _ => break, // it backed off, failed or finished draining
+                }
+            }
+        }
+        true
+    }
+
+    /// Drops one reference taken by [`acquire`](Self::acquire). The last one calls
+    /// `deregister(value)` exactly once and frees the slot (also when `deregister` fails; its
+    /// error is returned).
+    ///
+    /// Errors: [`Error::BadState`] `{ op: "MR cache release", .. }` for a handle that names no
+    /// live entry (never acquired, already released to zero, or from another cache). Releasing
+    /// a live handle more often than it was acquired is not detectable while other references
+    /// remain; it steals theirs (the seed has the same contract).
+    pub fn release<F>(&self, handle: MrHandle, deregister: F) -> Result<()>
+    where
+        F: FnOnce(M) -> Result<()>,
+    {
+        let stale = Error::BadState {
+            op: "MR cache release",
+            state: "stale or unknown handle",
+        };
+        let Some(slot) = self.slots.get(handle.idx as usize) else {
+            return Err(stale);
+        };
+        // Relaxed: a candidate only; the CAS below carries the ordering.
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            if gen_of(s) != handle.gen || tag_of(s) != READY || refs_of(s) == 0 {
+                return Err(stale);
+            }
+            if refs_of(s) > 1 {
+                // Release: pairs with the Acquire CAS of the last releaser: our copy of the value
+                // happens before the slot is drained and reused.
+                match slot.state.compare_exchange(
+                    s,
+                    s - ONE_REF,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Ok(()),
+                    Err(now) => s = now,
+                }
+            } else {
+                let draining = word(handle.gen, DRAINING, pins_of(s), 0);
+                // Acquire: pairs with the Release decrements of the other holders (we read the
+                // end of their release sequence); a concurrent hit's CAS now fails.
+                match slot
+                    .state
+                    .compare_exchange(s, draining, Ordering::Acquire, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(now) => s = now,
+                }
+            }
+        }
+        let drain = Drain {
+            state: &slot.state,
+            free: word(handle.gen, FREE, 0, 0),
+        };
+        // We are the drainer: the value is not rewritten before our FREE store.
+        let value = slot.read_value();
+        let result = deregister(value);
+        drop(drain); // waits out `get` pins, frees the slot
+        result
+    }
+
+    /// The value of a live entry, or `None` if `handle` is stale. Lock-free; safe to call with
+    /// any handle, also concurrently with its release.
+    pub fn get(&self, handle: MrHandle) -> Option<M> {
+        let slot = self.slots.get(handle.idx as usize)?;
+        // Relaxed: a candidate only; the CAS below carries the Acquire.
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            if gen_of(s) != handle.gen || tag_of(s) != READY {
+                return None;
+            }
+            if pins_of(s) == PINS_MASK {
+                spin_hint(); // 511 concurrent `get`s of one entry: wait for one to finish
+                             // Relaxed: a candidate only, as above.
+                s = slot.state.load(Ordering::Relaxed);
+                continue;
+            }
+            // Acquire: pairs with the Release store of READY (through its release sequence of
+            // RMWs), so the value is visible.
+            match slot
+                .state
+                .compare_exchange(s, s + ONE_PIN, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        let value = slot.read_value();
+        // Release: pairs with the Acquire pin check in `Drain::drop`: our copy is done before
+        // the slot is freed.
+        slot.state.fetch_sub(ONE_PIN, Ordering::Release);
+        Some(value)
+    }
+
+    /// The reference count of a live entry, or `None` if `handle` is stale (a snapshot, for
+    /// diagnostics and tests).
+    pub fn refcount(&self, handle: MrHandle) -> Option<u32> {
+        let s = self
+            .slots
+            .get(handle.idx as usize)?
+            .state
+            .load(Ordering::Relaxed); // Relaxed: snapshot, nothing read through it
+        (gen_of(s) == handle.gen && tag_of(s) == READY).then_some(refs_of(s) as u32)
+    }
+
+    /// How many entries are live (READY) right now: a snapshot that scans all `N` slots, for
+    /// diagnostics and tests only.
+    pub fn live(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| tag_of(s.state.load(Ordering::Relaxed)) == READY) // Relaxed: snapshot, nothing read through it
+            .count()
+    }
+
+    /// How many slots are not FREE right now (live, or registering/deregistering): a snapshot
+    /// that scans all `N` slots, for diagnostics and tests only.
+    pub fn occupied(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| tag_of(s.state.load(Ordering::Relaxed)) != FREE) // Relaxed: snapshot, nothing read through it
+            .count()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, AtomicU64 as StdU64, Ordering as O};
+    use std::vec::Vec;
+
+    const PAGE: u64 = 4096;
+    type Cache<const N: usize> = MrCache<u64, N>;
+
+    /// `register` that counts calls and returns `base ^ len` as the value.
+    fn reg(count: &Cell<u32>) -> impl FnOnce(u64, u64) -> Result<u64> + '_ {
+        move |b, l| {
+            count.set(count.get() + 1);
+            Ok(b ^ l)
+        }
+    }
+    fn dereg(count: &Cell<u32>) -> impl FnOnce(u64) -> Result<()> + '_ {
+        move |_| {
+            count.set(count.get() + 1);
+            Ok(())
+        }
+    }
+    fn never_reg(_: u64, _: u64) -> Result<u64> {
+        panic!("register must not be called on a hit")
+    }
+    fn never_dereg(_: u64) -> Result<()> {
+        panic!("deregister must not be called before the last release")
+    }
+
+    #[test]
+    fn miss_registers_hit_shares() {
+        let c = Cache::<64>::new();
+        let regs = Cell::new(0);
+        let a = c.acquire(0x10_0000, 100, PAGE, reg(&regs)).unwrap();
+        assert_eq!(regs.get(), 1);
+        assert_eq!(
+            (a.base, a.len, a.value),
+            (0x10_0000, PAGE, 0x10_0000 ^ PAGE)
+        );
+        assert_eq!(c.refcount(a.handle), Some(1));
+        // Another address inside the same page is the same key: a hit.
+        let b = c.acquire(0x10_0800, 0x800, PAGE, never_reg).unwrap();
+        assert_eq!(b, a);
+        assert_eq!(c.refcount(a.handle), Some(2));
+        // A different range is a miss.
+        let d = c.acquire(0x20_0000, 100, PAGE, reg(&regs)).unwrap();
+        assert_eq!(regs.get(), 2);
+        assert_ne!(d.handle, a.handle);
+        assert_eq!(c.get(a.handle), Some(a.value));
+        assert_eq!(c.get(d.handle), Some(d.value));
+        assert_eq!(c.live(), 2);
+    }
+
+    #[test]
+    fn ranges_round_out_to_whole_pages() {
+        let c = Cache::<64>::new();
+        let regs = Cell::new(0);
+        let r = c.acquire(0x1234, 0x10, PAGE, reg(&regs)).unwrap();
+        assert_eq!((r.base, r.len), (0x1000, 0x1000));
+        // Straddling a page boundary by two bytes takes two pages: a different key.
+        let r2 = c.acquire(0x1fff, 2, PAGE, reg(&regs)).unwrap();
+        assert_eq!((r2.base, r2.len), (0x1000, 0x2000));
+        assert_ne!(r2.handle, r.handle);
+        // Exactly one page at its start, and a sub-range of it, hit the first key.
+        assert_eq!(
+            c.acquire(0x1000, 0x1000, PAGE, never_reg).unwrap().handle,
+            r.handle
+        );
+        assert_eq!(
+            c.acquire(0x1ffe, 1, PAGE, never_reg).unwrap().handle,
+            r.handle
+        );
+        // One byte more is two pages: hits the second key.
+        assert_eq!(
+            c.acquire(0x1000, 0x1001, PAGE, never_reg).unwrap().handle,
+            r2.handle
+        );
+        // Other page sizes.
+        let h = c.acquire(0x20_1234, 1, 1 << 21, reg(&regs)).unwrap();
+        assert_eq!((h.base, h.len), (0x20_0000, 1 << 21));
+        let one = c.acquire(0x77, 1, 1, reg(&regs)).unwrap();
+        assert_eq!((one.base, one.len), (0x77, 1));
+        // The last page of the address space.
+        let top = c.acquire(u64::MAX - 6, 6, PAGE, reg(&regs)).unwrap();
+        assert_eq!((top.base, top.len), (u64::MAX - (PAGE - 1), PAGE));
+        assert_eq!(regs.get(), 5);
+    }
+
+    #[test]
+    fn bad_ranges_are_errors_and_register_nothing() {
+        let c = Cache::<8>::new();
+        let e = c.acquire(0x1000, 0, PAGE, never_reg).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::OutOfRange {
+                    what: "MR length",
+                    value: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = c.acquire(u64::MAX - 1, 3, PAGE, never_reg).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::OutOfRange {
+                    what: "MR length",
+                    value: 3,
+                    max: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = c.acquire(0, u64::MAX, PAGE, never_reg).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::OutOfRange {
+                    what: "MR length",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        for page in [0, 3, 4095] {
+            let e = c.acquire(0x1000, 1, page, never_reg).unwrap_err();
+            assert!(matches!(
+                e,
+                Error::OutOfRange {
+                    what: "MR page size (a power of two)",
+                    ..
+                }
+            ));
+        }
+        assert_eq!(c.occupied(), 0);
+    }
+
+    #[test]
+    fn release_to_zero_deregisters_exactly_once() {
+        let c = Cache::<16>::new();
+        let (regs, deregs) = (Cell::new(0), Cell::new(0));
+        let r = c.acquire(0x40_0000, 3 * PAGE, PAGE, reg(&regs)).unwrap();
+        c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+        c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+        assert_eq!(c.refcount(r.handle), Some(3));
+        c.release(r.handle, never_dereg).unwrap();
+        c.release(r.handle, never_dereg).unwrap();
+        assert_eq!(c.refcount(r.handle), Some(1));
+        let seen = Cell::new(0);
+        c.release(r.handle, |v| {
+            seen.set(v);
+            deregs.set(deregs.get() + 1);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((regs.get(), deregs.get(), seen.get()), (1, 1, r.value));
+        assert_eq!(
+            (c.refcount(r.handle), c.get(r.handle), c.occupied()),
+            (None, None, 0)
+        );
+        // The range registers again after that.
+        let r2 = c.acquire(0x40_0000, 3 * PAGE, PAGE, reg(&regs)).unwrap();
+        assert_eq!(regs.get(), 2);
+        assert_ne!(r2.handle, r.handle, "a new life gets a new generation");
+    }
+
+    #[test]
+    fn stale_and_unknown_handles_are_errors() {
+        let c = Cache::<8>::new();
+        let deregs = Cell::new(0);
+        let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(7)).unwrap();
+        assert_ne!(r.handle.to_bits(), 0);
+        assert_eq!(MrHandle::from_bits(r.handle.to_bits()), r.handle);
+        c.release(r.handle, dereg(&deregs)).unwrap();
+        let stale = Error::BadState {
+            op: "MR cache release",
+            state: "stale or unknown handle",
+        };
+        assert_eq!(c.release(r.handle, never_dereg), Err(stale));
+        assert_eq!(c.get(r.handle), None);
+        for bits in [0, u64::MAX, 5, r.handle.to_bits() + (1 << 32)] {
+            let h = MrHandle::from_bits(bits);
+            assert_eq!(c.release(h, never_dereg), Err(stale), "bits {bits:#x}");
+            assert_eq!(c.get(h), None);
+        }
+        assert_eq!(deregs.get(), 1);
+    }
+
+    #[test]
+    fn full_window_is_an_error_and_freed_slots_are_reused() {
+        // N = 4: the window is the whole table.
+        let c = Cache::<4>::new();
+        let regs = Cell::new(0);
+        let refs: Vec<_> = (0..4)
+            .map(|i| c.acquire(i * PAGE, PAGE, PAGE, reg(&regs)).unwrap())
+            .collect();
+        let e = c.acquire(9 * PAGE, PAGE, PAGE, never_reg).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Full {
+                what: "MR cache",
+                cap: 4
+            }
+        );
+        // A full table still serves hits.
+        assert_eq!(
+            c.acquire(2 * PAGE, 1, PAGE, never_reg).unwrap().handle,
+            refs[2].handle
+        );
+        c.release(refs[1].handle, |_| Ok(())).unwrap();
+        let n = c.acquire(9 * PAGE, PAGE, PAGE, reg(&regs)).unwrap();
+        assert_eq!(
+            n.handle.index(),
+            refs[1].handle.index(),
+            "the freed slot is reused"
+        );
+        assert_eq!(c.get(refs[1].handle), None, "its old handle is stale");
+        assert_eq!(c.get(n.handle), Some(n.value));
+        assert_eq!(regs.get(), 5);
+    }
+
+    #[test]
+    fn churn_leaves_no_tombstones() {
+        let c = Box::new(Cache::<4096>::new());
+        let (regs, deregs) = (Cell::new(0), Cell::new(0));
+        for round in 0..20u64 {
+            let refs: Vec<_> = (0..1024u64)
+                .map(|i| {
+                    let addr = (round * 4096 + i) * 16 * PAGE;
+                    c.acquire(addr, (1 + i % 7) * PAGE, PAGE, reg(&regs))
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(c.live(), 1024);
+            for r in &refs {
+                assert_eq!(c.get(r.handle), Some(r.value));
+            }
+            for r in refs {
+                c.release(r.handle, dereg(&deregs)).unwrap();
+            }
+            assert_eq!(c.occupied(), 0);
+        }
+        assert_eq!((regs.get(), deregs.get()), (20 * 1024, 20 * 1024));
+    }
+
+    #[test]
+    fn many_distinct_ranges_each_register_once() {
+        let c = Box::new(Cache::<4096>::new());
+        let regs = Cell::new(0);
+        let ranges: Vec<(u64, u64)> = (0..1024u64).map(|i| (i * PAGE, 1 + i % 3)).collect();
+        let first: Vec<_> = ranges
+            .iter()
+            .map(|&(a, p)| c.acquire(a, p * PAGE, PAGE, reg(&regs)).unwrap())
+            .collect();
+        assert_eq!(regs.get(), 1024);
+        for (r, &(a, p)) in first.iter().zip(&ranges) {
+            let again = c.acquire(a + 8, p * PAGE - 8, PAGE, never_reg).unwrap();
+            assert_eq!(again, *r);
+            assert_eq!((r.base, r.len), (a, p * PAGE));
+            assert_eq!(c.refcount(r.handle), Some(2));
+        }
+        assert_eq!(c.live(), 1024);
+    }
+
+    #[test]
+    fn failed_registration_frees_the_slot() {
+        let c = Cache::<8>::new();
+        let boom = Error::Provider {
+            call: "ibv_reg_mr",
+            errno: 12,
+        };
+        assert_eq!(c.acquire(0x1000, 1, PAGE, |_, _| Err(boom)), Err(boom));
+        assert_eq!(c.occupied(), 0);
+        let regs = Cell::new(0);
+        c.acquire(0x1000, 1, PAGE, reg(&regs)).unwrap();
+        assert_eq!(regs.get(), 1);
+    }
+
+    #[test]
+    fn panicking_register_frees_the_slot() {
+        let c = Cache::<8>::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.acquire(0x1000, 1, PAGE, |_, _| -> Result<u64> {
+                panic!("driver bug")
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(c.occupied(), 0);
+        assert!(c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).is_ok());
+    }
+
+    #[test]
+    fn failed_deregistration_is_returned_and_frees_the_slot() {
+        let c = Cache::<8>::new();
+        let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).unwrap();
+        let boom = Error::Provider {
+            call: "ibv_dereg_mr",
+            errno: 16,
+        };
+        assert_eq!(c.release(r.handle, |_| Err(boom)), Err(boom));
+        assert_eq!(c.occupied(), 0);
+        assert_eq!(c.get(r.handle), None);
+    }
+
+    #[test]
+    fn refcount_saturation_is_an_error() {
+        let c = Cache::<8>::new();
+        let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).unwrap();
+        for _ in 1..MAX_REFS {
+            c.acquire(0x1000, 1, PAGE, never_reg).unwrap();
+        }
+        assert_eq!(c.refcount(r.handle), Some(MAX_REFS));
+        let e = c.acquire(0x1000, 1, PAGE, never_reg).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Full {
+                what: "MR cache refcount",
+                cap: MAX_REFS as usize
+            }
+        );
+        assert_eq!(c.refcount(r.handle), Some(MAX_REFS));
+    }
+
+    /// 4 threads acquire and release overlapping ranges at random, holding up to 4 at a time.
+    /// Checks that a range never has two live registrations, that a holder's value is the live
+    /// registration of its range, and that everything returns to zero.
+    #[test]
+    fn threads_register_each_live_range_once() {
+        const KEYS: usize = 12;
+        static LIVE: [AtomicU32; KEYS] = [const { AtomicU32::new(0) }; KEYS];
+        static CURRENT: [StdU64; KEYS] = [const { StdU64::new(0) }; KEYS];
+        static SERIAL: StdU64 = StdU64::new(1);
+        static DEREGS: StdU64 = StdU64::new(0);
+        let cache = Cache::<16>::new();
+        let key_of = |k: usize| ((k as u64 + 1) * 64 * PAGE, (1 + k as u64 % 3) * PAGE);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let cache = &cache;
+                s.spawn(move || {
+                    let mut rng =
+                        0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1).wrapping_mul(0x1234_5678_9abc);
+                    let mut next = move || {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng
+                    };
+                    let mut held: Vec<(usize, MrRef<u64>)> = Vec::new();
+                    for _ in 0..20_000 {
+                        if held.len() < 4 && (held.is_empty() || next() % 2 == 0) {
+                            let k = (next() % KEYS as u64) as usize;
+                            let (addr, len) = key_of(k);
+                            let r = cache
+                                .acquire(
+                                    addr + next() % (PAGE / 2),
+                                    len - PAGE / 2,
+                                    PAGE,
+                                    |_, _| {
+                                        assert_eq!(LIVE[k].fetch_add(1, O::SeqCst), 0, "two live");
+                                        let v =
+                                            ((k as u64) << 48) | SERIAL.fetch_add(1, O::Relaxed);
+                                        CURRENT[k].store(v, O::SeqCst);
+                                        Ok(v)
+                                    },
+                                )
+                                .unwrap();
+                            assert_eq!(r.value >> 48, k as u64);
+                            assert_eq!(CURRENT[k].load(O::SeqCst), r.value, "stale value");
+                            assert_eq!(cache.get(r.handle), Some(r.value));
+                            held.push((k, r));
+                        } else {
+                            let (k, r) = held.swap_remove((next() % held.len() as u64) as usize);
+                            cache
+                                .release(r.handle, |v| {
+                                    assert_eq!(v, r.value);
+                                    assert_eq!(LIVE[k].fetch_sub(1, O::SeqCst), 1);
+                                    DEREGS.fetch_add(1, O::Relaxed);
+                                    Ok(())
+                                })
+                                .unwrap();
+                        }
+                    }
+                    for (k, r) in held {
+                        cache
+                            .release(r.handle, |_| {
+                                LIVE[k].fetch_sub(1, O::SeqCst);
+                                DEREGS.fetch_add(1, O::Relaxed);
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        assert!(LIVE.iter().all(|l| l.load(O::SeqCst) == 0));
+        assert_eq!(
+            SERIAL.load(O::SeqCst) - 1,
+            DEREGS.load(O::SeqCst),
+            "regs == deregs"
+        );
+        assert!(
+            DEREGS.load(O::SeqCst) > KEYS as u64,
+            "ranges went through several lives"
+        );
+        assert_eq!(cache.occupied(), 0);
+    }
+}

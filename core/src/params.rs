@@ -1,1 +1,933 @@
-//! params (in progress).
+//! NCCL's IB variables (and ibnet's own `IBNET_*`), typed, with NCCL 2.28 defaults.
+//!
+//! The core reads no environment. `ibnet-ffi` reads each name in [`Params::NAMES`] once and
+//! feeds the non-empty values to [`Params::set`]; a value that `set` rejects is logged as a WARN
+//! naming the variable, and the default stands (so an existing job's settings carry over, and a
+//! typo never aborts a job).
+//!
+//! ```text
+//!  ffi:  for name in Params::NAMES { if let Some(v) = getenv(name) { p.set(name, v) -> WARN on Err } }
+//!  core: p.ib_timeout, p.adaptive_routing(link), p.sl(config_tc), p.hca_filter(), …
+//! ```
+//!
+//! # Integer syntax
+//! Integers follow NCCL (`strtoll(value, .., 0)`): optional leading/trailing ASCII whitespace,
+//! an optional `+`/`-`, then decimal, `0x`/`0X` hexadecimal, or octal with a leading `0`.
+//! Unlike NCCL, which silently ignores trailing junk (`"12abc"` reads as 12), ibnet rejects it,
+//! and rejects values outside each variable's range. Negative values are accepted only where
+//! NCCL's default is negative (the "auto" sentinels: `NCCL_IB_GID_INDEX`, `NCCL_IB_SL`,
+//! `NCCL_IB_TC`, `NCCL_IB_FIFO_TC`, `NCCL_IB_ADAPTIVE_ROUTING`). Boolean variables take any
+//! integer, non-zero meaning "on", as NCCL does.
+//!
+//! # Defaults where the seed differs from NCCL 2.28
+//! The seed (`net_ib.cc`, close to NCCL 2.18) has `NCCL_IB_TIMEOUT=18`,
+//! `NCCL_IB_SPLIT_DATA_ON_QPS=1`, `NCCL_IB_GID_INDEX=0`, `NCCL_IB_SL=0` and `NCCL_IB_TC=0`;
+//! ibnet uses NCCL 2.28's 20, 0, -1 (auto), -1 and -1 (from the comm config, else 0).
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+use core::str::FromStr;
+
+use crate::error::{Error, Result};
+use crate::hca::HcaFilter;
+use crate::provider::{Gid, LinkLayer};
+use crate::wire::MAX_QPS;
+
+/// Longest accepted `NCCL_IB_HCA` value, in bytes.
+pub const HCA_MAX_LEN: usize = 512;
+/// Longest accepted `NCCL_SOCKET_IFNAME` value, in bytes.
+pub const IFNAME_MAX_LEN: usize = 256;
+/// NCCL's "no traffic class in the comm config" (`NCCL_NET_TRAFFIC_CLASS_UNDEF`).
+pub const TRAFFIC_CLASS_UNDEF: i32 = -1;
+
+/// An address family, as `NCCL_IB_ADDR_FAMILY` and `NCCL_SOCKET_FAMILY` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrFamily {
+    /// `AF_INET` (IPv4).
+    Inet,
+    /// `AF_INET6` (IPv6).
+    Inet6,
+}
+
+impl AddrFamily {
+    fn parse(v: &str) -> Option<Self> {
+        match v {
+            "AF_INET" => Some(Self::Inet),
+            "AF_INET6" => Some(Self::Inet6),
+            _ => None,
+        }
+    }
+}
+
+/// A subnet `addr/prefix` (`NCCL_IB_ADDR_RANGE`), used to pick a RoCE GID automatically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddrRange {
+    /// The family the address was written in.
+    pub family: AddrFamily,
+    /// The address: IPv4 in the first 4 bytes (rest zero), or IPv6.
+    pub addr: [u8; 16],
+    /// Prefix length: ≤ 32 for IPv4, ≤ 128 for IPv6.
+    pub prefix_len: u8,
+}
+
+impl AddrRange {
+    /// Parses `a.b.c.d/n` or `ipv6/n`.
+    pub fn parse(v: &str) -> core::result::Result<Self, &'static str> {
+        let (a, n) = v.split_once('/').ok_or("expected ADDRESS/PREFIX")?;
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.len() > 3 {
+            return Err("prefix length is not a decimal number");
+        }
+        let prefix_len: u8 = n
+            .parse()
+            .map_err(|_| "prefix length is not a decimal number")?;
+        let mut addr = [0u8; 16];
+        let family = if let Ok(v4) = Ipv4Addr::from_str(a) {
+            addr[..4].copy_from_slice(&v4.octets());
+            if prefix_len > 32 {
+                return Err("IPv4 prefix length above 32");
+            }
+            AddrFamily::Inet
+        } else if let Ok(v6) = Ipv6Addr::from_str(a) {
+            addr = v6.octets();
+            if prefix_len > 128 {
+                return Err("IPv6 prefix length above 128");
+            }
+            AddrFamily::Inet6
+        } else {
+            return Err("not an IPv4 or IPv6 address");
+        };
+        Ok(Self {
+            family,
+            addr,
+            prefix_len,
+        })
+    }
+
+    /// Whether a GID lies in the range: an IPv4 range is compared with the GID's last 4 bytes
+    /// (an IPv4-mapped RoCE v2 GID), an IPv6 range with all 16 bytes, as NCCL does.
+    pub fn contains_gid(&self, gid: &Gid) -> bool {
+        let (ours, theirs): (&[u8], &[u8]) = match self.family {
+            AddrFamily::Inet => (&self.addr[..4], &gid.0[12..]),
+            AddrFamily::Inet6 => (&self.addr[..], &gid.0[..]),
+        };
+        let full = usize::from(self.prefix_len / 8);
+        let rest = self.prefix_len % 8;
+        if ours[..full] != theirs[..full] {
+            return false;
+        }
+        if rest == 0 {
+            return true;
+        }
+        let mask = 0xFFu8 << (8 - rest);
+        ours[full] & mask == theirs[full] & mask
+    }
+}
+
+/// `NCCL_IB_PCI_RELAXED_ORDERING`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelaxedOrdering {
+    /// 0: never.
+    Off,
+    /// 1: whenever the provider supports it.
+    On,
+    /// 2 (default): when supported, NCCL's automatic choice.
+    Auto,
+}
+
+/// `IBNET_PROVIDER`: which RDMA provider the plugin uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// `verbs`: libibverbs only.
+    Verbs,
+    /// `soft`: the software provider only.
+    Soft,
+    /// `auto` (default): verbs when a usable device exists, otherwise soft.
+    Auto,
+}
+
+/// Every tunable ibnet reads, typed. `Default` gives NCCL 2.28's defaults.
+///
+/// Fields are public for reading and for tests; [`Params::set`] is the validating way in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Params {
+    /// `NCCL_IB_HCA` (default empty: every device). Grammar in [`crate::hca`].
+    pub ib_hca: heapless::String<HCA_MAX_LEN>,
+    /// `NCCL_IB_GID_INDEX`: `None` (-1, default) selects the GID automatically.
+    pub ib_gid_index: Option<u8>,
+    /// `NCCL_IB_ROCE_VERSION_NUM` (1 or 2, default 2) for GID auto-selection.
+    pub ib_roce_version_num: u8,
+    /// `NCCL_IB_ADDR_FAMILY` (default `AF_INET`) for GID auto-selection.
+    pub ib_addr_family: AddrFamily,
+    /// `NCCL_IB_ADDR_RANGE` (default unset, i.e. `::/0`: any GID).
+    pub ib_addr_range: Option<AddrRange>,
+    /// `NCCL_IB_TIMEOUT`, 0..=31 (4.096 µs × 2^t). Default 20 (NCCL ≥ 2.23; the seed has 18).
+    pub ib_timeout: u8,
+    /// `NCCL_IB_RETRY_CNT`, 0..=7, default 7.
+    pub ib_retry_cnt: u8,
+    /// `NCCL_IB_PKEY`: partition key index, default 0.
+    pub ib_pkey: u16,
+    /// `NCCL_IB_USE_INLINE`: post FIFO elements inline (default off).
+    pub ib_use_inline: bool,
+    /// `NCCL_IB_SL`, 0..=15; `None` (-1, default): the comm config's traffic class, else 0.
+    pub ib_sl: Option<u8>,
+    /// `NCCL_IB_TC`, 0..=255; `None` (-1, default): the comm config's traffic class, else 0.
+    pub ib_tc: Option<u8>,
+    /// `NCCL_IB_FIFO_TC`, 0..=255: traffic class of the FIFO (CTS) writes on RoCE;
+    /// `None` (-1, default): the data traffic class.
+    pub ib_fifo_tc: Option<u8>,
+    /// `NCCL_IB_AR_THRESHOLD`: sends of at least this many bytes write data and immediate
+    /// separately when adaptive routing is on (default 8192).
+    pub ib_ar_threshold: u64,
+    /// `NCCL_IB_ADAPTIVE_ROUTING`: `None` (-2, default) is on for InfiniBand, off for RoCE.
+    pub ib_adaptive_routing: Option<bool>,
+    /// `NCCL_IB_PCI_RELAXED_ORDERING` (default 2, auto).
+    pub ib_pci_relaxed_ordering: RelaxedOrdering,
+    /// `NCCL_IB_QPS_PER_CONNECTION`, 1..=128 ([`MAX_QPS`]), default 1.
+    pub ib_qps_per_connection: u8,
+    /// `NCCL_IB_SPLIT_DATA_ON_QPS`: chunk each message over all QPs. Default off (NCCL ≥ 2.20;
+    /// the seed has 1).
+    pub ib_split_data_on_qps: bool,
+    /// `NCCL_IB_DISABLE` (default off).
+    pub ib_disable: bool,
+    /// `NCCL_IB_MERGE_VFS`: merge virtual functions with their physical device (default on).
+    pub ib_merge_vfs: bool,
+    /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (default off).
+    pub ib_sock_client_port_reuse: bool,
+    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off).
+    pub ib_sock_server_port_reuse: bool,
+    /// `NCCL_IB_RETURN_ASYNC_EVENTS`: fatal async events fail the comm (default on).
+    pub ib_return_async_events: bool,
+    /// `NCCL_IB_ECE_ENABLE` (default on).
+    pub ib_ece_enable: bool,
+    /// `NCCL_IB_MQP_RETRY_ALL`: retry every failed `ibv_modify_qp`, not only ETIMEDOUT
+    /// (default off).
+    pub ib_mqp_retry_all: bool,
+    /// `NCCL_IB_MQP_RETRY_CNT` (default 34).
+    pub ib_mqp_retry_cnt: u32,
+    /// `NCCL_IB_MQP_RETRY_SLEEP_MSEC` (default 100).
+    pub ib_mqp_retry_sleep_msec: u32,
+    /// `NCCL_GDR_FLUSH_DISABLE` (default off).
+    pub gdr_flush_disable: bool,
+    /// `NCCL_DMABUF_ENABLE` (default on).
+    pub dmabuf_enable: bool,
+    /// `NCCL_SOCKET_IFNAME` (default empty: NCCL's interface preference order). Same grammar
+    /// as `NCCL_IB_HCA`, without ports.
+    pub socket_ifname: heapless::String<IFNAME_MAX_LEN>,
+    /// `NCCL_SOCKET_FAMILY` (default unset: any).
+    pub socket_family: Option<AddrFamily>,
+    /// `IBNET_PROVIDER` (`verbs|soft|auto`, default `auto`).
+    pub provider: ProviderKind,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            ib_hca: heapless::String::new(),
+            ib_gid_index: None,
+            ib_roce_version_num: 2,
+            ib_addr_family: AddrFamily::Inet,
+            ib_addr_range: None,
+            ib_timeout: 20,
+            ib_retry_cnt: 7,
+            ib_pkey: 0,
+            ib_use_inline: false,
+            ib_sl: None,
+            ib_tc: None,
+            ib_fifo_tc: None,
+            ib_ar_threshold: 8192,
+            ib_adaptive_routing: None,
+            ib_pci_relaxed_ordering: RelaxedOrdering::Auto,
+            ib_qps_per_connection: 1,
+            ib_split_data_on_qps: false,
+            ib_disable: false,
+            ib_merge_vfs: true,
+            ib_sock_client_port_reuse: false,
+            ib_sock_server_port_reuse: false,
+            ib_return_async_events: true,
+            ib_ece_enable: true,
+            ib_mqp_retry_all: false,
+            ib_mqp_retry_cnt: 34,
+            ib_mqp_retry_sleep_msec: 100,
+            gdr_flush_disable: false,
+            dmabuf_enable: true,
+            socket_ifname: heapless::String::new(),
+            socket_family: None,
+            provider: ProviderKind::Auto,
+        }
+    }
+}
+
+/// Which field a name sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    IbHca,
+    IbGidIndex,
+    IbRoceVersionNum,
+    IbAddrFamily,
+    IbAddrRange,
+    IbTimeout,
+    IbRetryCnt,
+    IbPkey,
+    IbUseInline,
+    IbSl,
+    IbTc,
+    IbFifoTc,
+    IbArThreshold,
+    IbAdaptiveRouting,
+    IbPciRelaxedOrdering,
+    IbQpsPerConnection,
+    IbSplitDataOnQps,
+    IbDisable,
+    IbMergeVfs,
+    IbSockClientPortReuse,
+    IbSockServerPortReuse,
+    IbReturnAsyncEvents,
+    IbEceEnable,
+    IbMqpRetryAll,
+    IbMqpRetryCnt,
+    IbMqpRetrySleepMsec,
+    GdrFlushDisable,
+    DmabufEnable,
+    SocketIfname,
+    SocketFamily,
+    Provider,
+}
+
+/// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
+const FIELDS: [(&str, Field); 31] = [
+    ("NCCL_IB_HCA", Field::IbHca),
+    ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
+    ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
+    ("NCCL_IB_ADDR_FAMILY", Field::IbAddrFamily),
+    ("NCCL_IB_ADDR_RANGE", Field::IbAddrRange),
+    ("NCCL_IB_TIMEOUT", Field::IbTimeout),
+    ("NCCL_IB_RETRY_CNT", Field::IbRetryCnt),
+    ("NCCL_IB_PKEY", Field::IbPkey),
+    ("NCCL_IB_USE_INLINE", Field::IbUseInline),
+    ("NCCL_IB_SL", Field::IbSl),
+    ("NCCL_IB_TC", Field::IbTc),
+    ("NCCL_IB_FIFO_TC", Field::IbFifoTc),
+    ("NCCL_IB_AR_THRESHOLD", Field::IbArThreshold),
+    ("NCCL_IB_ADAPTIVE_ROUTING", Field::IbAdaptiveRouting),
+    ("NCCL_IB_PCI_RELAXED_ORDERING", Field::IbPciRelaxedOrdering),
+    ("NCCL_IB_QPS_PER_CONNECTION", Field::IbQpsPerConnection),
+    ("NCCL_IB_SPLIT_DATA_ON_QPS", Field::IbSplitDataOnQps),
+    ("NCCL_IB_DISABLE", Field::IbDisable),
+    ("NCCL_IB_MERGE_VFS", Field::IbMergeVfs),
+    (
+        "NCCL_IB_SOCK_CLIENT_PORT_REUSE",
+        Field::IbSockClientPortReuse,
+    ),
+    (
+        "NCCL_IB_SOCK_SERVER_PORT_REUSE",
+        Field::IbSockServerPortReuse,
+    ),
+    ("NCCL_IB_RETURN_ASYNC_EVENTS", Field::IbReturnAsyncEvents),
+    ("NCCL_IB_ECE_ENABLE", Field::IbEceEnable),
+    ("NCCL_IB_MQP_RETRY_ALL", Field::IbMqpRetryAll),
+    ("NCCL_IB_MQP_RETRY_CNT", Field::IbMqpRetryCnt),
+    ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", Field::IbMqpRetrySleepMsec),
+    ("NCCL_GDR_FLUSH_DISABLE", Field::GdrFlushDisable),
+    ("NCCL_DMABUF_ENABLE", Field::DmabufEnable),
+    ("NCCL_SOCKET_IFNAME", Field::SocketIfname),
+    ("NCCL_SOCKET_FAMILY", Field::SocketFamily),
+    ("IBNET_PROVIDER", Field::Provider),
+];
+
+const fn names() -> [&'static str; FIELDS.len()] {
+    let mut out = [""; FIELDS.len()];
+    let mut i = 0;
+    while i < FIELDS.len() {
+        out[i] = FIELDS[i].0;
+        i += 1;
+    }
+    out
+}
+
+impl Params {
+    /// Every variable [`Params::set`] knows, so `ffi` can read each one exactly once.
+    pub const NAMES: [&'static str; FIELDS.len()] = names();
+
+    /// Sets the variable `name` from its string `value`.
+    ///
+    /// Returns `Ok(true)` when set, `Ok(false)` when `name` is not a variable ibnet knows (the
+    /// params are unchanged), and [`Error::Param`] naming the variable when `value` is
+    /// malformed: empty, not a number, trailing junk, out of range, too long, or not one of
+    /// the accepted words. On error the field keeps its previous value.
+    ///
+    /// NCCL treats an empty variable as unset; callers should skip empty values. `set`
+    /// rejects them so that a caller which passes one learns about it.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<bool> {
+        let Some(&(name, field)) = FIELDS.iter().find(|(n, _)| *n == name) else {
+            return Ok(false);
+        };
+        let err = |reason| Error::Param { name, reason };
+        let v = value.trim_matches(|c: char| c.is_ascii_whitespace());
+        if v.is_empty() {
+            return Err(err("empty value"));
+        }
+        let int = |min: i64, max: i64, range: &'static str| -> Result<i64> {
+            let x = parse_int(v).map_err(err)?;
+            if x < min || x > max {
+                return Err(err(range));
+            }
+            Ok(x)
+        };
+        let flag = || -> Result<bool> { Ok(parse_int(v).map_err(err)? != 0) };
+        // "auto" sentinel -1, else 0..=max.
+        let auto = |max: i64, range: &'static str| -> Result<Option<u8>> {
+            let x = int(-1, max, range)?;
+            Ok(u8::try_from(x).ok())
+        };
+        match field {
+            Field::IbHca => {
+                HcaFilter::parse(v)?;
+                self.ib_hca =
+                    heapless::String::try_from(v).map_err(|_| err("longer than 512 bytes"))?;
+            }
+            Field::IbGidIndex => self.ib_gid_index = auto(255, "must be -1 (auto) or 0..=255")?,
+            Field::IbRoceVersionNum => {
+                self.ib_roce_version_num = int(1, 2, "must be 1 or 2")? as u8;
+            }
+            Field::IbAddrFamily => {
+                self.ib_addr_family =
+                    AddrFamily::parse(v).ok_or(err("must be AF_INET or AF_INET6"))?;
+            }
+            Field::IbAddrRange => self.ib_addr_range = Some(AddrRange::parse(v).map_err(err)?),
+            Field::IbTimeout => self.ib_timeout = int(0, 31, "must be in 0..=31")? as u8,
+            Field::IbRetryCnt => self.ib_retry_cnt = int(0, 7, "must be in 0..=7")? as u8,
+            Field::IbPkey => self.ib_pkey = int(0, 0xFFFF, "must be in 0..=65535")? as u16,
+            Field::IbUseInline => self.ib_use_inline = flag()?,
+            Field::IbSl => self.ib_sl = auto(15, "must be -1 (auto) or 0..=15")?,
+            Field::IbTc => self.ib_tc = auto(255, "must be -1 (auto) or 0..=255")?,
+            Field::IbFifoTc => self.ib_fifo_tc = auto(255, "must be -1 (auto) or 0..=255")?,
+            Field::IbArThreshold => {
+                self.ib_ar_threshold = int(0, i64::MAX, "must not be negative")? as u64;
+            }
+            Field::IbAdaptiveRouting => {
+                self.ib_adaptive_routing = match parse_int(v).map_err(err)? {
+                    -2 => None,
+                    x => Some(x != 0),
+                };
+            }
+            Field::IbPciRelaxedOrdering => {
+                self.ib_pci_relaxed_ordering = match int(0, 2, "must be 0, 1 or 2")? {
+                    0 => RelaxedOrdering::Off,
+                    1 => RelaxedOrdering::On,
+                    _ => RelaxedOrdering::Auto,
+                };
+            }
+            Field::IbQpsPerConnection => {
+                self.ib_qps_per_connection = int(1, MAX_QPS as i64, "must be in 1..=128")? as u8;
+            }
+            Field::IbSplitDataOnQps => self.ib_split_data_on_qps = flag()?,
+            Field::IbDisable => self.ib_disable = flag()?,
+            Field::IbMergeVfs => self.ib_merge_vfs = flag()?,
+            Field::IbSockClientPortReuse => self.ib_sock_client_port_reuse = flag()?,
+            Field::IbSockServerPortReuse => self.ib_sock_server_port_reuse = flag()?,
+            Field::IbReturnAsyncEvents => self.ib_return_async_events = flag()?,
+            Field::IbEceEnable => self.ib_ece_enable = flag()?,
+            Field::IbMqpRetryAll => self.ib_mqp_retry_all = flag()?,
+            Field::IbMqpRetryCnt => {
+                self.ib_mqp_retry_cnt =
+                    int(0, u32::MAX.into(), "must be in 0..=4294967295")? as u32;
+            }
+            Field::IbMqpRetrySleepMsec => {
+                self.ib_mqp_retry_sleep_msec =
+                    int(0, u32::MAX.into(), "must be in 0..=4294967295")? as u32;
+            }
+            Field::GdrFlushDisable => self.gdr_flush_disable = flag()?,
+            Field::DmabufEnable => self.dmabuf_enable = flag()?,
+            Field::SocketIfname => {
+                HcaFilter::parse_names(v)?;
+                self.socket_ifname =
+                    heapless::String::try_from(v).map_err(|_| err("longer than 256 bytes"))?;
+            }
+            Field::SocketFamily => {
+                self.socket_family =
+                    Some(AddrFamily::parse(v).ok_or(err("must be AF_INET or AF_INET6"))?);
+            }
+            Field::Provider => {
+                self.provider = match v {
+                    "verbs" => ProviderKind::Verbs,
+                    "soft" => ProviderKind::Soft,
+                    "auto" => ProviderKind::Auto,
+                    _ => return Err(err("must be verbs, soft or auto")),
+                };
+            }
+        }
+        Ok(true)
+    }
+
+    /// The parsed `NCCL_IB_HCA` filter (empty: every device).
+    pub fn hca_filter(&self) -> Result<HcaFilter> {
+        HcaFilter::parse(&self.ib_hca)
+    }
+
+    /// The parsed `NCCL_SOCKET_IFNAME` filter (empty: any interface).
+    pub fn socket_ifname_filter(&self) -> Result<HcaFilter> {
+        HcaFilter::parse_names(&self.socket_ifname)
+    }
+
+    /// Whether adaptive routing is on for a port with this link layer: the explicit setting,
+    /// else on for InfiniBand and off for RoCE.
+    pub fn adaptive_routing(&self, link_layer: LinkLayer) -> bool {
+        self.ib_adaptive_routing
+            .unwrap_or(link_layer == LinkLayer::Infiniband)
+    }
+
+    /// The service level a sender asks for, as NCCL 2.28 resolves it: `NCCL_IB_SL` when set,
+    /// else the comm config's traffic class (see [`config_traffic_class`]), else 0. The
+    /// config value is masked to the 4 bits an SL has, as the hardware does.
+    pub fn sl(&self, config_tc: Option<u8>) -> u8 {
+        self.ib_sl
+            .unwrap_or_else(|| config_tc.map_or(0, |tc| tc & 0x0F))
+    }
+
+    /// The traffic class a sender asks for: `NCCL_IB_TC` when set, else the comm config's
+    /// traffic class, else 0 (NCCL 2.28).
+    pub fn tc(&self, config_tc: Option<u8>) -> u8 {
+        self.ib_tc.unwrap_or_else(|| config_tc.unwrap_or(0))
+    }
+
+    /// The traffic class the receiver applies to its QPs (which carry the FIFO writes): on
+    /// RoCE `NCCL_IB_FIFO_TC` when set, otherwise the sender's requested `remote_tc`.
+    pub fn fifo_tc(&self, link_layer: LinkLayer, remote_tc: u8) -> u8 {
+        match (link_layer, self.ib_fifo_tc) {
+            (LinkLayer::Ethernet, Some(tc)) => tc,
+            _ => remote_tc,
+        }
+    }
+
+    /// The `NCCL_IB_ADDR_RANGE` that GID auto-selection applies: NCCL parses the range in the
+    /// family of `NCCL_IB_ADDR_FAMILY` and ignores a range of the other family; `None` means
+    /// "any GID".
+    pub fn gid_addr_range(&self) -> Option<AddrRange> {
+        self.ib_addr_range
+            .filter(|r| r.family == self.ib_addr_family)
+    }
+}
+
+/// Converts the traffic class of an NCCL v10/v11 comm config (`int`, -1 undefined) for
+/// [`Params::sl`] and [`Params::tc`]. Values outside -1..=255 are an [`Error::OutOfRange`].
+pub fn config_traffic_class(raw: i32) -> Result<Option<u8>> {
+    if raw == TRAFFIC_CLASS_UNDEF {
+        return Ok(None);
+    }
+    u8::try_from(raw).map(Some).map_err(|_| Error::OutOfRange {
+        what: "comm config trafficClass",
+        value: raw.into(),
+        min: -1,
+        max: 255,
+    })
+}
+
+/// Parses an integer the way NCCL's `strtoll(s, .., 0)` reads it, but rejecting trailing junk
+/// and overflow. `s` must already be trimmed.
+pub fn parse_int(s: &str) -> core::result::Result<i64, &'static str> {
+    let b = s.as_bytes();
+    let (neg, b) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let (radix, digits) = match b {
+        [b'0', b'x' | b'X', rest @ ..] => (16, rest),
+        [b'0', rest @ ..] if !rest.is_empty() => (8, rest),
+        _ => (10, b),
+    };
+    if digits.is_empty() {
+        return Err("not a number");
+    }
+    let mut mag: u64 = 0;
+    for (i, &c) in digits.iter().enumerate() {
+        let Some(d) = (c as char).to_digit(radix) else {
+            return Err(if i == 0 && radix == 10 {
+                "not a number"
+            } else {
+                "trailing characters after the number"
+            });
+        };
+        mag = mag
+            .checked_mul(u64::from(radix))
+            .and_then(|m| m.checked_add(u64::from(d)))
+            .ok_or("number does not fit in 64 bits")?;
+    }
+    if neg {
+        if mag > i64::MIN.unsigned_abs() {
+            return Err("number does not fit in 64 bits");
+        }
+        Ok((mag as i64).wrapping_neg())
+    } else {
+        i64::try_from(mag).map_err(|_| "number does not fit in 64 bits")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(name: &'static str, value: &str) {
+        let mut p = Params::default();
+        let before = p.clone();
+        match p.set(name, value) {
+            Err(Error::Param { name: n, .. }) => assert_eq!(n, name, "{value:?}"),
+            other => panic!("{name}={value:?}: expected Param error, got {other:?}"),
+        }
+        assert_eq!(p, before, "{name}={value:?} changed params on error");
+    }
+
+    fn good(name: &str, value: &str) -> Params {
+        let mut p = Params::default();
+        assert_eq!(p.set(name, value), Ok(true), "{name}={value:?}");
+        p
+    }
+
+    #[test]
+    fn defaults_are_nccl_2_28() {
+        let p = Params::default();
+        assert_eq!(p.ib_hca.as_str(), "");
+        assert_eq!(p.ib_gid_index, None);
+        assert_eq!(p.ib_roce_version_num, 2);
+        assert_eq!(p.ib_addr_family, AddrFamily::Inet);
+        assert_eq!(p.ib_addr_range, None);
+        assert_eq!(p.ib_timeout, 20);
+        assert_eq!(p.ib_retry_cnt, 7);
+        assert_eq!(p.ib_pkey, 0);
+        assert!(!p.ib_use_inline);
+        assert_eq!(p.ib_sl, None);
+        assert_eq!(p.ib_tc, None);
+        assert_eq!(p.ib_fifo_tc, None);
+        assert_eq!(p.ib_ar_threshold, 8192);
+        assert_eq!(p.ib_adaptive_routing, None);
+        assert_eq!(p.ib_pci_relaxed_ordering, RelaxedOrdering::Auto);
+        assert_eq!(p.ib_qps_per_connection, 1);
+        assert!(!p.ib_split_data_on_qps);
+        assert!(!p.ib_disable);
+        assert!(p.ib_merge_vfs);
+        assert!(!p.ib_sock_client_port_reuse);
+        assert!(!p.ib_sock_server_port_reuse);
+        assert!(p.ib_return_async_events);
+        assert!(p.ib_ece_enable);
+        assert!(!p.ib_mqp_retry_all);
+        assert_eq!(p.ib_mqp_retry_cnt, 34);
+        assert_eq!(p.ib_mqp_retry_sleep_msec, 100);
+        assert!(!p.gdr_flush_disable);
+        assert!(p.dmabuf_enable);
+        assert_eq!(p.socket_ifname.as_str(), "");
+        assert_eq!(p.socket_family, None);
+        assert_eq!(p.provider, ProviderKind::Auto);
+        // Derived defaults.
+        assert!(p.adaptive_routing(LinkLayer::Infiniband));
+        assert!(!p.adaptive_routing(LinkLayer::Ethernet));
+        assert_eq!(p.sl(None), 0);
+        assert_eq!(p.tc(None), 0);
+        assert_eq!(p.gid_addr_range(), None);
+    }
+
+    #[test]
+    fn names_are_unique_and_all_settable() {
+        for (i, a) in Params::NAMES.iter().enumerate() {
+            assert!(Params::NAMES[i + 1..].iter().all(|b| a != b), "{a} twice");
+            // Every name reaches its arm: an empty value is a Param error naming it.
+            bad(a, "");
+            bad(a, "   ");
+        }
+        let mut p = Params::default();
+        assert_eq!(p.set("NCCL_IB_NOPE", "1"), Ok(false));
+        assert_eq!(
+            p.set("nccl_ib_timeout", "1"),
+            Ok(false),
+            "names are case-sensitive"
+        );
+        assert_eq!(p, Params::default());
+    }
+
+    #[test]
+    fn integer_syntax_follows_strtoll_base_0() {
+        assert_eq!(parse_int("0"), Ok(0));
+        assert_eq!(parse_int("22"), Ok(22));
+        assert_eq!(parse_int("+22"), Ok(22));
+        assert_eq!(parse_int("-2"), Ok(-2));
+        assert_eq!(parse_int("0x1F"), Ok(31));
+        assert_eq!(parse_int("0X1f"), Ok(31));
+        assert_eq!(parse_int("017"), Ok(15));
+        assert_eq!(parse_int("-0x10"), Ok(-16));
+        assert_eq!(parse_int("9223372036854775807"), Ok(i64::MAX));
+        assert_eq!(parse_int("-9223372036854775808"), Ok(i64::MIN));
+        assert!(parse_int("9223372036854775808").is_err());
+        assert!(parse_int("-9223372036854775809").is_err());
+        assert!(parse_int("99999999999999999999999").is_err());
+        for junk in [
+            "", "-", "+", "0x", "abc", "12abc", "08", "0x1g", "1 2", "1.5", "--1", " 1",
+        ] {
+            assert!(parse_int(junk).is_err(), "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn integers_good_and_bad() {
+        assert_eq!(good("NCCL_IB_TIMEOUT", "22").ib_timeout, 22);
+        assert_eq!(good("NCCL_IB_TIMEOUT", " 0x16\n").ib_timeout, 22);
+        assert_eq!(good("NCCL_IB_TIMEOUT", "026").ib_timeout, 22);
+        assert_eq!(good("NCCL_IB_TIMEOUT", "0").ib_timeout, 0);
+        assert_eq!(good("NCCL_IB_TIMEOUT", "31").ib_timeout, 31);
+        bad("NCCL_IB_TIMEOUT", "32");
+        bad("NCCL_IB_TIMEOUT", "-1");
+        bad("NCCL_IB_TIMEOUT", "20x");
+        bad("NCCL_IB_TIMEOUT", "twenty");
+        assert_eq!(good("NCCL_IB_RETRY_CNT", "0").ib_retry_cnt, 0);
+        bad("NCCL_IB_RETRY_CNT", "8");
+        assert_eq!(good("NCCL_IB_PKEY", "0xffff").ib_pkey, 0xFFFF);
+        bad("NCCL_IB_PKEY", "65536");
+        bad("NCCL_IB_PKEY", "-1");
+        assert_eq!(good("NCCL_IB_ROCE_VERSION_NUM", "1").ib_roce_version_num, 1);
+        bad("NCCL_IB_ROCE_VERSION_NUM", "3");
+        bad("NCCL_IB_ROCE_VERSION_NUM", "0");
+        assert_eq!(good("NCCL_IB_AR_THRESHOLD", "0").ib_ar_threshold, 0);
+        assert_eq!(
+            good("NCCL_IB_AR_THRESHOLD", "1048576").ib_ar_threshold,
+            1 << 20
+        );
+        bad("NCCL_IB_AR_THRESHOLD", "-1");
+        assert_eq!(
+            good("NCCL_IB_QPS_PER_CONNECTION", "128").ib_qps_per_connection,
+            128
+        );
+        assert_eq!(
+            good("NCCL_IB_QPS_PER_CONNECTION", "4").ib_qps_per_connection,
+            4
+        );
+        bad("NCCL_IB_QPS_PER_CONNECTION", "0");
+        bad("NCCL_IB_QPS_PER_CONNECTION", "129");
+        bad("NCCL_IB_QPS_PER_CONNECTION", "-1");
+        assert_eq!(good("NCCL_IB_MQP_RETRY_CNT", "0").ib_mqp_retry_cnt, 0);
+        assert_eq!(
+            good("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "4294967295").ib_mqp_retry_sleep_msec,
+            u32::MAX
+        );
+        bad("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "4294967296");
+        bad("NCCL_IB_MQP_RETRY_CNT", "-5");
+    }
+
+    #[test]
+    fn auto_sentinels() {
+        assert_eq!(good("NCCL_IB_GID_INDEX", "3").ib_gid_index, Some(3));
+        assert_eq!(good("NCCL_IB_GID_INDEX", "-1").ib_gid_index, None);
+        bad("NCCL_IB_GID_INDEX", "-2");
+        bad("NCCL_IB_GID_INDEX", "256");
+        assert_eq!(good("NCCL_IB_SL", "15").ib_sl, Some(15));
+        bad("NCCL_IB_SL", "16");
+        bad("NCCL_IB_SL", "-3");
+        assert_eq!(good("NCCL_IB_TC", "106").ib_tc, Some(106));
+        bad("NCCL_IB_TC", "256");
+        assert_eq!(good("NCCL_IB_FIFO_TC", "0").ib_fifo_tc, Some(0));
+        assert_eq!(good("NCCL_IB_FIFO_TC", "-1").ib_fifo_tc, None);
+        bad("NCCL_IB_FIFO_TC", "300");
+    }
+
+    #[test]
+    fn booleans_are_nonzero_like_nccl() {
+        for name in [
+            "NCCL_IB_USE_INLINE",
+            "NCCL_IB_SPLIT_DATA_ON_QPS",
+            "NCCL_IB_DISABLE",
+            "NCCL_IB_SOCK_CLIENT_PORT_REUSE",
+            "NCCL_IB_SOCK_SERVER_PORT_REUSE",
+            "NCCL_IB_MQP_RETRY_ALL",
+            "NCCL_GDR_FLUSH_DISABLE",
+        ] {
+            let on = good(name, "1");
+            let two = good(name, "2");
+            assert_ne!(on, Params::default(), "{name}");
+            assert_eq!(on, two, "{name}");
+            assert_eq!(good(name, "0"), Params::default(), "{name}");
+            bad(name, "yes");
+            bad(name, "1x");
+        }
+        for name in [
+            "NCCL_IB_MERGE_VFS",
+            "NCCL_IB_RETURN_ASYNC_EVENTS",
+            "NCCL_IB_ECE_ENABLE",
+            "NCCL_DMABUF_ENABLE",
+        ] {
+            assert_ne!(good(name, "0"), Params::default(), "{name}");
+            assert_eq!(good(name, "1"), Params::default(), "{name}");
+            bad(name, "true");
+        }
+        assert!(good("NCCL_IB_SPLIT_DATA_ON_QPS", "1").ib_split_data_on_qps);
+        assert!(good("NCCL_IB_DISABLE", "0x1").ib_disable);
+        assert!(!good("NCCL_IB_ECE_ENABLE", "0").ib_ece_enable);
+    }
+
+    #[test]
+    fn adaptive_routing() {
+        let p = good("NCCL_IB_ADAPTIVE_ROUTING", "-2");
+        assert!(p.adaptive_routing(LinkLayer::Infiniband));
+        assert!(!p.adaptive_routing(LinkLayer::Ethernet));
+        let p = good("NCCL_IB_ADAPTIVE_ROUTING", "0");
+        assert!(!p.adaptive_routing(LinkLayer::Infiniband));
+        let p = good("NCCL_IB_ADAPTIVE_ROUTING", "1");
+        assert!(p.adaptive_routing(LinkLayer::Ethernet));
+        bad("NCCL_IB_ADAPTIVE_ROUTING", "on");
+    }
+
+    #[test]
+    fn relaxed_ordering() {
+        assert_eq!(
+            good("NCCL_IB_PCI_RELAXED_ORDERING", "0").ib_pci_relaxed_ordering,
+            RelaxedOrdering::Off
+        );
+        assert_eq!(
+            good("NCCL_IB_PCI_RELAXED_ORDERING", "1").ib_pci_relaxed_ordering,
+            RelaxedOrdering::On
+        );
+        assert_eq!(
+            good("NCCL_IB_PCI_RELAXED_ORDERING", "2").ib_pci_relaxed_ordering,
+            RelaxedOrdering::Auto
+        );
+        bad("NCCL_IB_PCI_RELAXED_ORDERING", "3");
+        bad("NCCL_IB_PCI_RELAXED_ORDERING", "-1");
+    }
+
+    #[test]
+    fn sl_tc_resolution() {
+        let p = Params::default();
+        assert_eq!(p.sl(Some(3)), 3);
+        assert_eq!(p.tc(Some(106)), 106);
+        assert_eq!(p.sl(Some(106)), 106 & 0x0F);
+        let p = good("NCCL_IB_SL", "5");
+        assert_eq!(p.sl(Some(3)), 5);
+        assert_eq!(p.sl(None), 5);
+        let p = good("NCCL_IB_TC", "0");
+        assert_eq!(p.tc(Some(106)), 0);
+        assert_eq!(config_traffic_class(-1), Ok(None));
+        assert_eq!(config_traffic_class(0), Ok(Some(0)));
+        assert_eq!(config_traffic_class(255), Ok(Some(255)));
+        assert!(matches!(
+            config_traffic_class(256),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            config_traffic_class(-2),
+            Err(Error::OutOfRange { .. })
+        ));
+        // FIFO TC: only on RoCE, only when set.
+        let p = Params::default();
+        assert_eq!(p.fifo_tc(LinkLayer::Ethernet, 7), 7);
+        let p = good("NCCL_IB_FIFO_TC", "96");
+        assert_eq!(p.fifo_tc(LinkLayer::Ethernet, 7), 96);
+        assert_eq!(p.fifo_tc(LinkLayer::Infiniband, 7), 7);
+    }
+
+    #[test]
+    fn address_family_and_range() {
+        assert_eq!(
+            good("NCCL_IB_ADDR_FAMILY", "AF_INET6").ib_addr_family,
+            AddrFamily::Inet6
+        );
+        assert_eq!(
+            good("NCCL_IB_ADDR_FAMILY", "AF_INET").ib_addr_family,
+            AddrFamily::Inet
+        );
+        bad("NCCL_IB_ADDR_FAMILY", "inet");
+        assert_eq!(
+            good("NCCL_SOCKET_FAMILY", "AF_INET6").socket_family,
+            Some(AddrFamily::Inet6)
+        );
+        bad("NCCL_SOCKET_FAMILY", "AF_UNIX");
+
+        let p = good("NCCL_IB_ADDR_RANGE", "10.1.0.0/16");
+        let r = p.ib_addr_range.unwrap();
+        assert_eq!((r.family, r.prefix_len), (AddrFamily::Inet, 16));
+        assert_eq!(p.gid_addr_range(), Some(r));
+        let mut gid = Gid([0; 16]);
+        gid.0[10] = 0xFF;
+        gid.0[11] = 0xFF;
+        gid.0[12..].copy_from_slice(&[10, 1, 200, 3]);
+        assert!(r.contains_gid(&gid));
+        gid.0[13] = 2;
+        assert!(!r.contains_gid(&gid));
+        // A prefix that ends inside a byte: 10.0.0.0/15 is 10.0.x.x and 10.1.x.x.
+        let r = AddrRange::parse("10.0.0.0/15").unwrap();
+        assert!(!r.contains_gid(&gid), "10.2 is outside 10.0/15");
+        gid.0[13] = 3;
+        assert!(!r.contains_gid(&gid));
+        gid.0[13] = 1;
+        assert!(r.contains_gid(&gid));
+
+        let p = good("NCCL_IB_ADDR_RANGE", "fd00:1::/32");
+        let r = p.ib_addr_range.unwrap();
+        assert_eq!(r.family, AddrFamily::Inet6);
+        assert_eq!(
+            p.gid_addr_range(),
+            None,
+            "family mismatch: NCCL ignores the range"
+        );
+        let v6: Ipv6Addr = "fd00:1:2::5".parse().unwrap();
+        assert!(r.contains_gid(&Gid(v6.octets())));
+        let v6: Ipv6Addr = "fd00:2::5".parse().unwrap();
+        assert!(!r.contains_gid(&Gid(v6.octets())));
+        assert!(AddrRange::parse("::/0")
+            .unwrap()
+            .contains_gid(&Gid([0xAB; 16])));
+        assert!(AddrRange::parse("1.2.3.4/0")
+            .unwrap()
+            .contains_gid(&Gid([0xAB; 16])));
+        assert!(AddrRange::parse("1.2.3.4/32").unwrap().contains_gid(&{
+            let mut g = Gid([0; 16]);
+            g.0[12..].copy_from_slice(&[1, 2, 3, 4]);
+            g
+        }));
+
+        for b in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0/8",
+            "10.0.0.0/x",
+            "10.0.0.0/",
+            "/8",
+            "10.0.0.0/8/8",
+            "10.0.0.0/+8",
+            "host/8",
+            "10.0.0.0/0008",
+        ] {
+            bad("NCCL_IB_ADDR_RANGE", b);
+        }
+    }
+
+    #[test]
+    fn strings() {
+        let p = good("NCCL_IB_HCA", "^=mlx5_0:1,mlx5_1");
+        assert_eq!(p.ib_hca.as_str(), "^=mlx5_0:1,mlx5_1");
+        let f = p.hca_filter().unwrap();
+        assert!(!f.matches("mlx5_0", 1));
+        assert!(f.matches("mlx5_0", 2));
+        bad("NCCL_IB_HCA", "mlx5_0:x");
+        bad("NCCL_IB_HCA", "a,,b");
+        let long = "m".repeat(HCA_MAX_LEN + 1);
+        bad("NCCL_IB_HCA", &long);
+        let p = good("NCCL_SOCKET_IFNAME", "=eth0,ib0");
+        assert!(p.socket_ifname_filter().unwrap().matches_name("ib0"));
+        assert!(!p.socket_ifname_filter().unwrap().matches_name("eth01"));
+        let long = "e".repeat(IFNAME_MAX_LEN + 1);
+        bad("NCCL_SOCKET_IFNAME", &long);
+        assert_eq!(good("IBNET_PROVIDER", "soft").provider, ProviderKind::Soft);
+        assert_eq!(
+            good("IBNET_PROVIDER", "verbs").provider,
+            ProviderKind::Verbs
+        );
+        assert_eq!(good("IBNET_PROVIDER", "auto").provider, ProviderKind::Auto);
+        bad("IBNET_PROVIDER", "Verbs");
+        bad("IBNET_PROVIDER", "tcp");
+    }
+
+    #[test]
+    fn error_names_variable() {
+        let mut p = Params::default();
+        let e = p.set("NCCL_IB_TIMEOUT", "99").unwrap_err();
+        let mut s = String::new();
+        core::fmt::write(&mut s, format_args!("{e}")).unwrap();
+        assert!(s.starts_with("NCCL_IB_TIMEOUT: "), "{s}");
+    }
+}

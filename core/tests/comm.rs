@@ -540,3 +540,24 @@ fn close_releases_every_provider_object() {
     assert_eq!(dev.live_qps(), 0);
     assert_eq!(dev.live_mrs(), 0);
 }
+
+#[test]
+fn config_from_default_params_is_nccl_2_28s_default() {
+    use ibnet_core::params::Params;
+    use ibnet_core::provider::LinkLayer;
+    let p = Params::default();
+    assert_eq!(
+        CommConfig::from_params(&p, LinkLayer::Ethernet, None, false),
+        CommConfig::default()
+    );
+    // Adaptive routing defaults on for InfiniBand only; the config's TC applies when set.
+    let ib = CommConfig::from_params(&p, LinkLayer::Infiniband, Some(106), true);
+    assert!(ib.adaptive_routing && ib.gdr_flush);
+    assert_eq!(ib.tc, 106);
+    let mut q = Params::default();
+    q.set("NCCL_IB_QPS_PER_CONNECTION", "4").unwrap();
+    q.set("NCCL_IB_SPLIT_DATA_ON_QPS", "1").unwrap();
+    q.set("NCCL_GDR_FLUSH_DISABLE", "1").unwrap();
+    let c = CommConfig::from_params(&q, LinkLayer::Ethernet, None, true);
+    assert_eq!((c.nqps, c.split_data, c.gdr_flush), (4, true, false));
+}

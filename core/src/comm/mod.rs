@@ -1,4 +1,4 @@
-//! Send and receive comms: the data path of `net_ib`, generic over a [`Provider`].
+//! Send and receive comms: the data path of `net_ib`, generic over a [`Provider`](crate::provider::Provider).
 //!
 //! A connection is a [`SendComm`] on one side and a [`RecvComm`] on the other, each with its
 //! own CQ, `nqps` RC queue pairs paired by index, and a request pool.
@@ -75,6 +75,33 @@ impl Default for CommConfig {
             sl: 0,
             tc: 0,
             pkey_index: 0,
+        }
+    }
+}
+
+impl CommConfig {
+    /// Resolves NCCL's variables for one comm: `link_layer` decides adaptive routing's `-2`
+    /// default, `config_tc` is the v10/v11 comm config's traffic class (if set), and
+    /// `gpu_direct` says whether receives land in GPU memory (a flush is then needed unless
+    /// `NCCL_GDR_FLUSH_DISABLE`).
+    pub fn from_params(
+        p: &crate::params::Params,
+        link_layer: crate::provider::LinkLayer,
+        config_tc: Option<u8>,
+        gpu_direct: bool,
+    ) -> Self {
+        Self {
+            nqps: p.ib_qps_per_connection,
+            split_data: p.ib_split_data_on_qps,
+            adaptive_routing: p.adaptive_routing(link_layer),
+            ar_threshold: p.ib_ar_threshold,
+            use_inline: p.ib_use_inline,
+            gdr_flush: gpu_direct && !p.gdr_flush_disable,
+            timeout: p.ib_timeout,
+            retry_cnt: p.ib_retry_cnt,
+            sl: p.sl(config_tc),
+            tc: p.tc(config_tc),
+            pkey_index: p.ib_pkey,
         }
     }
 }

@@ -11,7 +11,12 @@ use loom::sync::Arc;
 use loom::thread;
 
 fn elem(seq: u64, r: usize) -> PostedRecv {
-    PostedRecv { addr: 0x1000 * (seq + 1) + r as u64, size: 64 * (seq + 1), rkey: 7 + seq as u32, tag: r as u32 }
+    PostedRecv {
+        addr: 0x1000 * (seq + 1) + r as u64,
+        size: 64 * (seq + 1),
+        rkey: 7 + seq as u32,
+        tag: r as u32,
+    }
 }
 
 /// Width of the multi-receive posted at `seq` (1 or 2: a multi-receive crossing the wrap).

@@ -1,0 +1,143 @@
+//! The `Net` trait: the plugin operations the engine drives.
+//!
+//! This is `ncclNet_t` as the engine uses it: connection setup (`listen` / `connect` /
+//! `accept`), memory registration, the non-blocking data operations and their `test`, and the
+//! property the engine groups receives by (`max_recvs`). Handles are small `Copy` values (a C
+//! plugin's `void*`, or an index for [`super::CommNet`]), so the engine stores them freely.
+//!
+//! Contract (NCCL's):
+//! * `connect` / `accept` / `isend` / `irecv` may return `Ok(None)`: "not yet, call again".
+//! * `test(req)` returns `true` once `req` is complete, writing the bytes received per buffer
+//!   into `sizes` (receives) or the bytes sent into `sizes[0]` (sends); a completed request is
+//!   gone.
+//! * `iflush` may return `Ok(None)` when there is nothing to flush.
+//!
+//! Simplification for Rust drivers: the engine never calls `getProperties` for anything but
+//! [`NetProps`], never asks for device handles (`ncclNetDeviceHandle`, the unpack path) and
+//! passes DMA-BUF registrations as an optional `(fd, offset)`.
+
+use super::MAX_RECVS;
+use crate::error::Result;
+
+/// The opaque connection handle `listen` produces and `connect` consumes
+/// (`NCCL_NET_HANDLE_MAXSIZE`).
+pub type NetHandle = [u8; 128];
+
+/// What a buffer's address points to (`NCCL_PTR_HOST` / `NCCL_PTR_CUDA`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PtrType {
+    /// Host memory.
+    Host,
+    /// Device memory.
+    Device,
+}
+
+/// How a multi-receive (`n > 1`) reports sizes in `test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeReport {
+    /// Bytes received per buffer.
+    Bytes,
+    /// 1 when the matching send carried data, 0 when it was empty (`net_ib` with a bitmask
+    /// immediate, and ibnet's comms). The engine substitutes the size it posted for a 1.
+    Flags,
+}
+
+/// The properties of a device the engine uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetProps {
+    /// Receives one `irecv` may group (1..=8).
+    pub max_recvs: usize,
+    /// DMA-BUF registration is supported (`NCCL_PTR_DMABUF` in `ptrSupport`).
+    pub dmabuf: bool,
+    /// How multi-receive sizes are reported.
+    pub sizes: SizeReport,
+}
+
+/// A comm of either direction (for `reg_mr`, `dereg_mr` and `test`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommRef<S, R> {
+    /// A send comm.
+    Send(S),
+    /// A receive comm.
+    Recv(R),
+}
+
+/// One buffer of an `irecv` or `iflush`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetBuf<M> {
+    /// Address.
+    pub addr: u64,
+    /// Bytes (for `irecv`, the largest send accepted).
+    pub size: usize,
+    /// Tag the matching send carries.
+    pub tag: u32,
+    /// Registration covering the buffer.
+    pub mr: M,
+}
+
+/// The plugin operations the engine drives.
+pub trait Net {
+    /// A listening endpoint.
+    type Listen: Copy;
+    /// A send comm.
+    type Send: Copy + PartialEq;
+    /// A receive comm.
+    type Recv: Copy + PartialEq;
+    /// A memory registration (`mhandle`).
+    type Mr: Copy;
+    /// An outstanding request.
+    type Req: Copy;
+
+    /// The properties of device `dev`.
+    fn properties(&mut self, dev: u32) -> Result<NetProps>;
+    /// Starts listening on `dev`; writes the handle the connecting side needs into `handle`.
+    fn listen(&mut self, dev: u32, handle: &mut NetHandle) -> Result<Self::Listen>;
+    /// Connects to the listener `handle` describes; `Ok(None)` while in progress.
+    fn connect(&mut self, dev: u32, handle: &NetHandle) -> Result<Option<Self::Send>>;
+    /// Accepts a connection on `listen`; `Ok(None)` while in progress.
+    fn accept(&mut self, listen: Self::Listen) -> Result<Option<Self::Recv>>;
+    /// Registers `[addr, addr + size)` for `comm`; `dmabuf` is `(fd, offset)` when the memory
+    /// is exported as a DMA-BUF.
+    fn reg_mr(
+        &mut self,
+        comm: CommRef<Self::Send, Self::Recv>,
+        addr: u64,
+        size: usize,
+        ptr: PtrType,
+        dmabuf: Option<(i32, u64)>,
+    ) -> Result<Self::Mr>;
+    /// Deregisters.
+    fn dereg_mr(&mut self, comm: CommRef<Self::Send, Self::Recv>, mr: Self::Mr) -> Result<()>;
+    /// Sends `size` bytes at `addr` with `tag`; `Ok(None)` when the receiver has not posted yet.
+    fn isend(
+        &mut self,
+        comm: Self::Send,
+        addr: u64,
+        size: usize,
+        tag: u32,
+        mr: Self::Mr,
+    ) -> Result<Option<Self::Req>>;
+    /// Posts a (multi-)receive of 1..=`max_recvs` buffers; `Ok(None)`: try again later.
+    fn irecv(&mut self, comm: Self::Recv, bufs: &[NetBuf<Self::Mr>]) -> Result<Option<Self::Req>>;
+    /// Flushes received data to the GPU; `Ok(None)` when there is nothing to flush.
+    fn iflush(&mut self, comm: Self::Recv, bufs: &[NetBuf<Self::Mr>]) -> Result<Option<Self::Req>>;
+    /// Whether `req` is complete; see the module doc for `sizes`.
+    fn test(
+        &mut self,
+        comm: CommRef<Self::Send, Self::Recv>,
+        req: Self::Req,
+        sizes: &mut [usize; MAX_RECVS],
+    ) -> Result<bool>;
+    /// The GPU consumed the data of a completed multi-receive (NCCL's optional
+    /// `irecvConsumed`).
+    fn irecv_consumed(&mut self, comm: Self::Recv, n: usize, req: Self::Req) -> Result<()> {
+        let _ = (comm, n, req);
+        Ok(())
+    }
+    /// Closes a send comm.
+    fn close_send(&mut self, comm: Self::Send) -> Result<()>;
+    /// Closes a receive comm.
+    fn close_recv(&mut self, comm: Self::Recv) -> Result<()>;
+    /// Closes a listening endpoint.
+    fn close_listen(&mut self, listen: Self::Listen) -> Result<()>;
+}

@@ -1,0 +1,232 @@
+//! A proxy operation: up to [`MAX_SUBS`] sub-operations (one per connection) moving
+//! `nsteps` ring steps each, in one protocol (NCCL's `ncclProxyArgs` / `ncclProxySubArgs`).
+//!
+//! Per sub the engine counts, in steps relative to the sub's `base`:
+//! ```text
+//!  send:  done ≤ transmitted ≤ posted ≤ nsteps        recv: done ≤ transmitted ≤ received ≤ posted
+//!         posted:      credits given to the GPU              posted:      irecv issued
+//!         transmitted: isend issued                          received:    network delivered
+//!         done:        network completed, slot returned      transmitted: flushed, tail moved
+//!                                                            done:        GPU consumed (head)
+//! ```
+//! `base` is the connection's running step counter rounded up to `chunk_steps`; counters
+//! move by `slice_steps`. A registered sub (`reg_buff`) sends/receives straight from a user
+//! buffer: one step as far as the GPU is concerned, split on the network into pieces of at
+//! most [`MAX_NET_SIZE`](super::MAX_NET_SIZE) bytes.
+//!
+//! Receive operations group subs that share a net comm (up to the net's `max_recvs`) into one
+//! multi-receive; a group moves in lockstep. Grouping only reorders an internal index: sub
+//! `i` stays sub `i` for the caller.
+
+use super::net::Net;
+use super::state::ConnId;
+use super::{Dir, Protocol, MAX_SUBS, STEPS};
+use crate::error::{Error, Result};
+
+/// One sub-operation as the caller describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubArgs {
+    /// The connection.
+    pub conn: ConnId,
+    /// Ring steps to move (a multiple of the op's `slice_steps`).
+    pub nsteps: u64,
+    /// Bytes to move (caps each step's network size).
+    pub nbytes: usize,
+    /// Registered mode: the user buffer's address (SIMPLE, shared-buffer connections only).
+    pub reg_buff: Option<u64>,
+}
+
+impl SubArgs {
+    /// `nsteps` steps through the connection's buffers.
+    pub fn new(conn: ConnId, nsteps: u64, nbytes: usize) -> Self {
+        Self {
+            conn,
+            nsteps,
+            nbytes,
+            reg_buff: None,
+        }
+    }
+    /// `nbytes` straight from/to the user buffer at `buff` (one GPU step).
+    pub fn registered(conn: ConnId, buff: u64, nbytes: usize) -> Self {
+        Self {
+            conn,
+            nsteps: 1,
+            nbytes,
+            reg_buff: Some(buff),
+        }
+    }
+}
+
+/// Where an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpState {
+    /// Not started: the first `progress` sets bases and registers user buffers.
+    Ready,
+    /// Moving.
+    Progress,
+    /// Every sub is done.
+    Done,
+}
+
+/// The result of one `progress` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Nothing moved (the caller may back off).
+    pub idle: bool,
+    /// The operation is finished.
+    pub done: bool,
+}
+
+/// A sub-operation's state.
+pub(crate) struct Sub<N: Net> {
+    pub conn: ConnId,
+    pub nsteps: u64,
+    pub nbytes: usize,
+    /// Registered mode: the current position in the user buffer.
+    pub buff: u64,
+    pub reg: bool,
+    pub base: u64,
+    pub posted: u64,
+    pub transmitted: u64,
+    pub received: u64,
+    pub done: u64,
+    pub trans_size: u64,
+    pub mhandle: Option<N::Mr>,
+    /// The engine registered `mhandle` for this sub (and deregisters it).
+    pub own_mr: bool,
+    pub requests: [Option<N::Req>; STEPS],
+    /// Receive: bytes posted per step (index `posted % STEPS`).
+    pub posted_sizes: [usize; STEPS],
+    /// Receive (group leader): buffers in the multi-receive of each step.
+    pub req_count: [u8; STEPS],
+    /// Receive (group leader): completed multi-receives awaiting `irecv_consumed`.
+    pub consumed: [Option<N::Req>; STEPS],
+    /// Receive: size of the group this sub leads (0 when not a leader).
+    pub group: u8,
+}
+
+/// A proxy operation. Build it with [`ProxyOp::new`] and [`ProxyOp::push`], then call
+/// [`ProxyState::progress`](super::ProxyState::progress) until it reports `done`.
+pub struct ProxyOp<N: Net> {
+    pub(crate) dir: Dir,
+    pub(crate) protocol: Protocol,
+    pub(crate) slice_steps: u64,
+    pub(crate) chunk_steps: u64,
+    pub(crate) subs: heapless::Vec<Sub<N>, MAX_SUBS>,
+    /// Receive: sub indices in group order.
+    pub(crate) order: [u8; MAX_SUBS],
+    pub(crate) state: OpState,
+    pub(crate) ndone: usize,
+}
+
+impl<N: Net> ProxyOp<N> {
+    /// An empty operation. `slice_steps` (1..=[`STEPS`]) is how many steps one network
+    /// operation covers; `chunk_steps` (≥ `slice_steps`) is the alignment of each sub's
+    /// `base`.
+    pub fn new(dir: Dir, protocol: Protocol, slice_steps: u64, chunk_steps: u64) -> Result<Self> {
+        if slice_steps == 0 || slice_steps > STEPS as u64 {
+            return Err(Error::OutOfRange {
+                what: "slice_steps",
+                value: slice_steps as i64,
+                min: 1,
+                max: STEPS as i64,
+            });
+        }
+        if chunk_steps < slice_steps || chunk_steps > STEPS as u64 {
+            return Err(Error::OutOfRange {
+                what: "chunk_steps",
+                value: chunk_steps as i64,
+                min: slice_steps as i64,
+                max: STEPS as i64,
+            });
+        }
+        Ok(Self {
+            dir,
+            protocol,
+            slice_steps,
+            chunk_steps,
+            subs: heapless::Vec::new(),
+            order: core::array::from_fn(|i| i as u8),
+            state: OpState::Ready,
+            ndone: 0,
+        })
+    }
+
+    /// Adds a sub-operation (before the first `progress`).
+    pub fn push(&mut self, a: SubArgs) -> Result<()> {
+        if self.state != OpState::Ready {
+            return Err(Error::BadState {
+                op: "ProxyOp::push",
+                state: "started",
+            });
+        }
+        if a.nsteps == 0 || a.nsteps % self.slice_steps != 0 {
+            return Err(Error::OutOfRange {
+                what: "sub nsteps (a positive multiple of slice_steps)",
+                value: a.nsteps as i64,
+                min: self.slice_steps as i64,
+                max: i64::MAX,
+            });
+        }
+        if a.reg_buff.is_some() && (self.protocol != Protocol::Simple || a.nsteps != 1) {
+            return Err(Error::BadState {
+                op: "registered sub",
+                state: "needs SIMPLE and one step",
+            });
+        }
+        let sub = Sub {
+            conn: a.conn,
+            nsteps: a.nsteps,
+            nbytes: a.nbytes,
+            buff: a.reg_buff.unwrap_or(0),
+            reg: a.reg_buff.is_some(),
+            base: 0,
+            posted: 0,
+            transmitted: 0,
+            received: 0,
+            done: 0,
+            trans_size: 0,
+            mhandle: None,
+            own_mr: false,
+            requests: [None; STEPS],
+            posted_sizes: [0; STEPS],
+            req_count: [0; STEPS],
+            consumed: [None; STEPS],
+            group: 0,
+        };
+        self.subs.push(sub).map_err(|_| Error::Full {
+            what: "proxy op subs",
+            cap: MAX_SUBS,
+        })
+    }
+
+    /// The operation's state.
+    pub fn state(&self) -> OpState {
+        self.state
+    }
+    /// Sub-operations.
+    pub fn nsubs(&self) -> usize {
+        self.subs.len()
+    }
+    /// Bytes sub `i` moved on the network so far.
+    pub fn bytes(&self, i: usize) -> u64 {
+        self.subs.get(i).map_or(0, |s| s.trans_size)
+    }
+    /// The `base` step of sub `i` (set by the first `progress`).
+    pub fn base(&self, i: usize) -> u64 {
+        self.subs.get(i).map_or(0, |s| s.base)
+    }
+    /// Size of the receive group led by position `k` of the group order, for tests and
+    /// diagnostics: `(sub index, group size)` of every group.
+    pub fn groups(&self) -> heapless::Vec<(usize, usize), MAX_SUBS> {
+        let mut v = heapless::Vec::new();
+        let mut k = 0;
+        while k < self.subs.len() {
+            let s = self.order[k] as usize;
+            let g = (self.subs[s].group as usize).max(1);
+            let _ = v.push((s, g));
+            k += g;
+        }
+        v
+    }
+}

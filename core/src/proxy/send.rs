@@ -1,0 +1,226 @@
+//! Send progress (NCCL's `sendProxyProgress`).
+//!
+//! Each call walks the subs and, per sub, runs these stages in turn, each as far as it can
+//! (NCCL does one action per sub per call; draining each stage costs fewer calls per step):
+//! 1. **post**: give the GPU credit for one more slice (depth-limited to
+//!    `min(STEPS, SHARED_STEPS / nsubs)`). Dedicated buffers: credits are implied by `head`
+//!    (the ring starts with `STEPS` credits). Shared buffers: pick the slice's shared slot,
+//!    write its offset into `connFifo`, then store `head = base + posted - STEPS` (Release);
+//!    a registered sub posts one credit only.
+//! 2. **transmit**: when the slot is ready — `connFifo` size set and `tail` past the step
+//!    (SIMPLE, LL128), plus every line flag for LL, and for LL128 in host memory — `isend` it
+//!    (tag = this rank), up to `STEPS` in flight.
+//! 3. **complete**: `test` the oldest send; when done, reset the slot's size to -1 and then
+//!    store `head = base + done` (Release; dedicated buffers). A registered send whose piece
+//!    was short of the rest moves on to one more piece (1 GiB splits); the last piece resets the
+//!    size the GPU set at `base`, telling it the user buffer is free.
+
+use super::lines::{ll128_ready, ll_ready, LL128_LINE, LL_LINE};
+use super::mem::MemProvider;
+use super::net::{CommRef, Net};
+use super::op::ProxyOp;
+use super::pools::shared_offset;
+use super::profiler::{OpEvent, Profiler, StepEvent};
+use super::shared::{load_step, store_step, BufView, RecvMem, SIZE_EMPTY};
+use super::state::{lookup, ProxyState};
+use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
+use crate::error::{Error, Result};
+
+impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
+    /// One pass over a send op; returns whether it was idle.
+    pub(super) fn send_progress<P: Profiler>(
+        &mut self,
+        op: &mut ProxyOp<N>,
+        prof: &mut P,
+    ) -> Result<bool> {
+        let p = op.protocol;
+        let pi = p.index();
+        let slice = op.slice_steps;
+        let nsubs = op.subs.len();
+        let max_depth = STEPS.min(SHARED_STEPS / nsubs) as u64;
+        let steps = STEPS as u64;
+        let mut idle = true;
+        for s in 0..nsubs {
+            let sub = &mut op.subs[s];
+            if sub.done == sub.nsteps {
+                continue;
+            }
+            let c = lookup(&self.conns, &self.gens, sub.conn)?;
+            let r = c.res()?;
+            let shared = c.req.shared;
+            let recv_mem = r.recv_mem.get();
+            let CommRef::Send(comm) = r.comm else {
+                return Err(Error::BadState {
+                    op: "send progress",
+                    state: "receive comm",
+                });
+            };
+
+            // 1. Post credits (all that the depth allows).
+            while sub.posted < sub.nsteps && sub.posted < sub.done + max_depth {
+                prof.step_start(s, sub.posted, sub.posted + slice);
+                if shared {
+                    let step = sub.base + sub.posted;
+                    if !sub.reg {
+                        let slot = (sub.posted % max_depth) as usize * nsubs + s;
+                        let off = shared_offset(self.cfg.p2p_chunk_size, c.req.channel, slot)?;
+                        recv_mem.conn_fifo[RecvMem::<STEPS>::slot(step)].set_offset(off);
+                    }
+                    sub.posted += slice;
+                    // A registered sub gets one credit: the GPU hands over the whole buffer.
+                    if !sub.reg || sub.posted == slice {
+                        let head = (sub.base + sub.posted).wrapping_sub(steps);
+                        store_step(r.proxy_word(Dir::Send), head);
+                        self.mem.store_fence();
+                    }
+                } else {
+                    sub.posted += slice;
+                }
+                prof.op_state(s, OpEvent::SendPosted, sub.posted, sub.trans_size);
+                prof.step_state(s, sub.posted - slice, sub.posted, StepEvent::SendGpuWait);
+                idle = false;
+            }
+
+            // 2. Transmit what the GPU filled (every ready slot).
+            while sub.transmitted < sub.posted && sub.transmitted < sub.done + steps {
+                let step = sub.base + sub.transmitted;
+                let slot = RecvMem::<STEPS>::slot(step);
+                let ready: Option<(u64, usize)> = 'ready: {
+                    if sub.reg {
+                        // The GPU moved `tail` past `base`: the user buffer is ready.
+                        let go = load_step(&recv_mem.tail) > sub.base;
+                        break 'ready go
+                            .then(|| (sub.buff, sub.nbytes.min(self.cfg.max_net_size.max(1))));
+                    }
+                    let Some(size) = recv_mem.ready(step, step, p != Protocol::Ll) else {
+                        break 'ready None;
+                    };
+                    let size = size as usize;
+                    let b = r.bufs[pi].ok_or(Error::Missing {
+                        what: "protocol buffer of the connection",
+                    })?;
+                    let (off, room) = if shared && p == Protocol::Simple {
+                        let off = recv_mem.conn_fifo[slot].offset() as usize;
+                        (off, self.cfg.p2p_chunk_size)
+                    } else {
+                        let step_size = b.size / STEPS;
+                        (slot * step_size, step_size * slice as usize)
+                    };
+                    if size > room || off + size > b.size {
+                        return Err(Error::OutOfRange {
+                            what: "connFifo size from the GPU",
+                            value: size as i64,
+                            min: 0,
+                            max: room.min(b.size.saturating_sub(off)) as i64,
+                        });
+                    }
+                    let addr = b.cpu + off as u64;
+                    let lines_ok = match p {
+                        Protocol::Ll => {
+                            let v = BufView::new(&b.region, addr, round(size, LL_LINE))?;
+                            ll_ready(&v, size, step)
+                        }
+                        // With GPU-direct the data is in device memory, ordered by `tail`.
+                        Protocol::Ll128 if !c.req.use_gdr => {
+                            let v = BufView::new(&b.region, addr, round(size, LL128_LINE))?;
+                            ll128_ready(&v, size, step)
+                        }
+                        _ => true,
+                    };
+                    lines_ok.then_some((addr, size))
+                };
+                if let Some((addr, size)) = ready {
+                    prof.op_state(
+                        s,
+                        OpEvent::SendRemFifoWait,
+                        sub.transmitted + slice,
+                        sub.trans_size,
+                    );
+                    let mr = sub.mhandle.ok_or(Error::Missing {
+                        what: "memory handle",
+                    })?;
+                    if let Some(req) = self.net.isend(comm, addr, size, c.req.tp_rank, mr)? {
+                        sub.requests[slot] = Some(req);
+                        sub.transmitted += slice;
+                        sub.trans_size += size as u64;
+                        prof.op_state(s, OpEvent::SendTransmitted, sub.transmitted, sub.trans_size);
+                        prof.step_state(
+                            s,
+                            sub.transmitted - slice,
+                            sub.transmitted,
+                            StepEvent::SendWait,
+                        );
+                        idle = false;
+                        continue;
+                    }
+                }
+                break;
+            }
+
+            // 3. Complete (every finished send, oldest first).
+            while sub.done < sub.transmitted {
+                let step = sub.base + sub.done;
+                let slot = RecvMem::<STEPS>::slot(step);
+                let req = sub.requests[slot].ok_or(Error::BadState {
+                    op: "send progress",
+                    state: "no request for a transmitted step",
+                })?;
+                let mut sizes = [0usize; MAX_RECVS];
+                if self.net.test(r.comm, req, &mut sizes)? {
+                    sub.requests[slot] = None;
+                    if sub.reg {
+                        let size = sizes[0];
+                        if size < sub.nbytes {
+                            sub.buff += size as u64;
+                            sub.nbytes -= size;
+                            sub.nsteps += 1;
+                        } else {
+                            // The user buffer is free: tell the GPU (Release: the network is
+                            // done reading it; pairs with the GPU's Acquire poll of `size`).
+                            recv_mem.conn_fifo[RecvMem::<STEPS>::slot(sub.base)]
+                                .publish(SIZE_EMPTY);
+                        }
+                    }
+                    sub.done += slice;
+                    let head = if shared {
+                        None
+                    } else if sub.reg {
+                        (sub.done == sub.nsteps).then_some(sub.base + slice)
+                    } else {
+                        Some(sub.base + sub.done)
+                    };
+                    if sub.reg {
+                        if let Some(h) = head {
+                            store_step(r.proxy_word(Dir::Send), h);
+                        }
+                    } else {
+                        recv_mem.retire(step, head.map(|h| (r.proxy_word(Dir::Send), h)));
+                    }
+                    if head.is_some() {
+                        self.mem.store_fence();
+                    }
+                    prof.step_stop(s, sub.done - slice, sub.done);
+                    prof.op_state(s, OpEvent::SendDone, sub.done, sub.trans_size);
+                    idle = false;
+                    if sub.done == sub.nsteps {
+                        if sub.own_mr {
+                            if let Some(mr) = sub.mhandle.take() {
+                                sub.own_mr = false;
+                                self.net.dereg_mr(r.comm, mr)?;
+                            }
+                        }
+                        op.ndone += 1;
+                    }
+                } else {
+                    break;
+                }
+            }
+        }
+        Ok(idle)
+    }
+}
+
+#[inline]
+fn round(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}

@@ -1,0 +1,206 @@
+//! Chooses the IP interface for the bootstrap sockets, as NCCL does.
+//!
+//! * `NCCL_SOCKET_IFNAME` set: a comma-separated list of prefixes; a leading `^` excludes the
+//!   listed interfaces instead, a leading `=` requires exact names (both may combine: `^=eth0`).
+//! * Unset: every interface except `docker*` and `lo` first (`ib*` before the rest), then
+//!   `docker*`, then `lo`.
+//! * `NCCL_SOCKET_FAMILY` = `AF_INET` / `AF_INET6` restricts the address family.
+//!
+//! The first matching address (interfaces in the system's order) wins.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// One interface address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfAddr {
+    /// Interface name.
+    pub name: String,
+    /// Its address (port 0; IPv6 link-local addresses carry the scope id).
+    pub addr: SocketAddr,
+}
+
+/// The `NCCL_SOCKET_IFNAME` grammar, parsed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IfFilter {
+    /// `^`: the list excludes.
+    pub exclude: bool,
+    /// `=`: names match exactly, not as prefixes.
+    pub exact: bool,
+    /// The names or prefixes.
+    pub names: Vec<String>,
+}
+
+impl IfFilter {
+    /// Parses `^`/`=` prefixes and the comma-separated list.
+    pub fn parse(s: &str) -> Self {
+        let mut s = s.trim();
+        let exclude = s.starts_with('^');
+        if exclude {
+            s = &s[1..];
+        }
+        let exact = s.starts_with('=');
+        if exact {
+            s = &s[1..];
+        }
+        let names = s
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        Self {
+            exclude,
+            exact,
+            names,
+        }
+    }
+
+    /// Whether interface `name` is selected.
+    pub fn matches(&self, name: &str) -> bool {
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                name == n
+            } else {
+                name.starts_with(n.as_str())
+            }
+        });
+        hit != self.exclude
+    }
+}
+
+/// Every IPv4/IPv6 address of every interface that is up, in the system's order.
+pub fn list() -> Vec<IfAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = core::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr is non-NULL and points at a sockaddr of the family it declares.
+        let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+        let addr = match fam {
+            libc::AF_INET => {
+                // SAFETY: family AF_INET: the sockaddr is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
+                    0,
+                )
+            }
+            libc::AF_INET6 => {
+                // SAFETY: family AF_INET6: the sockaddr is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                SocketAddr::V6(std::net::SocketAddrV6::new(ip, 0, 0, sin6.sin6_scope_id))
+            }
+            _ => continue,
+        };
+        out.push(IfAddr { name, addr });
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+fn family_ok(a: &SocketAddr, family: Option<i32>) -> bool {
+    match family {
+        Some(libc::AF_INET) => a.is_ipv4(),
+        Some(libc::AF_INET6) => a.is_ipv6(),
+        _ => true,
+    }
+}
+
+/// Picks the bootstrap interface from `addrs` per `ifname` (`NCCL_SOCKET_IFNAME`) and
+/// `family` (`NCCL_SOCKET_FAMILY`). `None` when nothing qualifies.
+pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Option<IfAddr> {
+    let ok = |a: &&IfAddr| family_ok(&a.addr, family);
+    if let Some(spec) = ifname.filter(|s| !s.trim().is_empty()) {
+        let f = IfFilter::parse(spec);
+        return addrs
+            .iter()
+            .filter(ok)
+            .find(|a| f.matches(&a.name))
+            .cloned();
+    }
+    let other = |a: &&IfAddr| !a.name.starts_with("docker") && !a.name.starts_with("lo");
+    // NCCL prefers ib* among the ordinary interfaces, then the others; IPv4 before IPv6
+    // link-local (an IPv6 link-local address needs a scope id the peer cannot use).
+    let usable = |a: &&IfAddr| !matches!(a.addr.ip(), IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
+    addrs
+        .iter()
+        .filter(ok)
+        .filter(other)
+        .filter(usable)
+        .find(|a| a.name.starts_with("ib"))
+        .or_else(|| addrs.iter().filter(ok).filter(other).find(usable))
+        .or_else(|| {
+            addrs
+                .iter()
+                .filter(ok)
+                .find(|a| a.name.starts_with("docker"))
+        })
+        .or_else(|| addrs.iter().filter(ok).find(|a| a.name.starts_with("lo")))
+        .cloned()
+}
+
+/// Parses `NCCL_SOCKET_FAMILY`.
+pub fn parse_family(s: &str) -> Option<i32> {
+    match s.trim() {
+        "AF_INET" => Some(libc::AF_INET),
+        "AF_INET6" => Some(libc::AF_INET6),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(name: &str, ip: &str) -> IfAddr {
+        IfAddr {
+            name: name.into(),
+            addr: SocketAddr::new(ip.parse().unwrap(), 0),
+        }
+    }
+
+    #[test]
+    fn filter_grammar() {
+        let f = IfFilter::parse("^=eth0,lo");
+        assert!(f.exclude && f.exact);
+        assert!(!f.matches("eth0") && f.matches("eth01") && !f.matches("lo"));
+        let f = IfFilter::parse("eth");
+        assert!(f.matches("eth1") && !f.matches("ib0"));
+        let f = IfFilter::parse("=eth");
+        assert!(!f.matches("eth1"));
+    }
+
+    #[test]
+    fn default_preference() {
+        let v = vec![
+            a("lo", "127.0.0.1"),
+            a("docker0", "172.17.0.1"),
+            a("eth0", "10.0.0.2"),
+            a("ib0", "10.1.0.2"),
+        ];
+        assert_eq!(choose(&v, None, None).unwrap().name, "ib0");
+        assert_eq!(choose(&v[..3], None, None).unwrap().name, "eth0");
+        assert_eq!(choose(&v[..2], None, None).unwrap().name, "docker0");
+        assert_eq!(choose(&v[..1], None, None).unwrap().name, "lo");
+        assert_eq!(choose(&v, Some("^ib,eth"), None).unwrap().name, "lo");
+        assert_eq!(choose(&v, Some("=eth0"), None).unwrap().name, "eth0");
+        assert!(choose(&v, Some("xyz"), None).is_none());
+        assert!(choose(&v, None, Some(libc::AF_INET6)).is_none());
+    }
+}

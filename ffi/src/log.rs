@@ -1,0 +1,105 @@
+//! Logging through the logger NCCL passes to `init`.
+//!
+//! NCCL's logger is `void (*)(ncclDebugLogLevel, unsigned long flags, const char* file, int line,
+//! const char* fmt, ...)`. Every message is formatted in Rust and passed as `"%s"`, so no text
+//! from a peer or the environment is ever interpreted as a format string. Each line starts with
+//! `NET/IBNET`. Without a logger (before `init`, or in Rust unit tests) messages are dropped,
+//! unless `IBNET_LOG_STDERR=1` sends them to stderr. Nothing is ever written to stdout.
+
+use core::ffi::{c_char, c_int, c_ulong};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// NCCL's `ncclDebugLogger_t`.
+pub type Logger = unsafe extern "C" fn(
+    level: c_int,
+    flags: c_ulong,
+    file: *const c_char,
+    line: c_int,
+    fmt: *const c_char,
+    ...
+);
+
+/// `ncclDebugLogLevel` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Level {
+    /// `NCCL_LOG_WARN`.
+    Warn = 2,
+    /// `NCCL_LOG_INFO`.
+    Info = 3,
+    /// `NCCL_LOG_TRACE`.
+    Trace = 5,
+}
+
+/// `NCCL_INIT` subsystem flag.
+pub const INIT: c_ulong = 0x1;
+/// `NCCL_NET` subsystem flag.
+pub const NET: c_ulong = 0x10;
+/// `NCCL_ENV` subsystem flag.
+pub const ENV: c_ulong = 0x80;
+/// `NCCL_ALL`.
+pub const ALL: c_ulong = !0;
+
+/// The current logger as a `usize` (0: none).
+static LOGGER: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs NCCL's logger (NULL leaves the current one in place).
+pub fn set_logger(l: Option<Logger>) {
+    if let Some(l) = l {
+        // Release pairs with the Acquire in `emit`: a thread that sees the pointer sees a
+        // fully-initialised function pointer (it is a plain value; Release is conservative).
+        LOGGER.store(l as usize, Ordering::Release);
+    }
+}
+
+/// Writes one line at `level` with subsystem `flags`.
+pub fn emit(
+    level: Level,
+    flags: c_ulong,
+    file: &'static str,
+    line: u32,
+    msg: core::fmt::Arguments<'_>,
+) {
+    // Acquire pairs with the Release in `set_logger`.
+    let l = LOGGER.load(Ordering::Acquire);
+    let text = format!("NET/IBNET : {msg}");
+    if l == 0 {
+        if std::env::var_os("IBNET_LOG_STDERR").is_some_and(|v| v == "1") {
+            eprintln!("{text}");
+        }
+        return;
+    }
+    let cmsg = std::ffi::CString::new(text.replace('\0', "?")).unwrap_or_default();
+    let cfile = std::ffi::CString::new(file).unwrap_or_default();
+    // SAFETY: `l` was stored from a valid `Logger` in `set_logger`; "%s" consumes exactly the
+    // one NUL-terminated string argument passed.
+    unsafe {
+        let f: Logger = core::mem::transmute::<usize, Logger>(l);
+        f(
+            level as c_int,
+            flags,
+            cfile.as_ptr(),
+            line as c_int,
+            c"%s".as_ptr(),
+            cmsg.as_ptr(),
+        );
+    }
+}
+
+/// `warn!("…")`: one WARN line (all subsystems, as NCCL's own WARN).
+#[macro_export]
+macro_rules! warn {
+    ($($a:tt)*) => { $crate::log::emit($crate::log::Level::Warn, $crate::log::ALL, file!(), line!(), format_args!($($a)*)) };
+}
+
+/// `info!(flags, "…")`: one INFO line for the given subsystem flags.
+#[macro_export]
+macro_rules! info {
+    ($f:expr, $($a:tt)*) => { $crate::log::emit($crate::log::Level::Info, $f, file!(), line!(), format_args!($($a)*)) };
+}
+
+/// `trace!(flags, "…")`: one TRACE line.
+#[macro_export]
+macro_rules! trace {
+    ($f:expr, $($a:tt)*) => { $crate::log::emit($crate::log::Level::Trace, $f, file!(), line!(), format_args!($($a)*)) };
+}

@@ -1,0 +1,243 @@
+//! Drives the core's sans-IO handshake machines ([`Connector`], [`Acceptor`]) over a
+//! non-blocking TCP socket, without ever waiting.
+//!
+//! One [`pump`] call moves as many bytes as the kernel takes and has, in the order the module
+//! doc of [`ibnet_core::handshake`] gives:
+//! ```text
+//!  loop {
+//!    poll_transmit → write (WouldBlock: stop writing) → handle_sent(n)
+//!    poll_recv_len → read at most that many (WouldBlock: stop; 0 bytes: handle_eof)
+//!                  → handle_recv(bytes)
+//!    poll_event    → return it to the caller (PeerInfo: act on the QPs; Done: finished)
+//!  } until neither direction made progress
+//! ```
+//! Reading at most `poll_recv_len` bytes means no byte after the handshake is ever consumed.
+//! A closed peer becomes [`Error::PeerGone`](ibnet_core::Error::PeerGone) through
+//! `handle_eof`; a socket error is an [`Error::Provider`] naming the call. A stalled peer is
+//! the caller's deadline to enforce.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+
+use ibnet_core::handshake::{Acceptor, Connector, Event};
+use ibnet_core::wire::QP_INFO_MAX_LEN;
+use ibnet_core::{Error, Result};
+
+/// The driving surface both handshake machines share.
+pub trait Machine {
+    /// See [`Connector::poll_transmit`].
+    fn poll_transmit(&self) -> Option<&[u8]>;
+    /// See [`Connector::handle_sent`].
+    fn handle_sent(&mut self, n: usize) -> Result<()>;
+    /// See [`Connector::poll_recv_len`].
+    fn poll_recv_len(&self) -> usize;
+    /// See [`Connector::handle_recv`].
+    fn handle_recv(&mut self, data: &[u8]) -> Result<usize>;
+    /// See [`Connector::handle_eof`].
+    fn handle_eof(&mut self) -> Result<()>;
+    /// See [`Connector::poll_event`].
+    fn poll_event(&mut self) -> Option<Event>;
+}
+
+macro_rules! machine {
+    ($t:ty) => {
+        impl Machine for $t {
+            fn poll_transmit(&self) -> Option<&[u8]> {
+                <$t>::poll_transmit(self)
+            }
+            fn handle_sent(&mut self, n: usize) -> Result<()> {
+                <$t>::handle_sent(self, n)
+            }
+            fn poll_recv_len(&self) -> usize {
+                <$t>::poll_recv_len(self)
+            }
+            fn handle_recv(&mut self, data: &[u8]) -> Result<usize> {
+                <$t>::handle_recv(self, data)
+            }
+            fn handle_eof(&mut self) -> Result<()> {
+                <$t>::handle_eof(self)
+            }
+            fn poll_event(&mut self) -> Option<Event> {
+                <$t>::poll_event(self)
+            }
+        }
+    };
+}
+machine!(Connector);
+machine!(Acceptor);
+
+fn io(call: &'static str, e: &std::io::Error) -> Error {
+    Error::Provider {
+        call,
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+    }
+}
+
+/// Moves bytes between `s` (non-blocking) and `m` until neither direction can progress or the
+/// machine has an event, which is returned.
+pub fn pump<M: Machine>(s: &mut TcpStream, m: &mut M) -> Result<Option<Event>> {
+    let mut buf = [0u8; QP_INFO_MAX_LEN];
+    loop {
+        if let Some(ev) = m.poll_event() {
+            return Ok(Some(ev));
+        }
+        let mut progressed = false;
+        if let Some(tx) = m.poll_transmit() {
+            if !tx.is_empty() {
+                match s.write(tx) {
+                    Ok(0) => return Err(io("send (handshake)", &ErrorKind::WriteZero.into())),
+                    Ok(n) => {
+                        m.handle_sent(n)?;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => progressed = true,
+                    Err(e) if e.kind() == ErrorKind::BrokenPipe => {
+                        m.handle_eof()?;
+                        return Err(io("send (handshake)", &e));
+                    }
+                    Err(e) => return Err(io("send (handshake)", &e)),
+                }
+            }
+        }
+        let want = m.poll_recv_len().min(buf.len());
+        if want > 0 {
+            match s.read(&mut buf[..want]) {
+                Ok(0) => {
+                    m.handle_eof()?;
+                    // A machine that accepts EOF here is done; report its event, if any.
+                    return Ok(m.poll_event());
+                }
+                Ok(n) => {
+                    let used = m.handle_recv(&buf[..n])?;
+                    debug_assert_eq!(used, n, "read at most poll_recv_len bytes");
+                    progressed = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => progressed = true,
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                    m.handle_eof()?;
+                    return Err(io("recv (handshake)", &e));
+                }
+                Err(e) => return Err(io("recv (handshake)", &e)),
+            }
+        }
+        if !progressed {
+            return Ok(m.poll_event());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ibnet_core::provider::{Gid, LinkLayer, Mtu, PortInfo, ProviderAddr};
+    use ibnet_core::wire::{QpInfo, RemoteBuf};
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = crate::sock::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let c = crate::sock::connect_start(&l.local_addr().unwrap()).unwrap();
+        let mut a = None;
+        while a.is_none() {
+            a = crate::sock::try_accept(&l).unwrap();
+        }
+        while !crate::sock::connect_done(&c).unwrap() {}
+        (c, a.unwrap())
+    }
+
+    fn info(fifo: bool) -> QpInfo {
+        let mut qpn = heapless::Vec::new();
+        qpn.push(17).unwrap();
+        QpInfo {
+            port: 1,
+            link_layer: LinkLayer::Ethernet,
+            mtu: Mtu::M4096,
+            lid: 0,
+            gid: Gid([1; 16]),
+            sl: 0,
+            tc: 0,
+            qpn,
+            fifo: fifo.then_some(RemoteBuf {
+                addr: 0x1000,
+                rkey: 5,
+            }),
+            addr: ProviderAddr::EMPTY,
+        }
+    }
+
+    fn port() -> PortInfo {
+        PortInfo {
+            port: 1,
+            link_layer: LinkLayer::Ethernet,
+            lid: 0,
+            gid: Gid([2; 16]),
+            gid_index: 0,
+            mtu: Mtu::M1024,
+            addr: ProviderAddr::EMPTY,
+        }
+    }
+
+    #[test]
+    fn full_handshake_over_tcp() {
+        let (mut cs, mut as_) = pair();
+        let mut c = Connector::new(9, &info(true)).unwrap();
+        let mut a = Acceptor::new(9, &port());
+        let (mut cdone, mut adone) = (false, false);
+        for _ in 0..1_000_000 {
+            if cdone && adone {
+                break;
+            }
+            if !cdone {
+                match pump(&mut cs, &mut c).unwrap() {
+                    Some(Event::PeerInfo(p)) => {
+                        assert_eq!(p.mtu, Mtu::M1024, "acceptor answers the minimum MTU");
+                        c.handle_qps_connected().unwrap();
+                    }
+                    Some(Event::Done) => cdone = true,
+                    None => {}
+                }
+            }
+            if !adone {
+                match pump(&mut as_, &mut a).unwrap() {
+                    Some(Event::PeerInfo(p)) => {
+                        assert_eq!(p.qpn[0], 17);
+                        a.handle_local_info(info(false)).unwrap();
+                    }
+                    Some(Event::Done) => adone = true,
+                    None => {}
+                }
+            }
+        }
+        assert!(cdone && adone);
+    }
+
+    #[test]
+    fn peer_closing_mid_handshake_is_peer_gone() {
+        let (cs, mut as_) = pair();
+        let mut a = Acceptor::new(9, &port());
+        drop(cs);
+        let e = loop {
+            match pump(&mut as_, &mut a) {
+                Ok(None) => std::thread::yield_now(),
+                Ok(Some(ev)) => panic!("unexpected event {ev:?}"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(e, Error::PeerGone { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn wrong_nonce_is_wire_error() {
+        let (mut cs, mut as_) = pair();
+        let mut c = Connector::new(8, &info(true)).unwrap();
+        let mut a = Acceptor::new(9, &port());
+        let e = loop {
+            pump(&mut cs, &mut c).unwrap();
+            match pump(&mut as_, &mut a) {
+                Ok(_) => std::thread::yield_now(),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(e, Error::Wire { .. }), "{e:?}");
+    }
+}

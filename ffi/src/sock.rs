@@ -1,0 +1,149 @@
+//! Non-blocking TCP for the bootstrap handshake.
+//!
+//! NCCL calls `connect`/`accept` again and again until they produce a comm, so nothing here
+//! ever waits: a listener accepts when a connection is queued, a connect is started and later
+//! checked; [`crate::shake`] then moves whatever bytes the kernel takes or has.
+
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+
+/// Binds a non-blocking listener on `ip` with a kernel-chosen port.
+pub fn listen(ip: SocketAddr) -> io::Result<TcpListener> {
+    let mut a = ip;
+    a.set_port(0);
+    let l = TcpListener::bind(a)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Accepts one queued connection, if any; the stream is non-blocking with `TCP_NODELAY`.
+pub fn try_accept(l: &TcpListener) -> io::Result<Option<TcpStream>> {
+    match l.accept() {
+        Ok((s, _)) => {
+            s.set_nonblocking(true)?;
+            s.set_nodelay(true)?;
+            Ok(Some(s))
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
+            unsafe { core::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+            core::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in6.
+            unsafe { core::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Starts a non-blocking connect to `to`; finish it with [`connect_done`].
+pub fn connect_start(to: &SocketAddr) -> io::Result<TcpStream> {
+    let fam = if to.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe {
+        libc::socket(
+            fam,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own; the TcpStream closes it on drop.
+    let s = unsafe { TcpStream::from_raw_fd(fd) };
+    let (ss, len) = sockaddr(to);
+    // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
+    let rc = unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) && e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// Whether a connect started by [`connect_start`] has completed; its failure is an error.
+pub fn connect_done(s: &TcpStream) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout (never blocks).
+    let rc = unsafe { libc::poll(&mut p, 1, 0) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    if rc == 0 {
+        return Ok(false);
+    }
+    if let Some(e) = s.take_error()? {
+        return Err(e);
+    }
+    if p.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+        return Err(io::Error::from(ErrorKind::ConnectionRefused));
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_connect_is_error() {
+        let l = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let to = l.local_addr().unwrap();
+        drop(l);
+        let r = connect_start(&to).and_then(|c| loop {
+            if connect_done(&c)? {
+                break Ok(());
+            }
+            std::thread::yield_now();
+        });
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,674 @@
+//! Verbs device discovery, as NCCL 2.28's `ncclIbInit` does it.
+//!
+//! For every device (filtered by `NCCL_IB_HCA`), every ACTIVE port with an InfiniBand or
+//! Ethernet (RoCE) link layer becomes one plugin device, with: speed from width × lane speed
+//! (SDR … NDR, XDR through `active_speed_ex`), the PCI path (ports and, with
+//! `NCCL_IB_MERGE_VFS`, virtual functions merged), `realPort`, the system image GUID, the GID
+//! chosen by `NCCL_IB_GID_INDEX` (-1: auto-selection by RoCE version, address family and range)
+//! and the DMA-BUF probe result. Each opened context gets one async-event thread, stopped and
+//! joined when the last port using the context is dropped.
+
+use std::ffi::CStr;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::loader::{self, Verbs};
+use super::sys::*;
+use crate::env::Config;
+use crate::{info, warn};
+
+/// An opened device context shared by its ports, with its protection domain and async thread.
+pub struct Context {
+    /// libibverbs.
+    pub verbs: &'static Verbs,
+    /// The context.
+    pub raw: *mut ibv_context,
+    /// The protection domain all comms and registrations on this device use.
+    pub pd: *mut ibv_pd,
+    /// Device name (`mlx5_0`).
+    pub name: String,
+    /// State shared with the async-event thread.
+    pub events: Arc<Events>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the async-event thread shares with the device (the thread holds no `Context`, so the
+/// context's drop can stop and join it).
+#[derive(Default)]
+pub struct Events {
+    /// Count of fatal async events (device fatal, QP/CQ errors) seen so far.
+    pub fatal: AtomicU32,
+    stop: AtomicBool,
+}
+
+// SAFETY: libibverbs contexts and PDs may be used from any thread; the raw pointers are owned by
+// this struct and released once in Drop.
+unsafe impl Send for Context {}
+// SAFETY: as above; shared use goes through thread-safe libibverbs calls and atomics.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Relaxed: the join below is the synchronisation point with the async thread.
+        self.events.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.lock().ok().and_then(|mut g| g.take()) {
+            let _ = t.join();
+        }
+        // SAFETY: the PD and context were created by us, are released once, and nothing else
+        // references them (every comm holds an Arc to this Context).
+        unsafe {
+            if !self.pd.is_null() {
+                (self.verbs.dealloc_pd)(self.pd);
+            }
+            (self.verbs.close_device)(self.raw);
+        }
+    }
+}
+
+/// One discovered (device, port).
+pub struct VerbsDev {
+    /// The shared context.
+    pub ctx: Arc<Context>,
+    /// `mlx5_0`-style name, for properties.
+    pub name: std::ffi::CString,
+    /// PCI path in sysfs (ports/VFs merged), if found.
+    pub pci_path: Option<std::ffi::CString>,
+    /// Port number (1-based).
+    pub port: u8,
+    /// Which physical port of the PCI device this is.
+    pub real_port: i32,
+    /// `IBV_LINK_LAYER_*`.
+    pub link_layer: u8,
+    /// Speed in Mbps.
+    pub speed: i32,
+    /// System image GUID.
+    pub guid: u64,
+    /// Maximum QPs.
+    pub max_qp: i32,
+    /// LID.
+    pub lid: u16,
+    /// Active MTU (`ibv_mtu`).
+    pub mtu: u8,
+    /// Chosen GID index.
+    pub gid_index: u8,
+    /// The GID at that index.
+    pub gid: [u8; 16],
+    /// Adaptive routing in effect.
+    pub adaptive_routing: bool,
+    /// The DMA-BUF probe succeeded.
+    pub dmabuf: bool,
+}
+
+const WIDTHS: [i32; 5] = [1, 4, 8, 12, 2];
+const SPEEDS: [i32; 9] = [
+    2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000, 200000,
+];
+
+fn first_bit(v: u32, max: usize) -> usize {
+    (0..max).find(|&i| v & (1 << i) != 0).unwrap_or(max)
+}
+
+/// Port speed in Mbps from `active_width` and `active_speed` (or `active_speed_ex` when set).
+pub fn speed_mbps(width: u8, speed: u8, speed_ex: u32) -> i32 {
+    let s = if speed_ex != 0 {
+        speed_ex
+    } else {
+        speed as u32
+    };
+    SPEEDS[first_bit(s, SPEEDS.len() - 1)] * WIDTHS[first_bit(width as u32, WIDTHS.len() - 1)]
+}
+
+/// One `NCCL_IB_HCA` entry: a device name (prefix unless exact) and an optional port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HcaEntry {
+    /// Name or prefix.
+    pub name: String,
+    /// Port, if given (`mlx5_0:1`).
+    pub port: Option<u8>,
+}
+
+/// `NCCL_IB_HCA`: `[^][=]name[:port],…`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HcaFilter {
+    /// `^`: exclude the listed devices.
+    pub exclude: bool,
+    /// `=`: exact names.
+    pub exact: bool,
+    /// Entries.
+    pub entries: Vec<HcaEntry>,
+}
+
+impl HcaFilter {
+    /// Parses the variable.
+    pub fn parse(s: &str) -> Self {
+        let f = crate::ifaddr::IfFilter::parse(s);
+        let entries = f
+            .names
+            .iter()
+            .map(|n| match n.split_once(':') {
+                Some((d, p)) => HcaEntry {
+                    name: d.into(),
+                    port: p.parse().ok(),
+                },
+                None => HcaEntry {
+                    name: n.clone(),
+                    port: None,
+                },
+            })
+            .collect();
+        Self {
+            exclude: f.exclude,
+            exact: f.exact,
+            entries,
+        }
+    }
+
+    /// Whether `dev:port` is selected. An empty filter selects everything.
+    pub fn matches(&self, dev: &str, port: u8) -> bool {
+        if self.entries.is_empty() {
+            return true;
+        }
+        let hit = self.entries.iter().any(|e| {
+            let name_ok = if self.exact {
+                dev == e.name
+            } else {
+                dev.starts_with(e.name.as_str())
+            };
+            name_ok && e.port.is_none_or(|p| p == port)
+        });
+        hit != self.exclude
+    }
+}
+
+fn pci_path(dev: &str, merge_vfs: bool) -> Option<String> {
+    let p = std::fs::canonicalize(format!("/sys/class/infiniband/{dev}/device")).ok()?;
+    let mut b = p.to_string_lossy().into_owned().into_bytes();
+    let n = b.len();
+    if n >= 4 {
+        b[n - 1] = b'0';
+        if merge_vfs {
+            b[n - 3] = b'0';
+            b[n - 4] = b'0';
+        }
+    }
+    String::from_utf8(b).ok()
+}
+
+fn roce_version(dev: &str, port: u8, idx: i32) -> Option<i64> {
+    let s = std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{dev}/ports/{port}/gid_attrs/types/{idx}"
+    ))
+    .ok()?;
+    if s.contains("RoCE v2") {
+        Some(2)
+    } else if s.contains("RoCE") {
+        Some(1)
+    } else {
+        None
+    }
+}
+
+fn gid_ip(g: &[u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(*g);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+fn in_range(ip: IpAddr, range: Option<(IpAddr, u8)>) -> bool {
+    let Some((net, len)) = range else { return true };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let m = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - len as u32)
+            };
+            u32::from(a) & m == u32::from(n) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len as u32)
+            };
+            u128::from(a) & m == u128::from(n) & m
+        }
+        _ => false,
+    }
+}
+
+/// A GID the selection may use: configured (non-zero interface id) and not link-local.
+fn valid_gid(g: &[u8; 16]) -> bool {
+    g[8..].iter().any(|&b| b != 0) && !(g[0] == 0xfe && g[1] & 0xc0 == 0x80)
+}
+
+/// RoCE GID auto-selection: the first valid GID whose family is `family`, inside `range`, with
+/// RoCE version `version`; failing that the first valid GID of the right family; else index 0.
+/// `gids` are `(index, gid, roce version)`.
+pub fn select_gid(
+    gids: &[(i32, [u8; 16], Option<i64>)],
+    family: i32,
+    range: Option<(IpAddr, u8)>,
+    version: i64,
+) -> i32 {
+    let fam_ok = |g: &[u8; 16]| match gid_ip(g) {
+        IpAddr::V4(_) => family == libc::AF_INET,
+        IpAddr::V6(_) => family == libc::AF_INET6,
+    };
+    let cands = || gids.iter().filter(|(_, g, _)| valid_gid(g) && fam_ok(g));
+    cands()
+        .find(|(_, g, v)| *v == Some(version) && in_range(gid_ip(g), range))
+        .or_else(|| cands().find(|(_, g, _)| in_range(gid_ip(g), range)))
+        .or_else(|| cands().next())
+        .map_or(0, |(i, _, _)| *i)
+}
+
+fn gdr_modules_loaded() -> bool {
+    [
+        "/sys/kernel/mm/memory_peers/nv_mem/version",
+        "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+        "/sys/kernel/mm/memory_peers/nvidia-peermem/version",
+        "/sys/module/nvidia_peermem/version",
+        "/sys/kernel/mm/memory_peers/amdkfd/version",
+        "/sys/kernel/memory_peers/amdkfd/version",
+        "/sys/memory_peers/amdkfd/version",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists())
+}
+
+/// GPU-direct through a peer-memory client is available (advertise `NCCL_PTR_CUDA`).
+pub fn gdr_supported() -> bool {
+    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *G.get_or_init(gdr_modules_loaded)
+}
+
+fn probe_dmabuf(v: &Verbs, pd: *mut ibv_pd) -> bool {
+    let Some(reg) = v.reg_dmabuf_mr else {
+        return false;
+    };
+    // SAFETY: fd = -1 makes the kernel fail the call; a driver with DMA-BUF support reports EBADF.
+    let mr = unsafe { reg(pd, 0, 0, 0, -1, 0) };
+    let e = loader::last_errno();
+    if !mr.is_null() {
+        // SAFETY: unexpectedly created; release it.
+        unsafe { (v.dereg_mr)(mr) };
+        return false;
+    }
+    e != libc::EOPNOTSUPP && e != libc::EPROTONOSUPPORT
+}
+
+fn check_memlock() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } == 0
+        && r.rlim_cur != libc::RLIM_INFINITY
+        && r.rlim_cur < (1 << 30)
+    {
+        warn!(
+            "RLIMIT_MEMLOCK is {} bytes: memory registration may fail with ENOMEM; \
+             raise it (ulimit -l unlimited, or --ulimit memlock=-1 for containers)",
+            r.rlim_cur
+        );
+    }
+}
+
+struct SendCtx(*mut ibv_context);
+// SAFETY: the context outlives the thread (Context::drop joins it before closing the device).
+unsafe impl Send for SendCtx {}
+
+fn async_thread(
+    verbs: &'static Verbs,
+    raw: SendCtx,
+    name: String,
+    ev: Arc<Events>,
+) -> impl FnOnce() {
+    move || {
+        let raw = raw;
+        let raw = raw.0;
+        // SAFETY: the context is live until Context::drop, which joins this thread first.
+        let fd = unsafe { (*raw).async_fd };
+        loop {
+            // Relaxed: a late observation only delays exit by one poll period.
+            if ev.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let rc = unsafe { libc::poll(&mut p, 1, 100) };
+            if rc <= 0 {
+                continue;
+            }
+            let mut e = ibv_async_event {
+                element: core::ptr::null_mut(),
+                event_type: 0,
+            };
+            // SAFETY: the fd is non-blocking, so this returns at once.
+            if unsafe { (verbs.get_async_event)(raw, &mut e) } != 0 {
+                continue;
+            }
+            // SAFETY: event_type_str returns a static string.
+            let s =
+                unsafe { CStr::from_ptr((verbs.event_type_str)(e.event_type)) }.to_string_lossy();
+            match e.event_type {
+                IBV_EVENT_COMM_EST => {}
+                IBV_EVENT_DEVICE_FATAL
+                | IBV_EVENT_CQ_ERR
+                | IBV_EVENT_QP_FATAL
+                | IBV_EVENT_QP_REQ_ERR
+                | IBV_EVENT_QP_ACCESS_ERR => {
+                    // Release pairs with the Acquire load in `VerbsPort::poll_cq`.
+                    ev.fatal.fetch_add(1, Ordering::Release);
+                    warn!("{name}: got fatal async event: {s}; comms on this device will fail");
+                }
+                _ => warn!("{name}: got async event: {s}"),
+            }
+            // SAFETY: every event obtained is acked once.
+            unsafe { (verbs.ack_async_event)(&mut e) };
+        }
+    }
+}
+
+/// Why discovery found nothing (for the one INFO line).
+pub type Why = String;
+
+/// Discovers verbs devices. `Err(why)` when libibverbs is missing or there is no usable port.
+pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
+    if cfg.ib_disable {
+        return Err("NCCL_IB_DISABLE=1".into());
+    }
+    let v = loader::get().map_err(|e| format!("libibverbs not available: {e}"))?;
+    // SAFETY: ibv_fork_init only sets up madvise handling; NCCL calls it the same way.
+    unsafe { (v.fork_init)() };
+    let filter = cfg
+        .ib_hca
+        .as_deref()
+        .map(HcaFilter::parse)
+        .unwrap_or_default();
+    let mut n = 0;
+    // SAFETY: returns an array of `n` device pointers, freed below.
+    let list = unsafe { (v.get_device_list)(&mut n) };
+    if list.is_null() {
+        return Err(format!(
+            "ibv_get_device_list failed (errno {})",
+            loader::last_errno()
+        ));
+    }
+    let mut out: Vec<Arc<VerbsDev>> = Vec::new();
+    for d in 0..n.max(0) as usize {
+        // SAFETY: `d < n`.
+        let dev = unsafe { *list.add(d) };
+        // SAFETY: a device from the list; the name is a static string of the device.
+        let name = unsafe { CStr::from_ptr((v.get_device_name)(dev)) }
+            .to_string_lossy()
+            .into_owned();
+        open_ports(v, dev, &name, cfg, &filter, &mut out);
+    }
+    // SAFETY: frees the list from get_device_list once (opened contexts stay valid).
+    unsafe { (v.free_device_list)(list) };
+    if out.is_empty() {
+        return Err(if n == 0 {
+            "no RDMA device found".into()
+        } else {
+            format!("{n} RDMA device(s) but no active port selected")
+        });
+    }
+    check_memlock();
+    let line: Vec<String> = out
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            format!(
+                "[{i}]{}:{}/{}",
+                d.ctx.name,
+                d.port,
+                if d.link_layer == IBV_LINK_LAYER_INFINIBAND {
+                    "IB"
+                } else {
+                    "RoCE"
+                }
+            )
+        })
+        .collect();
+    let ro = cfg.relaxed_ordering != 0 && v.reg_mr_iova2.is_some();
+    info!(
+        crate::log::INIT | crate::log::NET,
+        "Using {}{}",
+        line.join(" "),
+        if ro { " [RO]" } else { "" }
+    );
+    Ok(out)
+}
+
+/// Opens `dev` and appends its usable ports (the context closes again when none is used).
+fn open_ports(
+    v: &'static Verbs,
+    dev: *mut ibv_device,
+    name: &str,
+    cfg: &Config,
+    filter: &HcaFilter,
+    out: &mut Vec<Arc<VerbsDev>>,
+) {
+    // SAFETY: `dev` comes from the device list.
+    let raw = unsafe { (v.open_device)(dev) };
+    if raw.is_null() {
+        warn!(
+            "unable to open device {name} (errno {})",
+            loader::last_errno()
+        );
+        return;
+    }
+    // SAFETY: all-zero is a valid ibv_device_attr.
+    let mut attr: ibv_device_attr = unsafe { core::mem::zeroed() };
+    // SAFETY: live context, writable attr.
+    if unsafe { (v.query_device)(raw, &mut attr) } != 0 {
+        warn!(
+            "unable to query device {name} (errno {})",
+            loader::last_errno()
+        );
+        // SAFETY: opened above, unused.
+        unsafe { (v.close_device)(raw) };
+        return;
+    }
+    // SAFETY: live context.
+    let pd = unsafe { (v.alloc_pd)(raw) };
+    if pd.is_null() {
+        warn!(
+            "ibv_alloc_pd failed on {name} (errno {})",
+            loader::last_errno()
+        );
+        // SAFETY: opened above, unused.
+        unsafe { (v.close_device)(raw) };
+        return;
+    }
+    // SAFETY: the async fd belongs to the context; non-blocking lets the thread poll and stop.
+    unsafe {
+        let fd = (*raw).async_fd;
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+    let ctx = Arc::new(Context {
+        verbs: v,
+        raw,
+        pd,
+        name: name.to_string(),
+        events: Arc::default(),
+        thread: Mutex::new(None),
+    });
+    let dmabuf = cfg.dmabuf_enable && probe_dmabuf(v, pd);
+    let mut used = false;
+    for port in 1..=attr.phys_port_cnt {
+        // SAFETY: live context.
+        let pa = match unsafe { v.query_port(raw, port) } {
+            Ok(p) => p,
+            Err(e) => {
+                warn!("unable to query port {name}:{port} (errno {e})");
+                continue;
+            }
+        };
+        if pa.state != IBV_PORT_ACTIVE {
+            continue;
+        }
+        if pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET {
+            continue;
+        }
+        if !filter.matches(name, port) {
+            continue;
+        }
+        let (gid_index, gid) = choose_gid(v, raw, name, port, &pa, cfg);
+        let pci = pci_path(name, cfg.merge_vfs);
+        if pci.is_none() {
+            warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
+        }
+        let real_port = out
+            .iter()
+            .filter(|d| d.pci_path.as_deref().and_then(|c| c.to_str().ok()) == pci.as_deref())
+            .count() as i32;
+        let ar = if cfg.adaptive_routing == -2 {
+            pa.link_layer == IBV_LINK_LAYER_INFINIBAND
+        } else {
+            cfg.adaptive_routing == 1
+        };
+        out.push(Arc::new(VerbsDev {
+            ctx: ctx.clone(),
+            name: std::ffi::CString::new(name).unwrap_or_default(),
+            pci_path: pci.and_then(|p| std::ffi::CString::new(p).ok()),
+            port,
+            real_port,
+            link_layer: pa.link_layer,
+            speed: speed_mbps(pa.active_width, pa.active_speed, pa.active_speed_ex),
+            guid: attr.sys_image_guid,
+            max_qp: attr.max_qp,
+            lid: pa.lid,
+            mtu: pa.active_mtu as u8,
+            gid_index: gid_index as u8,
+            gid,
+            adaptive_routing: ar,
+            dmabuf,
+        }));
+        used = true;
+    }
+    if used {
+        let body = async_thread(v, SendCtx(raw), name.to_string(), ctx.events.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("ibnet-async-{name}"))
+            .spawn(body);
+        match t {
+            Ok(t) => {
+                if let Ok(mut g) = ctx.thread.lock() {
+                    *g = Some(t);
+                }
+            }
+            Err(e) => warn!("cannot start the async event thread for {name}: {e}"),
+        }
+    }
+}
+
+fn choose_gid(
+    v: &Verbs,
+    raw: *mut ibv_context,
+    name: &str,
+    port: u8,
+    pa: &ibv_port_attr,
+    cfg: &Config,
+) -> (i32, [u8; 16]) {
+    let query = |i: i32| {
+        let mut g = ibv_gid::default();
+        // SAFETY: live context, writable gid.
+        (unsafe { (v.query_gid)(raw, port, i, &mut g) } == 0).then_some(g.raw)
+    };
+    if pa.link_layer == IBV_LINK_LAYER_INFINIBAND {
+        let i = cfg.gid_index.max(0) as i32;
+        return (i, query(i).unwrap_or_default());
+    }
+    let idx = if cfg.gid_index >= 0 {
+        cfg.gid_index as i32
+    } else {
+        let gids: Vec<_> = (0..pa.gid_tbl_len.min(256))
+            .filter_map(|i| query(i).map(|g| (i, g, roce_version(name, port, i))))
+            .collect();
+        select_gid(&gids, cfg.addr_family, cfg.addr_range, cfg.roce_version)
+    };
+    let gid = query(idx).unwrap_or_default();
+    info!(
+        crate::log::INIT | crate::log::NET,
+        "{name}:{port} using GID index {idx}: {} (RoCE v{})",
+        std::net::Ipv6Addr::from(gid),
+        roce_version(name, port, idx).map_or("?".to_string(), |v| v.to_string())
+    );
+    (idx, gid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speeds() {
+        assert_eq!(speed_mbps(2, 32, 0), 4 * 25000); // 4x EDR
+        assert_eq!(speed_mbps(2, 128, 0), 4 * 100000); // 4x NDR
+        assert_eq!(speed_mbps(2, 0, 256), 4 * 200000); // 4x XDR (active_speed_ex)
+        assert_eq!(speed_mbps(1, 1, 0), 2500);
+    }
+
+    #[test]
+    fn hca_filter() {
+        let f = HcaFilter::parse("mlx5_0:1,mlx5_1");
+        assert!(
+            f.matches("mlx5_0", 1)
+                && !f.matches("mlx5_0", 2)
+                && f.matches("mlx5_1", 2)
+                && f.matches("mlx5_10", 1)
+        );
+        let f = HcaFilter::parse("=mlx5_1");
+        assert!(!f.matches("mlx5_10", 1) && f.matches("mlx5_1", 1));
+        let f = HcaFilter::parse("^mlx5_0");
+        assert!(!f.matches("mlx5_0", 1) && f.matches("mlx5_2", 1));
+        assert!(HcaFilter::default().matches("x", 1));
+    }
+
+    #[test]
+    fn gid_selection() {
+        let v4 = |a: u8| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(&[10, 0, 0, a]);
+            g
+        };
+        let mut ll = [0u8; 16];
+        ll[0] = 0xfe;
+        ll[1] = 0x80;
+        ll[15] = 1;
+        let gids = vec![
+            (0, ll, Some(1)),
+            (1, ll, Some(2)),
+            (2, v4(1), Some(1)),
+            (3, v4(1), Some(2)),
+            (4, v4(9), Some(2)),
+        ];
+        assert_eq!(select_gid(&gids, libc::AF_INET, None, 2), 3);
+        assert_eq!(select_gid(&gids, libc::AF_INET, None, 1), 2);
+        assert_eq!(
+            select_gid(
+                &gids,
+                libc::AF_INET,
+                Some(("10.0.0.8".parse().unwrap(), 29)),
+                2
+            ),
+            4
+        );
+        assert_eq!(select_gid(&gids, libc::AF_INET6, None, 2), 0);
+    }
+}

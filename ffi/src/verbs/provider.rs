@@ -1,0 +1,468 @@
+//! [`Provider`] over libibverbs: one plugin device (a device port and its shared PD).
+//!
+//! * QPs are RC; `connect_qp` takes them RESET → INIT → RTR → RTS with the negotiated MTU, the
+//!   GRH (RoCE, or IB with a global GID), SL/TC, pkey index, timeout and retry count.
+//! * `post_send`/`post_recv`/`poll_cq` call through `context->ops` (they are inline in verbs.h);
+//!   WR chains are built on the stack, so the hot path does not allocate.
+//! * `reg_mr` uses `ibv_reg_mr_iova2` with relaxed ordering when enabled, retrying without it on
+//!   EINVAL (old drivers); DMA-BUF registrations honour the offset and never keep the fd.
+//! * A fatal async event on the device makes every later poll fail (the comm is poisoned).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use ibnet_core::fifo::FifoRing;
+use ibnet_core::provider::*;
+use ibnet_core::{Error, Result};
+
+use super::device::VerbsDev;
+use super::loader::{errno_or, last_errno};
+use super::sys::*;
+
+/// One verbs device port, as a [`Provider`]. Cheap to clone.
+#[derive(Clone)]
+pub struct VerbsPort {
+    /// The device.
+    pub dev: Arc<VerbsDev>,
+    /// Ask for PCIe relaxed ordering on registrations (`NCCL_IB_PCI_RELAXED_ORDERING`).
+    pub relaxed_ordering: bool,
+}
+
+/// A completion queue.
+pub struct VCq(*mut ibv_cq);
+/// A queue pair and its access rights.
+pub struct VQp {
+    raw: *mut ibv_qp,
+    access: Access,
+}
+/// A memory registration.
+pub struct VMr(*mut ibv_mr);
+
+// SAFETY: verbs objects may be used from any thread; each wrapper is owned by one comm, which is
+// used by one thread at a time.
+unsafe impl Send for VCq {}
+// SAFETY: as above.
+unsafe impl Send for VQp {}
+// SAFETY: as above; MR keys are read-only after creation.
+unsafe impl Send for VMr {}
+// SAFETY: an MR is immutable after registration.
+unsafe impl Sync for VMr {}
+
+fn fail(call: &'static str, errno: i32) -> Error {
+    Error::Provider { call, errno }
+}
+
+fn access_flags(a: Access) -> i32 {
+    let mut f = 0;
+    if a.local_write {
+        f |= IBV_ACCESS_LOCAL_WRITE;
+    }
+    if a.remote_write {
+        f |= IBV_ACCESS_REMOTE_WRITE;
+    }
+    if a.remote_read {
+        f |= IBV_ACCESS_REMOTE_READ;
+    }
+    f
+}
+
+/// Longest WR chain `post_send` accepts in one call.
+const MAX_CHAIN: usize = 32;
+/// Completions read per `poll_cq` call into the stack array.
+const POLL_BATCH: usize = 64;
+
+impl VerbsPort {
+    fn v(&self) -> &'static super::loader::Verbs {
+        self.dev.ctx.verbs
+    }
+
+    fn modify(
+        &self,
+        qp: *mut ibv_qp,
+        attr: &mut ibv_qp_attr,
+        mask: i32,
+        what: &'static str,
+    ) -> Result<()> {
+        // SAFETY: `qp` is live (owned by a VQp); `attr` is a valid, initialised struct.
+        let rc = unsafe { (self.v().modify_qp)(qp, attr, mask) };
+        if rc != 0 {
+            return Err(fail(what, errno_or(rc)));
+        }
+        Ok(())
+    }
+}
+
+impl Provider for VerbsPort {
+    type Cq = VCq;
+    type Qp = VQp;
+    type Mr = VMr;
+    type Fifo = Box<FifoRing>;
+
+    fn port_info(&self) -> PortInfo {
+        let d = &self.dev;
+        PortInfo {
+            port: d.port,
+            link_layer: if d.link_layer == IBV_LINK_LAYER_INFINIBAND {
+                LinkLayer::Infiniband
+            } else {
+                LinkLayer::Ethernet
+            },
+            lid: d.lid,
+            gid: Gid(d.gid),
+            gid_index: d.gid_index,
+            mtu: Mtu::from_raw(d.mtu).unwrap_or(Mtu::M1024),
+            addr: ProviderAddr::EMPTY,
+        }
+    }
+
+    fn alloc_fifo(&self) -> Result<Self::Fifo> {
+        Ok(Box::default())
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<VCq> {
+        // SAFETY: live context; no channel, no completion vector preference.
+        let cq = unsafe {
+            (self.v().create_cq)(
+                self.dev.ctx.raw,
+                depth as i32,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(fail("ibv_create_cq", last_errno()));
+        }
+        Ok(VCq(cq))
+    }
+
+    fn create_qp(&self, cq: &VCq, attr: &QpAttr) -> Result<VQp> {
+        let mut ia = ibv_qp_init_attr {
+            qp_context: core::ptr::null_mut(),
+            send_cq: cq.0,
+            recv_cq: cq.0,
+            srq: core::ptr::null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: attr.max_send_wr,
+                max_recv_wr: attr.max_recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: attr.max_inline,
+            },
+            qp_type: IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        // SAFETY: the PD and CQ are live; `ia` is fully initialised.
+        let qp = unsafe { (self.v().create_qp)(self.dev.ctx.pd, &mut ia) };
+        if qp.is_null() {
+            return Err(fail("ibv_create_qp", last_errno()));
+        }
+        Ok(VQp {
+            raw: qp,
+            access: attr.access,
+        })
+    }
+
+    fn qp_num(&self, qp: &VQp) -> u32 {
+        // SAFETY: `qp.raw` is a live QP; `qp_num` is in the stable prefix.
+        unsafe { (*qp.raw).qp_num }
+    }
+
+    fn connect_qp(&self, qp: &mut VQp, a: &ConnectAttr) -> Result<()> {
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_INIT,
+            pkey_index: a.pkey_index,
+            port_num: self.dev.port,
+            qp_access_flags: access_flags(qp.access) as u32,
+            ..Default::default()
+        };
+        self.modify(
+            qp.raw,
+            &mut attr,
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+            "ibv_modify_qp(INIT)",
+        )?;
+        let mut ah = ibv_ah_attr {
+            dlid: a.remote_lid,
+            sl: a.sl,
+            port_num: self.dev.port,
+            ..Default::default()
+        };
+        if a.link_layer == LinkLayer::Ethernet
+            || a.remote_gid.0[..8] != self.dev.gid[..8] && a.remote_lid == 0
+        {
+            ah.is_global = 1;
+            ah.grh = ibv_global_route {
+                dgid: ibv_gid {
+                    raw: a.remote_gid.0,
+                },
+                flow_label: 0,
+                sgid_index: a.gid_index,
+                hop_limit: 255,
+                traffic_class: a.tc,
+            };
+        }
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            path_mtu: a.mtu as i32,
+            dest_qp_num: a.remote_qpn,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: ah,
+            ..Default::default()
+        };
+        self.modify(
+            qp.raw,
+            &mut attr,
+            IBV_QP_STATE
+                | IBV_QP_AV
+                | IBV_QP_PATH_MTU
+                | IBV_QP_DEST_QPN_MASK
+                | IBV_QP_RQ_PSN
+                | IBV_QP_MAX_DEST_RD_ATOMIC
+                | IBV_QP_MIN_RNR_TIMER,
+            "ibv_modify_qp(RTR)",
+        )?;
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: 7,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        self.modify(
+            qp.raw,
+            &mut attr,
+            IBV_QP_STATE
+                | IBV_QP_TIMEOUT
+                | IBV_QP_RETRY_CNT
+                | IBV_QP_RNR_RETRY
+                | IBV_QP_SQ_PSN
+                | IBV_QP_MAX_QP_RD_ATOMIC,
+            "ibv_modify_qp(RTS)",
+        )
+    }
+
+    fn post_send(&self, qp: &mut VQp, wrs: &[SendWr]) -> Result<()> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if wrs.len() > MAX_CHAIN {
+            return Err(Error::Full {
+                what: "verbs WR chain",
+                cap: MAX_CHAIN,
+            });
+        }
+        let mut sges = [ibv_sge::default(); MAX_CHAIN];
+        // SAFETY: all-zero is a valid ibv_send_wr (NULL pointers, zero flags).
+        let mut raw: [ibv_send_wr; MAX_CHAIN] = unsafe { core::mem::zeroed() };
+        let base = raw.as_mut_ptr();
+        for (i, w) in wrs.iter().enumerate() {
+            sges[i] = ibv_sge {
+                addr: w.sge.addr,
+                length: w.sge.len,
+                lkey: w.sge.lkey,
+            };
+            let r = &mut raw[i];
+            r.wr_id = w.wr_id;
+            r.num_sge = if w.sge.len == 0 { 0 } else { 1 };
+            r.opcode = match w.opcode {
+                WrOpcode::Write => IBV_WR_RDMA_WRITE,
+                WrOpcode::WriteWithImm => IBV_WR_RDMA_WRITE_WITH_IMM,
+                WrOpcode::Read => IBV_WR_RDMA_READ,
+            };
+            r.send_flags = if w.signaled { IBV_SEND_SIGNALED } else { 0 }
+                | if w.inline { IBV_SEND_INLINE } else { 0 };
+            r.imm_data = w.imm.to_be();
+            r.wr.remote_addr = w.remote_addr;
+            r.wr.rkey = w.rkey;
+        }
+        let sp = sges.as_mut_ptr();
+        for i in 0..wrs.len() {
+            // SAFETY: `i < MAX_CHAIN`; the pointers stay valid for the post call below.
+            unsafe {
+                (*base.add(i)).sg_list = sp.add(i);
+                (*base.add(i)).next = if i + 1 < wrs.len() {
+                    base.add(i + 1)
+                } else {
+                    core::ptr::null_mut()
+                };
+            }
+        }
+        let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
+        // SAFETY: the QP is live; its context's ops table is the provider's; the chain and SGEs
+        // live on this stack frame until the call returns (the NIC copies WQEs at post time).
+        let rc = unsafe {
+            let ops = &(*(*qp.raw).context).ops;
+            match ops.post_send {
+                Some(f) => f(qp.raw, base, &mut bad),
+                None => libc::ENOSYS,
+            }
+        };
+        if rc != 0 {
+            return Err(fail("ibv_post_send", errno_or(rc)));
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, qp: &mut VQp, wr_id: u64) -> Result<()> {
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: core::ptr::null_mut(),
+            sg_list: core::ptr::null_mut(),
+            num_sge: 0,
+        };
+        let mut bad: *mut ibv_recv_wr = core::ptr::null_mut();
+        // SAFETY: as in post_send.
+        let rc = unsafe {
+            let ops = &(*(*qp.raw).context).ops;
+            match ops.post_recv {
+                Some(f) => f(qp.raw, &mut wr, &mut bad),
+                None => libc::ENOSYS,
+            }
+        };
+        if rc != 0 {
+            return Err(fail("ibv_post_recv", errno_or(rc)));
+        }
+        Ok(())
+    }
+
+    fn poll_cq(&self, cq: &mut VCq, out: &mut [Completion]) -> Result<usize> {
+        // Acquire pairs with the Release increment in the device's async-event thread.
+        if self.dev.ctx.events.fatal.load(Ordering::Acquire) != 0 {
+            return Err(fail("async event (fatal device/QP/CQ error)", libc::EIO));
+        }
+        let mut wcs = [ibv_wc::default(); POLL_BATCH];
+        let n = out.len().min(POLL_BATCH) as i32;
+        // SAFETY: the CQ is live; `wcs` has room for `n` entries.
+        let rc = unsafe {
+            let ops = &(*(*cq.0).context).ops;
+            match ops.poll_cq {
+                Some(f) => f(cq.0, n, wcs.as_mut_ptr()),
+                None => -libc::ENOSYS,
+            }
+        };
+        if rc < 0 {
+            return Err(fail("ibv_poll_cq", -rc));
+        }
+        for (o, w) in out.iter_mut().zip(&wcs[..rc as usize]) {
+            *o = Completion {
+                wr_id: w.wr_id,
+                status: WcStatus::from_raw(w.status as u32),
+                opcode: match w.opcode {
+                    0 => WcOpcode::Send,
+                    1 => WcOpcode::RdmaWrite,
+                    2 => WcOpcode::RdmaRead,
+                    128 => WcOpcode::Recv,
+                    _ => WcOpcode::RecvRdmaWithImm,
+                },
+                byte_len: w.byte_len,
+                imm: if w.wc_flags & IBV_WC_WITH_IMM != 0 {
+                    u32::from_be(w.imm_data)
+                } else {
+                    0
+                },
+                vendor_err: w.vendor_err,
+                qp_num: w.qp_num,
+            };
+        }
+        Ok(rc as usize)
+    }
+
+    fn reg_mr(&self, addr: u64, len: u64, access: Access, kind: RegKind) -> Result<VMr> {
+        let v = self.v();
+        let pd = self.dev.ctx.pd;
+        let flags = access_flags(access);
+        let len = usize::try_from(len).map_err(|_| Error::OutOfRange {
+            what: "registration length",
+            value: len as i64,
+            min: 0,
+            max: isize::MAX as i64,
+        })?;
+        let mr = match kind {
+            RegKind::DmaBuf { fd, offset } => {
+                let f = v.reg_dmabuf_mr.ok_or(fail(
+                    "ibv_reg_dmabuf_mr (libibverbs < IBVERBS_1.12)",
+                    libc::ENOSYS,
+                ))?;
+                // SAFETY: the PD is live; the fd is only used during the call (never kept).
+                let mr = unsafe { f(pd, offset, len, addr, fd, flags) };
+                if mr.is_null() {
+                    return Err(fail("ibv_reg_dmabuf_mr", last_errno()));
+                }
+                mr
+            }
+            RegKind::Plain => {
+                let ro =
+                    (access.relaxed_ordering || self.relaxed_ordering) && v.reg_mr_iova2.is_some();
+                let mut mr = core::ptr::null_mut();
+                if ro {
+                    if let Some(f) = v.reg_mr_iova2 {
+                        // SAFETY: the PD is live; the caller guarantees the range is mapped.
+                        mr = unsafe {
+                            f(
+                                pd,
+                                addr as *mut _,
+                                len,
+                                addr,
+                                (flags | IBV_ACCESS_RELAXED_ORDERING) as u32,
+                            )
+                        };
+                        if mr.is_null() && last_errno() != libc::EINVAL {
+                            return Err(fail("ibv_reg_mr_iova2", last_errno()));
+                        }
+                    }
+                }
+                if mr.is_null() {
+                    // SAFETY: as above, without relaxed ordering (old drivers reject it: EINVAL).
+                    mr = unsafe { (v.reg_mr)(pd, addr as *mut _, len, flags) };
+                }
+                if mr.is_null() {
+                    return Err(fail("ibv_reg_mr", last_errno()));
+                }
+                mr
+            }
+        };
+        Ok(VMr(mr))
+    }
+
+    fn mr_keys(&self, mr: &VMr) -> MrKeys {
+        // SAFETY: a live MR; the keys are immutable.
+        unsafe {
+            MrKeys {
+                lkey: (*mr.0).lkey,
+                rkey: (*mr.0).rkey,
+            }
+        }
+    }
+
+    fn dereg_mr(&self, mr: VMr) -> Result<()> {
+        // SAFETY: a live MR, released once (consumed).
+        let rc = unsafe { (self.v().dereg_mr)(mr.0) };
+        if rc != 0 {
+            return Err(fail("ibv_dereg_mr", errno_or(rc)));
+        }
+        Ok(())
+    }
+
+    fn destroy_qp(&self, qp: VQp) -> Result<()> {
+        // SAFETY: a live QP, destroyed once (consumed).
+        let rc = unsafe { (self.v().destroy_qp)(qp.raw) };
+        if rc != 0 {
+            return Err(fail("ibv_destroy_qp", errno_or(rc)));
+        }
+        Ok(())
+    }
+
+    fn destroy_cq(&self, cq: VCq) -> Result<()> {
+        // SAFETY: a live CQ, destroyed once (consumed), after its QPs.
+        let rc = unsafe { (self.v().destroy_cq)(cq.0) };
+        if rc != 0 {
+            return Err(fail("ibv_destroy_cq", errno_or(rc)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,362 @@
+//! Side-by-side, in one run, between two processes of this host:
+//! * raw `process_vm_writev`: bandwidth of one thread, one call at a time, per size, and the
+//!   time of one 8-byte call — the mechanism's limit;
+//! * the soft provider: WRITE_WITH_IMM bandwidth (a window of outstanding WRs, completions
+//!   polled), and one-way latency of 8-byte WRITE_WITH_IMM ping-pong (round trip / 2).
+//!
+//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run). The
+//! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
+#![allow(unsafe_code)]
+
+use std::alloc::Layout;
+use std::io::{BufRead, BufReader, Write};
+use std::time::{Duration, Instant};
+
+use ibnet_core::provider::{
+    Access, Completion, ConnectAttr, Gid, LinkLayer, Mtu, Provider, ProviderAddr, QpAttr, RegKind,
+    SendWr, Sge, WcStatus, WrOpcode,
+};
+use ibnet_soft::{Config, SoftCq, SoftProvider, SoftQp};
+
+const MAX: usize = 64 << 20;
+/// Each side's buffer: in-flight messages use distinct slots of it (no two copies in flight
+/// touch the same bytes, as in real traffic).
+const BUF: usize = 256 << 20;
+const SWITCH_TO_SINK: u32 = u32::MAX - 1;
+const QUIT: u32 = u32::MAX;
+const RECVS: u64 = 512;
+
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Region {
+    fn new(len: usize) -> Self {
+        let l = Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(l) };
+        assert!(!ptr.is_null());
+        // Touch every page so the first measurement does not pay page faults.
+        // SAFETY: `len` bytes were just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 1, len) };
+        Self { ptr, len }
+    }
+    fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+}
+
+struct End {
+    p: SoftProvider,
+    cq: SoftCq,
+    qp: SoftQp,
+    buf: Region,
+    key: u32,
+    _mr: ibnet_soft::SoftMr,
+}
+
+fn end() -> End {
+    let (cfg, _) = Config::from_env();
+    let p = SoftProvider::open_with(cfg).unwrap();
+    let cq = p.create_cq(4096).unwrap();
+    let attr = QpAttr {
+        max_send_wr: 1024,
+        max_recv_wr: 1024,
+        max_inline: 64,
+        access: Access::ALL,
+    };
+    let qp = p.create_qp(&cq, &attr).unwrap();
+    let buf = Region::new(BUF);
+    let mr = p
+        .reg_mr(buf.addr(), buf.len as u64, Access::ALL, RegKind::Plain)
+        .unwrap();
+    let key = p.mr_keys(&mr).rkey;
+    End {
+        p,
+        cq,
+        qp,
+        buf,
+        key,
+        _mr: mr,
+    }
+}
+
+fn line(e: &End) -> String {
+    let hex: String =
+        e.p.port_info()
+            .addr
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+    format!(
+        "IBNET {hex} {} {} {} {}",
+        e.p.qp_num(&e.qp),
+        e.buf.addr(),
+        e.key,
+        std::process::id()
+    )
+}
+
+struct Peer {
+    addr: ProviderAddr,
+    qpn: u32,
+    buf: u64,
+    key: u32,
+    pid: i32,
+}
+
+fn parse(r: &mut impl BufRead) -> Peer {
+    let mut l = String::new();
+    loop {
+        l.clear();
+        assert!(r.read_line(&mut l).unwrap() > 0, "peer closed");
+        if let Some(i) = l.find("IBNET ") {
+            let f: Vec<&str> = l[i + 6..].split_whitespace().collect();
+            let bytes: Vec<u8> = (0..f[0].len() / 2)
+                .map(|i| u8::from_str_radix(&f[0][2 * i..2 * i + 2], 16).unwrap())
+                .collect();
+            return Peer {
+                addr: ProviderAddr::new(&bytes).unwrap(),
+                qpn: f[1].parse().unwrap(),
+                buf: f[2].parse().unwrap(),
+                key: f[3].parse().unwrap(),
+                pid: f[4].parse().unwrap(),
+            };
+        }
+    }
+}
+
+fn connect(e: &mut End, peer: &Peer) {
+    let a = ConnectAttr {
+        remote_qpn: peer.qpn,
+        remote_lid: 0,
+        remote_gid: Gid::default(),
+        remote_addr: peer.addr,
+        link_layer: LinkLayer::Ethernet,
+        mtu: Mtu::M4096,
+        gid_index: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        sl: 0,
+        tc: 0,
+        pkey_index: 0,
+    };
+    e.p.connect_qp(&mut e.qp, &a).unwrap();
+}
+
+fn wri(e: &End, peer: &Peer, len: usize, imm: u32, wr_id: u64) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode: WrOpcode::WriteWithImm,
+        sge: Sge {
+            addr: e.buf.addr(),
+            len: len as u32,
+            lkey: e.key,
+        },
+        remote_addr: peer.buf,
+        rkey: peer.key,
+        imm,
+        signaled: true,
+        inline: false,
+    }
+}
+
+/// The peer: echoes 8-byte messages until told to sink, then reposts receives until QUIT.
+fn child() {
+    let mut e = end();
+    let mut out = std::io::stdout();
+    writeln!(out, "{}", line(&e)).unwrap();
+    out.flush().unwrap();
+    let peer = parse(&mut BufReader::new(std::io::stdin()));
+    connect(&mut e, &peer);
+    for i in 0..RECVS {
+        e.p.post_recv(&mut e.qp, i).unwrap();
+    }
+    let mut echo = true;
+    let mut cs = [Completion::EMPTY; 64];
+    loop {
+        let n = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
+        for c in &cs[..n] {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            if c.opcode != ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
+                continue;
+            }
+            match c.imm {
+                QUIT => return,
+                SWITCH_TO_SINK => echo = false,
+                _ => {}
+            }
+            e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
+            if echo && c.imm != SWITCH_TO_SINK {
+                let w = wri(&e, &peer, c.byte_len as usize, 0, 0);
+                e.p.post_send(&mut e.qp, &[w]).unwrap();
+            }
+        }
+    }
+}
+
+fn slots(size: usize) -> usize {
+    (BUF / size.max(1)).clamp(1, 16)
+}
+
+fn raw_bw(pid: i32, src: &Region, dst: u64, size: usize, iters: usize) -> f64 {
+    let k = slots(size);
+    let t = Instant::now();
+    for i in 0..iters {
+        let off = (i % k) * size;
+        let l = libc::iovec {
+            // SAFETY: `off + size <= BUF`: inside our buffer.
+            iov_base: unsafe { src.ptr.add(off) }.cast(),
+            iov_len: size,
+        };
+        let r = libc::iovec {
+            iov_base: (dst + off as u64) as *mut libc::c_void,
+            iov_len: size,
+        };
+        // SAFETY: both iovecs describe `size` bytes of live buffers (ours and the peer's).
+        let n = unsafe { libc::process_vm_writev(pid, &l, 1, &r, 1, 0) };
+        assert_eq!(
+            n,
+            size as isize,
+            "process_vm_writev: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+fn raw_call_us(pid: i32, src: &Region, dst: u64, iters: usize) -> f64 {
+    let t = Instant::now();
+    raw_bw(pid, src, dst, 8, iters);
+    t.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+/// Soft provider: keeps `window` WRITE_WITH_IMMs of `size` in flight; GB/s.
+fn soft_bw(e: &mut End, peer: &Peer, size: usize, iters: usize, window: usize) -> f64 {
+    let mut cs = [Completion::EMPTY; 64];
+    let (mut posted, mut done) = (0usize, 0usize);
+    let t = Instant::now();
+    while done < iters {
+        while posted < iters && posted - done < window {
+            let off = ((posted % slots(size)) * size) as u64;
+            let mut w = wri(e, peer, size, 1, posted as u64);
+            w.sge.addr += off;
+            w.remote_addr += off;
+            e.p.post_send(&mut e.qp, &[w]).unwrap();
+            posted += 1;
+        }
+        let n = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
+        for c in &cs[..n] {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+        }
+        done += n;
+    }
+    (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+/// Soft provider: 8-byte ping-pong; one-way latency in µs.
+fn soft_lat(e: &mut End, peer: &Peer, iters: usize) -> f64 {
+    let mut cs = [Completion::EMPTY; 16];
+    for i in 0..RECVS {
+        e.p.post_recv(&mut e.qp, i).unwrap();
+    }
+    let mut run = |n: usize, e: &mut End| {
+        for _ in 0..n {
+            let w = wri(e, peer, 8, 8, 0);
+            e.p.post_send(&mut e.qp, &[w]).unwrap();
+            let mut got_recv = false;
+            let mut got_send = false;
+            while !(got_recv && got_send) {
+                let k = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
+                for c in &cs[..k] {
+                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                    if c.opcode == ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
+                        e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
+                        got_recv = true;
+                    } else {
+                        got_send = true;
+                    }
+                }
+            }
+        }
+    };
+    run(iters / 10, e); // warm-up
+    let t = Instant::now();
+    run(iters, e);
+    t.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0
+}
+
+fn main() {
+    if std::env::var_os("IBNET_SOFT_BENCH_CHILD").is_some() {
+        child();
+        return;
+    }
+    let quick = std::env::args().any(|a| a == "--quick");
+    if let Err(u) = ibnet_soft::probe() {
+        eprintln!("{u}");
+        return;
+    }
+    let mut ch = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("IBNET_SOFT_BENCH_CHILD", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = ch.stdin.take().unwrap();
+    let mut stdout = BufReader::new(ch.stdout.take().unwrap());
+    let mut e = end();
+    let peer = parse(&mut stdout);
+    writeln!(stdin, "{}", line(&e)).unwrap();
+    stdin.flush().unwrap();
+    connect(&mut e, &peer);
+
+    let cfg = e.p.config();
+    println!(
+        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB; {} cores)",
+        cfg.workers,
+        cfg.direct_max >> 10,
+        cfg.chunk >> 10,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let lat_iters = if quick { 20_000 } else { 200_000 };
+    let raw_us = raw_call_us(peer.pid, &e.buf, peer.buf, lat_iters);
+    let soft_us = soft_lat(&mut e, &peer, lat_iters / 4);
+    println!("\n8-byte latency");
+    println!("  raw process_vm_writev, one call      {raw_us:8.2} us");
+    println!(
+        "  soft WRITE_WITH_IMM one-way (RTT/2)  {soft_us:8.2} us   ratio {:.2} (goal <= 2.0)",
+        soft_us / raw_us
+    );
+
+    // Switch the peer to sink mode (it reposts receives, no echo).
+    let w = wri(&e, &peer, 0, SWITCH_TO_SINK, 0);
+    e.p.post_send(&mut e.qp, &[w]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut cs = [Completion::EMPTY; 64];
+    while e.p.poll_cq(&mut e.cq, &mut cs).unwrap() > 0 {}
+
+    println!("\nbandwidth (GB/s; rotating distinct buffer slots per size, up to 16)");
+    println!("                        raw CMA   soft w=16   ratio");
+    let budget = if quick { 64usize << 20 } else { 1usize << 30 };
+    let mut size = 4096;
+    while size <= MAX {
+        let iters = (budget / size).clamp(8, 50_000);
+        let raw = raw_bw(peer.pid, &e.buf, peer.buf, size, iters);
+        let soft = soft_bw(&mut e, &peer, size, iters, 16);
+        let unit = if size >= 1 << 20 {
+            format!("{} MiB", size >> 20)
+        } else {
+            format!("{} KiB", size >> 10)
+        };
+        println!(
+            "  {unit:>8}            {raw:8.2}   {soft:9.2}   {:5.2}",
+            soft / raw
+        );
+        size *= 4;
+    }
+    let w = wri(&e, &peer, 0, QUIT, 0);
+    e.p.post_send(&mut e.qp, &[w]).unwrap();
+    let _ = ch.wait();
+}

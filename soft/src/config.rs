@@ -1,0 +1,108 @@
+//! Tunables of the soft provider, from `IBNET_SOFT_*` environment variables.
+//!
+//! | variable | default | meaning |
+//! | --- | --- | --- |
+//! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
+//! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
+//! | `IBNET_SOFT_CHUNK` | 256 KiB | a large WR is split into chunks of this size across the workers |
+//! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
+
+use ibnet_core::Error;
+
+/// Provider tunables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Copy-engine worker threads.
+    pub workers: usize,
+    /// Largest WR copied directly by the posting thread.
+    pub direct_max: u64,
+    /// Chunk size for work spread over workers.
+    pub chunk: u64,
+    /// Allow any same-user process to attach (Yama `ptrace_scope = 1`).
+    pub set_ptracer: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            workers: (cores / 4).clamp(1, 8),
+            direct_max: 64 << 10,
+            chunk: 256 << 10,
+            set_ptracer: true,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the `IBNET_SOFT_*` variables from the process environment.
+    pub fn from_env() -> (Self, Vec<Error>) {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables through `get`. A malformed value is returned as an
+    /// [`Error::Param`] (for the caller to log) and the default stands.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Self, Vec<Error>) {
+        let mut c = Self::default();
+        let mut errs = Vec::new();
+        let mut num = |name: &'static str, min: u64, max: u64| -> Option<u64> {
+            let v = get(name)?;
+            match v.trim().parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Some(n),
+                Ok(_) => {
+                    errs.push(Error::Param {
+                        name,
+                        reason: "out of range; default used",
+                    });
+                    None
+                }
+                Err(_) => {
+                    errs.push(Error::Param {
+                        name,
+                        reason: "not a number; default used",
+                    });
+                    None
+                }
+            }
+        };
+        if let Some(n) = num("IBNET_SOFT_WORKERS", 0, 64) {
+            c.workers = n as usize;
+        }
+        if let Some(n) = num("IBNET_SOFT_DIRECT_MAX", 0, 1 << 30) {
+            c.direct_max = n;
+        }
+        if let Some(n) = num("IBNET_SOFT_CHUNK", 4096, 1 << 30) {
+            c.chunk = n;
+        }
+        if let Some(n) = num("IBNET_SOFT_PTRACER", 0, 1) {
+            c.set_ptracer = n == 1;
+        }
+        (c, errs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_values_keep_defaults_and_are_reported() {
+        let (c, e) = Config::from_lookup(|k| match k {
+            "IBNET_SOFT_WORKERS" => Some("3".into()),
+            "IBNET_SOFT_CHUNK" => Some("12".into()),
+            "IBNET_SOFT_PTRACER" => Some("yes".into()),
+            _ => None,
+        });
+        assert_eq!(c.workers, 3);
+        assert_eq!(c.chunk, Config::default().chunk);
+        assert!(c.set_ptracer);
+        assert_eq!(e.len(), 2);
+        assert!(matches!(
+            e[0],
+            Error::Param {
+                name: "IBNET_SOFT_CHUNK",
+                ..
+            }
+        ));
+    }
+}

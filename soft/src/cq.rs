@@ -1,0 +1,140 @@
+//! Completion queues.
+//!
+//! A CQ stores no completions: it *harvests* them from its QPs on `poll_cq` (each QP's retired
+//! send entries and delivered receives), so completions of one QP come out in order and nothing
+//! can overflow. The CQ depth is enforced at post time instead: every signaled send WR and
+//! every receive reserves a slot (`reserve`), which `poll_cq` gives back; a post that would
+//! exceed the depth fails with `Error::Full { what: "soft completion queue" }` and posts
+//! nothing. (A verbs CQ would overrun and raise an async error; refusing the post is the
+//! deterministic equivalent.) Error completions of unsignaled WRs take no slot.
+//!
+//! The CQ's QP list changes only on `create_qp`/`destroy_qp` (control path, under a mutex);
+//! `poll_cq` keeps its own copy and refreshes it when the list's version moves, so the hot path
+//! takes no lock.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ibnet_core::provider::Completion;
+use ibnet_core::{Error, Result};
+
+use crate::qp::QpShared;
+
+/// The part of a CQ its QPs share.
+pub struct CqShared {
+    depth: u32,
+    reserved: AtomicU32,
+    list: Mutex<Vec<Arc<QpShared>>>,
+    ver: AtomicU64,
+}
+
+impl CqShared {
+    /// Reserves `n` completion slots.
+    pub fn reserve(&self, n: u32) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        // Relaxed: a counter; no data is published through it.
+        let prev = self.reserved.fetch_add(n, Ordering::Relaxed);
+        if prev.saturating_add(n) > self.depth {
+            self.reserved.fetch_sub(n, Ordering::Relaxed); // Relaxed: as above
+            return Err(Error::Full {
+                what: "soft completion queue",
+                cap: self.depth as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives `n` slots back.
+    pub fn release(&self, n: u32) {
+        if n != 0 {
+            // Relaxed: a counter. Saturating: never wraps, even if accounting were off.
+            let _ = self
+                .reserved
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(n))
+                });
+        }
+    }
+
+    /// Adds a QP (create_qp).
+    pub fn attach(&self, qp: Arc<QpShared>) {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).push(qp);
+        // Release: pairs with the Acquire in `SoftCq::poll`: the list change is visible.
+        self.ver.fetch_add(1, Ordering::Release);
+    }
+
+    /// Removes a QP (destroy_qp).
+    pub fn detach(&self, qp: &Arc<QpShared>) {
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|q| !Arc::ptr_eq(q, qp));
+        // Release: as in `attach`.
+        self.ver.fetch_add(1, Ordering::Release);
+    }
+
+    fn attached(&self) -> usize {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A completion queue of the soft provider.
+pub struct SoftCq {
+    pub(crate) sh: Arc<CqShared>,
+    qps: Vec<Arc<QpShared>>,
+    ver: u64,
+    rr: usize,
+}
+
+impl SoftCq {
+    pub(crate) fn new(depth: u32) -> Self {
+        Self {
+            sh: Arc::new(CqShared {
+                depth,
+                reserved: AtomicU32::new(0),
+                list: Mutex::new(Vec::new()),
+                ver: AtomicU64::new(0),
+            }),
+            qps: Vec::new(),
+            ver: u64::MAX,
+            rr: 0,
+        }
+    }
+
+    /// The depth it was created with.
+    pub fn depth(&self) -> u32 {
+        self.sh.depth
+    }
+
+    /// Harvests up to `out.len()` completions, round-robin over the CQ's QPs.
+    pub(crate) fn poll(&mut self, out: &mut [Completion]) -> usize {
+        // Acquire: pairs with the Release in attach/detach.
+        let v = self.sh.ver.load(Ordering::Acquire);
+        if v != self.ver {
+            // Control-path event (a QP was created or destroyed): refresh our copy.
+            self.qps
+                .clone_from(&self.sh.list.lock().unwrap_or_else(|e| e.into_inner()));
+            self.ver = v;
+        }
+        let nq = self.qps.len();
+        if nq == 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for i in 0..nq {
+            let q = &self.qps[(self.rr + i) % nq];
+            n += q.poll_into(&mut out[n..]);
+            if n == out.len() {
+                break;
+            }
+        }
+        self.rr = (self.rr + 1) % nq;
+        n
+    }
+
+    pub(crate) fn has_qps(&self) -> bool {
+        self.sh.attached() != 0
+    }
+}

@@ -1,0 +1,119 @@
+//! The copy engine: worker threads that move the chunks of large WRs, like a NIC's DMA
+//! engines.
+//!
+//! A large WR is handed over as `k ≤ workers` *tokens* `(qp, seq)` through a bounded,
+//! allocation-free MPMC channel; each token claims chunks of the WR until none is left (see
+//! `qp.rs`). Workers park in the channel when idle. [`Engine::shutdown`] sends one `Stop` per
+//! worker behind all queued tokens and joins every thread; tokens still queued afterwards are
+//! run by the caller, so no WR is ever lost. No worker holds the provider, so dropping the last
+//! provider handle can join them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use ibnet_core::Error;
+
+use crate::qp::QpShared;
+
+/// Queued tokens at most; beyond that the posting thread copies itself.
+const QUEUE: usize = 1 << 14;
+
+enum Job {
+    Token(Arc<QpShared>, u64),
+    Stop,
+}
+
+/// The worker pool.
+pub struct Engine {
+    tx: Sender<Job>,
+    rx: Receiver<Job>,
+    n: usize,
+    stopped: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Starts `n` workers.
+    pub fn start(n: usize) -> Result<Self, Error> {
+        let (tx, rx) = bounded(QUEUE);
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let rx: Receiver<Job> = rx.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("ibnet-soft-cp{i}"))
+                .spawn(move || {
+                    while let Ok(Job::Token(qp, seq)) = rx.recv() {
+                        qp.run_token(seq);
+                    }
+                })
+                .map_err(|e| Error::Provider {
+                    call: "spawn copy-engine thread",
+                    errno: e.raw_os_error().unwrap_or(0),
+                });
+            match t {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    for _ in &threads {
+                        let _ = tx.send(Job::Stop);
+                    }
+                    threads.into_iter().for_each(|t| drop(t.join()));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Self {
+            tx,
+            rx,
+            n,
+            stopped: AtomicBool::new(false),
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Number of workers (0 after shutdown).
+    #[inline]
+    pub fn workers(&self) -> usize {
+        // Relaxed: a hint; `submit` refuses after shutdown anyway.
+        if self.stopped.load(Ordering::Relaxed) {
+            0
+        } else {
+            self.n
+        }
+    }
+
+    /// Queues a token; `false` when the queue is full or the engine stopped (the caller runs
+    /// the token itself).
+    #[inline]
+    pub fn submit(&self, qp: Arc<QpShared>, seq: u64) -> bool {
+        // Acquire: pairs with `shutdown`'s Release.
+        if self.stopped.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.tx.try_send(Job::Token(qp, seq)) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Stops and joins every worker; runs tokens still queued (idempotent).
+    pub fn shutdown(&self) {
+        // Release: pairs with `submit`'s Acquire.
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for _ in &threads {
+            let _ = self.tx.send(Job::Stop);
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        while let Ok(j) = self.rx.try_recv() {
+            if let Job::Token(qp, seq) = j {
+                qp.run_token(seq);
+            }
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! # ibnet-soft
+//!
+//! A software RDMA provider: the core's [`Provider`] trait with the semantics of RC queue pairs,
+//! for hosts without an RDMA NIC. One device, `soft0`, port 1, link layer Ethernet (RoCE-like),
+//! GID `::ffff:127.0.0.1`, MTU 4096. Same host only.
+//!
+//! ```text
+//!  SoftProvider (Arc handle) ── segment (memfd): registration table + QP receive blocks
+//!     │                           ▲ mapped read-write by connected peers
+//!     ├─ copy engine: worker threads for chunks of large WRs
+//!     └─ monitor thread: pidfds of cross-process peers (liveness)
+//!
+//!  initiator QP ──post_send──▶ lease(local lkey) + lease(remote rkey) ──▶ copy
+//!                                 in-process: memmove │ cross-process: process_vm_writev/readv
+//!              ──combiner──▶ WRITE_WITH_IMM: ring entry + recv_tail in the target's QP block
+//!  target  CQ  ──poll_cq──▶ harvests its QPs: retired sends, delivered receives
+//! ```
+//!
+//! ## Quick start (what `ibnet-ffi` does)
+//! ```no_run
+//! use ibnet_core::provider::Provider;
+//! ibnet_soft::probe().map_err(|u| u.to_string())?; // cross-process fabric usable?
+//! let (cfg, warnings) = ibnet_soft::Config::from_env(); // log `warnings` as WARNs
+//! let p = ibnet_soft::SoftProvider::open_with(cfg).map_err(|e| e.to_string())?;
+//! let info = p.port_info(); // LID/GID/MTU and the opaque address for the handshake
+//! // ... comms over `p.clone()` ...
+//! p.shutdown(); // joins every thread; also done when the last handle drops
+//! # Ok::<(), String>(())
+//! ```
+//!
+//! ## Fabrics
+//! The fabric is chosen at `connect_qp` from the peer's address: same pid → **in-process**
+//! (memory copies; the peer's segment is found in a process-wide registry), otherwise
+//! **cross-process** through cross-memory attach, with the peer's segment mapped through
+//! `/proc/<pid>/fd/<fd>`.
+//!
+//! ## Memory safety
+//! Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
+//! taken from the owners' registration tables in shared memory (see `segment`): key, range and
+//! access are checked before any byte moves, and deregistration waits until no lease is held
+//! (bounded: 1 s, after which the slot is quarantined). A failed check completes the WR with
+//! `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state.
+//! Registered memory must stay mapped until it is deregistered (as with verbs, where an MR pins
+//! the pages); in-process copies would fault on unmapped memory.
+//!
+//! ## Liveness
+//! A monitor thread polls the pidfds of cross-process peers every 50 ms. Once a peer is dead
+//! every outstanding WR of the QPs connected to it, sends and receives, completes with
+//! `RetryExceeded` at the next `poll_cq`; later WRs complete with `WrFlushError`. A copy that
+//! hits a vanished process (`ESRCH`) does the same at once.
+//!
+//! ## Cross-memory attach permission
+//! With Yama `ptrace_scope = 1` sibling processes (torchrun ranks) may not attach to each
+//! other. Unless `IBNET_SOFT_PTRACER=0`, [`SoftProvider::open_with`] calls
+//! `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`: **security trade-off** — any process of the
+//! same user may then ptrace this process (as with `ptrace_scope = 0`); processes of other
+//! users still may not. [`probe`] tells whether the fabric can work, naming cause and fix.
+//!
+//! ## Threads and cleanup
+//! `open` starts the copy-engine workers ([`Config::workers`]); the monitor starts with the
+//! first cross-process peer. [`SoftProvider::shutdown`] joins all of them; dropping the last
+//! handle does the same. Objects (QPs, MRs) release their resources on drop.
+//!
+//! ## Not supported
+//! DMA-BUF registrations (host memory only), other hosts, sends/receives with SGEs (only
+//! zero-SGE receives consumed by writes with immediate, as ibnet uses).
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+mod addr;
+mod config;
+mod cq;
+mod engine;
+mod peer;
+mod probe;
+mod qp;
+mod segment;
+mod sys;
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ibnet_core::fifo::FifoRing;
+use ibnet_core::provider::{
+    Access, Completion, ConnectAttr, Gid, LinkLayer, MrKeys, Mtu, PortInfo, Provider, ProviderAddr,
+    QpAttr, RegKind, SendWr,
+};
+use ibnet_core::{Error, Result};
+
+pub use addr::SoftAddr;
+pub use config::Config;
+pub use cq::SoftCq;
+pub use peer::CMA_REFUSED;
+pub use probe::{probe, probe_with, ptrace_scope, Unavailable};
+
+use crate::engine::Engine;
+use crate::peer::{Monitor, Peer};
+use crate::qp::{QpShared, Remote};
+use crate::segment::{Segment, MR_SLOTS, QP_SLOTS, RING};
+
+/// The device name.
+pub const DEVICE_NAME: &str = "soft0";
+/// Largest `max_send_wr`.
+pub const MAX_SEND_WR: u32 = 1 << 16;
+/// Largest `max_recv_wr`.
+pub const MAX_RECV_WR: u32 = RING as u32;
+/// Largest `max_inline`.
+pub const MAX_INLINE: u32 = 1024;
+/// Largest CQ depth.
+pub const MAX_CQ_DEPTH: u32 = 1 << 20;
+/// How long `dereg_mr` waits for peers' in-flight copies.
+const DEREG_WAIT: Duration = Duration::from_secs(1);
+
+/// Free-list of slot indices (1-based; FIFO reuse keeps stale handles far from new ones).
+struct IdxAlloc {
+    free: VecDeque<u32>,
+    next: u32,
+    cap: u32,
+    gens: Vec<u8>,
+}
+
+impl IdxAlloc {
+    fn new(cap: usize) -> Self {
+        Self {
+            free: VecDeque::new(),
+            next: 1,
+            cap: cap as u32,
+            gens: vec![0; cap],
+        }
+    }
+    fn alloc(&mut self, what: &'static str) -> Result<u32> {
+        if let Some(i) = self.free.pop_front() {
+            return Ok(i);
+        }
+        if self.next >= self.cap {
+            return Err(Error::Full {
+                what,
+                cap: self.cap as usize - 1,
+            });
+        }
+        self.next += 1;
+        Ok(self.next - 1)
+    }
+    fn free(&mut self, i: u32) {
+        self.free.push_back(i);
+    }
+}
+
+struct Inner {
+    seg: Arc<Segment>,
+    addr: ProviderAddr,
+    host: u64,
+    cfg: Config,
+    qps: Arc<Mutex<IdxAlloc>>,
+    mrs: Arc<Mutex<IdxAlloc>>,
+    engine: Engine,
+    monitor: Monitor,
+    peers: Mutex<Vec<std::sync::Weak<Peer>>>,
+    shut: AtomicBool,
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        // Release: pairs with the Acquire in `check_open`.
+        self.shut.store(true, Ordering::Release);
+        self.engine.shutdown();
+        self.monitor.stop();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The soft provider: a cheap, clonable handle to one opened `soft0` port.
+///
+/// Thread safety: the handle is `Send + Sync`; per-object exclusivity follows the trait's
+/// `&mut` (a QP is posted to by one thread at a time, a CQ polled by one thread at a time).
+#[derive(Clone)]
+pub struct SoftProvider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SoftProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SoftProvider({DEVICE_NAME}, {:?})", self.inner.seg)
+    }
+}
+
+/// A queue pair of the soft provider. Dropping it destroys it.
+pub struct SoftQp {
+    sh: Arc<QpShared>,
+    qps: Arc<Mutex<IdxAlloc>>,
+}
+
+impl Drop for SoftQp {
+    fn drop(&mut self) {
+        self.sh.destroy();
+        self.sh.cq.detach(&self.sh);
+        let mut a = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        a.free(self.sh.idx as u32);
+    }
+}
+
+/// A memory registration of the soft provider. Dropping it deregisters it.
+pub struct SoftMr {
+    seg: Arc<Segment>,
+    mrs: Arc<Mutex<IdxAlloc>>,
+    idx: u32,
+    key: u32,
+}
+
+impl SoftMr {
+    fn release(&mut self) -> bool {
+        if self.idx == 0 {
+            return true;
+        }
+        let drained = self.seg.dereg(self.idx as usize, DEREG_WAIT);
+        if drained {
+            self.mrs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .free(self.idx);
+        } // else: quarantined, never reused (a peer died holding a lease, or is stopped)
+        self.idx = 0;
+        drained
+    }
+}
+
+impl Drop for SoftMr {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn random_nonce() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    // Relaxed: only uniqueness matters.
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_i32(sys::getpid());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() | 1
+}
+
+fn io_err(call: &'static str, e: std::io::Error) -> Error {
+    Error::Provider {
+        call,
+        errno: e.raw_os_error().unwrap_or(0),
+    }
+}
+
+impl SoftProvider {
+    /// Opens `soft0` with the environment's configuration (malformed variables are ignored;
+    /// use [`Config::from_env`] and [`SoftProvider::open_with`] to see them).
+    pub fn open() -> Result<Self> {
+        Self::open_with(Config::from_env().0)
+    }
+
+    /// Opens `soft0` with `cfg`: creates the shared segment, starts the copy engine and, unless
+    /// `cfg.set_ptracer` is false, allows same-user processes to attach (see the crate doc).
+    pub fn open_with(cfg: Config) -> Result<Self> {
+        if cfg.set_ptracer {
+            // EINVAL without Yama: nothing to relax, fine.
+            let _ = sys::set_ptracer_any();
+        }
+        let nonce = random_nonce();
+        let seg = Arc::new(Segment::create(nonce).map_err(|e| io_err("memfd segment", e))?);
+        peer::register_local(&seg);
+        let host = addr::host_id();
+        let addr = SoftAddr {
+            host,
+            pid: seg.pid,
+            fd: seg.fd_num(),
+            nonce,
+            magic_addr: seg.magic_addr(),
+        }
+        .encode();
+        let engine = Engine::start(cfg.workers)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                seg,
+                addr,
+                host,
+                cfg,
+                qps: Arc::new(Mutex::new(IdxAlloc::new(QP_SLOTS))),
+                mrs: Arc::new(Mutex::new(IdxAlloc::new(MR_SLOTS))),
+                engine,
+                monitor: Monitor::default(),
+                peers: Mutex::new(Vec::new()),
+                shut: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The device name, `soft0`.
+    pub fn device_name(&self) -> &'static str {
+        DEVICE_NAME
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Config {
+        self.inner.cfg
+    }
+
+    /// Stops and joins every thread of the provider (copy engine, monitor). Idempotent. Call it
+    /// after every comm is closed (the ffi's finalize); afterwards posts fail with `BadState`.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    #[inline]
+    fn check_open(&self, op: &'static str) -> Result<()> {
+        // Acquire: pairs with the Release in `shutdown`.
+        if self.inner.shut.load(Ordering::Acquire) {
+            return Err(Error::BadState {
+                op,
+                state: "provider shut down",
+            });
+        }
+        Ok(())
+    }
+
+    fn peer_for(&self, a: &SoftAddr) -> Result<Arc<Peer>> {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.retain(|w| w.strong_count() > 0);
+        if let Some(p) = peers
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .find(|p| p.seg.nonce == a.nonce && p.seg.pid == a.pid && !p.is_dead())
+        {
+            return Ok(p);
+        }
+        let p = peer::resolve(a)?;
+        self.inner.monitor.watch(&p)?;
+        peers.push(Arc::downgrade(&p));
+        Ok(p)
+    }
+}
+
+/// `::ffff:127.0.0.1`.
+const GID: Gid = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1]);
+
+fn range(what: &'static str, v: u32, min: u32, max: u32) -> Result<()> {
+    if v < min || v > max {
+        return Err(Error::OutOfRange {
+            what,
+            value: v as i64,
+            min: min as i64,
+            max: max as i64,
+        });
+    }
+    Ok(())
+}
+
+impl Provider for SoftProvider {
+    type Cq = SoftCq;
+    type Qp = SoftQp;
+    type Mr = SoftMr;
+    type Fifo = Box<FifoRing>;
+
+    fn port_info(&self) -> PortInfo {
+        PortInfo {
+            port: 1,
+            link_layer: LinkLayer::Ethernet,
+            lid: 0,
+            gid: GID,
+            gid_index: 0,
+            mtu: Mtu::M4096,
+            addr: self.inner.addr,
+        }
+    }
+
+    fn alloc_fifo(&self) -> Result<Self::Fifo> {
+        Ok(segment::zeroed_fifo())
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<Self::Cq> {
+        self.check_open("create_cq")?;
+        range("CQ depth", depth, 1, MAX_CQ_DEPTH)?;
+        Ok(SoftCq::new(depth))
+    }
+
+    fn create_qp(&self, cq: &Self::Cq, attr: &QpAttr) -> Result<Self::Qp> {
+        self.check_open("create_qp")?;
+        range("max_send_wr", attr.max_send_wr, 1, MAX_SEND_WR)?;
+        range("max_recv_wr", attr.max_recv_wr, 1, MAX_RECV_WR)?;
+        range("max_inline", attr.max_inline, 0, MAX_INLINE)?;
+        let i = &self.inner;
+        let (idx, gen) = {
+            let mut a = i.qps.lock().unwrap_or_else(|e| e.into_inner());
+            let idx = a.alloc("soft QP table")?;
+            let g = &mut a.gens[idx as usize];
+            *g = g.wrapping_add(1).max(1);
+            (idx, *g)
+        };
+        let qpn = ((gen as u32) << 16) | idx;
+        let b = i.seg.qp_block(idx as usize);
+        // Relaxed: published by the Release store of `state` below.
+        b.recv_posted.store(0, Ordering::Relaxed);
+        for e in &b.ring {
+            e.seq.store(0, Ordering::Relaxed);
+        }
+        // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
+        b.state.store(qpn as u64, Ordering::Release);
+        let sh = Arc::new(QpShared::new(
+            qpn,
+            idx as usize,
+            i.seg.clone(),
+            cq.sh.clone(),
+            attr,
+            i.cfg.direct_max,
+            i.cfg.chunk,
+        ));
+        cq.sh.attach(sh.clone());
+        Ok(SoftQp {
+            sh,
+            qps: i.qps.clone(),
+        })
+    }
+
+    fn qp_num(&self, qp: &Self::Qp) -> u32 {
+        qp.sh.qpn
+    }
+
+    fn connect_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()> {
+        self.check_open("connect_qp")?;
+        let a = SoftAddr::decode(&attr.remote_addr).ok_or(Error::Wire {
+            what: "remote address is not an ibnet-soft address",
+            value: attr.remote_addr.as_bytes().len() as u64,
+        })?;
+        if a.host != self.inner.host {
+            return Err(Error::Wire {
+                what: "peer is on another host (ibnet-soft reaches processes of this host only)",
+                value: a.host,
+            });
+        }
+        if attr.link_layer != LinkLayer::Ethernet {
+            return Err(Error::Wire {
+                what: "link layer (soft0 is Ethernet)",
+                value: attr.link_layer as u64,
+            });
+        }
+        let block = (attr.remote_qpn & 0xffff) as usize;
+        if block == 0 || block >= QP_SLOTS || attr.remote_qpn >> 24 != 0 {
+            return Err(Error::Wire {
+                what: "remote QP number",
+                value: attr.remote_qpn as u64,
+            });
+        }
+        let peer = self.peer_for(&a)?;
+        // Acquire: pairs with the Release store of the QP number at the peer's create_qp.
+        if peer.seg.qp_block(block).state.load(Ordering::Acquire) != attr.remote_qpn as u64 {
+            return Err(Error::Wire {
+                what: "remote QP does not exist",
+                value: attr.remote_qpn as u64,
+            });
+        }
+        qp.sh.connect(Remote {
+            peer,
+            qpn: attr.remote_qpn,
+            block,
+        })
+    }
+
+    #[inline]
+    fn post_send(&self, qp: &mut Self::Qp, wrs: &[SendWr]) -> Result<()> {
+        self.check_open("post_send")?;
+        qp.sh.post(wrs, &self.inner.engine)
+    }
+
+    #[inline]
+    fn post_recv(&self, qp: &mut Self::Qp, wr_id: u64) -> Result<()> {
+        self.check_open("post_recv")?;
+        qp.sh.post_recv(wr_id)
+    }
+
+    #[inline]
+    fn poll_cq(&self, cq: &mut Self::Cq, out: &mut [Completion]) -> Result<usize> {
+        Ok(cq.poll(out))
+    }
+
+    fn reg_mr(&self, addr: u64, len: u64, access: Access, kind: RegKind) -> Result<Self::Mr> {
+        self.check_open("reg_mr")?;
+        if let RegKind::DmaBuf { .. } = kind {
+            return Err(Error::Provider {
+                call:
+                    "reg_mr: DMA-BUF registration is not supported by ibnet-soft (host memory only)",
+                errno: libc::EOPNOTSUPP,
+            });
+        }
+        if addr == 0 && len != 0 {
+            return Err(Error::Missing {
+                what: "reg_mr address",
+            });
+        }
+        if addr.checked_add(len).is_none() {
+            return Err(Error::OutOfRange {
+                what: "reg_mr length",
+                value: len as i64,
+                min: 0,
+                max: (u64::MAX - addr) as i64,
+            });
+        }
+        let bit = |on: bool, b: u32| if on { b } else { 0 };
+        let bits = bit(access.local_write, segment::ACC_LOCAL_WRITE)
+            | bit(access.remote_write, segment::ACC_REMOTE_WRITE)
+            | bit(access.remote_read, segment::ACC_REMOTE_READ);
+        let idx = self
+            .inner
+            .mrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc("soft MR table")?;
+        let key = self.inner.seg.reg(idx as usize, addr, len, bits);
+        Ok(SoftMr {
+            seg: self.inner.seg.clone(),
+            mrs: self.inner.mrs.clone(),
+            idx,
+            key,
+        })
+    }
+
+    fn mr_keys(&self, mr: &Self::Mr) -> MrKeys {
+        MrKeys {
+            lkey: mr.key,
+            rkey: mr.key,
+        }
+    }
+
+    fn dereg_mr(&self, mut mr: Self::Mr) -> Result<()> {
+        mr.release();
+        Ok(())
+    }
+
+    fn destroy_qp(&self, qp: Self::Qp) -> Result<()> {
+        drop(qp);
+        Ok(())
+    }
+
+    fn destroy_cq(&self, cq: Self::Cq) -> Result<()> {
+        if cq.has_qps() {
+            return Err(Error::BadState {
+                op: "destroy_cq",
+                state: "QPs still use this CQ",
+            });
+        }
+        Ok(())
+    }
+}

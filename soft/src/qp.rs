@@ -1,0 +1,686 @@
+//! One RC queue pair: its send queue, the execution of WRs, in-order delivery of immediates,
+//! and the receive queue.
+//!
+//! ## Send queue
+//! ```text
+//!            sq_head (poller)    sq_cursor (combiner)       sq_tail (poster)
+//!  ... done ─────┤ retired, not yet ├─ landed / executing ─────┤ free ...
+//!                   polled
+//! ```
+//! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
+//!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
+//!   `process_vm_writev`, or a `memmove` in-process); a larger one as `k` *tokens* handed to
+//!   the copy engine, each token claiming chunks of the WR until none is left. Data movement is
+//!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
+//! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
+//!   tokens are all back. For a `WriteWithImm` at the cursor it delivers the immediate into the
+//!   target's inbound ring — so an immediate is visible only after every earlier WR of the QP
+//!   has landed. With no receive posted at the target (RNR) the cursor stays, and the delivery
+//!   is retried by the next kick: every `post_send` and every `poll_cq` of this QP's CQ kicks
+//!   (a NIC's RNR timer, driven by the initiator's progress calls; it never gives up while the
+//!   target lives, like `rnr_retry = 7`).
+//! * `poll_cq` retires entries in `[sq_head, sq_cursor)`, producing completions for signaled
+//!   WRs and for every WR that failed.
+//!
+//! The combiner is a combining flag, `kicks`: whoever raises it from 0 runs `advance` until no
+//! kick arrived meanwhile; others just count. It is never contended on the posting thread except
+//! by a copy worker finishing that QP's last chunk.
+//!
+//! ## Errors
+//! The first failing WR completes with its own status (`LocalProtectionError`,
+//! `RemoteAccessError`, …) and moves the QP to the error state (`fail`); WRs behind it are not
+//! executed (`err_seq`: their copies are skipped) and complete with `WrFlushError`, WRs before
+//! it complete normally. When the peer process dies (or its QP is destroyed) every
+//! outstanding WR, sends and receives, completes with `RetryExceeded`. WRs posted in the error
+//! state complete with `WrFlushError`. Copy workers skip the chunks of a failed QP.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_utils::CachePadded;
+use ibnet_core::provider::{Completion, QpAttr, SendWr, WcOpcode, WcStatus, WrOpcode};
+use ibnet_core::{Error, Result};
+
+use crate::cq::CqShared;
+use crate::engine::Engine;
+use crate::peer::Peer;
+use crate::segment::{
+    self, Dir, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, RING,
+};
+
+/// Where a connected QP sends to.
+pub struct Remote {
+    /// The peer provider.
+    pub peer: Arc<Peer>,
+    /// The remote QP number.
+    pub qpn: u32,
+    /// The remote QP's block index in the peer's segment.
+    pub block: usize,
+}
+
+const OP_WRITE: u32 = 0;
+const OP_WRITE_IMM: u32 = 1;
+const OP_READ: u32 = 2;
+const F_SIGNALED: u32 = 1 << 8;
+
+/// One send-queue slot. Fields are atomics (Relaxed) published by `sq_tail` (Release) or by the
+/// copy-engine channel; only the poster writes them, and only while the slot is free.
+#[repr(align(64))]
+#[derive(Default)]
+struct SqEntry {
+    wr_id: AtomicU64,
+    laddr: AtomicU64,
+    raddr: AtomicU64,
+    len: AtomicU32,
+    lkey: AtomicU32,
+    rkey: AtomicU32,
+    imm: AtomicU32,
+    flags: AtomicU32,
+    /// Tokens still held by copy workers (0: the data has landed or failed).
+    tokens: AtomicU32,
+    /// 0 or the WR's own error status.
+    status: AtomicU32,
+    vendor: AtomicU32,
+    /// Next byte offset to claim (tokens).
+    claim: AtomicU64,
+}
+
+/// A snapshot of a WR.
+#[derive(Clone, Copy)]
+struct Wr {
+    wr_id: u64,
+    laddr: u64,
+    raddr: u64,
+    len: u32,
+    lkey: u32,
+    rkey: u32,
+    op: u32,
+    signaled: bool,
+}
+
+impl SqEntry {
+    fn store(&self, w: &SendWr) {
+        let op = match w.opcode {
+            WrOpcode::Write => OP_WRITE,
+            WrOpcode::WriteWithImm => OP_WRITE_IMM,
+            WrOpcode::Read => OP_READ,
+        };
+        // Relaxed (all): published by the Release store of `sq_tail` / the channel send.
+        self.wr_id.store(w.wr_id, Ordering::Relaxed);
+        self.laddr.store(w.sge.addr, Ordering::Relaxed);
+        self.raddr.store(w.remote_addr, Ordering::Relaxed);
+        self.len.store(w.sge.len, Ordering::Relaxed);
+        self.lkey.store(w.sge.lkey, Ordering::Relaxed);
+        self.rkey.store(w.rkey, Ordering::Relaxed);
+        self.imm.store(w.imm, Ordering::Relaxed);
+        self.flags.store(
+            op | if w.signaled { F_SIGNALED } else { 0 },
+            Ordering::Relaxed,
+        );
+        self.status.store(0, Ordering::Relaxed);
+        self.vendor.store(0, Ordering::Relaxed);
+        self.claim.store(0, Ordering::Relaxed);
+        self.tokens.store(0, Ordering::Relaxed);
+    }
+
+    fn load(&self) -> Wr {
+        // Relaxed (all): the caller synchronised with the poster (sq_tail Acquire or channel).
+        let flags = self.flags.load(Ordering::Relaxed);
+        Wr {
+            wr_id: self.wr_id.load(Ordering::Relaxed),
+            laddr: self.laddr.load(Ordering::Relaxed),
+            raddr: self.raddr.load(Ordering::Relaxed),
+            len: self.len.load(Ordering::Relaxed),
+            lkey: self.lkey.load(Ordering::Relaxed),
+            rkey: self.rkey.load(Ordering::Relaxed),
+            op: flags & 0xff,
+            signaled: flags & F_SIGNALED != 0,
+        }
+    }
+
+    fn set_err(&self, st: WcStatus, vendor: u32) {
+        // Relaxed: the first error wins; published by the token's Release `tokens` decrement
+        // (workers) or by `sq_tail` (poster).
+        if self
+            .status
+            .compare_exchange(0, st as u32, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.vendor.store(vendor, Ordering::Relaxed);
+        }
+    }
+}
+
+/// QP states visible to the provider.
+const ST_RESET: u8 = 0;
+const ST_RTS: u8 = 1;
+
+/// Everything of a QP that the poster, the poller, the combiner and copy workers share.
+pub struct QpShared {
+    /// The QP number.
+    pub qpn: u32,
+    /// Block index in the own segment.
+    pub idx: usize,
+    own: Arc<Segment>,
+    /// The CQ (for completion-slot accounting).
+    pub cq: Arc<CqShared>,
+    sq: Box<[SqEntry]>,
+    sq_mask: u64,
+    max_send: u64,
+    max_inline: u32,
+    sq_tail: CachePadded<AtomicU64>,
+    sq_cursor: CachePadded<AtomicU64>,
+    sq_head: CachePadded<AtomicU64>,
+    kicks: CachePadded<AtomicU32>,
+    /// Immediates delivered to the remote QP (combiner only).
+    imm_sent: AtomicU64,
+    /// The remote's `recv_posted` as last read (combiner only): credits known without touching
+    /// the remote's cache line.
+    posted_seen: AtomicU64,
+    /// 0, or the status outstanding WRs complete with (error state).
+    fail: AtomicU32,
+    /// Sequence number of the first WR whose copy failed (u64::MAX: none). WRs behind it are
+    /// not executed and complete with `WrFlushError`.
+    err_seq: AtomicU64,
+    state: AtomicU8,
+    remote: OnceLock<Remote>,
+    rq: Box<[AtomicU64]>,
+    rq_mask: u64,
+    max_recv: u64,
+    rq_posted: CachePadded<AtomicU64>,
+    rq_head: CachePadded<AtomicU64>,
+    /// In the error state: deliveries beyond this count are ignored (u64::MAX: not fixed yet).
+    rq_cutoff: AtomicU64,
+    destroyed: AtomicBool,
+    direct_max: u64,
+    chunk: u64,
+}
+
+fn status_of(v: u32) -> WcStatus {
+    WcStatus::from_raw(v)
+}
+
+impl QpShared {
+    /// A QP in the RESET state; its block in `own` must already be reset.
+    pub fn new(
+        qpn: u32,
+        idx: usize,
+        own: Arc<Segment>,
+        cq: Arc<CqShared>,
+        attr: &QpAttr,
+        direct_max: u64,
+        chunk: u64,
+    ) -> Self {
+        let scap = (attr.max_send_wr as usize).next_power_of_two();
+        let rcap = (attr.max_recv_wr as usize).next_power_of_two();
+        Self {
+            qpn,
+            idx,
+            own,
+            cq,
+            sq: (0..scap).map(|_| SqEntry::default()).collect(),
+            sq_mask: scap as u64 - 1,
+            max_send: attr.max_send_wr as u64,
+            max_inline: attr.max_inline,
+            sq_tail: CachePadded::new(AtomicU64::new(0)),
+            sq_cursor: CachePadded::new(AtomicU64::new(0)),
+            sq_head: CachePadded::new(AtomicU64::new(0)),
+            kicks: CachePadded::new(AtomicU32::new(0)),
+            imm_sent: AtomicU64::new(0),
+            posted_seen: AtomicU64::new(0),
+            fail: AtomicU32::new(0),
+            err_seq: AtomicU64::new(u64::MAX),
+            state: AtomicU8::new(ST_RESET),
+            remote: OnceLock::new(),
+            rq: (0..rcap).map(|_| AtomicU64::new(0)).collect(),
+            rq_mask: rcap as u64 - 1,
+            max_recv: attr.max_recv_wr as u64,
+            rq_posted: CachePadded::new(AtomicU64::new(0)),
+            rq_head: CachePadded::new(AtomicU64::new(0)),
+            rq_cutoff: AtomicU64::new(u64::MAX),
+            destroyed: AtomicBool::new(false),
+            direct_max,
+            chunk: chunk.max(4096),
+        }
+    }
+
+    fn entry(&self, seq: u64) -> &SqEntry {
+        &self.sq[(seq & self.sq_mask) as usize]
+    }
+
+    /// Connects (RESET → RTS). Fails if already connected.
+    pub fn connect(&self, r: Remote) -> Result<()> {
+        self.remote.set(r).map_err(|_| Error::BadState {
+            op: "connect_qp",
+            state: "already connected",
+        })?;
+        // Release: pairs with the Acquire load in `post`: `remote` is set before RTS is seen.
+        self.state.store(ST_RTS, Ordering::Release);
+        Ok(())
+    }
+
+    /// Moves the QP to the error state with `st` for outstanding WRs (first cause wins).
+    fn set_fail(&self, st: WcStatus) {
+        // Release: pairs with Acquire loads of `fail` (poller, poster): the cause is visible.
+        let _ = self
+            .fail
+            .compare_exchange(0, st as u32, Ordering::Release, Ordering::Relaxed);
+    }
+
+    fn check_peer(&self) {
+        if let Some(r) = self.remote.get() {
+            if r.peer.is_dead() {
+                self.set_fail(WcStatus::RetryExceeded);
+            }
+        }
+    }
+
+    /// Destroys: flushes nothing (outstanding WRs are dropped), stops workers' copies, frees
+    /// the CQ slots this QP still held, and frees the block for peers to see it gone.
+    pub fn destroy(&self) {
+        self.set_fail(WcStatus::WrFlushError);
+        // Release: pairs with the poller's Acquire load; it stops looking at this QP.
+        self.destroyed.store(true, Ordering::Release);
+        // Release: pairs with the initiator's Acquire load of `state` in `deliver`.
+        self.own
+            .qp_block(self.idx)
+            .state
+            .store(0, Ordering::Release);
+        let (h, t) = (
+            self.sq_head.load(Ordering::Acquire),
+            self.sq_tail.load(Ordering::Acquire),
+        );
+        let signaled = (h..t).filter(|&s| self.entry(s).load().signaled).count() as u32;
+        let recvs = self.rq_posted.load(Ordering::Acquire) - self.rq_head.load(Ordering::Acquire);
+        self.cq.release(signaled + recvs as u32);
+    }
+
+    // ---------------------------------------------------------------- posting
+
+    /// `post_send`: validates every WR (all or nothing), then posts and executes them.
+    pub fn post(self: &Arc<Self>, wrs: &[SendWr], engine: &Engine) -> Result<()> {
+        // Acquire: pairs with the Release store in `connect`.
+        if self.state.load(Ordering::Acquire) != ST_RTS {
+            return Err(Error::BadState {
+                op: "post_send",
+                state: "QP not connected (RESET)",
+            });
+        }
+        let tail = self.sq_tail.load(Ordering::Relaxed); // only the poster writes `sq_tail`
+                                                         // Acquire: pairs with the poller's Release of `sq_head`: it has read those entries.
+        let head = self.sq_head.load(Ordering::Acquire);
+        if (tail - head) + wrs.len() as u64 > self.max_send {
+            return Err(Error::Full {
+                what: "soft send queue",
+                cap: self.max_send as usize,
+            });
+        }
+        let mut signaled = 0;
+        for w in wrs {
+            if w.inline && w.sge.len > self.max_inline {
+                return Err(Error::OutOfRange {
+                    what: "inline send length",
+                    value: w.sge.len as i64,
+                    min: 0,
+                    max: self.max_inline as i64,
+                });
+            }
+            signaled += w.signaled as u32;
+        }
+        self.cq.reserve(signaled)?;
+        // Acquire: pairs with `set_fail`'s Release.
+        let failed = self.fail.load(Ordering::Acquire) != 0;
+        let mut seq = tail;
+        for w in wrs {
+            let e = self.entry(seq);
+            e.store(w);
+            if failed {
+                e.set_err(WcStatus::WrFlushError, 0);
+            } else if w.sge.len > 0 {
+                self.execute(seq, e, w.sge.len as u64, engine);
+            }
+            seq += 1;
+        }
+        // Release: publishes the entries to the combiner and the poller (their Acquire loads).
+        self.sq_tail.store(seq, Ordering::Release);
+        self.kick();
+        Ok(())
+    }
+
+    fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine) {
+        if len <= self.direct_max || engine.workers() == 0 {
+            self.run_chunks(seq, e); // in the posting thread: no hop
+            return;
+        }
+        let k = len.div_ceil(self.chunk).min(engine.workers() as u64) as u32;
+        // Relaxed: published to the workers by the channel send below, to the combiner by
+        // `sq_tail`.
+        e.tokens.store(k, Ordering::Relaxed);
+        for _ in 0..k {
+            if !engine.submit(self.clone(), seq) {
+                self.run_token(seq); // engine full or stopped: copy here rather than lose it
+            }
+        }
+    }
+
+    /// Claims and copies chunks of `e` until none is left.
+    fn run_chunks(&self, seq: u64, e: &SqEntry) {
+        let w = e.load();
+        let len = w.len as u64;
+        loop {
+            // Relaxed: claims only need to be unique (a RMW on one location).
+            let off = e.claim.fetch_add(self.chunk, Ordering::Relaxed);
+            if off >= len {
+                break;
+            }
+            let n = self.chunk.min(len - off);
+            // Relaxed: a stale read only costs one wasted chunk copy before the error shows;
+            // the poster sees its own earlier stores (direct WRs of one chain).
+            if e.status.load(Ordering::Relaxed) != 0
+                || self.fail.load(Ordering::Relaxed) != 0
+                || seq > self.err_seq.load(Ordering::Relaxed)
+            {
+                continue;
+            }
+            if let Err((st, v)) = self.copy(&w, off, n) {
+                e.set_err(st, v);
+                // Release: pairs with the combiner's Acquire load in `advance`.
+                self.err_seq.fetch_min(seq, Ordering::Release);
+            }
+        }
+    }
+
+    /// A copy worker's share of WR `seq`.
+    pub fn run_token(&self, seq: u64) {
+        let e = self.entry(seq);
+        self.run_chunks(seq, e);
+        // Release: pairs with the Acquire `tokens` load in `advance` (through the release
+        // sequence of these RMWs): our copies and status happen-before the WR's retirement.
+        if e.tokens.fetch_sub(1, Ordering::Release) == 1 {
+            self.kick();
+        }
+    }
+
+    /// Moves bytes `[off, off + n)` of `w`, under leases on both registrations.
+    fn copy(&self, w: &Wr, off: u64, n: u64) -> core::result::Result<(), (WcStatus, u32)> {
+        let r = self.remote.get().ok_or((WcStatus::LocalQpOpError, 0))?;
+        let (dir, lneed, rneed) = if w.op == OP_READ {
+            (Dir::Read, ACC_LOCAL_WRITE, ACC_REMOTE_READ)
+        } else {
+            (Dir::Write, 0, ACC_REMOTE_WRITE)
+        };
+        let la = w
+            .laddr
+            .checked_add(off)
+            .ok_or((WcStatus::LocalProtectionError, 0))?;
+        let ra = w
+            .raddr
+            .checked_add(off)
+            .ok_or((WcStatus::RemoteAccessError, 0))?;
+        let ll = self
+            .own
+            .lease(w.lkey, la, n, lneed, true)
+            .map_err(|_| (WcStatus::LocalProtectionError, 0))?;
+        let own = Arc::ptr_eq(&r.peer.seg, &self.own);
+        let rl = r
+            .peer
+            .seg
+            .lease(w.rkey, ra, n, rneed, own)
+            .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
+        segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize).map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(0);
+            match errno {
+                libc::ESRCH => {
+                    r.peer.mark_dead();
+                    (WcStatus::RetryExceeded, errno as u32)
+                }
+                libc::EFAULT => (WcStatus::RemoteAccessError, errno as u32),
+                libc::EPERM | libc::EACCES => (WcStatus::RemoteOperationError, errno as u32),
+                _ => (WcStatus::General, errno as u32),
+            }
+        })
+    }
+
+    // ---------------------------------------------------------------- combiner
+
+    /// Runs [`Self::advance`] now or makes the running combiner run it again.
+    pub fn kick(&self) {
+        // AcqRel: Release publishes what we did before kicking to the running combiner;
+        // Acquire (when we become the combiner) sees the previous combiner's work.
+        if self.kicks.fetch_add(1, Ordering::AcqRel) != 0 {
+            return;
+        }
+        loop {
+            // Acquire: pairs with the AcqRel increments of other kickers.
+            let k = self.kicks.load(Ordering::Acquire);
+            self.advance();
+            // AcqRel: on success our advance is published to the next combiner; on failure we
+            // acquire the new kicks' work and go round again.
+            if self
+                .kicks
+                .compare_exchange(k, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Retires landed WRs in order, delivering immediates (combiner only).
+    fn advance(&self) {
+        self.check_peer();
+        let mut c = self.sq_cursor.load(Ordering::Relaxed); // only the combiner writes it
+                                                            // Acquire: pairs with the poster's Release of `sq_tail`.
+        let t = self.sq_tail.load(Ordering::Acquire);
+        while c < t {
+            let e = self.entry(c);
+            // Acquire: pairs with the workers' Release decrements: their copies are done.
+            if e.tokens.load(Ordering::Acquire) != 0 {
+                break;
+            }
+            // Relaxed: ordered by the Acquire above / by sq_tail.
+            let own = e.status.load(Ordering::Relaxed);
+            // Acquire (both): pair with `set_fail` / the `err_seq` update of a failed copy.
+            let fail = self.fail.load(Ordering::Acquire);
+            let err_seq = self.err_seq.load(Ordering::Acquire);
+            let st = if c > err_seq {
+                WcStatus::WrFlushError as u32 // behind the first failed WR: not executed
+            } else if own != 0 {
+                own
+            } else if fail != 0 {
+                fail
+            } else if e.flags.load(Ordering::Relaxed) & 0xff == OP_WRITE_IMM {
+                match self.deliver(e) {
+                    Deliver::Done => 0,
+                    Deliver::Rnr => break,
+                    Deliver::Gone => WcStatus::RetryExceeded as u32,
+                }
+            } else {
+                0
+            };
+            if st != 0 {
+                // Relaxed: published by the Release store of `sq_cursor` below.
+                e.status.store(st, Ordering::Relaxed);
+                self.set_fail(if st == WcStatus::RetryExceeded as u32 {
+                    WcStatus::RetryExceeded
+                } else {
+                    WcStatus::WrFlushError
+                });
+            }
+            c += 1;
+            // Release: pairs with the poller's Acquire: the entry's final status is visible.
+            self.sq_cursor.store(c, Ordering::Release);
+        }
+    }
+
+    fn deliver(&self, e: &SqEntry) -> Deliver {
+        let Some(r) = self.remote.get() else {
+            return Deliver::Gone;
+        };
+        if r.peer.is_dead() {
+            return Deliver::Gone;
+        }
+        let b = r.peer.seg.qp_block(r.block);
+        // Acquire: pairs with the target's Release store of its QP number at create.
+        if b.state.load(Ordering::Acquire) != r.qpn as u64 {
+            return Deliver::Gone;
+        }
+        let t = self.imm_sent.load(Ordering::Relaxed); // combiner only
+        if t >= self.posted_seen.load(Ordering::Relaxed) {
+            // Acquire: pairs with the target's Release in `post_recv`: slot `t % RING` was
+            // read by the target before it posted receive `t`.
+            let p = b.recv_posted.load(Ordering::Acquire);
+            self.posted_seen.store(p, Ordering::Relaxed); // combiner only
+            if t >= p {
+                return Deliver::Rnr;
+            }
+        }
+        // Relaxed: the entry itself was published by `sq_tail`.
+        let v =
+            ((e.imm.load(Ordering::Relaxed) as u64) << 32) | e.len.load(Ordering::Relaxed) as u64;
+        let slot = &b.ring[(t % RING as u64) as usize];
+        // Relaxed: published by the Release store of `seq` below.
+        slot.meta.store(v, Ordering::Relaxed);
+        // Release: pairs with the target's Acquire of `seq` in `poll_into`: the entry and every
+        // byte this QP copied before (which happened-before this point) are visible.
+        slot.seq.store(t + 1, Ordering::Release);
+        self.imm_sent.store(t + 1, Ordering::Relaxed);
+        Deliver::Done
+    }
+
+    // ---------------------------------------------------------------- receives
+
+    /// `post_recv`.
+    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
+        let p = self.rq_posted.load(Ordering::Relaxed); // only the poster writes it
+                                                        // Acquire: pairs with the poller's Release of `rq_head`: those slots were read.
+        let h = self.rq_head.load(Ordering::Acquire);
+        if p - h >= self.max_recv {
+            return Err(Error::Full {
+                what: "soft receive queue",
+                cap: self.max_recv as usize,
+            });
+        }
+        self.cq.reserve(1)?;
+        // Relaxed: published by the Release store of `rq_posted`.
+        self.rq[(p & self.rq_mask) as usize].store(wr_id, Ordering::Relaxed);
+        // Release: pairs with the poller's Acquire.
+        self.rq_posted.store(p + 1, Ordering::Release);
+        // Release: pairs with the initiator's Acquire in `deliver`.
+        self.own
+            .qp_block(self.idx)
+            .recv_posted
+            .store(p + 1, Ordering::Release);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- polling
+
+    /// Writes this QP's ready completions into `out`; returns how many.
+    pub fn poll_into(&self, out: &mut [Completion]) -> usize {
+        // Acquire: pairs with `destroy`'s Release.
+        if self.destroyed.load(Ordering::Acquire) || out.is_empty() {
+            return 0;
+        }
+        self.check_peer();
+        // Acquire (both): pair with the combiner's / poster's Release stores.
+        if self.sq_cursor.load(Ordering::Acquire) < self.sq_tail.load(Ordering::Acquire) {
+            self.kick(); // drives RNR retries and failure processing
+        }
+        let mut n = 0;
+        let mut released = 0;
+        // Sends.
+        let mut h = self.sq_head.load(Ordering::Relaxed); // only the poller writes it
+                                                          // Acquire: pairs with the combiner's Release of `sq_cursor`.
+        let cur = self.sq_cursor.load(Ordering::Acquire);
+        while h < cur && n < out.len() {
+            let e = self.entry(h);
+            let w = e.load();
+            // Relaxed: ordered by the Acquire of `sq_cursor`.
+            let st = e.status.load(Ordering::Relaxed);
+            if w.signaled || st != 0 {
+                out[n] = Completion {
+                    wr_id: w.wr_id,
+                    status: status_of(st),
+                    opcode: if w.op == OP_READ {
+                        WcOpcode::RdmaRead
+                    } else {
+                        WcOpcode::RdmaWrite
+                    },
+                    byte_len: w.len,
+                    imm: 0,
+                    vendor_err: e.vendor.load(Ordering::Relaxed),
+                    qp_num: self.qpn,
+                };
+                n += 1;
+            }
+            released += w.signaled as u32;
+            h += 1;
+        }
+        // Release: pairs with the poster's Acquire: the entries were read, the slots are free.
+        self.sq_head.store(h, Ordering::Release);
+        // Receives.
+        let b = self.own.qp_block(self.idx);
+        // Acquire: pairs with `post_recv`'s Release.
+        let posted = self.rq_posted.load(Ordering::Acquire);
+        let mut rh = self.rq_head.load(Ordering::Relaxed); // only the poller writes it
+                                                           // Acquire: pairs with `set_fail`.
+        let fail = self.fail.load(Ordering::Acquire);
+        // In the error state, deliveries are accepted only up to the point where the poller
+        // first saw the failure; the rest of the posted receives are flushed.
+        let cut = self.rq_cutoff.load(Ordering::Relaxed); // only the poller writes it
+                                                          // Never beyond `posted`: a peer can never complete more than was posted.
+        let limit = posted.min(cut);
+        while rh < limit && n < out.len() {
+            let e = &b.ring[(rh % RING as u64) as usize];
+            // Acquire: pairs with the initiator's Release in `deliver` (data and meta visible).
+            if e.seq.load(Ordering::Acquire) != rh + 1 {
+                break;
+            }
+            // Relaxed: ordered by the Acquire of `seq`.
+            let v = e.meta.load(Ordering::Relaxed);
+            out[n] = Completion {
+                wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
+                status: WcStatus::Success,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: v as u32,
+                imm: (v >> 32) as u32,
+                vendor_err: 0,
+                qp_num: self.qpn,
+            };
+            n += 1;
+            released += 1;
+            rh += 1;
+        }
+        if fail != 0 && cut == u64::MAX && n < out.len() {
+            // Everything delivered before we looked is harvested: fix the cut here.
+            self.rq_cutoff.store(rh, Ordering::Relaxed);
+        }
+        if fail != 0 {
+            while rh < posted && n < out.len() {
+                out[n] = Completion {
+                    wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
+                    status: status_of(fail),
+                    opcode: WcOpcode::RecvRdmaWithImm,
+                    byte_len: 0,
+                    imm: 0,
+                    vendor_err: 0,
+                    qp_num: self.qpn,
+                };
+                n += 1;
+                released += 1;
+                rh += 1;
+            }
+        }
+        // Release: pairs with `post_recv`'s Acquire: those wr_id slots were read.
+        self.rq_head.store(rh, Ordering::Release);
+        self.cq.release(released);
+        n
+    }
+}
+
+enum Deliver {
+    Done,
+    Rnr,
+    Gone,
+}

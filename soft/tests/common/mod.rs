@@ -1,0 +1,318 @@
+//! Shared helpers of the provider-level tests: buffers, sides, polling with a deadline, and the
+//! line protocol to a helper process (the test binary re-executed with a role).
+#![allow(dead_code, unsafe_code)]
+
+use std::alloc::Layout;
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use ibnet_core::provider::{
+    Access, Completion, ConnectAttr, Gid, LinkLayer, Mtu, Provider, ProviderAddr, QpAttr, RegKind,
+    SendWr, Sge, WrOpcode,
+};
+use ibnet_soft::{Config, SoftCq, SoftMr, SoftProvider, SoftQp};
+
+/// Fails the test instead of hanging.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Page-aligned heap memory that the provider may write into behind Rust's back; read it only
+/// after the completion that covers the write.
+pub struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain heap memory; concurrent access is governed by the RDMA completion protocol.
+unsafe impl Send for Region {}
+
+impl Region {
+    pub fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len.max(1), 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Self { ptr, len }
+    }
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` initialised bytes; no transfer is in flight when tests read.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    pub fn fill(&mut self, seed: u64) {
+        fill_pattern(self.bytes_mut(), seed);
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr,
+                Layout::from_size_align(self.len.max(1), 4096).unwrap(),
+            )
+        }
+    }
+}
+
+/// A deterministic byte pattern (xorshift) for byte-for-byte checks.
+pub fn fill_pattern(b: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for c in b.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let w = x.to_le_bytes();
+        c.copy_from_slice(&w[..c.len()]);
+    }
+}
+
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0; len];
+    fill_pattern(&mut v, seed);
+    v
+}
+
+pub fn provider() -> SoftProvider {
+    SoftProvider::open_with(Config {
+        workers: 2,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+pub fn qp_attr() -> QpAttr {
+    QpAttr {
+        max_send_wr: 256,
+        max_recv_wr: 256,
+        max_inline: 256,
+        access: Access::ALL,
+    }
+}
+
+/// One end: provider, CQ, QP.
+pub struct Side {
+    pub p: SoftProvider,
+    pub cq: SoftCq,
+    pub qp: SoftQp,
+}
+
+impl Side {
+    pub fn new(p: &SoftProvider) -> Self {
+        Self::with(p, 1024, qp_attr())
+    }
+    pub fn with(p: &SoftProvider, depth: u32, attr: QpAttr) -> Self {
+        let cq = p.create_cq(depth).unwrap();
+        let qp = p.create_qp(&cq, &attr).unwrap();
+        Self {
+            p: p.clone(),
+            cq,
+            qp,
+        }
+    }
+    pub fn info(&self) -> (ProviderAddr, u32) {
+        (self.p.port_info().addr, self.p.qp_num(&self.qp))
+    }
+    pub fn connect(&mut self, (addr, qpn): (ProviderAddr, u32)) -> ibnet_core::Result<()> {
+        let a = connect_attr(addr, qpn);
+        self.p.connect_qp(&mut self.qp, &a)
+    }
+    pub fn reg(&self, r: &Region) -> SoftMr {
+        self.p
+            .reg_mr(r.addr(), r.len() as u64, Access::ALL, RegKind::Plain)
+            .unwrap()
+    }
+    pub fn key(&self, mr: &SoftMr) -> u32 {
+        self.p.mr_keys(mr).rkey
+    }
+    pub fn post(&mut self, wrs: &[SendWr]) -> ibnet_core::Result<()> {
+        self.p.post_send(&mut self.qp, wrs)
+    }
+    pub fn recv(&mut self, wr_id: u64) {
+        self.p.post_recv(&mut self.qp, wr_id).unwrap()
+    }
+    /// Polls until `n` completions arrived (panics after [`DEADLINE`]).
+    pub fn wait(&mut self, n: usize) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let mut buf = [Completion::EMPTY; 16];
+        let t = Instant::now();
+        while out.len() < n {
+            let k = self.p.poll_cq(&mut self.cq, &mut buf).unwrap();
+            out.extend_from_slice(&buf[..k]);
+            assert!(
+                t.elapsed() < DEADLINE,
+                "timed out with {} of {n} completions: {out:?}",
+                out.len()
+            );
+            if k == 0 {
+                std::thread::yield_now();
+            }
+        }
+        out
+    }
+    /// Polls for a while and returns whatever arrived (for "nothing arrives" checks).
+    pub fn drain_for(&mut self, d: Duration) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let mut buf = [Completion::EMPTY; 16];
+        let t = Instant::now();
+        while t.elapsed() < d {
+            let k = self.p.poll_cq(&mut self.cq, &mut buf).unwrap();
+            out.extend_from_slice(&buf[..k]);
+            std::thread::yield_now();
+        }
+        out
+    }
+}
+
+pub fn connect_attr(addr: ProviderAddr, qpn: u32) -> ConnectAttr {
+    ConnectAttr {
+        remote_qpn: qpn,
+        remote_lid: 0,
+        remote_gid: Gid::default(),
+        remote_addr: addr,
+        link_layer: LinkLayer::Ethernet,
+        mtu: Mtu::M4096,
+        gid_index: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        sl: 0,
+        tc: 0,
+        pkey_index: 0,
+    }
+}
+
+/// Two connected sides.
+pub fn pair(pa: &SoftProvider, pb: &SoftProvider) -> (Side, Side) {
+    let mut a = Side::new(pa);
+    let mut b = Side::new(pb);
+    let (ia, ib) = (a.info(), b.info());
+    a.connect(ib).unwrap();
+    b.connect(ia).unwrap();
+    (a, b)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn wr(
+    wr_id: u64,
+    opcode: WrOpcode,
+    laddr: u64,
+    len: u32,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    imm: u32,
+    signaled: bool,
+) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode,
+        sge: Sge {
+            addr: laddr,
+            len,
+            lkey,
+        },
+        remote_addr: raddr,
+        rkey,
+        imm,
+        signaled,
+        inline: false,
+    }
+}
+
+// ---------------------------------------------------------------- helper-process line protocol
+
+/// What one side tells the other: provider address, QP number, buffer address, rkey, length.
+#[derive(Debug, Clone, Copy)]
+pub struct Info {
+    pub addr: ProviderAddr,
+    pub qpn: u32,
+    pub buf: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+impl Info {
+    pub fn to_line(self) -> String {
+        let hex: String = self
+            .addr
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!(
+            "IBNET {hex} {} {} {} {}",
+            self.qpn, self.buf, self.rkey, self.len
+        )
+    }
+    pub fn parse(line: &str) -> Option<Self> {
+        // libtest may have printed "test helper_entry ... " on the same line.
+        let mut it = line[line.find("IBNET ")? + 6..].split_whitespace();
+        let hex = it.next()?;
+        let bytes: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        Some(Self {
+            addr: ProviderAddr::new(&bytes)?,
+            qpn: it.next()?.parse().ok()?,
+            buf: it.next()?.parse().ok()?,
+            rkey: it.next()?.parse().ok()?,
+            len: it.next()?.parse().ok()?,
+        })
+    }
+}
+
+/// Reads lines until one parses as [`Info`].
+pub fn read_info(r: &mut impl BufRead) -> Info {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "helper closed its output"
+        );
+        if let Some(i) = Info::parse(line.trim()) {
+            return i;
+        }
+    }
+}
+
+pub fn write_line(w: &mut impl Write, s: &str) {
+    writeln!(w, "{s}").unwrap();
+    w.flush().unwrap();
+}
+
+/// Spawns this test binary as a helper running the test `entry` with `IBNET_SOFT_ROLE=role`.
+pub fn spawn_helper(entry: &str, role: &str, arg: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .env("IBNET_SOFT_ROLE", role)
+        .env("IBNET_SOFT_ARG", arg)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads lines until `f` accepts one.
+pub fn read_line_with<T>(r: &mut impl BufRead, f: impl Fn(&str) -> Option<T>) -> T {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "peer closed its output"
+        );
+        if let Some(v) = f(line.trim()) {
+            return v;
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Provider-level tests over the cross-process fabric: this test binary re-executes itself as a
+//! helper process (`helper_entry` with `IBNET_SOFT_ROLE`), and the two exchange addresses over
+//! the helper's stdin/stdout.
+
+mod common;
+
+use std::io::BufReader;
+use std::process::{Child, ChildStdin, ChildStdout};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ibnet_core::provider::{Completion, Provider, WcStatus, WrOpcode};
+use ibnet_soft::SoftMr;
+
+const QUIT: u32 = u32::MAX;
+
+/// The helper side; does nothing unless spawned with a role.
+#[test]
+fn helper_entry() {
+    let Ok(role) = std::env::var("IBNET_SOFT_ROLE") else {
+        return;
+    };
+    let len: usize = std::env::var("IBNET_SOFT_ARG").unwrap().parse().unwrap();
+    let p = provider();
+    let mut me = Side::new(&p);
+    let buf = Region::new(len);
+    let mr = me.reg(&buf);
+    let (addr, qpn) = me.info();
+    let info = Info {
+        addr,
+        qpn,
+        buf: buf.addr(),
+        rkey: me.key(&mr),
+        len: len as u64,
+    };
+    let mut out = std::io::stdout();
+    write_line(&mut out, &info.to_line());
+    let peer = read_info(&mut BufReader::new(std::io::stdin()));
+    me.connect((peer.addr, peer.qpn)).unwrap();
+    match role.as_str() {
+        // Echo every WRITE_WITH_IMM back into the parent's buffer, same length.
+        "echo" => {
+            for i in 0..8 {
+                me.recv(i);
+            }
+            loop {
+                let c = me.wait(1)[0];
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                if c.imm == QUIT {
+                    break;
+                }
+                me.recv(c.wr_id);
+                let n = c.byte_len;
+                let w = wr(
+                    1,
+                    WrOpcode::WriteWithImm,
+                    buf.addr(),
+                    n,
+                    me.key(&mr),
+                    peer.buf,
+                    peer.rkey,
+                    n,
+                    true,
+                );
+                me.post(&[w]).unwrap();
+                // The echo's own completion may interleave with the next receive: wait for it.
+                let got = me.wait(1)[0];
+                assert_eq!(
+                    got.opcode,
+                    ibnet_core::provider::WcOpcode::RdmaWrite,
+                    "{got:?}"
+                );
+                assert_eq!(got.status, WcStatus::Success, "{got:?}");
+            }
+        }
+        // Post receives and sleep until killed.
+        "victim" => {
+            for i in 0..64 {
+                me.recv(i);
+            }
+            write_line(&mut out, "READY");
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        r => panic!("unknown role {r}"),
+    }
+    drop(mr);
+}
+
+struct Helper {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    info: Info,
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns a helper with `role` and a `len`-byte buffer, connects `me` to it.
+fn helper(role: &str, len: usize, me: &mut Side, my_buf: &Region, my_mr: &SoftMr) -> Helper {
+    let mut child = spawn_helper("helper_entry", role, &len.to_string());
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let info = read_info(&mut stdout);
+    let mut h = Helper {
+        child,
+        stdin,
+        stdout,
+        info,
+    };
+    let (addr, qpn) = me.info();
+    let mine = Info {
+        addr,
+        qpn,
+        buf: my_buf.addr(),
+        rkey: me.key(my_mr),
+        len: my_buf.len() as u64,
+    };
+    write_line(&mut h.stdin, &mine.to_line());
+    me.connect((info.addr, info.qpn)).unwrap();
+    h
+}
+
+fn wait_line(h: &mut Helper, want: &str) {
+    use std::io::BufRead;
+    let mut l = String::new();
+    loop {
+        l.clear();
+        assert!(h.stdout.read_line(&mut l).unwrap() > 0, "helper exited");
+        if l.trim().ends_with(want) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn two_process_echo_sizes_0_to_64mib_byte_for_byte() {
+    const MAX: usize = 64 << 20;
+    let p = provider();
+    let mut me = Side::new(&p);
+    let mut src = Region::new(MAX);
+    let dst = Region::new(MAX);
+    let (ms, md) = (me.reg(&src), me.reg(&dst));
+    let mut h = helper("echo", MAX, &mut me, &dst, &md);
+    for i in 0..4 {
+        me.recv(i);
+    }
+    for (i, len) in [
+        0usize,
+        1,
+        8,
+        4095,
+        4096,
+        65_537,
+        (1 << 20) + 1,
+        16 << 20,
+        MAX,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        fill_pattern(&mut src.bytes_mut()[..len], i as u64 + 11);
+        let w = wr(
+            i as u64,
+            WrOpcode::WriteWithImm,
+            src.addr(),
+            len as u32,
+            me.key(&ms),
+            h.info.buf,
+            h.info.rkey,
+            len as u32,
+            true,
+        );
+        me.post(&[w]).unwrap();
+        let mut sent = false;
+        let mut echoed = None;
+        while !sent || echoed.is_none() {
+            for c in me.wait(1) {
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                match c.opcode {
+                    ibnet_core::provider::WcOpcode::RdmaWrite => sent = true,
+                    _ => {
+                        echoed = Some(c);
+                        me.recv(c.wr_id);
+                    }
+                }
+            }
+        }
+        let c = echoed.unwrap();
+        assert_eq!((c.imm, c.byte_len), (len as u32, len as u32));
+        assert!(
+            dst.bytes()[..len] == src.bytes()[..len],
+            "echo of {len} bytes differs"
+        );
+    }
+    let q = wr(99, WrOpcode::WriteWithImm, 0, 0, 0, 0, 0, QUIT, true);
+    me.post(&[q]).unwrap();
+    assert_eq!(me.wait(1)[0].status, WcStatus::Success);
+    assert!(h.child.wait().unwrap().success(), "helper failed");
+}
+
+#[test]
+fn two_process_read_and_remote_errors() {
+    let p = provider();
+    let mut me = Side::new(&p);
+    let local = Region::new(1 << 20);
+    let ml = me.reg(&local);
+    let h = helper("victim", 1 << 20, &mut me, &local, &ml);
+    // READ the helper's (zeroed) buffer over our pattern.
+    let mut l2 = Region::new(1 << 20);
+    l2.fill(5);
+    let m2 = me.reg(&l2);
+    let r = wr(
+        1,
+        WrOpcode::Read,
+        l2.addr(),
+        1 << 20,
+        me.key(&m2),
+        h.info.buf,
+        h.info.rkey,
+        0,
+        true,
+    );
+    me.post(&[r]).unwrap();
+    assert_eq!(me.wait(1)[0].status, WcStatus::Success);
+    assert!(
+        l2.bytes().iter().all(|&b| b == 0),
+        "read did not bring the remote bytes"
+    );
+    // Out of range in the helper's registration.
+    let bad = wr(
+        2,
+        WrOpcode::Write,
+        local.addr(),
+        4096,
+        me.key(&ml),
+        h.info.buf + (1 << 20) - 100,
+        h.info.rkey,
+        0,
+        true,
+    );
+    let good = wr(
+        3,
+        WrOpcode::Write,
+        local.addr(),
+        64,
+        me.key(&ml),
+        h.info.buf,
+        h.info.rkey,
+        0,
+        true,
+    );
+    me.post(&[bad, good]).unwrap();
+    let c = me.wait(2);
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::RemoteAccessError));
+    assert_eq!((c[1].wr_id, c[1].status), (3, WcStatus::WrFlushError));
+    drop(h);
+}
+
+/// Kills the helper while large writes are in flight: every outstanding WR completes with an
+/// error (no hang), RetryExceeded among them, and nothing succeeds after the first error.
+#[test]
+fn killed_target_fails_outstanding_work() {
+    const LEN: usize = 32 << 20;
+    let p = provider();
+    let mut me = Side::new(&p);
+    let mut src = Region::new(LEN);
+    src.fill(1);
+    let ms = me.reg(&src);
+    let mut h = helper("victim", LEN, &mut me, &src, &ms);
+    wait_line(&mut h, "READY");
+    // Keep 8 large writes in flight, kill the helper after a few completed.
+    let mut posted = 0u64;
+    let mut done: Vec<Completion> = Vec::new();
+    let t = Instant::now();
+    let mut killed = false;
+    loop {
+        while posted - (done.len() as u64) < 8 && !killed {
+            let w = wr(
+                posted,
+                WrOpcode::WriteWithImm,
+                src.addr(),
+                LEN as u32,
+                me.key(&ms),
+                h.info.buf,
+                h.info.rkey,
+                0,
+                true,
+            );
+            me.post(&[w]).unwrap();
+            posted += 1;
+        }
+        let mut buf = [Completion::EMPTY; 16];
+        let n = me.p.poll_cq(&mut me.cq, &mut buf).unwrap();
+        done.extend_from_slice(&buf[..n]);
+        if !killed && done.len() >= 3 {
+            h.child.kill().unwrap();
+            h.child.wait().unwrap();
+            killed = true;
+        }
+        if killed && done.len() as u64 == posted {
+            break;
+        }
+        assert!(
+            t.elapsed() < DEADLINE,
+            "outstanding WRs never completed: {} of {posted}",
+            done.len()
+        );
+    }
+    let first_err = done
+        .iter()
+        .position(|c| c.status != WcStatus::Success)
+        .expect("no error after the kill");
+    assert!(
+        done[first_err..]
+            .iter()
+            .all(|c| c.status != WcStatus::Success),
+        "success after an error"
+    );
+    assert!(
+        done.iter().any(|c| c.status == WcStatus::RetryExceeded),
+        "{done:?}"
+    );
+    // New work on the dead connection is flushed.
+    let w = wr(
+        1000,
+        WrOpcode::Write,
+        src.addr(),
+        8,
+        me.key(&ms),
+        h.info.buf,
+        h.info.rkey,
+        0,
+        true,
+    );
+    me.post(&[w]).unwrap();
+    assert_eq!(me.wait(1)[0].status, WcStatus::WrFlushError);
+}
+
+/// Kills the helper while this side has receives posted: they complete with RetryExceeded.
+#[test]
+fn killed_initiator_fails_posted_receives() {
+    let p = provider();
+    let mut me = Side::new(&p);
+    let buf = Region::new(4096);
+    let mb = me.reg(&buf);
+    let mut h = helper("victim", 4096, &mut me, &buf, &mb);
+    wait_line(&mut h, "READY");
+    for i in 0..5 {
+        me.recv(i);
+    }
+    h.child.kill().unwrap();
+    h.child.wait().unwrap();
+    let c = me.wait(5);
+    assert!(
+        c.iter().all(|c| c.status == WcStatus::RetryExceeded),
+        "{c:?}"
+    );
+    let ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn probe_reports_available_here() {
+    // The CI and development machines allow same-user cross-memory attach.
+    ibnet_soft::probe().unwrap();
+}

@@ -1,0 +1,253 @@
+//! loom models of the MR cache protocol (`ibnet_core::mr_cache`).
+//!
+//! Run: `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p ibnet-loom --release`.
+//! Each model checks conservation: registrations == deregistrations at the end, a range never
+//! has two live registrations, a holder's value is never deregistered under it, and every slot
+//! is free again.
+#![cfg(loom)]
+
+use ibnet_core::mr_cache::{MrCache, MrRef};
+use ibnet_core::Result;
+use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use loom::sync::Arc;
+use loom::thread;
+
+const PAGE: u64 = 4096;
+const K1: u64 = 0x10_0000;
+const K2: u64 = 0x20_0000;
+const SERIALS: usize = 4;
+
+/// Counters shared by the threads of one model. Values are registration serials 1, 2, ….
+struct World<const N: usize> {
+    cache: MrCache<u64, N>,
+    regs: AtomicUsize,
+    deregs: AtomicUsize,
+    /// Live registrations per key (index 0: K1, 1: K2).
+    live: [AtomicUsize; 2],
+    /// Whether registration serial `i` has been deregistered.
+    dead: [AtomicBool; SERIALS],
+}
+
+impl<const N: usize> World<N> {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            cache: MrCache::new(),
+            regs: AtomicUsize::new(0),
+            deregs: AtomicUsize::new(0),
+            live: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            dead: core::array::from_fn(|_| AtomicBool::new(false)),
+        })
+    }
+
+    fn acquire(&self, addr: u64) -> MrRef<u64> {
+        let k = (addr == K2) as usize;
+        let r = self
+            .cache
+            .acquire(addr, PAGE, PAGE, |_, _| -> Result<u64> {
+                assert_eq!(
+                    self.live[k].fetch_add(1, SeqCst),
+                    0,
+                    "two live registrations"
+                );
+                Ok(self.regs.fetch_add(1, SeqCst) as u64 + 1)
+            })
+            .unwrap();
+        assert!(
+            !self.dead[r.value as usize].load(SeqCst),
+            "got a deregistered value"
+        );
+        r
+    }
+
+    fn release(&self, r: MrRef<u64>) {
+        let k = (r.base == K2) as usize;
+        self.cache
+            .release(r.handle, |v| {
+                assert_eq!(v, r.value);
+                assert!(
+                    !self.dead[v as usize].swap(true, SeqCst),
+                    "deregistered twice"
+                );
+                assert_eq!(self.live[k].fetch_sub(1, SeqCst), 1);
+                self.deregs.fetch_add(1, SeqCst);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    fn assert_drained(&self) {
+        assert_eq!(self.regs.load(SeqCst), self.deregs.load(SeqCst));
+        assert_eq!(self.live[0].load(SeqCst) + self.live[1].load(SeqCst), 0);
+        assert_eq!(self.cache.occupied(), 0);
+    }
+}
+
+/// Two threads acquire one uncached range at once: one registration, shared, refcount 2.
+#[test]
+fn same_range_registers_once() {
+    loom::model(|| {
+        let w = World::<4>::new();
+        let w2 = w.clone();
+        let t = thread::spawn(move || w2.acquire(K1));
+        let a = w.acquire(K1);
+        let b = t.join().unwrap();
+        assert_eq!(w.regs.load(SeqCst), 1);
+        assert_eq!(a, b);
+        assert_eq!(w.cache.refcount(a.handle), Some(2));
+        w.release(a);
+        assert_eq!(w.deregs.load(SeqCst), 0);
+        w.release(b);
+        w.assert_drained();
+    });
+}
+
+/// Two threads acquire and release one range: one or two lives, never overlapping.
+#[test]
+fn same_range_acquire_release() {
+    loom::model(|| {
+        let w = World::<4>::new();
+        let w2 = w.clone();
+        let t = thread::spawn(move || {
+            let r = w2.acquire(K1);
+            w2.release(r);
+        });
+        let r = w.acquire(K1);
+        w.release(r);
+        t.join().unwrap();
+        let regs = w.regs.load(SeqCst);
+        assert!(regs == 1 || regs == 2, "{regs} registrations");
+        w.assert_drained();
+    });
+}
+
+/// One thread takes K1 and K2, the other K2: one registration per range, K2 shared.
+#[test]
+fn same_and_different_ranges() {
+    loom::model(|| {
+        let w = World::<4>::new();
+        let w2 = w.clone();
+        let t = thread::spawn(move || w2.acquire(K2));
+        let a1 = w.acquire(K1);
+        let a2 = w.acquire(K2);
+        let b2 = t.join().unwrap();
+        assert_eq!(w.regs.load(SeqCst), 2);
+        assert_eq!(a2, b2);
+        assert_ne!(a1.handle, a2.handle);
+        assert_eq!(w.cache.refcount(a1.handle), Some(1));
+        assert_eq!(w.cache.refcount(a2.handle), Some(2));
+        w.release(a1);
+        w.release(a2);
+        w.release(b2);
+        w.assert_drained();
+    });
+}
+
+/// A hit races with the release of the last reference: the hit either shares the old
+/// registration (which then stays alive until the hit's release) or registers anew after the
+/// old one is deregistered; never resurrects a draining entry.
+#[test]
+fn hit_races_release_to_zero() {
+    loom::model(|| {
+        let w = World::<4>::new();
+        let first = w.acquire(K1);
+        let w2 = w.clone();
+        let t = thread::spawn(move || w2.release(first));
+        let r = w.acquire(K1); // asserts its value is not deregistered
+        assert!(!w.dead[r.value as usize].load(SeqCst));
+        w.release(r);
+        t.join().unwrap();
+        let regs = w.regs.load(SeqCst);
+        assert!(regs == 1 || regs == 2, "{regs} registrations");
+        w.assert_drained();
+    });
+}
+
+/// `get` races with the release of the last reference and the reuse of the slot for another
+/// range (N = 1: the same slot): it returns the old value or `None`, and loom checks that the
+/// value cell is never read while it is rewritten.
+#[test]
+fn get_races_release_and_reuse() {
+    loom::model(|| {
+        let w = World::<1>::new();
+        let first = w.acquire(K1);
+        let w2 = w.clone();
+        let t = thread::spawn(move || {
+            w2.release(first);
+            let r = w2.acquire(K2);
+            assert_eq!(r.handle.index(), first.handle.index());
+            w2.release(r);
+        });
+        let got = w.cache.get(first.handle);
+        assert!(got.is_none() || got == Some(first.value), "{got:?}");
+        t.join().unwrap();
+        assert_eq!(w.cache.get(first.handle), None);
+        w.assert_drained();
+    });
+}
+
+/// Both threads' registration counters stay consistent with a registration failing in one:
+/// the slot is freed, and the other thread (waiting or not) registers on its own.
+#[test]
+fn failed_registration_does_not_stick() {
+    loom::model(|| {
+        let w = World::<4>::new();
+        let regs = Arc::new(AtomicU64::new(0));
+        let (w2, regs2) = (w.clone(), regs.clone());
+        let t = thread::spawn(move || {
+            w2.cache.acquire(K1, PAGE, PAGE, |_, _| -> Result<u64> {
+                regs2.fetch_add(1, SeqCst);
+                Err(ibnet_core::Error::Provider {
+                    call: "ibv_reg_mr",
+                    errno: 12,
+                })
+            })
+        });
+        let r = w.acquire(K1);
+        let failed = t.join().unwrap();
+        match failed {
+            Err(e) => assert!(matches!(e, ibnet_core::Error::Provider { errno: 12, .. })),
+            Ok(hit) => assert_eq!(hit, r), // it came after ours: a hit, no registration
+        }
+        if let Ok(hit) = failed {
+            w.release(hit);
+        }
+        w.release(r);
+        assert_eq!(w.regs.load(SeqCst), 1);
+        assert!(regs.load(SeqCst) <= 1);
+        w.assert_drained();
+    });
+}
+
+/// One thread releases the last reference while another registers a different range into the
+/// same (only) slot: the new owner's value write must come after the drainer's read of the old
+/// value (loom checks the value cell), or the new acquire sees the table full.
+#[test]
+fn slot_reuse_by_another_thread() {
+    loom::model(|| {
+        let w = World::<1>::new();
+        let first = w.acquire(K1);
+        let w2 = w.clone();
+        let t = thread::spawn(move || {
+            let res = w2.cache.acquire(K2, PAGE, PAGE, |_, _| -> Result<u64> {
+                assert_eq!(w2.live[1].fetch_add(1, SeqCst), 0);
+                Ok(w2.regs.fetch_add(1, SeqCst) as u64 + 1)
+            });
+            match res {
+                Ok(r) => {
+                    assert_eq!(w2.cache.get(r.handle), Some(r.value));
+                    w2.release(r);
+                }
+                Err(e) => assert_eq!(
+                    e,
+                    ibnet_core::Error::Full {
+                        what: "MR cache",
+                        cap: 1
+                    }
+                ),
+            }
+        });
+        w.release(first);
+        t.join().unwrap();
+        w.assert_drained();
+    });
+}
