@@ -25,23 +25,29 @@ pair rc-pingpong 90 \
   "ibv_rc_pingpong -d $RXE_DEV -g $RXE_GID -n 50 -s 65536 -c" \
   "ibv_rc_pingpong -d $RXE_DEV -g $RXE_GID -n 50 -s 65536 -c $RXE_IP" 18515
 
-# ---- the plugin through the C ABI test (ffi/tests/c/abi_test.c: dlopen like NCCL, v11 + v8
-# tables, bad input, a forked two-process data test verified byte for byte, a send larger than
-# the posted receive, finalize, dlclose and a second load cycle). Its second argument is the
-# number of devices the plugin must report.
-# Default discovery: rxe0 port 1, RoCE, GID auto-selection (NCCL_IB_GID_INDEX unset) picks
-# index 1, the RoCE v2 IPv4-mapped GID; ptrSupport is HOST only (0x1), as rxe answers the
-# ibv_reg_dmabuf_mr(fd=-1) probe with EOPNOTSUPP (verbs-probe prints the raw answer).
+# ---- the plugin through ffi's C ABI test (ffi/tests/c/abi_test.c): dlopen like NCCL, v11 + v8
+# tables, bad input, two-process data through v11 and through v8 (0 B..16 MiB, 8-way
+# multi-receive, byte for byte), a send larger than the posted receive, finalize, dlclose and a
+# second load cycle. Its second argument is the number of devices the plugin must report.
+# Its log also shows discovery: rxe0 port 1, RoCE, GID auto-selection (NCCL_IB_GID_INDEX unset)
+# picking index 1, the RoCE v2 IPv4-mapped GID, and ptrSupport HOST only (0x1), since rxe answers
+# the ibv_reg_dmabuf_mr(fd=-1) probe with EOPNOTSUPP (verbs-probe prints the raw answer).
 abi="ABI_TEST_VERBOSE=1 $BIN/abi_test $SO"
-t abi-default 240 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default \
+t abi-default 300 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default \
   'rxe0:1 using GID index 1: ::ffff:$RXE_IP \(RoCE v2\)' 'Using .*rxe0:1/RoCE' \
   'dev 0: rxe0 speed [0-9]+ Mbps port 1 .*ptr 0x1\$'"
-t abi-qps4-split 240 "NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1 $abi 1"
-t abi-ar-inline 240 "NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=1024 NCCL_IB_USE_INLINE=1 $abi 1"
-t abi-no-ro 240 "NCCL_IB_PCI_RELAXED_ORDERING=0 $abi 1 2>&1 | tee /tmp/abi-no-ro.log && \
-  ! grep -q '\[RO\]' /tmp/abi-no-ro.log"
-# NCCL_IB_HCA include / exact / exclude / no match (plugin-faults: init + devices only)
+
+# ---- transport variants: plugin-faults' lean two-process sweep (v11, 0 B..8 MiB twice, 8-way
+# multi-receive, byte for byte) under each setting.
 faults="$BIN/plugin-faults $SO"
+t data-qps1 120 "NCCL_IB_QPS_PER_CONNECTION=1 $faults data"
+t data-qps4-split 120 "NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1 $faults data"
+t data-ar 120 "NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=1024 $faults data"
+t data-inline 120 "NCCL_IB_USE_INLINE=1 $faults data"
+t data-no-ro 120 "FAULTS_VERBOSE=1 NCCL_IB_PCI_RELAXED_ORDERING=0 $faults data 2>&1 | \
+  tee /tmp/data-no-ro.log && logged data-no-ro 'Using .*rxe0:1/RoCE\$'"
+
+# NCCL_IB_HCA include / exact / exclude / no match (init + devices only)
 t hca-include 60 "NCCL_IB_HCA=rxe $faults devices 1"
 t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $faults devices 1"
 t hca-exclude 60 "NCCL_IB_HCA=^rxe0 $faults devices 0"

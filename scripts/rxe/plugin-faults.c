@@ -2,6 +2,8 @@
  * plugin-faults: the plugin's lifecycle and failure paths over a real verbs device (rxe in the VM).
  *
  *   plugin-faults <plugin.so> devices N  init reports exactly N devices (names printed)
+ *   plugin-faults <plugin.so> data       two processes, v11: sizes 0 B..8 MiB (rxe's max message)
+ *                                          twice, then an 8-way multi-receive, byte for byte
  *   plugin-faults <plugin.so> lifecycle    load, init, devices, finalize, dlclose, three times:
  *                                          after each unload the process has no thread left
  *                                          (the async-event thread was joined at finalize)
@@ -47,6 +49,7 @@
   } while (0)
 
 #define LEN (1u << 20)
+#define DATA_MAX (8u << 20) /* rxe's max_msg_sz */
 static char g_warn[4096]; /* the last WARN line the plugin logged */
 
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt,
@@ -211,6 +214,129 @@ static void receiver(const char* path, int out, int posts, int flush) {
   _exit(0);
 }
 
+/* ---- data: a lean byte-for-byte sweep, for the env-variant cases (QPs, AR, inline, RO). */
+static const size_t kSizes[] = {0, 1, 8, 4096, 65536, 1u << 20, DATA_MAX};
+#define NSIZES (sizeof kSizes / sizeof kSizes[0])
+#define ROUNDS 2
+static unsigned char pattern(size_t i, unsigned seed) { return (unsigned char)(i * 131u + seed * 7u + (i >> 12)); }
+
+static void data_recv(const char* path, int out) {
+  void *ctx = NULL, *lc = NULL, *rc = NULL, *mh = NULL;
+  double d = deadline();
+  const ibnet_net_v11_t* n = load(path, &ctx);
+  char handle[IBNET_HANDLE_MAXSIZE] = {0};
+  OK(n->listen(ctx, 0, handle, &lc));
+  CHECK(write(out, handle, sizeof handle) == (ssize_t)sizeof handle);
+  while (rc == NULL) {
+    OK(n->accept(lc, &rc, NULL));
+    CHECK(!expired(d));
+  }
+  unsigned char* buf = aligned_alloc(4096, 8 * (size_t)DATA_MAX);
+  CHECK(buf);
+  OK(n->regMr(rc, buf, 8 * (size_t)DATA_MAX, IBNET_PTR_HOST, &mh));
+  for (unsigned s = 0; s < NSIZES * ROUNDS; s++) {
+    size_t sz = kSizes[s % NSIZES];
+    void* data = buf;
+    int tag = 7, got = -1;
+    void* req = NULL;
+    memset(buf, 0, sz);
+    while (req == NULL) {
+      OK(n->irecv(rc, 1, &data, &sz, &tag, &mh, NULL, &req));
+      CHECK(!expired(d));
+    }
+    int done = 0;
+    while (!done) {
+      OK(n->test(req, &done, &got));
+      CHECK(!expired(d));
+    }
+    CHECK(got == (int)kSizes[s % NSIZES]);
+    for (size_t i = 0; i < sz; i++) CHECK(buf[i] == pattern(i, s));
+  }
+  void* data[8];
+  size_t sz[8];
+  int tags[8], got[8];
+  void* mhs[8];
+  for (int i = 0; i < 8; i++) {
+    data[i] = buf + (size_t)i * DATA_MAX, sz[i] = DATA_MAX, tags[i] = i, mhs[i] = mh;
+  }
+  void* req = NULL;
+  while (req == NULL) {
+    OK(n->irecv(rc, 8, data, sz, tags, mhs, NULL, &req));
+    CHECK(!expired(d));
+  }
+  int done = 0;
+  while (!done) {
+    OK(n->test(req, &done, got));
+    CHECK(!expired(d));
+  }
+  for (int k = 0; k < 8; k++) {
+    size_t len = (size_t)(k + 1) * 65536;
+    CHECK(got[k] == (int)len || got[k] == 1); /* a multi-receive may report 1 per non-empty buffer */
+    for (size_t i = 0; i < len; i++) CHECK(((unsigned char*)data[k])[i] == pattern(i, 100 + k));
+  }
+  printf("receiver: %zu sizes (0 B..%u B) x %d rounds and an 8-way multi-receive verified\n",
+         NSIZES, DATA_MAX, ROUNDS);
+  OK(n->deregMr(rc, mh));
+  OK(n->closeRecv(rc));
+  OK(n->closeListen(lc));
+  unload(n, ctx);
+  _exit(0);
+}
+
+static void data_send(const char* path) {
+  int p[2];
+  CHECK(pipe(p) == 0);
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    close(p[0]);
+    data_recv(path, p[1]);
+  }
+  close(p[1]);
+  double d = deadline();
+  void *ctx = NULL, *sc = NULL, *mh = NULL;
+  const ibnet_net_v11_t* n = load(path, &ctx);
+  char handle[IBNET_HANDLE_MAXSIZE];
+  CHECK(read(p[0], handle, sizeof handle) == (ssize_t)sizeof handle);
+  while (sc == NULL) {
+    OK(n->connect(ctx, 0, handle, &sc, NULL));
+    CHECK(!expired(d));
+  }
+  unsigned char* buf = aligned_alloc(4096, 8 * (size_t)DATA_MAX);
+  CHECK(buf);
+  OK(n->regMr(sc, buf, 8 * (size_t)DATA_MAX, IBNET_PTR_HOST, &mh));
+  for (unsigned s = 0; s < NSIZES * ROUNDS; s++) {
+    size_t sz = kSizes[s % NSIZES];
+    for (size_t i = 0; i < sz; i++) buf[i] = pattern(i, s);
+    void* req = NULL;
+    while (req == NULL) {
+      OK(n->isend(sc, buf, sz, 7, mh, NULL, &req));
+      CHECK(!expired(d));
+    }
+    OK(wait_req(n, req, d));
+  }
+  void* reqs[8];
+  for (int k = 0; k < 8; k++) {
+    unsigned char* b = buf + (size_t)k * DATA_MAX;
+    size_t len = (size_t)(k + 1) * 65536;
+    for (size_t i = 0; i < len; i++) b[i] = pattern(i, 100 + k);
+    reqs[k] = NULL;
+    while (reqs[k] == NULL) {
+      OK(n->isend(sc, b, len, k, mh, NULL, &reqs[k]));
+      CHECK(!expired(d));
+    }
+  }
+  for (int k = 0; k < 8; k++) OK(wait_req(n, reqs[k], d));
+  int st = 0;
+  CHECK(waitpid(child, &st, 0) == child);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  OK(n->deregMr(sc, mh));
+  OK(n->closeSend(sc));
+  unload(n, ctx);
+  printf("data: ok\n");
+}
+
 static void sender_side(const char* path, int posts, int flush) {
   int p[2];
   CHECK(pipe(p) == 0);
@@ -280,11 +406,12 @@ static void sender_side(const char* path, int posts, int flush) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s plugin.so devices N|lifecycle|peer-death|flush\n", argv[0]);
+    fprintf(stderr, "usage: %s plugin.so devices N|data|lifecycle|peer-death|flush\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (!strcmp(argv[2], "devices") && argc == 4) devices(argv[1], atoi(argv[3]));
+  else if (!strcmp(argv[2], "data")) data_send(argv[1]);
   else if (!strcmp(argv[2], "lifecycle")) lifecycle(argv[1]);
   else if (!strcmp(argv[2], "peer-death")) sender_side(argv[1], 2, 0);
   else if (!strcmp(argv[2], "flush")) sender_side(argv[1], 1, 1);
