@@ -151,6 +151,8 @@ static void lifecycle(const char* path) {
     const ibnet_net_v11_t* n = load(path, &ctx);
     int loaded = threads();
     unload(n, ctx);
+    /* A joined thread may linger in /proc for a moment until the kernel reaps it. */
+    for (int i = 0; i < 500 && threads() != base; i++) usleep(10000);
     int after = threads_named(1);
     printf("round %d: %d thread(s) while loaded, %d after finalize+dlclose\n", round, loaded,
            after);
