@@ -167,10 +167,17 @@ pub fn init(
             p.cfg.provider
         );
         if let Some(out) = out {
-            *out = Box::into_raw(Box::new(NetCtx {
+            let c = Box::into_raw(Box::new(NetCtx {
                 tag: CTX_TAG,
                 traffic_class,
             })) as *mut c_void;
+            // Registered so that `finalize(ctx)` releases this init's plugin reference and
+            // `connect`/`listen` find the communicator's traffic class.
+            LIVE_CTX
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c as usize);
+            *out = c;
         }
         Ok(())
     })
@@ -1051,4 +1058,36 @@ pub fn set_net_attr(
     _attr: *mut crate::abi::types::ncclNetAttr_t,
 ) -> ncclResult_t {
     ncclResult_t::Success
+}
+
+#[cfg(test)]
+mod lifecycle_tests {
+    use super::*;
+
+    /// v11: every `init` context is live until its `finalize`, which releases the plugin
+    /// reference it took; the last one tears the plugin down; finalize is idempotent.
+    #[test]
+    fn finalize_releases_what_init_took() {
+        let mut a: *mut c_void = core::ptr::null_mut();
+        let mut b: *mut c_void = core::ptr::null_mut();
+        assert_eq!(init(Some(&mut a), 106, None), ncclResult_t::Success);
+        assert_eq!(init(Some(&mut b), -1, None), ncclResult_t::Success);
+        assert!(!a.is_null() && !b.is_null());
+        assert_eq!(ctx_tc(a), 106);
+        assert_eq!(ctx_tc(b), -1);
+        assert_eq!(finalize(a), ncclResult_t::Success);
+        assert_eq!(ctx_tc(a), -1, "finalized ctx is no longer live");
+        assert!(plugin::current().is_some(), "b still holds the plugin");
+        assert_eq!(finalize(b), ncclResult_t::Success);
+        assert!(
+            plugin::current().is_none(),
+            "last finalize releases the plugin"
+        );
+        assert_eq!(finalize(b), ncclResult_t::Success, "idempotent");
+        assert_eq!(
+            finalize(core::ptr::null_mut()),
+            ncclResult_t::Success,
+            "NULL-safe"
+        );
+    }
 }

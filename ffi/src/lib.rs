@@ -25,6 +25,7 @@
 pub mod abi;
 pub mod api;
 pub mod env;
+pub mod gpu;
 pub mod ifaddr;
 pub mod log;
 pub mod plugin;

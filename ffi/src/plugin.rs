@@ -131,10 +131,11 @@ impl Dev {
             Dev::Verbs(p) => {
                 let d = &p.dev;
                 let mut ptr = crate::abi::types::NCCL_PTR_HOST;
-                if crate::verbs::device::gdr_supported() {
+                let g = crate::gpu::gpu_direct();
+                if g.gdr {
                     ptr |= crate::abi::types::NCCL_PTR_CUDA;
                 }
-                if d.dmabuf {
+                if d.dmabuf && g.dmabuf_gpu_side {
                     ptr |= crate::abi::types::NCCL_PTR_DMABUF;
                 }
                 Props {
@@ -173,7 +174,7 @@ impl Dev {
     /// need the RDMA READ flush): only verbs devices on a host where GPU-direct is detected.
     pub fn gpu_direct(&self) -> bool {
         match self {
-            Dev::Verbs(_) => crate::verbs::device::gdr_supported(),
+            Dev::Verbs(_) => crate::gpu::gpu_direct().gdr,
             Dev::Soft(_) => false,
         }
     }

@@ -267,26 +267,6 @@ pub fn select_gid(
         .map_or(0, |(i, _, _)| *i)
 }
 
-fn gdr_modules_loaded() -> bool {
-    [
-        "/sys/kernel/mm/memory_peers/nv_mem/version",
-        "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
-        "/sys/kernel/mm/memory_peers/nvidia-peermem/version",
-        "/sys/module/nvidia_peermem/version",
-        "/sys/kernel/mm/memory_peers/amdkfd/version",
-        "/sys/kernel/memory_peers/amdkfd/version",
-        "/sys/memory_peers/amdkfd/version",
-    ]
-    .iter()
-    .any(|p| std::path::Path::new(p).exists())
-}
-
-/// GPU-direct through a peer-memory client is available (advertise `NCCL_PTR_CUDA`).
-pub fn gdr_supported() -> bool {
-    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *G.get_or_init(gdr_modules_loaded)
-}
-
 fn probe_dmabuf(v: &Verbs, pd: *mut ibv_pd) -> bool {
     let Some(reg) = v.reg_dmabuf_mr else {
         return false;

@@ -1,0 +1,68 @@
+//! GPU-direct decisions for verbs devices, made once per process through `ibnet-hip`.
+//!
+//! * GPU-direct RDMA (`NCCL_PTR_CUDA`): a peer-memory client is registered (NVIDIA
+//!   `nv_peer_mem`/`nvidia-peermem`, AMD `amdkfd` memory peers, `RCCL_FORCE_ENABLE_GDRDMA`),
+//!   as the seed's `ncclIbGdrSupport` and NCCL 2.28 decide it.
+//! * DMA-BUF (`NCCL_PTR_DMABUF`): the NIC side is the per-device `ibv_reg_dmabuf_mr(fd=-1)`
+//!   probe (in `verbs::device`); on ROCm, RCCL additionally requires HSA's DMA-BUF support, its
+//!   export symbol, the kernel config and `NCCL_DMABUF_ENABLE=1`, decided here. On CUDA, NCCL
+//!   itself checks the GPU side.
+//!
+//! The soft provider never uses this: it moves host memory only.
+
+use std::sync::OnceLock;
+
+use ibnet_hip::{GpuRuntime, Vendor};
+
+/// The process-wide GPU-direct decisions.
+#[derive(Debug)]
+pub struct GpuDirect {
+    /// Advertise `NCCL_PTR_CUDA` on verbs devices.
+    pub gdr: bool,
+    /// Whether the GPU side allows DMA-BUF (always true on CUDA, where NCCL decides).
+    pub dmabuf_gpu_side: bool,
+}
+
+/// Detects once, logs each decision at INFO, and returns the result.
+pub fn gpu_direct() -> &'static GpuDirect {
+    static G: OnceLock<GpuDirect> = OnceLock::new();
+    G.get_or_init(|| match GpuRuntime::detect() {
+        Ok(rt) => {
+            let gdr = rt.gdr_support();
+            crate::info!(
+                crate::log::INIT | crate::log::NET,
+                "NET/IBNET : {}; GPU Direct RDMA {} ({})",
+                rt.describe(),
+                if gdr.enabled { "enabled" } else { "disabled" },
+                gdr.reason
+            );
+            let dmabuf_gpu_side = match rt.vendor() {
+                Vendor::Nvidia => true,
+                Vendor::Amd => {
+                    let d = rt.dmabuf_support(0);
+                    crate::info!(
+                        crate::log::INIT | crate::log::NET,
+                        "NET/IBNET : DMA-BUF on the GPU side {} ({})",
+                        if d.enabled { "enabled" } else { "disabled" },
+                        d.reason
+                    );
+                    d.enabled
+                }
+            };
+            GpuDirect {
+                gdr: gdr.enabled,
+                dmabuf_gpu_side,
+            }
+        }
+        Err(e) => {
+            crate::info!(
+                crate::log::INIT | crate::log::NET,
+                "NET/IBNET : no GPU runtime ({e}): GPU Direct RDMA disabled"
+            );
+            GpuDirect {
+                gdr: false,
+                dmabuf_gpu_side: false,
+            }
+        }
+    })
+}
