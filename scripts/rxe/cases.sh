@@ -53,8 +53,12 @@ t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $faults devices 1"
 t hca-exclude 60 "NCCL_IB_HCA=^rxe0 $faults devices 0"
 t hca-other 60 "NCCL_IB_HCA=mlx5_0 $faults devices 0"
 
-# ibnet-info (tools crate): what the plugin sees through the verbs provider.
-t ibnet-info 60 "$BIN/ibnet-info 2>&1 | tee /tmp/ibnet-info.log && logged ibnet-info rxe0"
+# ---- the tools crate through the verbs provider: what ibnet-info sees, and ibnet-perf's table
+# (correctness only: --check verifies every byte; TCG speeds mean nothing).
+t ibnet-info 60 "$BIN/ibnet-info --plugin $SO 2>&1 | tee /tmp/ibnet-info.log && \
+  logged ibnet-info rxe0 RoCE"
+t ibnet-perf 180 "$BIN/ibnet-perf --plugin $SO --loopback --check --min-bytes 8 --max-bytes 1M \
+  --iters 10 --warmup 1 --window 4 --timeout 60 2>&1 | cat"
 
 # ---- lifecycle and failure paths (scripts/rxe/plugin-faults.c)
 t lifecycle 120 "$faults lifecycle"

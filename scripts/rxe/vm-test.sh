@@ -13,7 +13,7 @@
 # Environment: IBNET_RXE_CACHE (image + logs, default ~/.cache/ibnet-rxe-vm), IBNET_RXE_TIMEOUT
 # (whole VM run, s, default 480), IBNET_RXE_CASE_TIMEOUT (default per-case timeout, s, 120),
 # IBNET_RXE_ONLY (case regex), IBNET_RXE_BUILD=0 (stage what target/ holds, build nothing),
-# IBNET_RXE_PROFILE (cargo profile of the .so and tools, default release), IBNET_RXE_TEST_PKGS
+# IBNET_RXE_PROFILE (cargo profile of the .so, default release; tools are debug), IBNET_RXE_TEST_PKGS
 # (crates whose test executables are staged, default ibnet-ffi), IBNET_RXE_RUST_TESTS (regex on
 # their test target names, default ^verbs),
 # IBNET_RXE_EXTRA (more files for bin/), IBNET_RXE_CASES (another case list instead of cases.sh),
@@ -63,7 +63,8 @@ has_pkg() { grep -qx "$1" <<<"$pkgs"; }
 if [ "${IBNET_RXE_BUILD:-1}" != 0 ]; then
   pflag=(); [ "$profile" = release ] && pflag=(--release)
   has_pkg ibnet-ffi && (cd "$repo" && cargo build -q -p ibnet-ffi "${pflag[@]}")
-  has_pkg ibnet-tools && (cd "$repo" && cargo build -q -p ibnet-tools --bins "${pflag[@]}")
+  # Tools in debug: `cargo test --workspace` has built them already.
+  has_pkg ibnet-tools && (cd "$repo" && cargo build -q -p ibnet-tools --bins)
   # Test executables (debug, as `cargo test` builds them) whose target name matches the regex.
   for p in ${IBNET_RXE_TEST_PKGS:-ibnet-ffi}; do
     has_pkg "$p" || continue
@@ -85,7 +86,9 @@ if [ -f "$repo/include/ibnet.h" ]; then
   cc -O2 -Wall -Wextra -Werror -I"$repo/include" -o "$share/bin/plugin-faults" \
     "$here/plugin-faults.c" -ldl
 fi
-for f in "$target/$profile/ibnet-info" "$target/$profile/ibnet-perf" ${IBNET_RXE_EXTRA:-}; do
+tools=()
+has_pkg ibnet-tools && tools=("$target/debug/ibnet-info" "$target/debug/ibnet-perf")
+for f in "${tools[@]}" ${IBNET_RXE_EXTRA:-}; do
   if [ -f "$f" ]; then install -m755 "$f" "$share/bin/"; fi
 done
 echo "staged: $(cd "$share" && find bin lib rust -type f | sort | tr '\n' ' ')"
