@@ -1,4 +1,5 @@
 # cases.sh — the rxe suite's cases, sourced by guest.sh inside the VM (bash).
+# shellcheck shell=bash
 #
 #   t    NAME TIMEOUT "COMMAND"                 one process, must exit 0
 #   pair NAME TIMEOUT "SERVER" "CLIENT" [PORT]  two processes, both must exit 0

@@ -14,7 +14,8 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 SHARE=$(cd "$(dirname "$0")" && pwd)
 export SHARE BIN=$SHARE/bin LIB=$SHARE/lib
-IBNET_RXE_ONLY= IBNET_RXE_CASE_TIMEOUT=120
+# shellcheck disable=SC2034 # IBNET_RXE_CASE_TIMEOUT is read by cases.sh
+IBNET_RXE_ONLY='' IBNET_RXE_CASE_TIMEOUT=120 # defaults; config overrides, cases.sh reads them
 # shellcheck source=/dev/null
 [ -r "$SHARE/config" ] && . "$SHARE/config"
 NETDEV=dummy0 RXE_IP=10.11.0.1
@@ -114,6 +115,7 @@ record rxe-setup "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(elapsed "$t0")"
 export RXE_DEV=rxe0 RXE_GID=${RXE_GID:-1} RXE_IP NETDEV
 export IBNET_PROVIDER=verbs NCCL_SOCKET_IFNAME=$NETDEV RUST_BACKTRACE=1
 export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# shellcheck source-path=SCRIPTDIR source=cases.sh
 [ $rc = 0 ] && . "$SHARE/cases.sh"
 
 echo "RXE-TEST-SUMMARY: $npass passed, $nfail failed, $nskip skipped | ${RESULTS[*]}"

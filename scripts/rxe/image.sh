@@ -13,7 +13,6 @@
 #
 # Needs root (debootstrap), debootstrap, e2fsprogs, and a Debian archive (MIRROR).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${IBNET_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ibnet-rxe-vm}
 SUITE=${IBNET_RXE_SUITE:-bookworm}   # must match the host's libc: binaries are built on the host
 PACKAGES=linux-image-amd64,initramfs-tools,libibverbs1,ibverbs-providers,ibverbs-utils,iproute2,kmod,procps

@@ -113,13 +113,13 @@ t_vm=$((SECONDS - t0))
 step "report"
 summary=$(grep -a '^RXE-TEST-SUMMARY:' "$log" | tail -1 || true)
 # Print the console section of every failed case (from its BEGIN marker to its END marker).
-for name in $(awk '/^RXE-CASE-END / && $3 == "FAIL" { print $2 }' "$log"); do
+awk '/^RXE-CASE-END / && $3 == "FAIL" { print $2 }' "$log" | while read -r name; do
   echo "==== guest console, case $name:"
   awk -v n="$name" '$0 == "RXE-CASE-BEGIN " n { on = 1 } on { print } on && /^RXE-CASE-END / && $2 == n { on = 0 }' "$log"
 done
 if [ -z "$summary" ]; then
   open=$(awk '/^RXE-CASE-BEGIN / { c = $2 } /^RXE-CASE-END / { c = "" } END { print c }' "$log")
-  echo "==== the VM did not finish (qemu rc=$qrc${open:+, case '$open' was running}); console tail:"
+  echo "==== the VM did not finish (qemu rc=$qrc${open:+, case $open was running}); console tail:"
   tail -n 120 "$log"
 fi
 echo "timings: image ${t_image}s, stage ${t_stage}s, vm ${t_vm}s, total $((SECONDS - t_start))s (console: $log)"
