@@ -7,6 +7,10 @@
  * to NCCL 2.28's ncclNet_v11_t / ncclNet_v8_t), so it can be included next to NCCL's headers.
  * Static users link libibnet.a plus -lpthread -ldl -lm (the library dlopens libibverbs itself).
  *
+ * The void* values the library hands out for listen/send/recv comms, requests and mhandles are
+ * opaque tokens, not pointers: never dereference them. A closed comm's token (and its requests'
+ * tokens) is rejected with an error; a memory handle is valid only on comms of its device.
+ *
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
 #ifndef IBNET_H

@@ -197,9 +197,9 @@ impl Error {
             Self::Full { .. } | Self::BadState { .. } | Self::StaleRequest { .. } => {
                 ErrorKind::Internal
             }
-            Self::BadFifoElem { .. } | Self::BogusCompletion { .. } | Self::Missing { .. } => {
-                ErrorKind::Internal
-            }
+            Self::BogusCompletion { .. } | Self::Missing { .. } => ErrorKind::Internal,
+            // The peer broke the protocol: reported like any other failure of the remote side.
+            Self::BadFifoElem { .. } => ErrorKind::Remote,
             Self::OutOfRange { .. } => ErrorKind::InvalidArgument,
             Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,

@@ -21,7 +21,9 @@
 //! * `#![no_std]` outside tests and loom builds; no `alloc`.
 //! * Fixed capacities everywhere; exhausting one is an [`Error`], never a panic.
 //! * The core reads no clock and performs no I/O: callers feed bytes and completions in.
-//! * `unsafe` is confined to [`sync`] and [`fifo`] (memory shared with a remote writer).
+//! * `unsafe` code is denied at the crate root and allowed only in [`sync`] (the cell facade),
+//!   [`mr_cache`] (the registration value cell) and [`proxy`]'s shared-memory and memory-provider
+//!   modules (`proxy::shared`, `proxy::device`, `proxy::mem`), each block with a `SAFETY` comment.
 #![cfg_attr(not(any(test, loom)), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -465,7 +465,7 @@ fn hostile_fifo_element_is_an_error_not_a_write() {
     let sk = reg(&dev, &src);
     let e = s.isend(src.addr(), 10, 1, sk).unwrap_err();
     assert!(matches!(e, Error::BadFifoElem { field: "addr", .. }), "{e}");
-    assert_eq!(e.kind(), ErrorKind::Internal);
+    assert_eq!(e.kind(), ErrorKind::Remote);
 }
 
 #[test]
@@ -560,4 +560,28 @@ fn config_from_default_params_is_nccl_2_28s_default() {
     q.set("NCCL_GDR_FLUSH_DISABLE", "1").unwrap();
     let c = CommConfig::from_params(&q, LinkLayer::Ethernet, None, true);
     assert_eq!((c.nqps, c.split_data, c.gdr_flush), (4, true, false));
+}
+
+#[test]
+fn a_failed_accept_releases_its_cq_and_qps() {
+    let dev = Loopback::new();
+    let cfg = CommConfig {
+        nqps: 4,
+        ..CommConfig::default()
+    };
+    let s = SendComm::new(dev.clone(), cfg).unwrap();
+    let (qps, cqs) = (dev.live_qps(), dev.live_cqs());
+    let mut info = s.local_info();
+    info.link_layer = ibnet_core::provider::LinkLayer::Infiniband;
+    for _ in 0..3 {
+        let e = RecvComm::new(dev.clone(), cfg, &info)
+            .err()
+            .expect("link layer mismatch");
+        assert!(matches!(e, Error::Wire { .. }), "{e}");
+    }
+    assert_eq!(
+        (dev.live_qps(), dev.live_cqs()),
+        (qps, cqs),
+        "nothing leaked"
+    );
 }

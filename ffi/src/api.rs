@@ -5,9 +5,17 @@
 //! `ncclResult_t` of NCCL's plugin README (system/network → SystemError, misuse →
 //! InternalError, configuration → InvalidUsage, completion errors → RemoteError).
 //!
-//! Objects handed to NCCL are boxes whose first field is a type tag, so a comm of the wrong kind
-//! (or a freed one whose tag was cleared) is rejected instead of misused. Requests are slots in
-//! a fixed array inside their comm: `isend`/`irecv`/`test` never allocate.
+//! Comms and requests handed to NCCL are not pointers but tokens of [`crate::handles`]: an
+//! index and generation into a fixed table of comm slots (a request token adds the core's
+//! [`ReqId`](ibnet_core::request::ReqId)). A stale token (its comm closed), a token of the wrong kind, or any other value is
+//! rejected without dereferencing anything; `isend`/`irecv`/`test` never allocate nor lock.
+//!
+//! Sharing: NCCL calls `regMr`/`deregMr` from its proxy service thread while its progress
+//! thread runs `isend`/`irecv`/`test` on the same comm. A comm box therefore keeps what both
+//! need (`dev`, `cache`, written once at creation, never mutated) outside an `UnsafeCell`
+//! that holds the provider comm; only the data-path calls (serialised by NCCL on one thread)
+//! borrow the cell mutably, and registrations take only a shared reference to the box. A
+//! panic caught in a call on a comm poisons it (later calls fail with `Poisoned`).
 //!
 //! Connection setup (never blocks; NCCL calls connect/accept until they return a comm). The
 //! handle is the core's [`ConnectHandle`] (listener address, nonce, provider tag); the talking
@@ -31,25 +39,28 @@
 //! stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either drops the half-built comm.
 
 // These functions are the C entry points' bodies: every pointer comes from NCCL under the plugin
-// contract and is NULL-checked (and tag-checked for our own objects) before use.
+// contract and is NULL-checked (comms and requests are looked up as tokens) before use.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::{c_int, c_void};
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ibnet_core::comm::{CommConfig, RecvBuf};
-use ibnet_core::fifo::{MAX_RECVS, MAX_REQUESTS};
+use ibnet_core::fifo::MAX_RECVS;
 use ibnet_core::handshake::{Acceptor, Connector, Event};
 use ibnet_core::mr_cache::MrHandle;
 use ibnet_core::provider::{MrKeys, RegKind};
-use ibnet_core::request::ReqId;
+
 use ibnet_core::wire::{ConnectHandle, HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::{Error, ErrorKind};
 
 use crate::abi::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use crate::handles::{self, Kind};
 use crate::plugin::{self, AnyMr, AnyRecv, AnySend, CachedMr, Dev, MrCacheT, Plugin, Props};
 use crate::sock;
 use crate::warn;
@@ -67,6 +78,16 @@ pub fn to_nccl(k: ErrorKind) -> ncclResult_t {
 
 /// Runs `f`, catching panics and mapping errors; one WARN per failure.
 pub fn entry(name: &str, f: impl FnOnce() -> Result<(), Error>) -> ncclResult_t {
+    entry_on(name, core::ptr::null_mut(), f)
+}
+
+/// [`entry`] for a call on the comm (or request) `on`: a panic caught there poisons that comm,
+/// since its state may be half-updated; later calls on it fail with `Poisoned`.
+pub fn entry_on(
+    name: &str,
+    on: *mut c_void,
+    f: impl FnOnce() -> Result<(), Error>,
+) -> ncclResult_t {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => ncclResult_t::Success,
         Ok(Err(e)) => {
@@ -74,7 +95,10 @@ pub fn entry(name: &str, f: impl FnOnce() -> Result<(), Error>) -> ncclResult_t 
             to_nccl(e.kind())
         }
         Err(_) => {
-            warn!("{name}: internal panic caught at the plugin boundary");
+            if !on.is_null() {
+                poison(on);
+            }
+            warn!("{name}: internal panic caught at the plugin boundary (comm poisoned)");
             ncclResult_t::InternalError
         }
     }
@@ -132,7 +156,7 @@ fn dev_cache(p: &Plugin, dev: c_int) -> Result<Arc<MrCacheT>, Error> {
 // init / devices / properties / finalize
 
 /// Per-`init` context (v11): the communicator's traffic class.
-#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
+#[repr(C)]
 pub struct NetCtx {
     tag: u64,
     /// `ncclNetCommConfig_t::trafficClass` (-1: undefined).
@@ -140,11 +164,6 @@ pub struct NetCtx {
 }
 
 const CTX_TAG: u64 = 0x4942_4e45_5443_5458; // "IBNETCTX"
-const LISTEN_TAG: u64 = 0x4942_4e45_544c_5354;
-const SEND_TAG: u64 = 0x4942_4e45_5453_4e44;
-const RECV_TAG: u64 = 0x4942_4e45_5452_4356;
-const REQ_TAG: u64 = 0x4942_4e45_5452_4551;
-const DEAD: u64 = 0xdead_dead_dead_dead;
 
 /// `init`: installs the logger, takes a plugin reference, and (v11) returns a context.
 pub fn init(
@@ -167,10 +186,17 @@ pub fn init(
             p.cfg.provider
         );
         if let Some(out) = out {
-            *out = Box::into_raw(Box::new(NetCtx {
+            let c = Box::into_raw(Box::new(NetCtx {
                 tag: CTX_TAG,
                 traffic_class,
             })) as *mut c_void;
+            // Registered so that `finalize(ctx)` releases this init's plugin reference and
+            // `connect`/`listen` find the communicator's traffic class.
+            LIVE_CTX
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c as usize);
+            *out = c;
         }
         Ok(())
     })
@@ -201,18 +227,18 @@ fn ctx_tc(ctx: *mut c_void) -> i32 {
     if ctx.is_null() {
         return -1;
     }
-    if !LIVE_CTX
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&(ctx as usize))
-    {
+    // Held while reading: `finalize` frees a ctx only after removing it under this lock.
+    let live = LIVE_CTX.lock().unwrap_or_else(|e| e.into_inner());
+    if !live.contains(&(ctx as usize)) {
         return -1;
     }
     let c = ctx as *const NetCtx;
-    // SAFETY: a live ctx (checked above) is a NetCtx we allocated.
-    if unsafe { (*c).tag } == CTX_TAG {
-        // SAFETY: as above.
-        unsafe { (*c).traffic_class }
+    // SAFETY: a live ctx (checked above, lock still held, so not freed meanwhile) is a NetCtx
+    // we allocated.
+    let (tag, tc) = unsafe { ((*c).tag, (*c).traffic_class) };
+    drop(live);
+    if tag == CTX_TAG {
+        tc
     } else {
         -1
     }
@@ -256,22 +282,41 @@ fn random_u64() -> u64 {
     v | 1
 }
 
+/// The error of a handshake stalled past its deadline, naming the state it stalled in (the
+/// one WARN is `entry`'s).
 fn stalled(deadline: Instant, state: &'static str) -> Result<(), Error> {
     if Instant::now() > deadline {
-        warn!("handshake timed out in state {state} (IBNET_HANDSHAKE_TIMEOUT)");
         return Err(Error::Provider {
-            call: "bootstrap handshake (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+            call: timeout_call(state),
             errno: libc::ETIMEDOUT,
         });
     }
     Ok(())
 }
 
-/// What `listen` returns.
-#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
+/// `Error::Provider::call` for a timeout in `state` (a static string per handshake state).
+fn timeout_call(state: &str) -> &'static str {
+    match state {
+        "TcpConnect" => "bootstrap handshake timed out in state TcpConnect (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "SendInfo" => "bootstrap handshake timed out in state SendInfo (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvInfo" => "bootstrap handshake timed out in state RecvInfo (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Connect" => "bootstrap handshake timed out in state Connect (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "SendReady" => "bootstrap handshake timed out in state SendReady (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvHello" => "bootstrap handshake timed out in state RecvHello (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Setup" => "bootstrap handshake timed out in state Setup (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvReady" => "bootstrap handshake timed out in state RecvReady (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Done" => "bootstrap handshake timed out in state Done (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Failed" => "bootstrap handshake timed out in state Failed (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        _ => "bootstrap handshake timed out (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+    }
+}
+
+/// What `listen` returns (NCCL holds its [`crate::handles`] token).
 pub struct ListenComm {
-    tag: u64,
+    /// Set when a panic was caught in a call on this comm.
+    poisoned: AtomicBool,
     dev: Dev,
+    dev_index: u8,
     cache: Arc<MrCacheT>,
     plugin: Arc<Plugin>,
     listener: TcpListener,
@@ -318,55 +363,78 @@ pub fn listen(
         }
         .encode(hb)?;
         let lc = Box::new(ListenComm {
-            tag: LISTEN_TAG,
+            poisoned: AtomicBool::new(false),
             dev: d,
+            dev_index: dev as u8,
             cache: dev_cache(&p, dev)?,
             plugin: p,
             listener: l,
             nonce,
             pending: None,
         });
-        *out = Box::into_raw(lc) as *mut c_void;
+        let raw = Box::into_raw(lc);
+        match handles::insert(Kind::Listen, raw as *mut ()) {
+            Ok(t) => *out = t as *mut c_void,
+            Err(e) => {
+                // SAFETY: `raw` was leaked just above and never published.
+                drop(unsafe { Box::from_raw(raw) });
+                return Err(e);
+            }
+        }
         Ok(())
     })
 }
 
-/// A send comm handed to NCCL.
-#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
-pub struct SendCommBox {
-    tag: u64,
+/// A send or receive comm handed to NCCL (as a [`crate::handles`] token).
+///
+/// `dev` and `cache` are written at creation and never mutated: `regMr`/`deregMr` read them
+/// through a shared reference from NCCL's proxy service thread while the progress thread has
+/// `comm` borrowed mutably (it lives in an `UnsafeCell` for that reason).
+pub struct CommBox<C> {
+    /// Set when a panic was caught in a call on this comm; later calls fail.
+    poisoned: AtomicBool,
     dev: Dev,
+    /// The plugin device index (low 8 bits), carried by this device's mhandles.
+    dev_index: u8,
     cache: Arc<MrCacheT>,
-    comm: AnySend,
-    reqs: [ReqSlot; MAX_REQUESTS],
+    comm: UnsafeCell<C>,
 }
 
-/// A receive comm handed to NCCL.
-#[repr(C)] // the tag must be the first field: `comm_ref` reads it before knowing the type
-pub struct RecvCommBox {
-    tag: u64,
-    dev: Dev,
-    cache: Arc<MrCacheT>,
-    comm: AnyRecv,
-    reqs: [ReqSlot; MAX_REQUESTS],
-}
+/// A send comm.
+pub type SendCommBox = CommBox<AnySend>;
+/// A receive comm.
+pub type RecvCommBox = CommBox<AnyRecv>;
 
-/// One request handed to NCCL: a slot inside its comm.
-#[repr(C)]
-pub struct ReqSlot {
-    tag: u64,
-    comm: *mut c_void,
-    send: bool,
-    bits: u32,
-}
+impl<C> CommBox<C> {
+    fn new(dev: Dev, dev_index: u8, cache: Arc<MrCacheT>, comm: C) -> Box<Self> {
+        Box::new(Self {
+            poisoned: AtomicBool::new(false),
+            dev,
+            dev_index,
+            cache,
+            comm: UnsafeCell::new(comm),
+        })
+    }
 
-impl ReqSlot {
-    const FREE: Self = Self {
-        tag: 0,
-        comm: core::ptr::null_mut(),
-        send: false,
-        bits: 0,
-    };
+    fn check_live(&self, op: &'static str) -> Result<(), Error> {
+        // Acquire pairs with the Release store in `poison`.
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned { op });
+        }
+        Ok(())
+    }
+
+    /// The provider comm, for a data-path call.
+    ///
+    /// # Safety
+    /// NCCL serialises the data-path calls (`isend`/`irecv`/`iflush`/`test`, close) of one
+    /// comm on one thread, so no other `&mut` to `comm` exists while the result lives; shared
+    /// users (`regMr`/`deregMr`) never touch `comm`.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn comm_mut(&self) -> &mut C {
+        // SAFETY: exclusive by the caller's contract above.
+        unsafe { &mut *self.comm.get() }
+    }
 }
 
 enum ConnectStage {
@@ -396,24 +464,42 @@ pub fn drop_pending_connects() {
     drop(old);
 }
 
-fn new_send_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnySend) -> *mut c_void {
-    Box::into_raw(Box::new(SendCommBox {
-        tag: SEND_TAG,
-        dev,
-        cache,
-        comm,
-        reqs: [const { ReqSlot::FREE }; MAX_REQUESTS],
-    })) as *mut c_void
+/// Boxes a new comm and returns its token; a full table closes the comm.
+fn publish_comm<C>(
+    kind: Kind,
+    b: Box<CommBox<C>>,
+    close: impl FnOnce(C) -> Result<(), Error>,
+) -> Result<*mut c_void, Error> {
+    let raw = Box::into_raw(b);
+    match handles::insert(kind, raw as *mut ()) {
+        Ok(t) => Ok(t as *mut c_void),
+        Err(e) => {
+            // SAFETY: `raw` was leaked just above and never published.
+            let b = unsafe { Box::from_raw(raw) };
+            let _ = close(b.comm.into_inner());
+            Err(e)
+        }
+    }
 }
 
-fn new_recv_box(dev: Dev, cache: Arc<MrCacheT>, comm: AnyRecv) -> *mut c_void {
-    Box::into_raw(Box::new(RecvCommBox {
-        tag: RECV_TAG,
-        dev,
-        cache,
-        comm,
-        reqs: [const { ReqSlot::FREE }; MAX_REQUESTS],
-    })) as *mut c_void
+fn new_send_box(
+    dev: Dev,
+    dev_index: u8,
+    cache: Arc<MrCacheT>,
+    comm: AnySend,
+) -> Result<*mut c_void, Error> {
+    let b = CommBox::new(dev, dev_index, cache, comm);
+    publish_comm(Kind::Send, b, AnySend::close)
+}
+
+fn new_recv_box(
+    dev: Dev,
+    dev_index: u8,
+    cache: Arc<MrCacheT>,
+    comm: AnyRecv,
+) -> Result<*mut c_void, Error> {
+    let b = CommBox::new(dev, dev_index, cache, comm);
+    publish_comm(Kind::Recv, b, AnyRecv::close)
 }
 
 /// One step of a connect; `Ok(Some(comm))` when done.
@@ -517,7 +603,7 @@ pub fn connect(
         hb[TOKEN_OFF..TOKEN_OFF + 8].fill(0);
         match connect_step(&mut c, &d, cfg)? {
             Some(send) => {
-                *out = new_send_box(d, dev_cache(&p, dev)?, *send);
+                *out = new_send_box(d, dev as u8, dev_cache(&p, dev)?, *send)?;
             }
             None => {
                 let mut reg = CONNECTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -530,14 +616,16 @@ pub fn connect(
 }
 
 fn listen_comm(l: *mut c_void) -> Result<&'static mut ListenComm, Error> {
-    let l = l as *mut ListenComm;
-    // SAFETY: a non-NULL listenComm is one we returned; the tag rejects other objects.
-    let lc = unsafe { l.as_mut() }.ok_or(missing("listenComm"))?;
-    if lc.tag != LISTEN_TAG {
-        return Err(Error::BadState {
-            op: "accept",
-            state: "listenComm is not a live ibnet listen comm",
-        });
+    if l.is_null() {
+        return Err(missing("listenComm"));
+    }
+    let (p, _) = handles::lookup(l as usize, &[Kind::Listen], "listenComm")?;
+    // SAFETY: a live Listen slot holds a ListenComm box we leaked; `accept` calls on one
+    // listen comm are serialised by NCCL and nothing else borrows it (no shared path).
+    let lc = unsafe { &mut *(p as *mut ListenComm) };
+    // Acquire pairs with the Release store in `poison`.
+    if lc.poisoned.load(Ordering::Acquire) {
+        return Err(Error::Poisoned { op: "accept" });
     }
     Ok(lc)
 }
@@ -568,7 +656,7 @@ fn accept_step(lc: &ListenComm, a: &mut Accepting) -> Result<Option<Box<AnyRecv>
 /// `accept`. Any error drops the pending connection (socket and comm); the listener stays
 /// usable for the next one.
 pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t {
-    entry("accept", || {
+    entry_on("accept", listen, || {
         let out = out_ptr(recv_comm, "recvComm")?;
         *out = core::ptr::null_mut();
         let lc = listen_comm(listen)?;
@@ -592,7 +680,9 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
             state: "no pending connection",
         })?;
         match accept_step(lc, &mut a)? {
-            Some(recv) => *out = new_recv_box(lc.dev.clone(), lc.cache.clone(), *recv),
+            Some(recv) => {
+                *out = new_recv_box(lc.dev.clone(), lc.dev_index, lc.cache.clone(), *recv)?
+            }
             None => lc.pending = Some(a),
         }
         Ok(())
@@ -602,10 +692,13 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
 /// `closeListen`.
 pub fn close_listen(listen: *mut c_void) -> ncclResult_t {
     entry("closeListen", || {
-        let lc = listen_comm(listen)?;
-        lc.tag = DEAD;
-        // SAFETY: a live listen comm we boxed; freed once (tag cleared above).
-        drop(unsafe { Box::from_raw(lc as *mut ListenComm) });
+        if listen.is_null() {
+            return Err(missing("listenComm"));
+        }
+        let p = handles::remove(listen as usize, Kind::Listen, "closeListen")?;
+        // SAFETY: the slot held a ListenComm box we leaked; removing it from the table made
+        // this the only owner, so it is freed once.
+        drop(unsafe { Box::from_raw(p as *mut ListenComm) });
         Ok(())
     })
 }
@@ -613,30 +706,29 @@ pub fn close_listen(listen: *mut c_void) -> ncclResult_t {
 // ---------------------------------------------------------------------------------------------
 // comms, registrations, requests
 
+/// A shared reference to a live send or receive comm.
 enum CommRef {
-    Send(&'static mut SendCommBox),
-    Recv(&'static mut RecvCommBox),
+    Send(&'static SendCommBox),
+    Recv(&'static RecvCommBox),
 }
 
+/// The comm behind a token, shared. The `'static` is NCCL's: the box lives until close, which
+/// NCCL never runs concurrently with another call on the same comm.
 fn comm_ref(c: *mut c_void, what: &'static str) -> Result<CommRef, Error> {
     if c.is_null() {
         return Err(missing(what));
     }
-    // SAFETY: non-NULL comms are ours; both box types start with the tag.
-    let tag = unsafe { *(c as *const u64) };
-    match tag {
-        // SAFETY: tag says this is a live SendCommBox.
-        SEND_TAG => Ok(CommRef::Send(unsafe { &mut *(c as *mut SendCommBox) })),
-        // SAFETY: tag says this is a live RecvCommBox.
-        RECV_TAG => Ok(CommRef::Recv(unsafe { &mut *(c as *mut RecvCommBox) })),
-        _ => Err(Error::BadState {
-            op: what,
-            state: "not a live ibnet send/recv comm",
-        }),
-    }
+    let (p, kind) = handles::lookup(c as usize, &[Kind::Send, Kind::Recv], what)?;
+    Ok(match kind {
+        // SAFETY: a live Send slot holds a SendCommBox we leaked; only shared references to
+        // the box are ever made while it is in the table.
+        Kind::Send => CommRef::Send(unsafe { &*(p as *const SendCommBox) }),
+        // SAFETY: as above, for a Recv slot.
+        _ => CommRef::Recv(unsafe { &*(p as *const RecvCommBox) }),
+    })
 }
 
-fn send_comm(c: *mut c_void) -> Result<&'static mut SendCommBox, Error> {
+fn send_comm(c: *mut c_void) -> Result<&'static SendCommBox, Error> {
     match comm_ref(c, "sendComm")? {
         CommRef::Send(s) => Ok(s),
         CommRef::Recv(_) => Err(Error::BadState {
@@ -646,7 +738,7 @@ fn send_comm(c: *mut c_void) -> Result<&'static mut SendCommBox, Error> {
     }
 }
 
-fn recv_comm(c: *mut c_void) -> Result<&'static mut RecvCommBox, Error> {
+fn recv_comm(c: *mut c_void) -> Result<&'static RecvCommBox, Error> {
     match comm_ref(c, "recvComm")? {
         CommRef::Recv(r) => Ok(r),
         CommRef::Send(_) => Err(Error::BadState {
@@ -656,22 +748,45 @@ fn recv_comm(c: *mut c_void) -> Result<&'static mut RecvCommBox, Error> {
     }
 }
 
+/// Marks the comm a comm or request token names as poisoned (after a caught panic).
+fn poison(token: *mut c_void) {
+    let Some((p, kind)) = handles::lookup_any(token as usize) else {
+        return;
+    };
+    // SAFETY (all three): a live slot of that kind holds a box of that type; only the atomic
+    // flag is touched, through a shared reference.
+    let flag = match kind {
+        Kind::Listen => unsafe { &(*(p as *const ListenComm)).poisoned },
+        Kind::Send => unsafe { &(*(p as *const SendCommBox)).poisoned },
+        Kind::Recv => unsafe { &(*(p as *const RecvCommBox)).poisoned },
+    };
+    // Release pairs with the Acquire loads in `check_live`/`listen_comm`.
+    flag.store(true, Ordering::Release);
+}
+
 /// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (slot index below
-/// 2^12, generation) under a marker, so a registration hit allocates nothing. A value without
-/// the marker, or whose entry is gone (stale), is rejected.
+/// 2^12, generation) and the plugin device index (low 8 bits) under a marker, so a
+/// registration hit allocates nothing:
+/// ```text
+///  [63..52] MH_MARK  [51..44] device index  [43..12] generation  [11..0] cache slot
+/// ```
+/// A value without the marker, of another device (NCCL passed a handle registered on another
+/// device's comm), or whose entry is gone (stale) is rejected.
 const MH_MARK: u64 = 0x1b3;
 const MH_MARK_SHIFT: u32 = 52;
 const MH_IDX_BITS: u32 = 12;
+const MH_DEV_SHIFT: u32 = 44;
 const _: () = assert!(plugin::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
-const _: () = assert!(MH_IDX_BITS + 32 <= MH_MARK_SHIFT);
+const _: () = assert!(MH_IDX_BITS + 32 <= MH_DEV_SHIFT && MH_DEV_SHIFT + 8 <= MH_MARK_SHIFT);
 
-fn mh_encode(h: MrHandle) -> *mut c_void {
+fn mh_encode(h: MrHandle, dev_index: u8) -> *mut c_void {
     let b = h.to_bits();
     let (gen, idx) = (b >> 32, b & 0xffff_ffff);
-    ((MH_MARK << MH_MARK_SHIFT) | (gen << MH_IDX_BITS) | idx) as usize as *mut c_void
+    ((MH_MARK << MH_MARK_SHIFT) | ((dev_index as u64) << MH_DEV_SHIFT) | (gen << MH_IDX_BITS) | idx)
+        as usize as *mut c_void
 }
 
-fn mh_decode(m: *mut c_void) -> Result<MrHandle, Error> {
+fn mh_decode(m: *mut c_void, dev_index: u8) -> Result<MrHandle, Error> {
     let v = m as usize as u64;
     if m.is_null() {
         return Err(missing("mhandle"));
@@ -682,14 +797,20 @@ fn mh_decode(m: *mut c_void) -> Result<MrHandle, Error> {
             state: "not an ibnet registration",
         });
     }
+    if (v >> MH_DEV_SHIFT) & 0xff != dev_index as u64 {
+        return Err(Error::BadState {
+            op: "memory handle",
+            state: "registered on another device than this comm's",
+        });
+    }
     let idx = v & ((1 << MH_IDX_BITS) - 1);
     let gen = (v >> MH_IDX_BITS) & 0xffff_ffff;
     Ok(MrHandle::from_bits((gen << 32) | idx))
 }
 
 /// The registration of `mhandle` in the comm's device cache (lock-free, no allocation).
-fn mr_get(cache: &MrCacheT, m: *mut c_void) -> Result<MrInfo, Error> {
-    let h = mh_decode(m)?;
+fn mr_get(cache: &MrCacheT, dev_index: u8, m: *mut c_void) -> Result<MrInfo, Error> {
+    let h = mh_decode(m, dev_index)?;
     let v = cache.get(h).ok_or(Error::BadState {
         op: "memory handle",
         state: "not a live ibnet registration of this device (stale or deregistered)",
@@ -724,10 +845,18 @@ fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
     Ok(())
 }
 
-fn comm_dev(c: *mut c_void) -> Result<(Dev, Arc<MrCacheT>), Error> {
+/// The device and registration cache of a comm: shared fields only (the proxy service
+/// thread calls `regMr`/`deregMr` while the progress thread runs the comm's data path).
+fn comm_dev(c: *mut c_void) -> Result<(&'static Dev, u8, &'static MrCacheT), Error> {
     Ok(match comm_ref(c, "comm")? {
-        CommRef::Send(s) => (s.dev.clone(), s.cache.clone()),
-        CommRef::Recv(r) => (r.dev.clone(), r.cache.clone()),
+        CommRef::Send(s) => {
+            s.check_live("regMr/deregMr")?;
+            (&s.dev, s.dev_index, &*s.cache)
+        }
+        CommRef::Recv(r) => {
+            r.check_live("regMr/deregMr")?;
+            (&r.dev, r.dev_index, &*r.cache)
+        }
     })
 }
 
@@ -741,10 +870,10 @@ pub fn reg_mr(
     dmabuf: Option<(u64, c_int)>,
     mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry("regMr", || {
+    entry_on("regMr", comm, || {
         let out = out_ptr(mhandle, "mhandle")?;
         *out = core::ptr::null_mut();
-        let (d, cache) = comm_dev(comm)?;
+        let (d, dev_index, cache) = comm_dev(comm)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
@@ -764,7 +893,7 @@ pub fn reg_mr(
                 len,
             })
         })?;
-        *out = mh_encode(r.handle);
+        *out = mh_encode(r.handle, dev_index);
         Ok(())
     })
 }
@@ -780,9 +909,9 @@ fn page_size() -> u64 {
 
 /// `deregMr`: drops one reference; the last one deregisters.
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
-    entry("deregMr", || {
-        let (_, cache) = comm_dev(comm)?;
-        let h = mh_decode(mhandle)?;
+    entry_on("deregMr", comm, || {
+        let (_, dev_index, cache) = comm_dev(comm)?;
+        let h = mh_decode(mhandle, dev_index)?;
         cache.release(h, |v| {
             // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
             // calls this closure once, for the last reference, so it is reclaimed once.
@@ -790,22 +919,6 @@ pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
             mr.dereg()
         })
     })
-}
-
-fn publish(
-    reqs: &mut [ReqSlot; MAX_REQUESTS],
-    comm: *mut c_void,
-    send: bool,
-    id: ReqId,
-) -> *mut c_void {
-    let s = &mut reqs[id.index() as usize % MAX_REQUESTS];
-    *s = ReqSlot {
-        tag: REQ_TAG,
-        comm,
-        send,
-        bits: id.to_bits(),
-    };
-    s as *mut ReqSlot as *mut c_void
 }
 
 /// `isend`.
@@ -817,17 +930,20 @@ pub fn isend(
     mhandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry("isend", || {
+    entry_on("isend", comm, || {
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let s = send_comm(comm)?;
-        let m = mr_get(&s.cache, mhandle)?;
+        s.check_live("isend")?;
+        let m = mr_get(&s.cache, s.dev_index, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
         covers(&m, data as u64, size)?;
-        if let Some(id) = s.comm.isend(data as u64, size, tag as u32, m.keys)? {
-            *out = publish(&mut s.reqs, comm, true, id);
+        // SAFETY: a data-path call; see `CommBox::comm_mut`.
+        let c = unsafe { s.comm_mut() };
+        if let Some(id) = c.isend(data as u64, size, tag as u32, m.keys)? {
+            *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
     })
@@ -844,6 +960,7 @@ pub enum Sizes {
 
 fn gather(
     cache: &MrCacheT,
+    dev_index: u8,
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
@@ -887,7 +1004,7 @@ fn gather(
         } else {
             unsafe { *tags.add(i) }
         };
-        let m = mr_get(cache, mh)?;
+        let m = mr_get(cache, dev_index, mh)?;
         if d.is_null() && size > 0 {
             return Err(missing("data[i]"));
         }
@@ -913,16 +1030,18 @@ pub fn irecv(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry("irecv", || {
+    entry_on("irecv", comm, || {
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let r = recv_comm(comm)?;
+        r.check_live("irecv")?;
         if tags.is_null() {
             return Err(missing("tags"));
         }
-        let (bufs, n) = gather(&r.cache, n, data, sizes, tags, mhandles)?;
-        if let Some(id) = r.comm.irecv(&bufs[..n])? {
-            *out = publish(&mut r.reqs, comm, false, id);
+        let (bufs, n) = gather(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
+        // SAFETY: a data-path call; see `CommBox::comm_mut`.
+        if let Some(id) = unsafe { r.comm_mut() }.irecv(&bufs[..n])? {
+            *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
     })
@@ -937,85 +1056,92 @@ pub fn iflush(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry("iflush", || {
+    entry_on("iflush", comm, || {
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let r = recv_comm(comm)?;
+        r.check_live("iflush")?;
         let (bufs, n) = gather(
             &r.cache,
+            r.dev_index,
             n,
             data,
             Sizes::Int(sizes),
             core::ptr::null(),
             mhandles,
         )?;
-        if let Some(id) = r.comm.iflush(&bufs[..n])? {
-            *out = publish(&mut r.reqs, comm, false, id);
+        // SAFETY: a data-path call; see `CommBox::comm_mut`.
+        if let Some(id) = unsafe { r.comm_mut() }.iflush(&bufs[..n])? {
+            *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
     })
 }
 
-/// `test`. `sizes` may be NULL.
+/// `test`. `sizes` may be NULL. The request token names its comm's slot and the core's
+/// request id: nothing is dereferenced for a stale or foreign token.
 pub fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult_t {
-    entry("test", || {
+    entry_on("test", request, || {
         // SAFETY: valid or NULL (rejected).
         let done = unsafe { done.as_mut() }.ok_or(missing("done"))?;
         *done = 0;
-        let rp = request as *mut ReqSlot;
-        // SAFETY: a non-NULL request is a slot inside one of our comms; the tag says it is live.
-        let slot = unsafe { rp.as_mut() }.ok_or(missing("request"))?;
-        if slot.tag != REQ_TAG {
-            return Err(Error::BadState {
-                op: "test",
-                state: "request is not live (already completed or never issued)",
-            });
+        if request.is_null() {
+            return Err(missing("request"));
         }
-        let id = ReqId::from_bits(slot.bits);
-        let res = if slot.send {
-            send_comm(slot.comm)?.comm.test(id)
-        } else {
-            recv_comm(slot.comm)?.comm.test(id)
-        };
-        let d = match res {
-            Ok(Some(d)) => d,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                slot.tag = DEAD;
-                return Err(e);
+        let (p, kind, id) = handles::lookup_request(request as usize)?;
+        let res = match kind {
+            Kind::Send => {
+                // SAFETY: a live Send slot holds a SendCommBox; shared reference only.
+                let b = unsafe { &*(p as *const SendCommBox) };
+                b.check_live("test")?;
+                // SAFETY: a data-path call; see `CommBox::comm_mut`.
+                unsafe { b.comm_mut() }.test(id)
+            }
+            _ => {
+                // SAFETY: a live Recv slot holds a RecvCommBox; shared reference only.
+                let b = unsafe { &*(p as *const RecvCommBox) };
+                b.check_live("test")?;
+                // SAFETY: a data-path call; see `CommBox::comm_mut`.
+                unsafe { b.comm_mut() }.test(id)
             }
         };
-        slot.tag = DEAD;
+        let Some(d) = res? else {
+            return Ok(());
+        };
         *done = 1;
         if !sizes.is_null() {
-            for i in 0..d.n as usize {
+            for (i, &sz) in d.sizes.iter().enumerate().take(d.n as usize) {
                 // SAFETY: NCCL passes room for one size per receive of the request.
-                unsafe { *sizes.add(i) = d.sizes[i].min(i32::MAX as u64) as c_int };
+                unsafe { *sizes.add(i) = sz.min(i32::MAX as u64) as c_int };
             }
         }
         Ok(())
     })
 }
 
-/// `closeSend`.
+/// `closeSend`. The token is stale from here on (a second close is an error).
 pub fn close_send(comm: *mut c_void) -> ncclResult_t {
     entry("closeSend", || {
-        let s = send_comm(comm)?;
-        s.tag = DEAD;
-        // SAFETY: a live SendCommBox we allocated; freed once (tag cleared above).
-        let b = unsafe { Box::from_raw(s as *mut SendCommBox) };
-        b.comm.close()
+        if comm.is_null() {
+            return Err(missing("sendComm"));
+        }
+        let p = handles::remove(comm as usize, Kind::Send, "closeSend")?;
+        // SAFETY: the slot held a SendCommBox we leaked; removing it made this the only owner.
+        let b = unsafe { Box::from_raw(p as *mut SendCommBox) };
+        b.comm.into_inner().close()
     })
 }
 
-/// `closeRecv`.
+/// `closeRecv`. The token is stale from here on (a second close is an error).
 pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
     entry("closeRecv", || {
-        let r = recv_comm(comm)?;
-        r.tag = DEAD;
-        // SAFETY: a live RecvCommBox we allocated; freed once (tag cleared above).
-        let b = unsafe { Box::from_raw(r as *mut RecvCommBox) };
-        b.comm.close()
+        if comm.is_null() {
+            return Err(missing("recvComm"));
+        }
+        let p = handles::remove(comm as usize, Kind::Recv, "closeRecv")?;
+        // SAFETY: the slot held a RecvCommBox we leaked; removing it made this the only owner.
+        let b = unsafe { Box::from_raw(p as *mut RecvCommBox) };
+        b.comm.into_inner().close()
     })
 }
 
@@ -1051,4 +1177,171 @@ pub fn set_net_attr(
     _attr: *mut crate::abi::types::ncclNetAttr_t,
 ) -> ncclResult_t {
     ncclResult_t::Success
+}
+
+#[cfg(test)]
+mod lifecycle_tests {
+    use super::*;
+
+    /// A stalled handshake is one error naming its state (the caller's WARN is the only one).
+    #[test]
+    fn handshake_timeout_names_the_state() {
+        let past = Instant::now() - Duration::from_secs(1);
+        let e = stalled(past, "RecvReady").unwrap_err();
+        assert!(matches!(
+            e,
+            Error::Provider {
+                errno: libc::ETIMEDOUT,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("in state RecvReady"), "{e}");
+        let future = Instant::now() + Duration::from_secs(60);
+        assert!(stalled(future, "RecvReady").is_ok());
+    }
+
+    /// v11: every `init` context is live until its `finalize`, which releases the plugin
+    /// reference it took; the last one tears the plugin down; finalize is idempotent.
+    #[test]
+    fn finalize_releases_what_init_took() {
+        let mut a: *mut c_void = core::ptr::null_mut();
+        let mut b: *mut c_void = core::ptr::null_mut();
+        assert_eq!(init(Some(&mut a), 106, None), ncclResult_t::Success);
+        assert_eq!(init(Some(&mut b), -1, None), ncclResult_t::Success);
+        assert!(!a.is_null() && !b.is_null());
+        assert_eq!(ctx_tc(a), 106);
+        assert_eq!(ctx_tc(b), -1);
+        assert_eq!(finalize(a), ncclResult_t::Success);
+        assert_eq!(ctx_tc(a), -1, "finalized ctx is no longer live");
+        assert!(plugin::current().is_some(), "b still holds the plugin");
+        assert_eq!(finalize(b), ncclResult_t::Success);
+        assert!(
+            plugin::current().is_none(),
+            "last finalize releases the plugin"
+        );
+        assert_eq!(finalize(b), ncclResult_t::Success, "idempotent");
+        assert_eq!(
+            finalize(core::ptr::null_mut()),
+            ncclResult_t::Success,
+            "NULL-safe"
+        );
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::*;
+    use ibnet_core::params::Params;
+    use ibnet_core::provider::LinkLayer;
+
+    /// A soft send comm published as a token (no peer needed), or None where the host refuses
+    /// cross-memory attach (the soft provider cannot open).
+    fn soft_send() -> Option<(ibnet_soft::SoftProvider, *mut c_void)> {
+        ibnet_soft::probe_with(false).ok()?;
+        let sp = ibnet_soft::SoftProvider::open_with(ibnet_soft::Config::default()).ok()?;
+        let d = Dev::Soft(sp.clone());
+        let cfg = CommConfig::from_params(&Params::default(), LinkLayer::Ethernet, None, false);
+        let s = d.new_send(cfg).unwrap();
+        let tok = new_send_box(d, 0, Arc::new(MrCacheT::new()), s).unwrap();
+        Some((sp, tok))
+    }
+
+    #[test]
+    fn stale_and_foreign_tokens_are_errors_not_dereferenced() {
+        let mut done = 0;
+        let mut buf = [0u8; 64];
+        let mut req: *mut c_void = core::ptr::null_mut();
+        let garbage = buf.as_mut_ptr() as *mut c_void;
+        // Values that were never ours: rejected without reading them.
+        assert_eq!(close_send(garbage), ncclResult_t::InternalError);
+        assert_eq!(close_recv(0x10 as *mut c_void), ncclResult_t::InternalError);
+        assert_eq!(
+            test(garbage, &mut done, core::ptr::null_mut()),
+            ncclResult_t::InternalError
+        );
+        let Some((sp, tok)) = soft_send() else {
+            eprintln!("SKIP: soft provider unavailable (cross-memory attach refused)");
+            return;
+        };
+        let mut mh: *mut c_void = core::ptr::null_mut();
+        let data = buf.as_mut_ptr() as *mut c_void;
+        assert_eq!(
+            reg_mr(tok, data, 64, 0, None, &mut mh),
+            ncclResult_t::Success
+        );
+        // A request token of this comm (never issued): the core rejects the request id.
+        let rq = handles::request_token(tok as usize, ibnet_core::request::ReqId::from_bits(7))
+            as *mut c_void;
+        assert_ne!(
+            test(rq, &mut done, core::ptr::null_mut()),
+            ncclResult_t::Success
+        );
+        assert_eq!(dereg_mr(tok, mh), ncclResult_t::Success);
+        assert_eq!(close_send(tok), ncclResult_t::Success);
+        // Stale: the comm and its requests are gone; nothing is dereferenced.
+        assert_eq!(close_send(tok), ncclResult_t::InternalError);
+        assert_eq!(
+            isend(tok, data, 8, 0, mh, &mut req),
+            ncclResult_t::InternalError
+        );
+        assert_eq!(
+            test(rq, &mut done, core::ptr::null_mut()),
+            ncclResult_t::InternalError
+        );
+        assert_eq!(done, 0);
+        sp.shutdown();
+    }
+
+    /// An mhandle carries its device: one from device 0 used on device 1's comm is an error.
+    #[test]
+    fn mhandles_are_tied_to_their_device() {
+        let h = MrHandle::from_bits((5u64 << 32) | 17);
+        let m0 = mh_encode(h, 0);
+        let m1 = mh_encode(h, 1);
+        assert_ne!(m0, m1);
+        assert_eq!(mh_decode(m0, 0).unwrap(), h);
+        assert_eq!(mh_decode(m1, 1).unwrap(), h);
+        assert!(matches!(
+            mh_decode(m0, 1),
+            Err(Error::BadState {
+                state: "registered on another device than this comm's",
+                ..
+            })
+        ));
+        assert!(mh_decode(mh_encode(h, 255), 255).is_ok());
+        assert!(mh_decode(0x1234 as *mut c_void, 0).is_err(), "no marker");
+        let cache = MrCacheT::new();
+        assert!(mr_get(&cache, 1, m0).is_err());
+    }
+
+    #[test]
+    fn a_caught_panic_poisons_its_comm() {
+        let Some((sp, tok)) = soft_send() else {
+            eprintln!("SKIP: soft provider unavailable (cross-memory attach refused)");
+            return;
+        };
+        let r = entry_on("isend", tok, || panic!("injected"));
+        assert_eq!(r, ncclResult_t::InternalError);
+        let s = send_comm(tok).unwrap();
+        assert!(matches!(
+            s.check_live("isend"),
+            Err(Error::Poisoned { op: "isend" })
+        ));
+        let mut buf = [0u8; 8];
+        let mut mh: *mut c_void = core::ptr::null_mut();
+        let data = buf.as_mut_ptr() as *mut c_void;
+        assert_eq!(
+            reg_mr(tok, data, 8, 0, None, &mut mh),
+            ncclResult_t::SystemError,
+            "poisoned comm refuses work"
+        );
+        let mut req: *mut c_void = core::ptr::null_mut();
+        assert_eq!(
+            isend(tok, data, 8, 0, mh, &mut req),
+            ncclResult_t::SystemError
+        );
+        assert!(req.is_null());
+        assert_eq!(close_send(tok), ncclResult_t::Success, "close still works");
+        sp.shutdown();
+    }
 }

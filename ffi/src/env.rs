@@ -1,10 +1,13 @@
 //! Reads NCCL's variables (and ibnet's `IBNET_*`) once, with NCCL 2.28's defaults.
 //!
-//! A malformed value produces one WARN naming the variable and the default stands.
-//! (When `ibnet_core::params::Params` lands, the numeric IB parameters move there; this module
-//! keeps the environment access, which the core never does.)
+//! NCCL's variables are parsed by the core's `Params` (one parser, NCCL 2.28's defaults and
+//! ranges); this module owns the environment access, which the core never does, and ibnet's
+//! plugin-level `IBNET_*` knobs. A malformed value produces one WARN naming the variable, and
+//! the default stands.
 
 use std::net::IpAddr;
+
+use ibnet_core::params::{AddrFamily, AddrRange, Params, ProviderKind, RelaxedOrdering};
 
 /// Which provider backs the plugin's devices (`IBNET_PROVIDER`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,32 +20,56 @@ pub enum ProviderChoice {
     Soft,
 }
 
-/// The configuration the plugin runs with.
+/// The configuration the plugin runs with: NCCL's variables as the core's
+/// [`Params`](ibnet_core::params::Params) parsed them (the only parser of NCCL's variables), in
+/// the shapes the verbs layer uses, plus ibnet's own plugin-level knobs.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(missing_docs)]
 pub struct Config {
+    /// `IBNET_PROVIDER` (default `auto`).
     pub provider: ProviderChoice,
+    /// `NCCL_IB_DISABLE`: no verbs devices.
     pub ib_disable: bool,
+    /// `NCCL_IB_HCA` (`None`: every device).
     pub ib_hca: Option<String>,
+    /// `NCCL_IB_GID_INDEX` (-1: auto-select).
     pub gid_index: i64,
+    /// `NCCL_IB_ROCE_VERSION_NUM`: the RoCE version auto-selection prefers.
     pub roce_version: i64,
+    /// `NCCL_IB_ADDR_FAMILY` as `AF_INET` / `AF_INET6`.
     pub addr_family: i32,
+    /// `NCCL_IB_ADDR_RANGE` (only when its family matches `NCCL_IB_ADDR_FAMILY`, as NCCL).
     pub addr_range: Option<(IpAddr, u8)>,
+    /// `NCCL_IB_TIMEOUT`.
     pub timeout: u8,
+    /// `NCCL_IB_RETRY_CNT`.
     pub retry_cnt: u8,
+    /// `NCCL_IB_QPS_PER_CONNECTION`.
     pub qps_per_conn: u8,
+    /// `NCCL_IB_SPLIT_DATA_ON_QPS`.
     pub split_data: bool,
+    /// `NCCL_IB_AR_THRESHOLD`.
     pub ar_threshold: u64,
+    /// `NCCL_IB_ADAPTIVE_ROUTING` (-2: on for InfiniBand, off for RoCE).
     pub adaptive_routing: i64,
+    /// `NCCL_IB_PCI_RELAXED_ORDERING` (0 off, 1 on, 2 auto).
     pub relaxed_ordering: i64,
+    /// `NCCL_IB_USE_INLINE`.
     pub use_inline: bool,
+    /// `NCCL_IB_SL` (-1: the communicator's traffic class, else 0).
     pub sl: i64,
+    /// `NCCL_IB_TC` (-1: the communicator's traffic class, else 0).
     pub tc: i64,
+    /// `NCCL_IB_PKEY`.
     pub pkey: u16,
+    /// `NCCL_IB_MERGE_VFS`.
     pub merge_vfs: bool,
+    /// `NCCL_GDR_FLUSH_DISABLE`.
     pub gdr_flush_disable: bool,
+    /// `NCCL_DMABUF_ENABLE`.
     pub dmabuf_enable: bool,
+    /// `NCCL_SOCKET_IFNAME` (`None`: NCCL's preference order).
     pub socket_ifname: Option<String>,
+    /// `NCCL_SOCKET_FAMILY` as `AF_INET` / `AF_INET6`.
     pub socket_family: Option<i32>,
     /// Seconds a started handshake may stall before connect/accept fail
     /// (`IBNET_HANDSHAKE_TIMEOUT`, default 60).
@@ -51,159 +78,112 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self {
-            provider: ProviderChoice::Auto,
-            ib_disable: false,
-            ib_hca: None,
-            gid_index: -1,
-            roce_version: 2,
-            addr_family: libc::AF_INET,
-            addr_range: None,
-            timeout: 20,
-            retry_cnt: 7,
-            qps_per_conn: 1,
-            split_data: false,
-            ar_threshold: 8192,
-            adaptive_routing: -2,
-            relaxed_ordering: 2,
-            use_inline: false,
-            sl: -1,
-            tc: -1,
-            pkey: 0,
-            merge_vfs: true,
-            gdr_flush_disable: false,
-            dmabuf_enable: true,
-            socket_ifname: None,
-            socket_family: None,
-            handshake_timeout_s: 60,
-        }
+        Self::from_params(&Params::default())
     }
 }
 
-/// The variables [`Config`] reads.
-pub const NAMES: &[&str] = &[
-    "IBNET_PROVIDER",
-    "IBNET_HANDSHAKE_TIMEOUT",
-    "NCCL_IB_DISABLE",
-    "NCCL_IB_HCA",
-    "NCCL_IB_GID_INDEX",
-    "NCCL_IB_ROCE_VERSION_NUM",
-    "NCCL_IB_ADDR_FAMILY",
-    "NCCL_IB_ADDR_RANGE",
-    "NCCL_IB_TIMEOUT",
-    "NCCL_IB_RETRY_CNT",
-    "NCCL_IB_QPS_PER_CONNECTION",
-    "NCCL_IB_SPLIT_DATA_ON_QPS",
-    "NCCL_IB_AR_THRESHOLD",
-    "NCCL_IB_ADAPTIVE_ROUTING",
-    "NCCL_IB_PCI_RELAXED_ORDERING",
-    "NCCL_IB_USE_INLINE",
-    "NCCL_IB_SL",
-    "NCCL_IB_TC",
-    "NCCL_IB_PKEY",
-    "NCCL_IB_MERGE_VFS",
-    "NCCL_GDR_FLUSH_DISABLE",
-    "NCCL_DMABUF_ENABLE",
-    "NCCL_SOCKET_IFNAME",
-    "NCCL_SOCKET_FAMILY",
-];
+/// The variables only ffi reads (everything else is in [`Params::NAMES`]).
+pub const NAMES: &[&str] = &["IBNET_HANDSHAKE_TIMEOUT"];
 
-fn int(v: &str, min: i64, max: i64) -> Result<i64, &'static str> {
-    let v = v.trim();
-    let n = if let Some(h) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        i64::from_str_radix(h, 16)
-    } else {
-        v.parse::<i64>()
+fn family(f: AddrFamily) -> i32 {
+    match f {
+        AddrFamily::Inet => libc::AF_INET,
+        AddrFamily::Inet6 => libc::AF_INET6,
     }
-    .map_err(|_| "not an integer")?;
-    if n < min || n > max {
-        return Err("out of range");
-    }
-    Ok(n)
 }
 
-/// Parses `NCCL_IB_ADDR_RANGE` (`a.b.c.d/n` or an IPv6 prefix).
-pub fn parse_range(v: &str) -> Option<(IpAddr, u8)> {
-    let (ip, len) = v.trim().split_once('/')?;
-    let ip: IpAddr = ip.parse().ok()?;
-    let len: u8 = len.parse().ok()?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    (len <= max).then_some((ip, len))
+fn range(r: &AddrRange) -> (IpAddr, u8) {
+    let ip = match r.family {
+        AddrFamily::Inet => IpAddr::from([r.addr[0], r.addr[1], r.addr[2], r.addr[3]]),
+        AddrFamily::Inet6 => IpAddr::from(r.addr),
+    };
+    (ip, r.prefix_len)
 }
 
 impl Config {
-    /// Applies one variable. `Ok(false)`: not a name this config reads. `Err(reason)`: malformed;
-    /// the field keeps its value.
+    /// The configuration `p` describes, with ffi's own knobs at their defaults.
+    pub fn from_params(p: &Params) -> Self {
+        let nonempty = |s: &str| Some(s.to_string()).filter(|s| !s.trim().is_empty());
+        Self {
+            provider: match p.provider {
+                ProviderKind::Auto => ProviderChoice::Auto,
+                ProviderKind::Verbs => ProviderChoice::Verbs,
+                ProviderKind::Soft => ProviderChoice::Soft,
+            },
+            ib_disable: p.ib_disable,
+            ib_hca: nonempty(&p.ib_hca),
+            gid_index: p.ib_gid_index.map_or(-1, i64::from),
+            roce_version: i64::from(p.ib_roce_version_num),
+            addr_family: family(p.ib_addr_family),
+            addr_range: p.gid_addr_range().as_ref().map(range),
+            timeout: p.ib_timeout,
+            retry_cnt: p.ib_retry_cnt,
+            qps_per_conn: p.ib_qps_per_connection,
+            split_data: p.ib_split_data_on_qps,
+            ar_threshold: p.ib_ar_threshold,
+            adaptive_routing: p.ib_adaptive_routing.map_or(-2, i64::from),
+            relaxed_ordering: match p.ib_pci_relaxed_ordering {
+                RelaxedOrdering::Off => 0,
+                RelaxedOrdering::On => 1,
+                RelaxedOrdering::Auto => 2,
+            },
+            use_inline: p.ib_use_inline,
+            sl: p.ib_sl.map_or(-1, i64::from),
+            tc: p.ib_tc.map_or(-1, i64::from),
+            pkey: p.ib_pkey,
+            merge_vfs: p.ib_merge_vfs,
+            gdr_flush_disable: p.gdr_flush_disable,
+            dmabuf_enable: p.dmabuf_enable,
+            socket_ifname: nonempty(&p.socket_ifname),
+            socket_family: p.socket_family.map(family),
+            handshake_timeout_s: 60,
+        }
+    }
+
+    /// Applies one of ffi's own variables ([`NAMES`]). `Ok(false)`: not one of them.
+    /// `Err(reason)`: malformed; the field keeps its value.
     pub fn set(&mut self, name: &str, v: &str) -> Result<bool, &'static str> {
         match name {
-            "IBNET_PROVIDER" => {
-                self.provider = match v.trim().to_ascii_lowercase().as_str() {
-                    "auto" | "" => ProviderChoice::Auto,
-                    "verbs" => ProviderChoice::Verbs,
-                    "soft" => ProviderChoice::Soft,
-                    _ => return Err("expected verbs, soft or auto"),
+            "IBNET_HANDSHAKE_TIMEOUT" => {
+                let n = ibnet_core::params::parse_int(v.trim())?;
+                if !(1..=86_400).contains(&n) {
+                    return Err("must be in 1..=86400 seconds");
                 }
-            }
-            "IBNET_HANDSHAKE_TIMEOUT" => self.handshake_timeout_s = int(v, 1, 86_400)? as u64,
-            "NCCL_IB_DISABLE" => self.ib_disable = int(v, 0, 1)? == 1,
-            "NCCL_IB_HCA" => self.ib_hca = Some(v.to_string()).filter(|s| !s.trim().is_empty()),
-            "NCCL_IB_GID_INDEX" => self.gid_index = int(v, -1, 65535)?,
-            "NCCL_IB_ROCE_VERSION_NUM" => self.roce_version = int(v, 1, 2)?,
-            "NCCL_IB_ADDR_FAMILY" => {
-                self.addr_family =
-                    crate::ifaddr::parse_family(v).ok_or("expected AF_INET or AF_INET6")?
-            }
-            "NCCL_IB_ADDR_RANGE" => {
-                self.addr_range = Some(parse_range(v).ok_or("expected ADDR/PREFIXLEN")?)
-            }
-            "NCCL_IB_TIMEOUT" => self.timeout = int(v, 1, 31)? as u8,
-            "NCCL_IB_RETRY_CNT" => self.retry_cnt = int(v, 0, 7)? as u8,
-            "NCCL_IB_QPS_PER_CONNECTION" => self.qps_per_conn = int(v, 1, 128)? as u8,
-            "NCCL_IB_SPLIT_DATA_ON_QPS" => self.split_data = int(v, 0, 1)? == 1,
-            "NCCL_IB_AR_THRESHOLD" => self.ar_threshold = int(v, 0, i64::MAX)? as u64,
-            "NCCL_IB_ADAPTIVE_ROUTING" => self.adaptive_routing = int(v, -2, 1)?,
-            "NCCL_IB_PCI_RELAXED_ORDERING" => self.relaxed_ordering = int(v, 0, 2)?,
-            "NCCL_IB_USE_INLINE" => self.use_inline = int(v, 0, 1)? == 1,
-            "NCCL_IB_SL" => self.sl = int(v, -1, 15)?,
-            "NCCL_IB_TC" => self.tc = int(v, -1, 255)?,
-            "NCCL_IB_PKEY" => self.pkey = int(v, 0, 0xffff)? as u16,
-            "NCCL_IB_MERGE_VFS" => self.merge_vfs = int(v, 0, 1)? == 1,
-            "NCCL_GDR_FLUSH_DISABLE" => self.gdr_flush_disable = int(v, 0, 1)? == 1,
-            "NCCL_DMABUF_ENABLE" => self.dmabuf_enable = int(v, 0, 1)? == 1,
-            "NCCL_SOCKET_IFNAME" => self.socket_ifname = Some(v.to_string()),
-            "NCCL_SOCKET_FAMILY" => {
-                self.socket_family =
-                    Some(crate::ifaddr::parse_family(v).ok_or("expected AF_INET or AF_INET6")?)
+                self.handshake_timeout_s = n as u64;
             }
             _ => return Ok(false),
         }
         Ok(true)
     }
 
-    /// Reads every variable in [`NAMES`] and in `ibnet_core::params::Params::NAMES` from the
-    /// process environment into this config and into the core's `Params` (which drives the
-    /// comms). A malformed variable is one WARN; its default stands in both.
-    pub fn from_env() -> (Self, ibnet_core::params::Params) {
-        let mut c = Self::default();
-        let mut p = ibnet_core::params::Params::default();
-        let core_names = ibnet_core::params::Params::NAMES;
-        let mut names: Vec<&str> = NAMES.to_vec();
-        names.extend(core_names.iter().copied().filter(|n| !NAMES.contains(n)));
-        for n in names {
+    /// Reads NCCL's variables (through the core's [`Params`], the one parser) and ibnet's own
+    /// from the process environment, once. An empty variable counts as unset, as in NCCL; a
+    /// malformed one is one WARN naming it, and its default stands.
+    pub fn from_env() -> (Self, Params) {
+        let mut p = Params::default();
+        let mut own: Vec<(&str, String)> = Vec::new();
+        for n in Params::NAMES.iter().copied().chain(NAMES.iter().copied()) {
             let Some(v) = std::env::var_os(n) else {
                 continue;
             };
-            let v = v.to_string_lossy();
-            let mine = c.set(n, &v).err();
-            let core = if core_names.contains(&n) {
-                p.set(n, &v).err().map(|e| e.to_string())
-            } else {
-                None
-            };
-            match (mine, core) {
-                (None, None) => crate::info!(crate::log::ENV, "{n} set to {v}"),
-                (Some(why), _) => crate::warn!("ignoring {n}={v:?}: {why}; the default stands"),
-                (None, Some(why)) => crate::warn!("ignoring {n}={v:?}: {why}; the default stands"),
+            let v = v.to_string_lossy().into_owned();
+            if v.trim().is_empty() {
+                continue;
+            }
+            if NAMES.contains(&n) {
+                own.push((n, v));
+                continue;
+            }
+            match p.set(n, &v) {
+                Ok(_) => crate::info!(crate::log::ENV, "{n} set by environment to {v}"),
+                Err(e) => crate::warn!("ignoring {n}={v:?}: {e}; the default stands"),
+            }
+        }
+        let mut c = Self::from_params(&p);
+        for (n, v) in own {
+            match c.set(n, &v) {
+                Ok(_) => crate::info!(crate::log::ENV, "{n} set by environment to {v}"),
+                Err(why) => crate::warn!("ignoring {n}={v:?}: {why}; the default stands"),
             }
         }
         (c, p)
@@ -215,24 +195,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn malformed_keeps_default() {
-        let mut c = Config::default();
-        assert!(c.set("NCCL_IB_TIMEOUT", "abc").is_err());
-        assert_eq!(c.timeout, 20);
-        assert!(c.set("NCCL_IB_TIMEOUT", "99").is_err());
-        assert_eq!(c.set("NCCL_IB_TIMEOUT", "14"), Ok(true));
-        assert_eq!(c.timeout, 14);
-        assert_eq!(c.set("NCCL_IB_PKEY", "0x8001"), Ok(true));
-        assert_eq!(c.pkey, 0x8001);
-        assert_eq!(c.set("NCCL_UNKNOWN", "1"), Ok(false));
-        assert!(c.set("IBNET_PROVIDER", "magic").is_err());
-        assert_eq!(c.provider, ProviderChoice::Auto);
-        assert_eq!(c.set("IBNET_PROVIDER", "SOFT"), Ok(true));
+    fn config_mirrors_the_core_params() {
+        assert_eq!(Config::default().timeout, 20);
+        assert_eq!(Config::default().gid_index, -1);
+        assert_eq!(Config::default().adaptive_routing, -2);
+        let mut p = Params::default();
+        p.set("NCCL_IB_TIMEOUT", "0").unwrap();
+        p.set("NCCL_IB_PKEY", "0x8001").unwrap();
+        p.set("NCCL_IB_GID_INDEX", "3").unwrap();
+        p.set("IBNET_PROVIDER", "soft").unwrap();
+        p.set("NCCL_IB_ADDR_RANGE", "10.0.0.0/8").unwrap();
+        p.set("NCCL_IB_ADAPTIVE_ROUTING", "1").unwrap();
+        let c = Config::from_params(&p);
+        assert_eq!((c.timeout, c.pkey, c.gid_index), (0, 0x8001, 3));
         assert_eq!(c.provider, ProviderChoice::Soft);
+        assert_eq!(c.addr_range, Some(("10.0.0.0".parse().unwrap(), 8)));
+        assert_eq!(c.adaptive_routing, 1);
+    }
+
+    #[test]
+    fn own_variables_are_checked() {
+        let mut c = Config::default();
+        assert!(c.set("IBNET_HANDSHAKE_TIMEOUT", "abc").is_err());
+        assert!(c.set("IBNET_HANDSHAKE_TIMEOUT", "0").is_err());
+        assert_eq!(c.handshake_timeout_s, 60);
+        assert_eq!(c.set("IBNET_HANDSHAKE_TIMEOUT", "5"), Ok(true));
+        assert_eq!(c.handshake_timeout_s, 5);
         assert_eq!(
-            parse_range("10.0.0.0/8"),
-            Some(("10.0.0.0".parse().unwrap(), 8))
+            c.set("NCCL_IB_TIMEOUT", "5"),
+            Ok(false),
+            "NCCL's variables are Params'"
         );
-        assert_eq!(parse_range("10.0.0.0/33"), None);
     }
 }

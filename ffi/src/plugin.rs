@@ -455,6 +455,14 @@ pub fn acquire() -> Arc<Plugin> {
         );
     }
     let devs = discover(&cfg);
+    for d in &devs {
+        if let Dev::Verbs(v) = d {
+            v.dev
+                .ctx
+                .events
+                .set_return_events(params.ib_return_async_events);
+        }
+    }
     let caches = devs.iter().map(|_| Arc::new(MrCacheT::new())).collect();
     let p = Arc::new(Plugin {
         cfg,

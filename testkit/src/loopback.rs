@@ -115,6 +115,11 @@ impl Loopback {
         self.fabric.borrow().qps.iter().filter(|q| q.alive).count()
     }
 
+    /// Live CQs.
+    pub fn live_cqs(&self) -> usize {
+        self.fabric.borrow().cqs.iter().filter(|c| c.alive).count()
+    }
+
     /// Moves every QP to the error state (a dead peer / fatal device event).
     pub fn kill(&self) {
         for q in &mut self.fabric.borrow_mut().qps {

@@ -287,3 +287,11 @@ impl<P: Provider> Base<P> {
         first
     }
 }
+
+impl<P: Provider> Drop for Base<P> {
+    /// Releases the CQ and QPs on every path, including a constructor that fails half-way
+    /// (a peer with the wrong link layer must not leak a CQ and its QPs on every retry).
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}

@@ -10,7 +10,7 @@
 
 use std::ffi::CStr;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -34,14 +34,7 @@ pub struct Context {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// What the async-event thread shares with the device (the thread holds no `Context`, so the
-/// context's drop can stop and join it).
-#[derive(Default)]
-pub struct Events {
-    /// Count of fatal async events (device fatal, QP/CQ errors) seen so far.
-    pub fatal: AtomicU32,
-    stop: AtomicBool,
-}
+pub use super::events::Events;
 
 // SAFETY: libibverbs contexts and PDs may be used from any thread; the raw pointers are owned by
 // this struct and released once in Drop.
@@ -341,18 +334,22 @@ fn async_thread(
             // SAFETY: event_type_str returns a static string.
             let s =
                 unsafe { CStr::from_ptr((verbs.event_type_str)(e.event_type)) }.to_string_lossy();
-            match e.event_type {
-                IBV_EVENT_COMM_EST => {}
-                IBV_EVENT_DEVICE_FATAL
-                | IBV_EVENT_CQ_ERR
-                | IBV_EVENT_QP_FATAL
-                | IBV_EVENT_QP_REQ_ERR
-                | IBV_EVENT_QP_ACCESS_ERR => {
-                    // Release pairs with the Acquire load in `VerbsPort::poll_cq`.
-                    ev.fatal.fetch_add(1, Ordering::Release);
-                    warn!("{name}: got fatal async event: {s}; comms on this device will fail");
+            use super::events::Handled;
+            match ev.handle(e.event_type, e.element as usize) {
+                Handled::Quiet => {}
+                Handled::Logged => warn!("{name}: got async event: {s}"),
+                Handled::WarnOnly => warn!(
+                    "{name}: got fatal async event: {s} (NCCL_IB_RETURN_ASYNC_EVENTS=0: not failing comms)"
+                ),
+                Handled::FailedDevice => {
+                    warn!("{name}: got fatal async event: {s}; every comm on this device will fail")
                 }
-                _ => warn!("{name}: got async event: {s}"),
+                Handled::FailedComm => {
+                    warn!("{name}: got async event: {s}; the comm owning it will fail")
+                }
+                Handled::Unknown => {
+                    warn!("{name}: got async event: {s} for a QP/CQ no comm owns any more")
+                }
             }
             // SAFETY: every event obtained is acked once.
             unsafe { (verbs.ack_async_event)(&mut e) };

@@ -4,9 +4,11 @@
 //! * [`loader`]: `dlopen` + `dlvsym` of the calls used; the inline data-path calls go through
 //!   `context->ops`.
 //! * [`device`]: discovery of ports, GIDs, speeds and PCI paths as NCCL does it.
+//! * [`events`]: async events: device-wide or per comm (by QP / CQ).
 //! * [`provider`]: the [`ibnet_core::provider::Provider`] implementation.
 
 pub mod device;
+pub mod events;
 pub mod loader;
 pub mod provider;
 pub mod sys;

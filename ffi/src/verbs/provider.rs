@@ -6,9 +6,11 @@
 //!   WR chains are built on the stack, so the hot path does not allocate.
 //! * `reg_mr` uses `ibv_reg_mr_iova2` with relaxed ordering when enabled, retrying without it on
 //!   EINVAL (old drivers); DMA-BUF registrations honour the offset and never keep the fd.
-//! * A fatal async event on the device makes every later poll fail (the comm is poisoned).
+//! * A device-fatal async event makes every later poll on the device fail; a QP or CQ error
+//!   only the polls of the comm owning it (see [`super::events`]).
 
-use std::sync::atomic::Ordering;
+use core::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ibnet_core::fifo::FifoRing;
@@ -28,8 +30,9 @@ pub struct VerbsPort {
     pub relaxed_ordering: bool,
 }
 
-/// A completion queue.
-pub struct VCq(*mut ibv_cq);
+/// A completion queue and its comm's async-error flag (set by the device's event thread for a
+/// CQ error or an error of a QP completing on it).
+pub struct VCq(*mut ibv_cq, Arc<AtomicBool>);
 /// A queue pair and its access rights.
 pub struct VQp {
     raw: *mut ibv_qp,
@@ -64,6 +67,41 @@ fn access_flags(a: Access) -> i32 {
         f |= IBV_ACCESS_REMOTE_READ;
     }
     f
+}
+
+/// A FIFO ring allocated zeroed on the heap (it is tens of KiB: `Box::default()` would build it
+/// on the stack first).
+fn zeroed_fifo() -> Box<FifoRing> {
+    let layout = std::alloc::Layout::new::<FifoRing>();
+    // SAFETY: the layout is FifoRing's (non-zero size). All-zero bytes are a valid FifoRing: it
+    // is `repr(C)` arrays of atomics (u32/u64), and zero is its `new()` state; so the zeroed
+    // allocation may be owned by a Box of that type, which frees it with the same layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut FifoRing;
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(p)
+    }
+}
+
+/// Maps a completion's opcode. Unknown opcodes of successful completions are an error (never
+/// guessed); a failed completion's opcode is undefined in verbs, so only its status counts.
+fn wc_opcode(opcode: i32, status: WcStatus) -> Result<WcOpcode> {
+    Ok(match opcode {
+        0 => WcOpcode::Send,
+        1 => WcOpcode::RdmaWrite,
+        2 => WcOpcode::RdmaRead,
+        128 => WcOpcode::Recv,
+        129 => WcOpcode::RecvRdmaWithImm,
+        _ if status != WcStatus::Success => WcOpcode::Send,
+        _ => {
+            return Err(fail(
+                "ibv_poll_cq (unknown completion opcode)",
+                libc::EPROTO,
+            ))
+        }
+    })
 }
 
 /// Longest WR chain `post_send` accepts in one call.
@@ -116,7 +154,7 @@ impl Provider for VerbsPort {
     }
 
     fn alloc_fifo(&self) -> Result<Self::Fifo> {
-        Ok(Box::default())
+        Ok(zeroed_fifo())
     }
 
     fn create_cq(&self, depth: u32) -> Result<VCq> {
@@ -133,7 +171,8 @@ impl Provider for VerbsPort {
         if cq.is_null() {
             return Err(fail("ibv_create_cq", last_errno()));
         }
-        Ok(VCq(cq))
+        let flag = self.dev.ctx.events.add_cq(cq as usize);
+        Ok(VCq(cq, flag))
     }
 
     fn create_qp(&self, cq: &VCq, attr: &QpAttr) -> Result<VQp> {
@@ -157,6 +196,7 @@ impl Provider for VerbsPort {
         if qp.is_null() {
             return Err(fail("ibv_create_qp", last_errno()));
         }
+        self.dev.ctx.events.add_qp(qp as usize, cq.0 as usize);
         Ok(VQp {
             raw: qp,
             access: attr.access,
@@ -256,17 +296,20 @@ impl Provider for VerbsPort {
                 cap: MAX_CHAIN,
             });
         }
-        let mut sges = [ibv_sge::default(); MAX_CHAIN];
-        // SAFETY: all-zero is a valid ibv_send_wr (NULL pointers, zero flags).
-        let mut raw: [ibv_send_wr; MAX_CHAIN] = unsafe { core::mem::zeroed() };
-        let base = raw.as_mut_ptr();
+        // Only the first `wrs.len()` entries are written (and read by the provider).
+        let mut sges = [const { MaybeUninit::<ibv_sge>::uninit() }; MAX_CHAIN];
+        let mut raw = [const { MaybeUninit::<ibv_send_wr>::uninit() }; MAX_CHAIN];
+        let base = raw.as_mut_ptr() as *mut ibv_send_wr;
+        let sp = sges.as_mut_ptr() as *mut ibv_sge;
+        let n = wrs.len();
         for (i, w) in wrs.iter().enumerate() {
-            sges[i] = ibv_sge {
+            let sge = ibv_sge {
                 addr: w.sge.addr,
                 length: w.sge.len,
                 lkey: w.sge.lkey,
             };
-            let r = &mut raw[i];
+            // SAFETY: all-zero is a valid ibv_send_wr (NULL pointers, zero flags, union zero).
+            let mut r: ibv_send_wr = unsafe { core::mem::zeroed() };
             r.wr_id = w.wr_id;
             r.num_sge = if w.sge.len == 0 { 0 } else { 1 };
             r.opcode = match w.opcode {
@@ -279,17 +322,18 @@ impl Provider for VerbsPort {
             r.imm_data = w.imm.to_be();
             r.wr.remote_addr = w.remote_addr;
             r.wr.rkey = w.rkey;
-        }
-        let sp = sges.as_mut_ptr();
-        for i in 0..wrs.len() {
-            // SAFETY: `i < MAX_CHAIN`; the pointers stay valid for the post call below.
+            // SAFETY: `i < n <= MAX_CHAIN`: in bounds of both arrays. Every write goes through
+            // `base`/`sp` (never the arrays again), so the pointers stored in the chain stay
+            // valid for the post call below.
             unsafe {
-                (*base.add(i)).sg_list = sp.add(i);
-                (*base.add(i)).next = if i + 1 < wrs.len() {
+                r.sg_list = sp.add(i);
+                r.next = if i + 1 < n {
                     base.add(i + 1)
                 } else {
                     core::ptr::null_mut()
                 };
+                sp.add(i).write(sge);
+                base.add(i).write(r);
             }
         }
         let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
@@ -333,32 +377,35 @@ impl Provider for VerbsPort {
     fn poll_cq(&self, cq: &mut VCq, out: &mut [Completion]) -> Result<usize> {
         // Acquire pairs with the Release increment in the device's async-event thread.
         if self.dev.ctx.events.fatal.load(Ordering::Acquire) != 0 {
-            return Err(fail("async event (fatal device/QP/CQ error)", libc::EIO));
+            return Err(fail("async event (fatal device error)", libc::EIO));
         }
-        let mut wcs = [ibv_wc::default(); POLL_BATCH];
+        // Acquire pairs with the Release store in `Events::handle` (QP/CQ error of this comm).
+        if cq.1.load(Ordering::Acquire) {
+            return Err(fail("async event (QP/CQ error on this comm)", libc::EIO));
+        }
+        // Written by the provider; only the first `rc` entries are read.
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; POLL_BATCH];
         let n = out.len().min(POLL_BATCH) as i32;
         // SAFETY: the CQ is live; `wcs` has room for `n` entries.
         let rc = unsafe {
             let ops = &(*(*cq.0).context).ops;
             match ops.poll_cq {
-                Some(f) => f(cq.0, n, wcs.as_mut_ptr()),
+                Some(f) => f(cq.0, n, wcs.as_mut_ptr() as *mut ibv_wc),
                 None => -libc::ENOSYS,
             }
         };
         if rc < 0 {
             return Err(fail("ibv_poll_cq", -rc));
         }
-        for (o, w) in out.iter_mut().zip(&wcs[..rc as usize]) {
+        let rc = (rc as usize).min(n as usize);
+        for (o, w) in out.iter_mut().zip(&wcs[..rc]) {
+            // SAFETY: poll_cq wrote the first `rc` entries.
+            let w = unsafe { w.assume_init_ref() };
+            let status = WcStatus::from_raw(w.status as u32);
             *o = Completion {
                 wr_id: w.wr_id,
-                status: WcStatus::from_raw(w.status as u32),
-                opcode: match w.opcode {
-                    0 => WcOpcode::Send,
-                    1 => WcOpcode::RdmaWrite,
-                    2 => WcOpcode::RdmaRead,
-                    128 => WcOpcode::Recv,
-                    _ => WcOpcode::RecvRdmaWithImm,
-                },
+                status,
+                opcode: wc_opcode(w.opcode, status)?,
                 byte_len: w.byte_len,
                 imm: if w.wc_flags & IBV_WC_WITH_IMM != 0 {
                     u32::from_be(w.imm_data)
@@ -369,7 +416,7 @@ impl Provider for VerbsPort {
                 qp_num: w.qp_num,
             };
         }
-        Ok(rc as usize)
+        Ok(rc)
     }
 
     fn reg_mr(&self, addr: u64, len: u64, access: Access, kind: RegKind) -> Result<VMr> {
@@ -449,6 +496,7 @@ impl Provider for VerbsPort {
     }
 
     fn destroy_qp(&self, qp: VQp) -> Result<()> {
+        self.dev.ctx.events.remove_qp(qp.raw as usize);
         // SAFETY: a live QP, destroyed once (consumed).
         let rc = unsafe { (self.v().destroy_qp)(qp.raw) };
         if rc != 0 {
@@ -458,11 +506,43 @@ impl Provider for VerbsPort {
     }
 
     fn destroy_cq(&self, cq: VCq) -> Result<()> {
+        self.dev.ctx.events.remove_cq(cq.0 as usize);
         // SAFETY: a live CQ, destroyed once (consumed), after its QPs.
         let rc = unsafe { (self.v().destroy_cq)(cq.0) };
         if rc != 0 {
             return Err(fail("ibv_destroy_cq", errno_or(rc)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_completion_opcodes_are_errors() {
+        let ok = WcStatus::Success;
+        assert_eq!(wc_opcode(129, ok).unwrap(), WcOpcode::RecvRdmaWithImm);
+        assert_eq!(wc_opcode(128, ok).unwrap(), WcOpcode::Recv);
+        assert_eq!(wc_opcode(1, ok).unwrap(), WcOpcode::RdmaWrite);
+        for bad in [3, 4, 127, 130, -1] {
+            assert!(matches!(
+                wc_opcode(bad, ok),
+                Err(Error::Provider {
+                    errno: libc::EPROTO,
+                    ..
+                })
+            ));
+        }
+        // A failed completion's opcode is undefined: the status carries the error.
+        assert!(wc_opcode(77, WcStatus::from_raw(5)).is_ok());
+    }
+
+    #[test]
+    fn zeroed_fifo_is_a_fresh_ring() {
+        let f = zeroed_fifo();
+        let d = FifoRing::<{ ibnet_core::fifo::MAX_REQUESTS }>::new();
+        assert_eq!(format!("{f:?}"), format!("{d:?}"));
     }
 }

@@ -1,0 +1,274 @@
+//! `ibnet-info`: what ibnet's plugin sees on this host — providers, devices and ports after
+//! `NCCL_IB_HCA`, link layer, speed, MTU, GIDs with their types and the one auto-selection
+//! picks, GPU-direct and DMA-BUF, RLIMIT_MEMLOCK, and the plugin file as NCCL would load it.
+//! Exits non-zero, with a one-line reason on stderr, when the plugin (as the environment
+//! configures it) reports no device.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ibnet_ffi::env::{Config, ProviderChoice};
+use ibnet_ffi::verbs::device::{self, VerbsDev};
+use ibnet_tools::net::Plugin;
+use ibnet_tools::{locate, log, Error};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ibnet-info",
+    version,
+    about = "What ibnet's NCCL net plugin sees on this host"
+)]
+struct Args {
+    /// Plugin .so to load (default: ibnet's libnccl-net-ibnet.so next to this binary, or $IBNET_PLUGIN).
+    #[arg(long, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+    /// Show the plugin's INFO lines.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn mtu_bytes(code: u8) -> u32 {
+    match code {
+        1..=5 => 128 << code,
+        _ => 0,
+    }
+}
+
+fn link(l: u8) -> &'static str {
+    match l {
+        1 => "InfiniBand",
+        2 => "Ethernet (RoCE)",
+        _ => "unknown",
+    }
+}
+
+/// One GID table entry from sysfs: index, raw bytes, RoCE version (None: IB or unknown).
+type Gid = (i32, [u8; 16], Option<i64>);
+
+fn gids(dev: &str, port: u8) -> Vec<Gid> {
+    let base = format!("/sys/class/infiniband/{dev}/ports/{port}");
+    let Ok(rd) = std::fs::read_dir(format!("{base}/gids")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<Gid> = rd
+        .flatten()
+        .filter_map(|e| {
+            let idx: i32 = e.file_name().to_str()?.parse().ok()?;
+            let s = std::fs::read_to_string(e.path()).ok()?;
+            let ip: std::net::Ipv6Addr = s.trim().parse().ok()?;
+            let ty = std::fs::read_to_string(format!("{base}/gid_attrs/types/{idx}")).ok();
+            let ver = ty.map(|t| {
+                if t.contains("RoCE v2") {
+                    2
+                } else if t.contains("RoCE") {
+                    1
+                } else {
+                    0
+                }
+            });
+            Some((idx, ip.octets(), ver.filter(|&x| x > 0)))
+        })
+        .filter(|(_, g, _)| g.iter().any(|&b| b != 0))
+        .collect();
+    v.sort_by_key(|g| g.0);
+    v
+}
+
+fn gid_text(g: &[u8; 16]) -> (String, &'static str) {
+    let v6 = std::net::Ipv6Addr::from(*g);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => (IpAddr::V4(v4).to_string(), "IPv4"),
+        None => (v6.to_string(), "IPv6"),
+    }
+}
+
+fn show_port(d: &VerbsDev, cfg: &Config) {
+    let name = d.name.to_string_lossy();
+    println!(
+        "  {name}:{}  link {}  {} Gb/s  MTU {}  LID {}  GUID {:#018x}  DMA-BUF {}{}",
+        d.port,
+        link(d.link_layer),
+        d.speed / 1000,
+        mtu_bytes(d.mtu),
+        d.lid,
+        d.guid,
+        if d.dmabuf { "yes" } else { "no" },
+        d.pci_path
+            .as_ref()
+            .map(|p| format!("  PCI {}", p.to_string_lossy()))
+            .unwrap_or_default()
+    );
+    let list = gids(&name, d.port);
+    let auto = device::select_gid(&list, cfg.addr_family, cfg.addr_range, cfg.roce_version);
+    for (i, g, ver) in &list {
+        let (ip, fam) = gid_text(g);
+        let ty = match ver {
+            Some(v) => format!("RoCE v{v}"),
+            None => "IB".into(),
+        };
+        let mut mark = String::new();
+        if *i as u8 == d.gid_index {
+            mark.push_str("  <- in use");
+        }
+        if d.link_layer == 2 && *i == auto {
+            mark.push_str("  (auto-selection)");
+        }
+        println!("      GID {i:>3}  {ty:<9} {fam:<4}  {ip}{mark}");
+    }
+    if list.is_empty() {
+        println!("      (no GIDs readable in sysfs)");
+    }
+}
+
+fn memlock() -> String {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return "unknown".into();
+    }
+    if r.rlim_cur == libc::RLIM_INFINITY {
+        "unlimited".into()
+    } else if r.rlim_cur < (1 << 30) {
+        format!(
+            "{} bytes (low: verbs registrations may fail with ENOMEM; `ulimit -l unlimited`)",
+            r.rlim_cur
+        )
+    } else {
+        format!("{} bytes", r.rlim_cur)
+    }
+}
+
+fn env_line(name: &str) {
+    match std::env::var(name) {
+        Ok(v) => println!("  {name}={v}"),
+        Err(_) => println!("  {name} (unset)"),
+    }
+}
+
+fn run(a: &Args) -> Result<(), Error> {
+    log::set_verbose(a.verbose);
+    let path = match &a.plugin {
+        Some(p) => p.clone(),
+        None => locate::default_plugin()?,
+    };
+    let path = locate::absolute(&path);
+    let (cfg, _) = Config::from_env();
+
+    println!("environment:");
+    for n in [
+        "IBNET_PROVIDER",
+        "NCCL_IB_HCA",
+        "NCCL_IB_DISABLE",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IB_ADDR_FAMILY",
+        "NCCL_SOCKET_IFNAME",
+    ] {
+        env_line(n);
+    }
+    println!("RLIMIT_MEMLOCK: {}", memlock());
+
+    println!("verbs provider (libibverbs, after NCCL_IB_HCA):");
+    let verbs = device::discover(&cfg);
+    match &verbs {
+        Ok(v) if !v.is_empty() => {
+            println!("  {} port(s)", v.len());
+            for d in v {
+                show_port(d, &cfg);
+            }
+        }
+        Ok(_) => println!("  0 devices: no usable port"),
+        Err(why) => println!("  0 devices: {why}"),
+    }
+
+    let soft = ibnet_soft::probe();
+    match &soft {
+        Ok(()) => println!("soft provider (ibnet-soft, same host only, host memory): usable with IBNET_PROVIDER=soft (device soft0)"),
+        Err(u) => println!("soft provider (ibnet-soft): not usable here: {u}"),
+    }
+
+    match ibnet_hip::GpuRuntime::detect() {
+        Ok(rt) => {
+            let g = rt.gdr_support();
+            println!(
+                "GPU: {}; GPU-direct RDMA {} ({})",
+                rt.describe(),
+                if g.enabled { "yes" } else { "no" },
+                g.reason
+            );
+        }
+        Err(e) => println!("GPU: no GPU runtime ({e}); GPU-direct RDMA no"),
+    }
+
+    let mut p = Plugin::open(&path)?;
+    println!(
+        "plugin: {} ({}, name {}; ibnet-info {})",
+        path.display(),
+        p.version().symbol(),
+        p.name(),
+        env!("CARGO_PKG_VERSION")
+    );
+    p.init()?;
+    let n = p.devices()?;
+    let provider = match cfg.provider {
+        ProviderChoice::Auto => "auto (verbs only; soft only when asked by name)",
+        ProviderChoice::Verbs => "verbs",
+        ProviderChoice::Soft => "soft",
+    };
+    println!("plugin devices (as NCCL would see them, provider {provider}): {n}");
+    for d in 0..n.max(0) {
+        let pr = p.properties(d)?;
+        let mut ptr = vec!["HOST"];
+        if pr.ptr_support & ibnet_tools::abi::NCCL_PTR_CUDA != 0 {
+            ptr.push("CUDA");
+        }
+        if pr.ptr_support & ibnet_tools::abi::NCCL_PTR_DMABUF != 0 {
+            ptr.push("DMABUF");
+        }
+        println!(
+            "  {d}: {}  port {}  {} Gb/s  ptrSupport {}  maxComms {}  maxRecvs {}  GUID {:#x}",
+            pr.name,
+            pr.port,
+            pr.speed_mbps / 1000,
+            ptr.join("|"),
+            pr.max_comms,
+            pr.max_recvs,
+            pr.guid
+        );
+    }
+    if n <= 0 {
+        let verbs_why = match &verbs {
+            Err(w) => w.clone(),
+            Ok(_) => "no usable port".into(),
+        };
+        let hint = match (&soft, cfg.provider) {
+            (Ok(()), ProviderChoice::Soft) => {
+                "the soft provider failed to start (see WARNs)".to_string()
+            }
+            (Ok(()), _) => {
+                "for same-host runs set IBNET_PROVIDER=soft (ibnet-perf does so by itself)".into()
+            }
+            (Err(u), _) => format!("soft provider unusable: {u}"),
+        };
+        return Err(Error(format!(
+            "no usable device: 0 verbs devices ({verbs_why}); {hint}"
+        )));
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ibnet-info: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
