@@ -551,7 +551,7 @@ fn connect_step(
 /// `connect`. `tc` is the traffic class from the v10 config or the v11 ctx (-1: undefined).
 ///
 /// NCCL calls it with the same handle until it returns a comm; the progress is kept in
-/// [`CONNECTING`] under a token written into the handle's scratch area (an unknown token is a
+/// `CONNECTING` under a token written into the handle's scratch area (an unknown token is a
 /// corrupt or reused handle). Any error drops the connect (its socket and comm).
 pub fn connect(
     ctx: *mut c_void,

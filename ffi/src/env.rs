@@ -21,7 +21,7 @@ pub enum ProviderChoice {
 }
 
 /// The configuration the plugin runs with: NCCL's variables as the core's
-/// [`Params`](ibnet_core::params::Params) parsed them (the only parser of NCCL's variables), in
+/// [`Params`] parsed them (the only parser of NCCL's variables), in
 /// the shapes the verbs layer uses, plus ibnet's own plugin-level knobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {

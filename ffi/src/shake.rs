@@ -12,7 +12,7 @@
 //!  } until neither direction made progress
 //! ```
 //! Reading at most `poll_recv_len` bytes means no byte after the handshake is ever consumed.
-//! A closed peer becomes [`Error::PeerGone`](ibnet_core::Error::PeerGone) through
+//! A closed peer becomes `Error::PeerGone` through
 //! `handle_eof`; a socket error is an [`Error::Provider`] naming the call. A stalled peer is
 //! the caller's deadline to enforce.
 
