@@ -74,6 +74,12 @@ pub struct Config {
     /// Seconds a started handshake may stall before connect/accept fail
     /// (`IBNET_HANDSHAKE_TIMEOUT`, default 60).
     pub handshake_timeout_s: u64,
+    /// `IBNET_FORCE_FLUSH=1` (test and diagnosis): receive comms flush with an RDMA READ even
+    /// when no GPU-direct is in use, so `iflush` can be exercised on host memory.
+    pub force_flush: bool,
+    /// `IBNET_FAULT_RO_EINVAL=1` (tests only): act as if the driver refused a relaxed-ordering
+    /// registration with EINVAL, exercising the fallback to a plain registration.
+    pub fault_ro_einval: bool,
 }
 
 impl Default for Config {
@@ -83,7 +89,11 @@ impl Default for Config {
 }
 
 /// The variables only ffi reads (everything else is in [`Params::NAMES`]).
-pub const NAMES: &[&str] = &["IBNET_HANDSHAKE_TIMEOUT"];
+pub const NAMES: &[&str] = &[
+    "IBNET_HANDSHAKE_TIMEOUT",
+    "IBNET_FORCE_FLUSH",
+    "IBNET_FAULT_RO_EINVAL",
+];
 
 fn family(f: AddrFamily) -> i32 {
     match f {
@@ -137,6 +147,8 @@ impl Config {
             socket_ifname: nonempty(&p.socket_ifname),
             socket_family: p.socket_family.map(family),
             handshake_timeout_s: 60,
+            force_flush: false,
+            fault_ro_einval: false,
         }
     }
 
@@ -150,6 +162,18 @@ impl Config {
                     return Err("must be in 1..=86400 seconds");
                 }
                 self.handshake_timeout_s = n as u64;
+            }
+            "IBNET_FORCE_FLUSH" | "IBNET_FAULT_RO_EINVAL" => {
+                let on = match ibnet_core::params::parse_int(v.trim())? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err("must be 0 or 1"),
+                };
+                if name == "IBNET_FORCE_FLUSH" {
+                    self.force_flush = on;
+                } else {
+                    self.fault_ro_einval = on;
+                }
             }
             _ => return Ok(false),
         }

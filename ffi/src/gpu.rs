@@ -31,7 +31,7 @@ pub fn gpu_direct() -> &'static GpuDirect {
             let gdr = rt.gdr_support();
             crate::info!(
                 crate::log::INIT | crate::log::NET,
-                "NET/IBNET : {}; GPU Direct RDMA {} ({})",
+                "{}; GPU Direct RDMA {} ({})",
                 rt.describe(),
                 if gdr.enabled { "enabled" } else { "disabled" },
                 gdr.reason
@@ -42,7 +42,7 @@ pub fn gpu_direct() -> &'static GpuDirect {
                     let d = rt.dmabuf_support(0);
                     crate::info!(
                         crate::log::INIT | crate::log::NET,
-                        "NET/IBNET : DMA-BUF on the GPU side {} ({})",
+                        "DMA-BUF on the GPU side {} ({})",
                         if d.enabled { "enabled" } else { "disabled" },
                         d.reason
                     );
@@ -57,7 +57,7 @@ pub fn gpu_direct() -> &'static GpuDirect {
         Err(e) => {
             crate::info!(
                 crate::log::INIT | crate::log::NET,
-                "NET/IBNET : no GPU runtime ({e}): GPU Direct RDMA disabled"
+                "no GPU runtime ({e}): GPU Direct RDMA disabled"
             );
             GpuDirect {
                 gdr: false,

@@ -313,7 +313,12 @@ impl Plugin {
     pub fn comm_config(&self, d: &Dev, tc: i32) -> CommConfig {
         let link = d.port_info().link_layer;
         let tc = u8::try_from(tc).ok();
-        CommConfig::from_params(&self.params, link, tc, d.gpu_direct())
+        CommConfig::from_params(
+            &self.params,
+            link,
+            tc,
+            d.gpu_direct() || self.cfg.force_flush,
+        )
     }
 }
 
@@ -382,6 +387,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
                 Dev::Verbs(VerbsPort {
                     dev: d,
                     relaxed_ordering: cfg.relaxed_ordering != 0,
+                    fault_ro_einval: cfg.fault_ro_einval,
                 })
             })
             .collect(),

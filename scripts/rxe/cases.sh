@@ -45,6 +45,11 @@ t data-qps1 120 "NCCL_IB_QPS_PER_CONNECTION=1 $faults data"
 t data-qps4-split 120 "NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1 $faults data"
 t data-ar 120 "NCCL_IB_ADAPTIVE_ROUTING=1 NCCL_IB_AR_THRESHOLD=1024 $faults data"
 t data-inline 120 "NCCL_IB_USE_INLINE=1 $faults data"
+# IBNET_FAULT_RO_EINVAL=1: the relaxed-ordering registration is refused as an old driver would;
+# the plugin must fall back to a plain registration and still move every byte.
+t data-ro-fallback 120 "FAULTS_VERBOSE=1 IBNET_FAULT_RO_EINVAL=1 $faults data 2>&1 | \
+  tee /tmp/data-ro-fallback.log && logged data-ro-fallback \
+  'relaxed-ordering registration refused \(EINVAL\); registering without it'"
 t data-no-ro 120 "FAULTS_VERBOSE=1 NCCL_IB_PCI_RELAXED_ORDERING=0 $faults data 2>&1 | \
   tee /tmp/data-no-ro.log && logged data-no-ro 'Using .*rxe0:1/RoCE\$'"
 
@@ -65,7 +70,9 @@ t ibnet-perf 180 "$BIN/ibnet-perf --plugin $SO --loopback --check --min-bytes 8 
 t lifecycle 120 "$faults lifecycle"
 # A short retry timeout (67 ms x 3 retries) so the dead peer is detected quickly.
 t peer-death 180 "FAULTS_GID=::ffff:$RXE_IP NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 $faults peer-death"
-t iflush 120 "$faults flush"
+# IBNET_FORCE_FLUSH=1: flush host memory too, so iflush posts its RDMA READ on the loopback QP.
+t iflush 120 "IBNET_FORCE_FLUSH=1 $faults flush 2>&1 | tee /tmp/iflush.log && \
+  logged iflush 'iflush: completed \(RDMA READ\)' 'flush: ok'"
 
 # ---- Rust test binaries staged from `cargo test --no-run` (see vm-test.sh): each runs whole,
 # single-threaded; IBNET_TEST_REQUIRE_VERBS=1 tells verbs tests to fail, not skip, without a device.

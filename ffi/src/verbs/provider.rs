@@ -28,6 +28,21 @@ pub struct VerbsPort {
     pub dev: Arc<VerbsDev>,
     /// Ask for PCIe relaxed ordering on registrations (`NCCL_IB_PCI_RELAXED_ORDERING`).
     pub relaxed_ordering: bool,
+    /// Test fault (`IBNET_FAULT_RO_EINVAL`): treat every relaxed-ordering registration as
+    /// refused with EINVAL, so the fallback runs.
+    pub fault_ro_einval: bool,
+}
+
+/// Logs the relaxed-ordering fallback once per process (registrations are not a hot path, but
+/// one line is enough to tell an operator what happened).
+fn note_ro_fallback(dev: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        crate::info!(
+            crate::log::INIT | crate::log::NET,
+            "{dev}: relaxed-ordering registration refused (EINVAL); registering without it"
+        )
+    });
 }
 
 /// A completion queue and its comm's async-error flag (set by the device's event thread for a
@@ -446,7 +461,9 @@ impl Provider for VerbsPort {
                 let ro =
                     (access.relaxed_ordering || self.relaxed_ordering) && v.reg_mr_iova2.is_some();
                 let mut mr = core::ptr::null_mut();
-                if ro {
+                if ro && self.fault_ro_einval {
+                    note_ro_fallback(&self.dev.name.to_string_lossy());
+                } else if ro {
                     if let Some(f) = v.reg_mr_iova2 {
                         // SAFETY: the PD is live; the caller guarantees the range is mapped.
                         mr = unsafe {
@@ -460,6 +477,9 @@ impl Provider for VerbsPort {
                         };
                         if mr.is_null() && last_errno() != libc::EINVAL {
                             return Err(fail("ibv_reg_mr_iova2", last_errno()));
+                        }
+                        if mr.is_null() {
+                            note_ro_fallback(&self.dev.name.to_string_lossy());
                         }
                     }
                 }
