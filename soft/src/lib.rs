@@ -11,7 +11,8 @@
 //!     └─ monitor thread: pidfds of cross-process peers (liveness)
 //!
 //!  initiator QP ──post_send──▶ lease(local lkey) + lease(remote rkey) ──▶ copy
-//!                                 in-process: memmove │ cross-process: process_vm_writev/readv
+//!                       in-process: atomic word copy (≤ 16 KiB) or process_vm_writev into our
+//!                       own pid │ cross-process: process_vm_writev/readv
 //!              ──combiner──▶ WRITE_WITH_IMM: ring entry + recv_tail in the target's QP block
 //!  target  CQ  ──poll_cq──▶ harvests its QPs: retired sends, delivered receives
 //! ```
@@ -35,13 +36,18 @@
 //! `/proc/<pid>/fd/<fd>`.
 //!
 //! ## Memory safety
-//! Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
+//! `reg_mr` prefaults the range (`MADV_POPULATE_WRITE`/`READ`, as verbs pins pages): an
+//! unmapped range, or one without the access asked for, fails with `Error::Provider` and
+//! `EFAULT`. Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
 //! taken from the owners' registration tables in shared memory (see `segment`): key, range and
 //! access are checked before any byte moves, and deregistration waits until no lease is held
 //! (bounded: 1 s, after which the slot is quarantined). A failed check completes the WR with
 //! `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state.
-//! Registered memory must stay mapped until it is deregistered (as with verbs, where an MR pins
-//! the pages); in-process copies would fault on unmapped memory.
+//! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
+//! copies of up to 16 KiB use atomic word stores, larger ones and all cross-process copies go
+//! through the kernel. Registered memory must stay mapped until it is deregistered (as with
+//! verbs, where an MR pins the pages): a kernel copy over memory unmapped meanwhile fails with
+//! `EFAULT` (`RemoteAccessError`), but a small in-process copy would fault.
 //!
 //! ## Liveness
 //! A monitor thread polls the pidfds of cross-process peers every 50 ms. Once a peer is dead
@@ -515,6 +521,14 @@ impl Provider for SoftProvider {
         let bits = bit(access.local_write, segment::ACC_LOCAL_WRITE)
             | bit(access.remote_write, segment::ACC_REMOTE_WRITE)
             | bit(access.remote_read, segment::ACC_REMOTE_READ);
+        // Like verbs pinning the pages: an unmapped range (a bogus address from C) is a
+        // registration error, never a fault in a later copy.
+        sys::probe_range(addr, len, access.local_write || access.remote_write).map_err(|e| {
+            io_err(
+                "reg_mr (range not mapped, or not readable/writable as the access requires)",
+                e,
+            )
+        })?;
         let idx = self
             .inner
             .mrs

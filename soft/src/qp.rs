@@ -9,7 +9,7 @@
 //! ```
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
-//!   `process_vm_writev`, or a `memmove` in-process); a larger one as `k` *tokens* handed to
+//!   `process_vm_writev`, or an atomic word copy in-process); a larger one as `k` *tokens* handed to
 //!   the copy engine, each token claiming chunks of the WR until none is left. Data movement is
 //!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
