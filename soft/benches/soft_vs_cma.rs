@@ -7,7 +7,8 @@
 //! * the in-process fabric (two providers of this process, one thread): one-way 8-byte latency
 //!   and WRITE_WITH_IMM bandwidth, next to a plain `memcpy` of the same sizes.
 //!
-//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run). The
+//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run, and
+//! `--inproc` for the in-process section only). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -402,6 +403,10 @@ fn main() {
         return;
     }
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--inproc") {
+        print_inproc(quick);
+        return;
+    }
     if let Err(u) = ibnet_soft::probe() {
         eprintln!("{u}");
         return;
@@ -463,7 +468,10 @@ fn main() {
     let w = wri(&e, &peer, 0, QUIT, 0);
     e.p.post_send(&mut e.qp, &[w]).unwrap();
     let _ = ch.wait();
+    print_inproc(quick);
+}
 
+fn print_inproc(quick: bool) {
     let (lat, rows) = inproc(quick);
     println!("\nin-process fabric (two providers, one thread)");
     println!("  soft WRITE_WITH_IMM one-way (RTT/2)  {lat:8.3} us");

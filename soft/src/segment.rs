@@ -376,7 +376,7 @@ pub use crate::sys::Dir;
 /// In-process copies of at most this many bytes use atomic word copies (cheap, no syscall);
 /// larger ones go through the kernel (`process_vm_writev` into our own pid), which fails with
 /// `EFAULT` instead of faulting. Measured crossover of the two on this kind of host (16 KiB:
-/// about equal bandwidth; 8 bytes: ~25 ns vs ~250-550 ns).
+/// about equal bandwidth; 8 bytes: ~25 ns vs ~250-550 ns a syscall).
 pub const WORD_COPY_MAX: usize = 16 << 10;
 
 /// The kernel refused cross-memory attach into our own pid (seccomp): word copies only.
