@@ -16,6 +16,7 @@ const QUIT: u32 = u32::MAX;
 
 /// The helper side; does nothing unless spawned with a role.
 #[test]
+#[ignore = "helper role: spawned by the two-process tests with IBNET_SOFT_ROLE"]
 fn helper_entry() {
     let Ok(role) = std::env::var("IBNET_SOFT_ROLE") else {
         return;
