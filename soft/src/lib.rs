@@ -82,6 +82,11 @@ mod peer;
 mod probe;
 mod qp;
 mod segment;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod sq;
+#[cfg(not(loom))]
+mod sq;
 mod sys;
 
 use std::collections::VecDeque;
