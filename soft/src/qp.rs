@@ -193,6 +193,9 @@ impl QpShared {
             .qp_block(self.idx)
             .state
             .store(0, Ordering::Release);
+        // Acquire (all four): pair with the Release stores of the poller (`sq_head`,
+        // `rq_head`) and the poster (`sq_tail`, `rq_posted`); destroy runs after both stopped
+        // (`&mut`/drop), so these are their final values and the entries are readable.
         let (h, t) = (
             self.sq_head.load(Ordering::Acquire),
             self.sq_tail.load(Ordering::Acquire),
@@ -213,8 +216,9 @@ impl QpShared {
                 state: "QP not connected (RESET)",
             });
         }
-        let tail = self.sq_tail.load(Ordering::Relaxed); // only the poster writes `sq_tail`
-                                                         // Acquire: pairs with the poller's Release of `sq_head`: it has read those entries.
+        // Relaxed: only the poster writes `sq_tail`.
+        let tail = self.sq_tail.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of `sq_head`: it has read those entries.
         let head = self.sq_head.load(Ordering::Acquire);
         if (tail - head) + wrs.len() as u64 > self.max_send {
             return Err(Error::Full {
@@ -352,16 +356,18 @@ impl QpShared {
     /// Retires landed WRs in order, delivering immediates (combiner only).
     fn advance(&self) {
         self.check_peer();
-        let mut c = self.sq_cursor.load(Ordering::Relaxed); // only the combiner writes it
-                                                            // Acquire: pairs with the poster's Release of `sq_tail`.
+        // Relaxed: only the combiner writes it.
+        let mut c = self.sq_cursor.load(Ordering::Relaxed);
+        // Acquire: pairs with the poster's Release of `sq_tail`.
         let t = self.sq_tail.load(Ordering::Acquire);
         while c < t {
             let e = self.entry(c);
             if !e.landed() {
                 break; // tokens out: copies still running
             }
-            let own = e.status(); // ordered by `landed` (Acquire) / by sq_tail
-                                  // Acquire: pairs with `set_fail`'s Release.
+            // Ordered by `landed` (Acquire) / by sq_tail.
+            let own = e.status();
+            // Acquire: pairs with `set_fail`'s Release.
             let fail = self.fail.load(Ordering::Acquire);
             let err_seq = self.err_seq.first();
             let st = if c > err_seq {
@@ -370,7 +376,7 @@ impl QpShared {
                 own
             } else if fail != 0 {
                 fail
-            } else if e.flags.load(Ordering::Relaxed) & 0xff == OP_WRITE_IMM {
+            } else if e.op() == OP_WRITE_IMM {
                 match self.deliver(e) {
                     Deliver::Done => 0,
                     Deliver::Rnr => break,
@@ -432,8 +438,9 @@ impl QpShared {
 
     /// `post_recv`.
     pub fn post_recv(&self, wr_id: u64) -> Result<()> {
-        let p = self.rq_posted.load(Ordering::Relaxed); // only the poster writes it
-                                                        // Acquire: pairs with the poller's Release of `rq_head`: those slots were read.
+        // Relaxed: only the poster writes it.
+        let p = self.rq_posted.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of `rq_head`: those slots were read.
         let h = self.rq_head.load(Ordering::Acquire);
         if p - h >= self.max_recv {
             return Err(Error::Full {
@@ -470,8 +477,9 @@ impl QpShared {
         let mut n = 0;
         let mut released = 0;
         // Sends.
-        let mut h = self.sq_head.load(Ordering::Relaxed); // only the poller writes it
-                                                          // Acquire: pairs with the combiner's Release of `sq_cursor`.
+        // Relaxed: only the poller writes it.
+        let mut h = self.sq_head.load(Ordering::Relaxed);
+        // Acquire: pairs with the combiner's Release of `sq_cursor`.
         let cur = self.sq_cursor.load(Ordering::Acquire);
         while h < cur && n < out.len() {
             let e = self.entry(h);
@@ -488,6 +496,7 @@ impl QpShared {
                     },
                     byte_len: w.len,
                     imm: 0,
+                    // Relaxed: ordered by the Acquire of `sq_cursor`, like `status`.
                     vendor_err: e.vendor.load(Ordering::Relaxed),
                     qp_num: self.qpn,
                 };
@@ -502,13 +511,15 @@ impl QpShared {
         let b = self.own.qp_block(self.idx);
         // Acquire: pairs with `post_recv`'s Release.
         let posted = self.rq_posted.load(Ordering::Acquire);
-        let mut rh = self.rq_head.load(Ordering::Relaxed); // only the poller writes it
-                                                           // Acquire: pairs with `set_fail`.
+        // Relaxed: only the poller writes it.
+        let mut rh = self.rq_head.load(Ordering::Relaxed);
+        // Acquire: pairs with `set_fail`.
         let fail = self.fail.load(Ordering::Acquire);
         // In the error state, deliveries are accepted only up to the point where the poller
         // first saw the failure; the rest of the posted receives are flushed.
-        let cut = self.rq_cutoff.load(Ordering::Relaxed); // only the poller writes it
-                                                          // Never beyond `posted`: a peer can never complete more than was posted.
+        // Relaxed: only the poller writes it.
+        let cut = self.rq_cutoff.load(Ordering::Relaxed);
+        // Never beyond `posted`: a peer can never complete more than was posted.
         let limit = posted.min(cut);
         while rh < limit && n < out.len() {
             let e = &b.ring[(rh % RING as u64) as usize];
@@ -519,6 +530,7 @@ impl QpShared {
             // Relaxed: ordered by the Acquire of `seq`.
             let v = e.meta.load(Ordering::Relaxed);
             out[n] = Completion {
+                // Relaxed: ordered by the Acquire of `rq_posted` above.
                 wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
                 status: WcStatus::Success,
                 opcode: WcOpcode::RecvRdmaWithImm,
@@ -538,6 +550,7 @@ impl QpShared {
         if fail != 0 {
             while rh < posted && n < out.len() {
                 out[n] = Completion {
+                    // Relaxed: ordered by the Acquire of `rq_posted` above.
                     wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
                     status: status_of(fail),
                     opcode: WcOpcode::RecvRdmaWithImm,

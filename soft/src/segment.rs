@@ -190,7 +190,8 @@ impl Segment {
         h.version.store(VERSION, Ordering::Relaxed);
         h.pid.store(pid as u32, Ordering::Relaxed);
         h.nonce.store(nonce, Ordering::Relaxed);
-        h.magic.store(MAGIC, Ordering::Release); // Release: publishes the header fields above
+        // Release: publishes the header fields above; pairs with the Acquire in `attach`.
+        h.magic.store(MAGIC, Ordering::Release);
         Ok(s)
     }
 
@@ -308,6 +309,7 @@ impl Segment {
         if addr < a || end > a.saturating_add(l) {
             return Err(LeaseError::Range);
         }
+        // Relaxed: as `addr`/`len` above.
         if slot.access.load(Ordering::Relaxed) & need != need {
             return Err(LeaseError::Access);
         }

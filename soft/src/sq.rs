@@ -121,6 +121,12 @@ impl SqEntry {
         }
     }
 
+    /// The WR's opcode (`OP_*`).
+    pub fn op(&self) -> u32 {
+        // Relaxed: as in `load`.
+        self.flags.load(Ordering::Relaxed) & 0xff
+    }
+
     /// Records the WR's own error (the first one wins).
     pub fn set_err(&self, st: WcStatus, vendor: u32) {
         // Relaxed: the first error wins; published by the token's Release `tokens` decrement
