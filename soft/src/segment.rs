@@ -24,7 +24,8 @@
 //! ```
 //! In the single total order of the SeqCst operations either the initiator sees the slot
 //! invalid, or the owner sees `busy > 0` and waits. A lease that is never released (a peer
-//! killed mid-copy) makes `dereg` give up after 1 s and quarantine the slot (never reused).
+//! killed mid-copy, or stopped) makes `dereg` give up after 1 s and quarantine the slot (never
+//! reused); `dereg_mr` then fails with `EBUSY` and the memory must not be reused.
 //!
 //! ## Inbound ring (WRITE_WITH_IMM delivery)
 //! ```text
