@@ -4,7 +4,11 @@
 //! * the soft provider: WRITE_WITH_IMM bandwidth (a window of outstanding WRs, completions
 //!   polled), and one-way latency of 8-byte WRITE_WITH_IMM ping-pong (round trip / 2).
 //!
-//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run). The
+//! * the in-process fabric (two providers of this process, one thread): one-way 8-byte latency
+//!   and WRITE_WITH_IMM bandwidth, next to a plain `memcpy` of the same sizes.
+//!
+//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run, and
+//! `--inproc` for the in-process section only). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -57,6 +61,10 @@ struct End {
 }
 
 fn end() -> End {
+    end_with(BUF)
+}
+
+fn end_with(buf_len: usize) -> End {
     let (cfg, _) = Config::from_env();
     let p = SoftProvider::open_with(cfg).unwrap();
     let cq = p.create_cq(4096).unwrap();
@@ -67,7 +75,7 @@ fn end() -> End {
         access: Access::ALL,
     };
     let qp = p.create_qp(&cq, &attr).unwrap();
-    let buf = Region::new(BUF);
+    let buf = Region::new(buf_len);
     let mr = p
         .reg_mr(buf.addr(), buf.len as u64, Access::ALL, RegKind::Plain)
         .unwrap();
@@ -201,6 +209,107 @@ fn slots(size: usize) -> usize {
     (BUF / size.max(1)).clamp(1, 16)
 }
 
+/// What `e` tells an in-process peer about itself.
+fn peer_of(e: &End) -> Peer {
+    Peer {
+        addr: e.p.port_info().addr,
+        qpn: e.p.qp_num(&e.qp),
+        buf: e.buf.addr(),
+        key: e.key,
+        pid: std::process::id() as i32,
+    }
+}
+
+/// Polls `e` once; reposts every receive; returns (receives, sends) completed.
+fn poll_side(e: &mut End, cs: &mut [Completion]) -> (usize, usize) {
+    let k = e.p.poll_cq(&mut e.cq, cs).unwrap();
+    let mut r = 0;
+    for c in &cs[..k] {
+        assert_eq!(c.status, WcStatus::Success, "{c:?}");
+        if c.opcode == ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
+            e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
+            r += 1;
+        }
+    }
+    (r, k - r)
+}
+
+/// In-process fabric, one thread driving both ends: (one-way 8-byte µs, [(size, memcpy GB/s,
+/// soft GB/s)]).
+fn inproc(quick: bool) -> (f64, Vec<(usize, f64, f64)>) {
+    const IBUF: usize = 64 << 20;
+    let mut a = end_with(IBUF);
+    let mut b = end_with(IBUF);
+    let (pa, pb) = (peer_of(&a), peer_of(&b));
+    connect(&mut a, &pb);
+    connect(&mut b, &pa);
+    for i in 0..RECVS {
+        a.p.post_recv(&mut a.qp, i).unwrap();
+        b.p.post_recv(&mut b.qp, i).unwrap();
+    }
+    let mut cs = [Completion::EMPTY; 64];
+    let iters = if quick { 50_000 } else { 500_000 };
+    let mut ping = |n: usize, a: &mut End, b: &mut End| {
+        for _ in 0..n {
+            let w = wri(a, &pb, 8, 8, 0);
+            a.p.post_send(&mut a.qp, &[w]).unwrap();
+            while poll_side(b, &mut cs).0 == 0 {}
+            let w = wri(b, &pa, 8, 8, 0);
+            b.p.post_send(&mut b.qp, &[w]).unwrap();
+            while poll_side(a, &mut cs).0 == 0 {}
+        }
+    };
+    ping(iters / 10, &mut a, &mut b);
+    let t = Instant::now();
+    ping(iters, &mut a, &mut b);
+    let lat = t.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
+    while poll_side(&mut a, &mut cs) != (0, 0) || poll_side(&mut b, &mut cs) != (0, 0) {}
+
+    let mut rows = Vec::new();
+    let budget = if quick { 64usize << 20 } else { 1usize << 30 };
+    let mut size = 64;
+    while size <= 16 << 20 {
+        let iters = (budget / size).clamp(8, 100_000);
+        let k = (IBUF / size).clamp(1, 16);
+        let t = Instant::now();
+        for i in 0..iters {
+            let off = (i % k) * size;
+            // SAFETY: `off + size <= IBUF`: inside both buffers, which do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(a.buf.ptr.add(off), b.buf.ptr.add(off), size) };
+        }
+        let raw = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        let (mut posted, mut done) = (0usize, 0usize);
+        let t = Instant::now();
+        while done < iters {
+            while posted < iters && posted - done < 16 {
+                let off = ((posted % k) * size) as u64;
+                let mut w = wri(&a, &pb, size, 1, posted as u64);
+                w.sge.addr += off;
+                w.remote_addr += off;
+                a.p.post_send(&mut a.qp, &[w]).unwrap();
+                posted += 1;
+            }
+            done += poll_side(&mut a, &mut cs).1;
+            poll_side(&mut b, &mut cs);
+        }
+        let soft = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        while poll_side(&mut b, &mut cs) != (0, 0) {}
+        rows.push((size, raw, soft));
+        size *= 4;
+    }
+    (lat, rows)
+}
+
+fn unit(size: usize) -> String {
+    if size >= 1 << 20 {
+        format!("{} MiB", size >> 20)
+    } else if size >= 1 << 10 {
+        format!("{} KiB", size >> 10)
+    } else {
+        format!("{size} B")
+    }
+}
+
 fn raw_bw(pid: i32, src: &Region, dst: u64, size: usize, iters: usize) -> f64 {
     let k = slots(size);
     let t = Instant::now();
@@ -294,6 +403,10 @@ fn main() {
         return;
     }
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--inproc") {
+        print_inproc(quick);
+        return;
+    }
     if let Err(u) = ibnet_soft::probe() {
         eprintln!("{u}");
         return;
@@ -345,11 +458,7 @@ fn main() {
         let iters = (budget / size).clamp(8, 50_000);
         let raw = raw_bw(peer.pid, &e.buf, peer.buf, size, iters);
         let soft = soft_bw(&mut e, &peer, size, iters, 16);
-        let unit = if size >= 1 << 20 {
-            format!("{} MiB", size >> 20)
-        } else {
-            format!("{} KiB", size >> 10)
-        };
+        let unit = unit(size);
         println!(
             "  {unit:>8}            {raw:8.2}   {soft:9.2}   {:5.2}",
             soft / raw
@@ -359,4 +468,19 @@ fn main() {
     let w = wri(&e, &peer, 0, QUIT, 0);
     e.p.post_send(&mut e.qp, &[w]).unwrap();
     let _ = ch.wait();
+    print_inproc(quick);
+}
+
+fn print_inproc(quick: bool) {
+    let (lat, rows) = inproc(quick);
+    println!("\nin-process fabric (two providers, one thread)");
+    println!("  soft WRITE_WITH_IMM one-way (RTT/2)  {lat:8.3} us");
+    println!("                        memcpy    soft w=16   ratio");
+    for (size, raw, soft) in rows {
+        let unit = unit(size);
+        println!(
+            "  {unit:>8}            {raw:8.2}   {soft:9.2}   {:5.2}",
+            soft / raw
+        );
+    }
 }

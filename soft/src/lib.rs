@@ -11,7 +11,8 @@
 //!     └─ monitor thread: pidfds of cross-process peers (liveness)
 //!
 //!  initiator QP ──post_send──▶ lease(local lkey) + lease(remote rkey) ──▶ copy
-//!                                 in-process: memmove │ cross-process: process_vm_writev/readv
+//!                       in-process: atomic word copy (≤ 16 KiB) or process_vm_writev into our
+//!                       own pid │ cross-process: process_vm_writev/readv
 //!              ──combiner──▶ WRITE_WITH_IMM: ring entry + recv_tail in the target's QP block
 //!  target  CQ  ──poll_cq──▶ harvests its QPs: retired sends, delivered receives
 //! ```
@@ -35,13 +36,19 @@
 //! `/proc/<pid>/fd/<fd>`.
 //!
 //! ## Memory safety
-//! Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
+//! `reg_mr` prefaults the range (`MADV_POPULATE_WRITE`/`READ`, as verbs pins pages): an
+//! unmapped range, or one without the access asked for, fails with `Error::Provider` and
+//! `EFAULT`. Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
 //! taken from the owners' registration tables in shared memory (see `segment`): key, range and
 //! access are checked before any byte moves, and deregistration waits until no lease is held
-//! (bounded: 1 s, after which the slot is quarantined). A failed check completes the WR with
+//! (bounded: 1 s, after which the slot is quarantined and `dereg_mr` fails with `EBUSY`: the
+//! memory must then never be reused, since a stopped peer may still write into it). A failed check completes the WR with
 //! `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state.
-//! Registered memory must stay mapped until it is deregistered (as with verbs, where an MR pins
-//! the pages); in-process copies would fault on unmapped memory.
+//! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
+//! copies of up to 16 KiB use atomic word stores, larger ones and all cross-process copies go
+//! through the kernel. Registered memory must stay mapped until it is deregistered (as with
+//! verbs, where an MR pins the pages): a kernel copy over memory unmapped meanwhile fails with
+//! `EFAULT` (`RemoteAccessError`), but a small in-process copy would fault.
 //!
 //! ## Liveness
 //! A monitor thread polls the pidfds of cross-process peers every 50 ms. Once a peer is dead
@@ -75,6 +82,11 @@ mod peer;
 mod probe;
 mod qp;
 mod segment;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod sq;
+#[cfg(not(loom))]
+mod sq;
 mod sys;
 
 use std::collections::VecDeque;
@@ -515,6 +527,14 @@ impl Provider for SoftProvider {
         let bits = bit(access.local_write, segment::ACC_LOCAL_WRITE)
             | bit(access.remote_write, segment::ACC_REMOTE_WRITE)
             | bit(access.remote_read, segment::ACC_REMOTE_READ);
+        // Like verbs pinning the pages: an unmapped range (a bogus address from C) is a
+        // registration error, never a fault in a later copy.
+        sys::probe_range(addr, len, access.local_write || access.remote_write).map_err(|e| {
+            io_err(
+                "reg_mr (range not mapped, or not readable/writable as the access requires)",
+                e,
+            )
+        })?;
         let idx = self
             .inner
             .mrs
@@ -537,9 +557,22 @@ impl Provider for SoftProvider {
         }
     }
 
+    /// Deregisters `mr`, waiting (≤ 1 s) for copies that hold a lease on it.
+    ///
+    /// `Err(Error::Provider { call: "dereg_mr (peer still copying)", errno: EBUSY })` when a
+    /// lease was still held at the deadline (a stopped or dead peer, or one stuck in a copy):
+    /// the key is invalid (no new copy starts) and the slot is quarantined, but a copy already
+    /// under way may still write into the memory. **The memory must not be freed or reused**:
+    /// treat it as leaked.
     fn dereg_mr(&self, mut mr: Self::Mr) -> Result<()> {
-        mr.release();
-        Ok(())
+        if mr.release() {
+            Ok(())
+        } else {
+            Err(Error::Provider {
+                call: "dereg_mr (peer still copying)",
+                errno: libc::EBUSY,
+            })
+        }
     }
 
     fn destroy_qp(&self, qp: Self::Qp) -> Result<()> {
@@ -555,5 +588,54 @@ impl Provider for SoftProvider {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dereg_with_a_lease_held_past_the_deadline_is_ebusy_and_quarantines() {
+        let p = SoftProvider::open_with(Config {
+            workers: 0,
+            ..Config::default()
+        })
+        .unwrap();
+        let buf = vec![0u8; 4096];
+        let addr = buf.as_ptr() as u64;
+        let mr = p.reg_mr(addr, 4096, Access::ALL, RegKind::Plain).unwrap();
+        let (key, idx) = (mr.key, mr.idx);
+        // A peer's copy in flight, as a stopped (SIGSTOP) peer would leave it.
+        let lease = p
+            .inner
+            .seg
+            .lease(key, addr, 8, segment::ACC_REMOTE_WRITE, false)
+            .ok()
+            .unwrap();
+        match p.dereg_mr(mr) {
+            Err(Error::Provider { call, errno }) => {
+                assert_eq!(errno, libc::EBUSY);
+                assert_eq!(call, "dereg_mr (peer still copying)");
+            }
+            r => panic!("expected EBUSY, got {r:?}"),
+        }
+        // The key is dead for new copies even though the old lease still exists.
+        assert!(p
+            .inner
+            .seg
+            .lease(key, addr, 8, segment::ACC_REMOTE_WRITE, false)
+            .is_err());
+        drop(lease);
+        // The slot stays quarantined: no later registration reuses it.
+        let later: Vec<SoftMr> = (0..4)
+            .map(|_| p.reg_mr(addr, 4096, Access::ALL, RegKind::Plain).unwrap())
+            .collect();
+        assert!(later.iter().all(|m| m.idx != idx));
+        // Without a lease, deregistration succeeds.
+        for m in later {
+            p.dereg_mr(m).unwrap();
+        }
+        drop(buf);
     }
 }

@@ -1,7 +1,8 @@
 //! Reaching a peer provider, and noticing when its process dies.
 //!
 //! * **In-process** (same pid): the peer's [`Segment`] is found in a process-wide registry by
-//!   its nonce; copies are plain `memmove`s.
+//!   its nonce; copies are atomic word copies, or `process_vm_writev` into our own pid above
+//!   `segment::WORD_COPY_MAX` (see `segment::copy_leased`).
 //! * **Cross-process** (same host): the peer's memfd is opened through
 //!   `/proc/<pid>/fd/<fd>` and mapped; a `pidfd` of the peer is watched by the provider's
 //!   monitor thread, which sets [`Peer::dead`] within [`MONITOR_PERIOD`] of the peer's exit.

@@ -9,7 +9,7 @@
 //! ```
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
-//!   `process_vm_writev`, or a `memmove` in-process); a larger one as `k` *tokens* handed to
+//!   `process_vm_writev`, or an atomic word copy in-process); a larger one as `k` *tokens* handed to
 //!   the copy engine, each token claiming chunks of the WR until none is left. Data movement is
 //!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
-use ibnet_core::provider::{Completion, QpAttr, SendWr, WcOpcode, WcStatus, WrOpcode};
+use ibnet_core::provider::{Completion, QpAttr, SendWr, WcOpcode, WcStatus};
 use ibnet_core::{Error, Result};
 
 use crate::cq::CqShared;
@@ -47,6 +47,7 @@ use crate::peer::Peer;
 use crate::segment::{
     self, Dir, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, RING,
 };
+use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
 
 /// Where a connected QP sends to.
 pub struct Remote {
@@ -56,99 +57,6 @@ pub struct Remote {
     pub qpn: u32,
     /// The remote QP's block index in the peer's segment.
     pub block: usize,
-}
-
-const OP_WRITE: u32 = 0;
-const OP_WRITE_IMM: u32 = 1;
-const OP_READ: u32 = 2;
-const F_SIGNALED: u32 = 1 << 8;
-
-/// One send-queue slot. Fields are atomics (Relaxed) published by `sq_tail` (Release) or by the
-/// copy-engine channel; only the poster writes them, and only while the slot is free.
-#[repr(align(64))]
-#[derive(Default)]
-struct SqEntry {
-    wr_id: AtomicU64,
-    laddr: AtomicU64,
-    raddr: AtomicU64,
-    len: AtomicU32,
-    lkey: AtomicU32,
-    rkey: AtomicU32,
-    imm: AtomicU32,
-    flags: AtomicU32,
-    /// Tokens still held by copy workers (0: the data has landed or failed).
-    tokens: AtomicU32,
-    /// 0 or the WR's own error status.
-    status: AtomicU32,
-    vendor: AtomicU32,
-    /// Next byte offset to claim (tokens).
-    claim: AtomicU64,
-}
-
-/// A snapshot of a WR.
-#[derive(Clone, Copy)]
-struct Wr {
-    wr_id: u64,
-    laddr: u64,
-    raddr: u64,
-    len: u32,
-    lkey: u32,
-    rkey: u32,
-    op: u32,
-    signaled: bool,
-}
-
-impl SqEntry {
-    fn store(&self, w: &SendWr) {
-        let op = match w.opcode {
-            WrOpcode::Write => OP_WRITE,
-            WrOpcode::WriteWithImm => OP_WRITE_IMM,
-            WrOpcode::Read => OP_READ,
-        };
-        // Relaxed (all): published by the Release store of `sq_tail` / the channel send.
-        self.wr_id.store(w.wr_id, Ordering::Relaxed);
-        self.laddr.store(w.sge.addr, Ordering::Relaxed);
-        self.raddr.store(w.remote_addr, Ordering::Relaxed);
-        self.len.store(w.sge.len, Ordering::Relaxed);
-        self.lkey.store(w.sge.lkey, Ordering::Relaxed);
-        self.rkey.store(w.rkey, Ordering::Relaxed);
-        self.imm.store(w.imm, Ordering::Relaxed);
-        self.flags.store(
-            op | if w.signaled { F_SIGNALED } else { 0 },
-            Ordering::Relaxed,
-        );
-        self.status.store(0, Ordering::Relaxed);
-        self.vendor.store(0, Ordering::Relaxed);
-        self.claim.store(0, Ordering::Relaxed);
-        self.tokens.store(0, Ordering::Relaxed);
-    }
-
-    fn load(&self) -> Wr {
-        // Relaxed (all): the caller synchronised with the poster (sq_tail Acquire or channel).
-        let flags = self.flags.load(Ordering::Relaxed);
-        Wr {
-            wr_id: self.wr_id.load(Ordering::Relaxed),
-            laddr: self.laddr.load(Ordering::Relaxed),
-            raddr: self.raddr.load(Ordering::Relaxed),
-            len: self.len.load(Ordering::Relaxed),
-            lkey: self.lkey.load(Ordering::Relaxed),
-            rkey: self.rkey.load(Ordering::Relaxed),
-            op: flags & 0xff,
-            signaled: flags & F_SIGNALED != 0,
-        }
-    }
-
-    fn set_err(&self, st: WcStatus, vendor: u32) {
-        // Relaxed: the first error wins; published by the token's Release `tokens` decrement
-        // (workers) or by `sq_tail` (poster).
-        if self
-            .status
-            .compare_exchange(0, st as u32, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        {
-            self.vendor.store(vendor, Ordering::Relaxed);
-        }
-    }
 }
 
 /// QP states visible to the provider.
@@ -171,7 +79,7 @@ pub struct QpShared {
     sq_tail: CachePadded<AtomicU64>,
     sq_cursor: CachePadded<AtomicU64>,
     sq_head: CachePadded<AtomicU64>,
-    kicks: CachePadded<AtomicU32>,
+    kicks: Combiner,
     /// Immediates delivered to the remote QP (combiner only).
     imm_sent: AtomicU64,
     /// The remote's `recv_posted` as last read (combiner only): credits known without touching
@@ -179,9 +87,8 @@ pub struct QpShared {
     posted_seen: AtomicU64,
     /// 0, or the status outstanding WRs complete with (error state).
     fail: AtomicU32,
-    /// Sequence number of the first WR whose copy failed (u64::MAX: none). WRs behind it are
-    /// not executed and complete with `WrFlushError`.
-    err_seq: AtomicU64,
+    /// The first WR whose copy failed: WRs behind it are not executed (`WrFlushError`).
+    err_seq: ErrSeq,
     state: AtomicU8,
     remote: OnceLock<Remote>,
     rq: Box<[AtomicU64]>,
@@ -218,18 +125,18 @@ impl QpShared {
             idx,
             own,
             cq,
-            sq: (0..scap).map(|_| SqEntry::default()).collect(),
+            sq: (0..scap).map(|_| SqEntry::new()).collect(),
             sq_mask: scap as u64 - 1,
             max_send: attr.max_send_wr as u64,
             max_inline: attr.max_inline,
             sq_tail: CachePadded::new(AtomicU64::new(0)),
             sq_cursor: CachePadded::new(AtomicU64::new(0)),
             sq_head: CachePadded::new(AtomicU64::new(0)),
-            kicks: CachePadded::new(AtomicU32::new(0)),
+            kicks: Combiner::new(),
             imm_sent: AtomicU64::new(0),
             posted_seen: AtomicU64::new(0),
             fail: AtomicU32::new(0),
-            err_seq: AtomicU64::new(u64::MAX),
+            err_seq: ErrSeq::new(),
             state: AtomicU8::new(ST_RESET),
             remote: OnceLock::new(),
             rq: (0..rcap).map(|_| AtomicU64::new(0)).collect(),
@@ -286,6 +193,9 @@ impl QpShared {
             .qp_block(self.idx)
             .state
             .store(0, Ordering::Release);
+        // Acquire (all four): pair with the Release stores of the poller (`sq_head`,
+        // `rq_head`) and the poster (`sq_tail`, `rq_posted`); destroy runs after both stopped
+        // (`&mut`/drop), so these are their final values and the entries are readable.
         let (h, t) = (
             self.sq_head.load(Ordering::Acquire),
             self.sq_tail.load(Ordering::Acquire),
@@ -306,8 +216,9 @@ impl QpShared {
                 state: "QP not connected (RESET)",
             });
         }
-        let tail = self.sq_tail.load(Ordering::Relaxed); // only the poster writes `sq_tail`
-                                                         // Acquire: pairs with the poller's Release of `sq_head`: it has read those entries.
+        // Relaxed: only the poster writes `sq_tail`.
+        let tail = self.sq_tail.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of `sq_head`: it has read those entries.
         let head = self.sq_head.load(Ordering::Acquire);
         if (tail - head) + wrs.len() as u64 > self.max_send {
             return Err(Error::Full {
@@ -353,9 +264,8 @@ impl QpShared {
             return;
         }
         let k = len.div_ceil(self.chunk).min(engine.workers() as u64) as u32;
-        // Relaxed: published to the workers by the channel send below, to the combiner by
-        // `sq_tail`.
-        e.tokens.store(k, Ordering::Relaxed);
+        e.set_tokens(k); // before the channel sends below
+
         for _ in 0..k {
             if !engine.submit(self.clone(), seq) {
                 self.run_token(seq); // engine full or stopped: copy here rather than lose it
@@ -368,24 +278,21 @@ impl QpShared {
         let w = e.load();
         let len = w.len as u64;
         loop {
-            // Relaxed: claims only need to be unique (a RMW on one location).
-            let off = e.claim.fetch_add(self.chunk, Ordering::Relaxed);
+            let off = e.claim(self.chunk);
             if off >= len {
                 break;
             }
             let n = self.chunk.min(len - off);
-            // Relaxed: a stale read only costs one wasted chunk copy before the error shows;
-            // the poster sees its own earlier stores (direct WRs of one chain).
-            if e.status.load(Ordering::Relaxed) != 0
-                || self.fail.load(Ordering::Relaxed) != 0
-                || seq > self.err_seq.load(Ordering::Relaxed)
+            // Relaxed (`fail`; `status` and `skips` are Relaxed too): a stale read only costs
+            // one wasted chunk copy before the error shows; the poster sees its own earlier
+            // stores (direct WRs of one chain).
+            if e.status() != 0 || self.fail.load(Ordering::Relaxed) != 0 || self.err_seq.skips(seq)
             {
                 continue;
             }
             if let Err((st, v)) = self.copy(&w, off, n) {
                 e.set_err(st, v);
-                // Release: pairs with the combiner's Acquire load in `advance`.
-                self.err_seq.fetch_min(seq, Ordering::Release);
+                self.err_seq.note(seq);
             }
         }
     }
@@ -394,9 +301,7 @@ impl QpShared {
     pub fn run_token(&self, seq: u64) {
         let e = self.entry(seq);
         self.run_chunks(seq, e);
-        // Release: pairs with the Acquire `tokens` load in `advance` (through the release
-        // sequence of these RMWs): our copies and status happen-before the WR's retirement.
-        if e.tokens.fetch_sub(1, Ordering::Release) == 1 {
+        if e.token_done() {
             self.kick();
         }
     }
@@ -445,51 +350,33 @@ impl QpShared {
 
     /// Runs [`Self::advance`] now or makes the running combiner run it again.
     pub fn kick(&self) {
-        // AcqRel: Release publishes what we did before kicking to the running combiner;
-        // Acquire (when we become the combiner) sees the previous combiner's work.
-        if self.kicks.fetch_add(1, Ordering::AcqRel) != 0 {
-            return;
-        }
-        loop {
-            // Acquire: pairs with the AcqRel increments of other kickers.
-            let k = self.kicks.load(Ordering::Acquire);
-            self.advance();
-            // AcqRel: on success our advance is published to the next combiner; on failure we
-            // acquire the new kicks' work and go round again.
-            if self
-                .kicks
-                .compare_exchange(k, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return;
-            }
-        }
+        self.kicks.kick(|| self.advance());
     }
 
     /// Retires landed WRs in order, delivering immediates (combiner only).
     fn advance(&self) {
         self.check_peer();
-        let mut c = self.sq_cursor.load(Ordering::Relaxed); // only the combiner writes it
-                                                            // Acquire: pairs with the poster's Release of `sq_tail`.
+        // Relaxed: only the combiner writes it.
+        let mut c = self.sq_cursor.load(Ordering::Relaxed);
+        // Acquire: pairs with the poster's Release of `sq_tail`.
         let t = self.sq_tail.load(Ordering::Acquire);
         while c < t {
             let e = self.entry(c);
-            // Acquire: pairs with the workers' Release decrements: their copies are done.
-            if e.tokens.load(Ordering::Acquire) != 0 {
-                break;
+            if !e.landed() {
+                break; // tokens out: copies still running
             }
-            // Relaxed: ordered by the Acquire above / by sq_tail.
-            let own = e.status.load(Ordering::Relaxed);
-            // Acquire (both): pair with `set_fail` / the `err_seq` update of a failed copy.
+            // Ordered by `landed` (Acquire) / by sq_tail.
+            let own = e.status();
+            // Acquire: pairs with `set_fail`'s Release.
             let fail = self.fail.load(Ordering::Acquire);
-            let err_seq = self.err_seq.load(Ordering::Acquire);
+            let err_seq = self.err_seq.first();
             let st = if c > err_seq {
                 WcStatus::WrFlushError as u32 // behind the first failed WR: not executed
             } else if own != 0 {
                 own
             } else if fail != 0 {
                 fail
-            } else if e.flags.load(Ordering::Relaxed) & 0xff == OP_WRITE_IMM {
+            } else if e.op() == OP_WRITE_IMM {
                 match self.deliver(e) {
                     Deliver::Done => 0,
                     Deliver::Rnr => break,
@@ -499,8 +386,7 @@ impl QpShared {
                 0
             };
             if st != 0 {
-                // Relaxed: published by the Release store of `sq_cursor` below.
-                e.status.store(st, Ordering::Relaxed);
+                e.set_status(st); // published by the Release store of `sq_cursor` below
                 self.set_fail(if st == WcStatus::RetryExceeded as u32 {
                     WcStatus::RetryExceeded
                 } else {
@@ -552,8 +438,9 @@ impl QpShared {
 
     /// `post_recv`.
     pub fn post_recv(&self, wr_id: u64) -> Result<()> {
-        let p = self.rq_posted.load(Ordering::Relaxed); // only the poster writes it
-                                                        // Acquire: pairs with the poller's Release of `rq_head`: those slots were read.
+        // Relaxed: only the poster writes it.
+        let p = self.rq_posted.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of `rq_head`: those slots were read.
         let h = self.rq_head.load(Ordering::Acquire);
         if p - h >= self.max_recv {
             return Err(Error::Full {
@@ -590,14 +477,14 @@ impl QpShared {
         let mut n = 0;
         let mut released = 0;
         // Sends.
-        let mut h = self.sq_head.load(Ordering::Relaxed); // only the poller writes it
-                                                          // Acquire: pairs with the combiner's Release of `sq_cursor`.
+        // Relaxed: only the poller writes it.
+        let mut h = self.sq_head.load(Ordering::Relaxed);
+        // Acquire: pairs with the combiner's Release of `sq_cursor`.
         let cur = self.sq_cursor.load(Ordering::Acquire);
         while h < cur && n < out.len() {
             let e = self.entry(h);
             let w = e.load();
-            // Relaxed: ordered by the Acquire of `sq_cursor`.
-            let st = e.status.load(Ordering::Relaxed);
+            let st = e.status(); // ordered by the Acquire of `sq_cursor`
             if w.signaled || st != 0 {
                 out[n] = Completion {
                     wr_id: w.wr_id,
@@ -609,6 +496,7 @@ impl QpShared {
                     },
                     byte_len: w.len,
                     imm: 0,
+                    // Relaxed: ordered by the Acquire of `sq_cursor`, like `status`.
                     vendor_err: e.vendor.load(Ordering::Relaxed),
                     qp_num: self.qpn,
                 };
@@ -623,13 +511,15 @@ impl QpShared {
         let b = self.own.qp_block(self.idx);
         // Acquire: pairs with `post_recv`'s Release.
         let posted = self.rq_posted.load(Ordering::Acquire);
-        let mut rh = self.rq_head.load(Ordering::Relaxed); // only the poller writes it
-                                                           // Acquire: pairs with `set_fail`.
+        // Relaxed: only the poller writes it.
+        let mut rh = self.rq_head.load(Ordering::Relaxed);
+        // Acquire: pairs with `set_fail`.
         let fail = self.fail.load(Ordering::Acquire);
         // In the error state, deliveries are accepted only up to the point where the poller
         // first saw the failure; the rest of the posted receives are flushed.
-        let cut = self.rq_cutoff.load(Ordering::Relaxed); // only the poller writes it
-                                                          // Never beyond `posted`: a peer can never complete more than was posted.
+        // Relaxed: only the poller writes it.
+        let cut = self.rq_cutoff.load(Ordering::Relaxed);
+        // Never beyond `posted`: a peer can never complete more than was posted.
         let limit = posted.min(cut);
         while rh < limit && n < out.len() {
             let e = &b.ring[(rh % RING as u64) as usize];
@@ -640,6 +530,7 @@ impl QpShared {
             // Relaxed: ordered by the Acquire of `seq`.
             let v = e.meta.load(Ordering::Relaxed);
             out[n] = Completion {
+                // Relaxed: ordered by the Acquire of `rq_posted` above.
                 wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
                 status: WcStatus::Success,
                 opcode: WcOpcode::RecvRdmaWithImm,
@@ -659,6 +550,7 @@ impl QpShared {
         if fail != 0 {
             while rh < posted && n < out.len() {
                 out[n] = Completion {
+                    // Relaxed: ordered by the Acquire of `rq_posted` above.
                     wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
                     status: status_of(fail),
                     opcode: WcOpcode::RecvRdmaWithImm,

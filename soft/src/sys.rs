@@ -131,14 +131,32 @@ pub fn poll_readable(fds: &[RawFd], ready: &mut Vec<bool>) -> io::Result<usize> 
     Ok(n as usize)
 }
 
-/// `process_vm_writev` of one contiguous range: `len` bytes from `local` in this process to
-/// `remote` in process `pid`. Returns the bytes written (short on a fault part-way).
+/// Direction of a cross-memory-attach copy, seen from this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Local → remote (`process_vm_writev`; RDMA WRITE).
+    Write,
+    /// Remote → local (`process_vm_readv`; RDMA READ).
+    Read,
+}
+
+/// Cross-memory attach of one contiguous range: `len` bytes between `local` in this process and
+/// `remote` in process `pid` (`process_vm_writev` for [`Dir::Write`], `process_vm_readv` for
+/// [`Dir::Read`]). Returns the bytes moved (short on a fault part-way). `pid` may be our own:
+/// then it is a memory copy that fails with `EFAULT` instead of faulting.
 ///
 /// # Safety
-/// `[local, local + len)` must be readable memory of this process for the duration of the call
-/// (the kernel reports a bad *remote* range as `EFAULT`, but a bad local range is also only an
-/// `EFAULT`, so this is not a memory-safety requirement in practice; it documents intent).
-pub unsafe fn vm_write(pid: i32, local: u64, remote: u64, len: usize) -> io::Result<usize> {
+/// For [`Dir::Read`], `[local, local + len)` must be memory of this process that nothing reads
+/// or writes non-atomically during the call (the caller checked it against a registration).
+/// The kernel validates both ranges and fails with `EFAULT` rather than touching unmapped
+/// memory, so a bad range is never a memory-safety issue in itself.
+pub unsafe fn vm_copy(
+    dir: Dir,
+    pid: i32,
+    local: u64,
+    remote: u64,
+    len: usize,
+) -> io::Result<usize> {
     let l = libc::iovec {
         iov_base: local as *mut libc::c_void,
         iov_len: len,
@@ -148,8 +166,14 @@ pub unsafe fn vm_write(pid: i32, local: u64, remote: u64, len: usize) -> io::Res
         iov_len: len,
     };
     // SAFETY: the iovecs are valid for the call; the kernel validates both address ranges and
-    // fails with EFAULT instead of touching unmapped memory.
-    let n = unsafe { libc::process_vm_writev(pid, &l, 1, &r, 1, 0) };
+    // fails with EFAULT instead of touching unmapped memory; the caller vouches that a local
+    // destination may be written.
+    let n = unsafe {
+        match dir {
+            Dir::Write => libc::process_vm_writev(pid, &l, 1, &r, 1, 0),
+            Dir::Read => libc::process_vm_readv(pid, &l, 1, &r, 1, 0),
+        }
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -157,39 +181,151 @@ pub unsafe fn vm_write(pid: i32, local: u64, remote: u64, len: usize) -> io::Res
     }
 }
 
-/// `process_vm_readv` of one contiguous range: `len` bytes from `remote` in process `pid` into
-/// `local` in this process. Returns the bytes read.
+/// Copies `len` bytes from `src` to `dst` inside this process with atomic word accesses: an
+/// 8-byte `AtomicU64` per aligned word when both addresses agree modulo 8, `AtomicU8` for the
+/// unaligned head and tail (or for everything when they disagree). Ascending addresses.
+///
+/// Why atomics: the destination may be memory another thread reads with atomic loads at the
+/// same time (a [`FifoRing`](ibnet_core::fifo::FifoRing) whose owner polls `idx`); a plain
+/// `memmove` would be a data race. Overlapping ranges give an unspecified result (as on a NIC).
 ///
 /// # Safety
-/// `[local, local + len)` must be memory of this process that nothing else reads or writes
-/// non-atomically during the call (the caller checked it against a registration).
-pub unsafe fn vm_read(pid: i32, local: u64, remote: u64, len: usize) -> io::Result<usize> {
-    let l = libc::iovec {
-        iov_base: local as *mut libc::c_void,
-        iov_len: len,
-    };
-    let r = libc::iovec {
-        iov_base: remote as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: as in `vm_write`; the kernel validates both ranges.
-    let n = unsafe { libc::process_vm_readv(pid, &l, 1, &r, 1, 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-/// Copies `len` bytes inside this process (`memmove`): the in-process fabric.
-///
-/// # Safety
-/// Both ranges must be mapped, and the caller must hold registrations (leases) covering them,
-/// so the owner promised they stay mapped; concurrent access by the application to the same
+/// Both ranges must be mapped, `dst` writable and `src` readable, for the whole call (the
+/// caller holds leases on registrations that were probed at `reg_mr`, and the owners promise
+/// the memory stays mapped until deregistered). Concurrent *non-atomic* access to the same
 /// bytes is a data race the RDMA contract already forbids.
-pub unsafe fn local_copy(dst: u64, src: u64, len: usize) {
-    // SAFETY: the caller guarantees both ranges are mapped and registered.
-    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+pub unsafe fn atomic_copy(dst: u64, src: u64, len: usize) {
+    use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+    let (mut d, mut s, mut n) = (dst as usize, src as usize, len);
+    let byte = |d: usize, s: usize| {
+        // Relaxed: the source was written before the WR was posted, which happens-before.
+        // SAFETY: in range and mapped (caller); any address is aligned for `u8`.
+        let v = unsafe { AtomicU8::from_ptr(s as *mut u8) }.load(Ordering::Relaxed);
+        // Release: pairs with the Acquire load by which a reader of the destination (a FIFO
+        // owner polling `idx`) learns the word is written: every earlier byte is visible too.
+        // SAFETY: as above; `dst` is writable (caller).
+        unsafe { AtomicU8::from_ptr(d as *mut u8) }.store(v, Ordering::Release);
+    };
+    if (d ^ s) & 7 == 0 {
+        while n > 0 && d & 7 != 0 {
+            byte(d, s);
+            (d, s, n) = (d + 1, s + 1, n - 1);
+        }
+        let word = |d: usize, s: usize, i: usize| {
+            let (d, s) = ((d + 8 * i) as *mut u64, (s + 8 * i) as *mut u64);
+            // Relaxed: as in `byte`.
+            // SAFETY: in range and mapped (caller); `d` and `s` are 8-byte aligned here.
+            let v = unsafe { AtomicU64::from_ptr(s) }.load(Ordering::Relaxed);
+            (d, v)
+        };
+        let put = |(d, v): (*mut u64, u64)| {
+            // Release: as in `byte`; pairs with the reader's Acquire load of this word.
+            // SAFETY: as in `word`; `dst` is writable (caller).
+            unsafe { AtomicU64::from_ptr(d) }.store(v, Ordering::Release);
+        };
+        // Four loads, then four stores (ascending): lets the CPU overlap them, ~2x faster
+        // than one word at a time at 4-16 KiB.
+        while n >= 32 {
+            let w = [word(d, s, 0), word(d, s, 1), word(d, s, 2), word(d, s, 3)];
+            w.into_iter().for_each(put);
+            (d, s, n) = (d + 32, s + 32, n - 32);
+        }
+        while n >= 8 {
+            put(word(d, s, 0));
+            (d, s, n) = (d + 8, s + 8, n - 8);
+        }
+    }
+    while n > 0 {
+        byte(d, s);
+        (d, s, n) = (d + 1, s + 1, n - 1);
+    }
+}
+
+/// Checks that `[addr, addr + len)` is mapped with the access a registration needs (`write`:
+/// writable, else readable), by prefaulting it: `madvise(MADV_POPULATE_WRITE/READ)`, which
+/// fails with `ENOMEM` on a hole and `EINVAL`/`EFAULT` on a mapping that may not be accessed so
+/// (`PROT_NONE`, read-only for write, device memory, beyond a file's end). Like a verbs
+/// registration pinning its pages, it populates every page. On kernels older than 5.14 (no
+/// `MADV_POPULATE_*`) it reads one byte of every page through `process_vm_readv` instead
+/// (readability only). Any failure is reported as `EFAULT`.
+pub fn probe_range(addr: u64, len: u64, write: bool) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let efault = || io::Error::from_raw_os_error(libc::EFAULT);
+    let page = page_size();
+    let start = addr & !(page - 1);
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_add(page - 1))
+        .ok_or_else(efault)?
+        & !(page - 1);
+    if populate_supported() {
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        loop {
+            // SAFETY: MADV_POPULATE_* only prefaults page tables as an access would (it never
+            // changes contents or mappings); it fails instead of raising a signal.
+            let r = unsafe {
+                libc::madvise(start as *mut libc::c_void, (end - start) as usize, advice)
+            };
+            if r == 0 {
+                return Ok(());
+            }
+            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return Err(efault());
+            }
+        }
+    }
+    // Old kernel: one byte of every page, up to 512 pages a call.
+    let mut sink = [0u8; 512];
+    let mut p = start;
+    while p < end {
+        let k = ((end - p) / page).min(sink.len() as u64) as usize;
+        let remote: Vec<libc::iovec> = (0..k)
+            .map(|i| libc::iovec {
+                iov_base: (p + i as u64 * page) as *mut libc::c_void,
+                iov_len: 1,
+            })
+            .collect();
+        let local = libc::iovec {
+            iov_base: sink.as_mut_ptr().cast(),
+            iov_len: k,
+        };
+        // SAFETY: `local` is our exclusive stack buffer of `k` bytes; the kernel validates the
+        // remote (our own) addresses and fails with EFAULT on an unreadable one.
+        let n = unsafe { libc::process_vm_readv(getpid(), &local, 1, remote.as_ptr(), k as _, 0) };
+        if n != k as isize {
+            return Err(efault());
+        }
+        p += k as u64 * page;
+    }
+    Ok(())
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 && (p as u64).is_power_of_two() {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+/// Whether the kernel knows `MADV_POPULATE_READ` (5.14+); asked once.
+fn populate_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        let page = page_size() as usize;
+        let probe = vec![0u8; 2 * page];
+        let a = (probe.as_ptr() as usize + page - 1) & !(page - 1);
+        // SAFETY: `a` is a page of `probe`, mapped and readable; POPULATE_READ changes nothing.
+        unsafe { libc::madvise(a as *mut libc::c_void, page, libc::MADV_POPULATE_READ) == 0 }
+    })
 }
 
 /// `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`: lets any process of this user attach (and so
@@ -217,7 +353,8 @@ pub fn cma_self_test() -> io::Result<bool> {
     let mut dst = 0u64;
     // SAFETY: `dst` is an exclusive 8-byte local and `src` a live 8-byte local of this frame.
     let n = unsafe {
-        vm_read(
+        vm_copy(
+            Dir::Read,
             getpid(),
             &mut dst as *mut u64 as u64,
             &src as *const u64 as u64,
@@ -231,7 +368,7 @@ pub fn cma_self_test() -> io::Result<bool> {
 pub fn cma_read_u64(pid: i32, remote: u64, out: &mut u64) -> io::Result<()> {
     // SAFETY: `out` is an exclusive 8-byte location of this process; the kernel validates the
     // remote range.
-    let n = unsafe { vm_read(pid, out as *mut u64 as u64, remote, 8) }?;
+    let n = unsafe { vm_copy(Dir::Read, pid, out as *mut u64 as u64, remote, 8) }?;
     if n == 8 {
         Ok(())
     } else {

@@ -16,6 +16,7 @@ const QUIT: u32 = u32::MAX;
 
 /// The helper side; does nothing unless spawned with a role.
 #[test]
+#[ignore = "helper role: spawned by the two-process tests with IBNET_SOFT_ROLE"]
 fn helper_entry() {
     let Ok(role) = std::env::var("IBNET_SOFT_ROLE") else {
         return;
@@ -43,9 +44,18 @@ fn helper_entry() {
             for i in 0..8 {
                 me.recv(i);
             }
+            // One poll may return several completions (an echo's own send completion and the
+            // next receive, QUIT included): handle every one, never just the first.
+            let mut pending = std::collections::VecDeque::new();
             loop {
-                let c = me.wait(1)[0];
+                if pending.is_empty() {
+                    pending.extend(me.wait(1));
+                }
+                let c = pending.pop_front().unwrap();
                 assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                if c.opcode == ibnet_core::provider::WcOpcode::RdmaWrite {
+                    continue; // an echo landed
+                }
                 if c.imm == QUIT {
                     break;
                 }
@@ -63,14 +73,6 @@ fn helper_entry() {
                     true,
                 );
                 me.post(&[w]).unwrap();
-                // The echo's own completion may interleave with the next receive: wait for it.
-                let got = me.wait(1)[0];
-                assert_eq!(
-                    got.opcode,
-                    ibnet_core::provider::WcOpcode::RdmaWrite,
-                    "{got:?}"
-                );
-                assert_eq!(got.status, WcStatus::Success, "{got:?}");
             }
         }
         // Post receives and sleep until killed.
@@ -273,13 +275,16 @@ fn killed_target_fails_outstanding_work() {
     let ms = me.reg(&src);
     let mut h = helper("victim", LEN, &mut me, &src, &ms);
     wait_line(&mut h, "READY");
-    // Keep 8 large writes in flight, kill the helper after a few completed.
+    // Keep 8 large writes in flight, kill the helper after a few completed. Should every WR in
+    // flight have landed before the kill (fast copies), keep posting after it until the death
+    // shows: the test is about the first error and everything behind it.
     let mut posted = 0u64;
     let mut done: Vec<Completion> = Vec::new();
     let t = Instant::now();
     let mut killed = false;
+    let failed = |d: &[Completion]| d.iter().any(|c| c.status != WcStatus::Success);
     loop {
-        while posted - (done.len() as u64) < 8 && !killed {
+        while posted - (done.len() as u64) < 8 && !(killed && failed(&done)) {
             let w = wr(
                 posted,
                 WrOpcode::WriteWithImm,
@@ -302,7 +307,7 @@ fn killed_target_fails_outstanding_work() {
             h.child.wait().unwrap();
             killed = true;
         }
-        if killed && done.len() as u64 == posted {
+        if killed && done.len() as u64 == posted && failed(&done) {
             break;
         }
         assert!(

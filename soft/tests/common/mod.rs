@@ -291,9 +291,17 @@ pub fn write_line(w: &mut impl Write, s: &str) {
 }
 
 /// Spawns this test binary as a helper running the test `entry` with `IBNET_SOFT_ROLE=role`.
+/// Helper entries are `#[ignore]`d (so a plain `cargo test` does not count them as passes);
+/// `--include-ignored --exact` runs exactly the one named, ignored or not.
 pub fn spawn_helper(entry: &str, role: &str, arg: &str) -> std::process::Child {
     std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .args([
+            "--include-ignored",
+            "--exact",
+            entry,
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("IBNET_SOFT_ROLE", role)
         .env("IBNET_SOFT_ARG", arg)
         .stdin(std::process::Stdio::piped())

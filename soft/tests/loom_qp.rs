@@ -1,0 +1,206 @@
+//! Loom model of the send-queue protocol of `qp.rs`: a one-entry send queue whose WR is copied
+//! by two copy-engine tokens while the poster kicks the combiner and a poller looks at the
+//! cursor. The slot, the token count, the combiner and the first-failure mark are the crate's
+//! own (`ibnet_soft::sq`, built on loom's atomics under `--cfg loom`); `advance` and
+//! `run_token` below mirror `QpShared::advance` / `QpShared::run_chunks` step for step, with
+//! the bytes of the copy as loom cells (so a missing happens-before is reported as a race).
+//!
+//! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p ibnet-soft --release
+//! --target-dir target/loom --test loom_qp`
+#![cfg(loom)]
+
+use ibnet_core::provider::{SendWr, Sge, WcStatus, WrOpcode};
+use ibnet_soft::sq::{Combiner, ErrSeq, SqEntry};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+const CHUNK: u64 = 4096;
+const CHUNKS: usize = 2;
+
+/// A QP with a one-entry send queue; the target's bytes are `data`.
+struct Qp {
+    e: SqEntry,
+    /// `QpShared::sq_tail`.
+    tail: AtomicU64,
+    /// `QpShared::sq_cursor`.
+    cursor: AtomicU64,
+    kicks: Combiner,
+    err_seq: ErrSeq,
+    /// One cell per chunk of the WR: what the copy writes.
+    data: [UnsafeCell<u8>; CHUNKS],
+    /// Combiner-only state: passes of `advance` (checks mutual exclusion).
+    passes: UnsafeCell<u32>,
+    /// The chunk whose copy fails, if any.
+    fail_chunk: Option<usize>,
+}
+
+impl Qp {
+    fn new(fail_chunk: Option<usize>) -> Self {
+        Self {
+            e: SqEntry::new(),
+            tail: AtomicU64::new(0),
+            cursor: AtomicU64::new(0),
+            kicks: Combiner::new(),
+            err_seq: ErrSeq::new(),
+            data: [UnsafeCell::new(0), UnsafeCell::new(0)],
+            passes: UnsafeCell::new(0),
+            fail_chunk,
+        }
+    }
+
+    /// Mirror of `QpShared::advance` (without peers and immediates).
+    fn advance(&self) {
+        self.passes.with_mut(|p| unsafe { *p += 1 }); // exclusive: the combiner only
+        let mut c = self.cursor.load(Ordering::Relaxed); // only the combiner writes it
+        let t = self.tail.load(Ordering::Acquire); // pairs with the poster's Release
+        while c < t {
+            if !self.e.landed() {
+                break;
+            }
+            let own = self.e.status();
+            let st = if c > self.err_seq.first() {
+                WcStatus::WrFlushError as u32
+            } else {
+                own
+            };
+            if st != 0 {
+                self.e.set_status(st);
+            }
+            c += 1;
+            self.cursor.store(c, Ordering::Release); // pairs with the poller's Acquire
+        }
+    }
+
+    fn kick(&self) {
+        self.kicks.kick(|| self.advance());
+    }
+
+    /// Mirror of `QpShared::run_token` / `run_chunks` for WR `seq`.
+    fn run_token(&self, seq: u64) {
+        let len = self.e.load().len as u64;
+        loop {
+            let off = self.e.claim(CHUNK);
+            if off >= len {
+                break;
+            }
+            if self.e.status() != 0 || self.err_seq.skips(seq) {
+                continue;
+            }
+            let i = (off / CHUNK) as usize;
+            if self.fail_chunk == Some(i) {
+                self.e.set_err(WcStatus::RemoteAccessError, 14);
+                self.err_seq.note(seq);
+            } else {
+                self.data[i].with_mut(|p| unsafe { *p = 1 });
+            }
+        }
+        if self.e.token_done() {
+            self.kick();
+        }
+    }
+
+    /// The poller: once the WR is retired, its status and bytes must be final.
+    fn poll(&self) -> Option<u32> {
+        if self.cursor.load(Ordering::Acquire) < 1 {
+            return None;
+        }
+        let st = self.e.status();
+        for (i, d) in self.data.iter().enumerate() {
+            let v = d.with(|p| unsafe { *p });
+            if self.fail_chunk != Some(i) && st == 0 {
+                assert_eq!(v, 1, "chunk {i} not landed at retirement");
+            }
+        }
+        Some(st)
+    }
+}
+
+fn wr() -> SendWr {
+    SendWr {
+        wr_id: 7,
+        opcode: WrOpcode::Write,
+        sge: Sge {
+            addr: 0x1000,
+            len: (CHUNK as usize * CHUNKS) as u32,
+            lkey: 1,
+        },
+        remote_addr: 0x2000,
+        rkey: 2,
+        imm: 0,
+        signaled: true,
+        inline: false,
+    }
+}
+
+/// Poster: one WR, two tokens to two workers, publish, kick; a concurrent poller. Afterwards the
+/// WR is retired (no lost kick) with `want` as its status.
+fn run(fail_chunk: Option<usize>, want: u32) {
+    loom::model(move || {
+        let qp = Arc::new(Qp::new(fail_chunk));
+        qp.e.store(&wr());
+        qp.e.set_tokens(2);
+        // Spawning stands for the copy-engine channel send (a happens-before edge, as in
+        // `Engine::submit`).
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = qp.clone();
+                thread::spawn(move || q.run_token(0))
+            })
+            .collect();
+        let q = qp.clone();
+        let poller = thread::spawn(move || {
+            if let Some(st) = q.poll() {
+                assert_eq!(st, want);
+            }
+        });
+        qp.tail.store(1, Ordering::Release); // `post`: publishes the entry
+        qp.kick();
+        for w in workers {
+            w.join().unwrap();
+        }
+        poller.join().unwrap();
+        assert_eq!(qp.cursor.load(Ordering::Acquire), 1, "WR never retired");
+        assert_eq!(qp.poll(), Some(want));
+    });
+}
+
+#[test]
+fn two_tokens_land_before_retirement() {
+    run(None, 0);
+}
+
+#[test]
+fn failed_chunk_sets_the_status_seen_at_retirement() {
+    run(Some(1), WcStatus::RemoteAccessError as u32);
+}
+
+/// The combiner alone: three kickers, each with work published before its kick; the pass that
+/// runs after the last kick sees all of it, and passes never overlap.
+#[test]
+fn combiner_never_loses_a_kick() {
+    loom::model(|| {
+        let c = Arc::new(Combiner::new());
+        let work = Arc::new(AtomicU32::new(0));
+        let seen = Arc::new(UnsafeCell::new(0u32));
+        let kick = |c: &Combiner, work: &AtomicU32, seen: &UnsafeCell<u32>| {
+            work.fetch_add(1, Ordering::Relaxed); // published by the kick's AcqRel
+            c.kick(|| {
+                let w = work.load(Ordering::Relaxed);
+                seen.with_mut(|p| unsafe { *p = (*p).max(w) });
+            });
+        };
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let (c, work, seen) = (c.clone(), work.clone(), seen.clone());
+                thread::spawn(move || kick(&c, &work, &seen))
+            })
+            .collect();
+        kick(&c, &work, &seen);
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(seen.with(|p| unsafe { *p }), 3, "a kick was lost");
+    });
+}
