@@ -37,6 +37,8 @@
 //! scratch area of the handle (bytes 64..72; NCCL keeps the handle between calls); an unknown
 //! token is a corrupt handle. A peer that closes mid-handshake is an error (`PeerGone`); one that
 //! stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either drops the half-built comm.
+#![allow(unsafe_code)]
+// This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 // These functions are the C entry points' bodies: every pointer comes from NCCL under the plugin
 // contract and is NULL-checked (comms and requests are looked up as tokens) before use.

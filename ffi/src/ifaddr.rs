@@ -7,6 +7,7 @@
 //! * `NCCL_SOCKET_FAMILY` = `AF_INET` / `AF_INET6` restricts the address family.
 //!
 //! The first matching address (interfaces in the system's order) wins.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

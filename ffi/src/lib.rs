@@ -26,6 +26,12 @@
 //! [`handles`], so a stale or foreign one is an error, not a dereference; closing a comm while
 //! another thread is inside a call on it is outside the plugin contract. No panic crosses
 //! `extern "C"`; a caught one poisons the comm it happened on. Nothing is written to stdout.
+//!
+//! `unsafe` code is denied at the crate root and allowed only where C is called or C's pointers
+//! are taken: the ABI shims (`abi/v*`), `api`, `sock`/`ifaddr` (libc sockets), `log` (NCCL's
+//! logger), `verbs::{loader, device, provider}`, `proxy`, and the `.fini_array` hook in
+//! `plugin`; every block has a `SAFETY` comment.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;

@@ -5,6 +5,7 @@
 //! from a peer or the environment is ever interpreted as a format string. Each line starts with
 //! `NET/IBNET`. Without a logger (before `init`, or in Rust unit tests) messages are dropped,
 //! unless `IBNET_LOG_STDERR=1` sends them to stderr. Nothing is ever written to stdout.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_ulong};
 use std::sync::atomic::{AtomicUsize, Ordering};

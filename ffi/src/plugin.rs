@@ -375,6 +375,9 @@ extern "C" fn on_unload() {
     shut_down(p);
 }
 
+// SAFETY: `.fini_array` holds plain `extern "C" fn()` pointers that the dynamic loader calls at
+// `dlclose` or exit; `on_unload` takes no arguments, never unwinds (it only stops our threads).
+#[allow(unsafe_code)]
 #[used]
 #[link_section = ".fini_array"]
 static ON_UNLOAD: extern "C" fn() = on_unload;

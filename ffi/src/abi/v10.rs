@@ -1,5 +1,6 @@
 //! `ncclNet_v10_t` (NCCL 2.26–2.27): `init(log, prof)`, the comm config passed to `connect`,
 //! `phandle(s)` on isend/irecv. Properties as v9.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::size_of;

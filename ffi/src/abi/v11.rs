@@ -1,5 +1,6 @@
 //! `ncclNet_v11_t` (NCCL 2.28): per-communicator `init(ctx, commId, config)`, `finalize`,
 //! `setNetAttr`, `maxMultiRequestSize`. NCCL reads this table in place.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};

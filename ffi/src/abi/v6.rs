@@ -1,4 +1,5 @@
 //! `ncclNet_v6_t` (NCCL 2.12–2.13): no device handles, no getDeviceMr/irecvConsumed.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::size_of;

@@ -1,4 +1,5 @@
 //! `ncclNet_v7_t` (NCCL 2.14–2.18): like v8 with `int` size on regMr and no `regIsGlobal`.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::size_of;

@@ -1,5 +1,6 @@
 //! `ncclNet_v8_t` (NCCL 2.19–2.23): `int` sizes on isend/irecv, `size_t` on regMr, properties
 //! with `regIsGlobal`.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::size_of;

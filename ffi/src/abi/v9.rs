@@ -1,5 +1,6 @@
 //! `ncclNet_v9_t` (NCCL 2.24–2.25): `size_t` sizes on isend/irecv, vProps and max-bytes
 //! properties, `makeVDevice`.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};

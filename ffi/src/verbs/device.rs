@@ -7,6 +7,7 @@
 //! chosen by `NCCL_IB_GID_INDEX` (-1: auto-selection by RoCE version, address family and range)
 //! and the DMA-BUF probe result. Each opened context gets one async-event thread, stopped and
 //! joined when the last port using the context is dropped.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use std::ffi::CStr;
 use std::net::IpAddr;

@@ -7,6 +7,7 @@
 //!
 //! The library is resolved once per process and never unloaded (a provider library may keep
 //! threads or atexit handlers), so the function pointers stay valid for the process lifetime.
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;

@@ -8,6 +8,7 @@
 //!   EINVAL (old drivers); DMA-BUF registrations honour the offset and never keep the fd.
 //! * A device-fatal async event makes every later poll on the device fail; a QP or CQ error
 //!   only the polls of the comm owning it (see [`super::events`]).
+#![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
