@@ -27,7 +27,7 @@ mod recv;
 mod send;
 
 pub use recv::RecvComm;
-pub use send::SendComm;
+pub use send::{SendComm, MAX_MSG_SIZE};
 
 use crate::fifo::MAX_RECVS;
 use crate::provider::MrKeys;

@@ -55,7 +55,9 @@ macro_rules! fill_v9 {
             ndevs: 1,
             devs: [$dev, 0, 0, 0],
         };
-        $out.max_p2p_bytes = NCCL_MAX_NET_SIZE_BYTES;
+        // One isend is one RDMA write of at most 1 GiB (the core's MAX_MSG_SIZE, NCCL's
+        // MAX_NET_SIZE): NCCL splits larger point-to-point transfers to this size.
+        $out.max_p2p_bytes = ibnet_core::comm::MAX_MSG_SIZE as usize;
         $out.max_coll_bytes = MAX_COLLNET_SIZE;
     }};
 }
