@@ -4,6 +4,9 @@
 //! * the soft provider: WRITE_WITH_IMM bandwidth (a window of outstanding WRs, completions
 //!   polled), and one-way latency of 8-byte WRITE_WITH_IMM ping-pong (round trip / 2).
 //!
+//! * the core's comms (`SendComm` here, `RecvComm` in the peer; see `comms/mod.rs`): one-way
+//!   8-byte latency and bandwidth per size, against the raw figures of the same run.
+//!
 //! * the in-process fabric (two providers of this process, one thread): one-way 8-byte latency
 //!   and WRITE_WITH_IMM bandwidth, next to a plain `memcpy` of the same sizes.
 //!
@@ -21,6 +24,8 @@ use ibnet_core::provider::{
     SendWr, Sge, WcStatus, WrOpcode,
 };
 use ibnet_soft::{Config, SoftCq, SoftProvider, SoftQp};
+
+mod comms;
 
 const MAX: usize = 64 << 20;
 /// Each side's buffer: in-flight messages use distinct slots of it (no two copies in flight
@@ -171,7 +176,8 @@ fn wri(e: &End, peer: &Peer, len: usize, imm: u32, wr_id: u64) -> SendWr {
     }
 }
 
-/// The peer: echoes 8-byte messages until told to sink, then reposts receives until QUIT.
+/// The peer: echoes 8-byte messages until told to sink, then reposts receives until QUIT, then
+/// runs the comm section's peer.
 fn child() {
     let mut e = end();
     let mut out = std::io::stdout();
@@ -184,7 +190,7 @@ fn child() {
     }
     let mut echo = true;
     let mut cs = [Completion::EMPTY; 64];
-    loop {
+    'run: loop {
         let n = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
         for c in &cs[..n] {
             assert_eq!(c.status, WcStatus::Success, "{c:?}");
@@ -192,7 +198,7 @@ fn child() {
                 continue;
             }
             match c.imm {
-                QUIT => return,
+                QUIT => break 'run,
                 SWITCH_TO_SINK => echo = false,
                 _ => {}
             }
@@ -200,6 +206,26 @@ fn child() {
             if echo && c.imm != SWITCH_TO_SINK {
                 let w = wri(&e, &peer, c.byte_len as usize, 0, 0);
                 e.p.post_send(&mut e.qp, &[w]).unwrap();
+            }
+        }
+    }
+    comms::peer(&e, &mut std::io::stdin().lock(), &mut out);
+}
+
+/// Busy-polls, but after [`comms::BUSY`] empty polls in a row yields the CPU between polls: on
+/// a host with few cores, two processes busy-polling would otherwise starve the provider's copy
+/// worker (WRs above `direct_max`). The 8-byte latency loops never get that far.
+#[derive(Default)]
+struct Idle(u32);
+
+impl Idle {
+    fn polled(&mut self, n: usize) {
+        if n > 0 {
+            self.0 = 0;
+        } else {
+            self.0 += 1;
+            if self.0 >= comms::BUSY {
+                std::thread::yield_now();
             }
         }
     }
@@ -345,6 +371,7 @@ fn raw_call_us(pid: i32, src: &Region, dst: u64, iters: usize) -> f64 {
 /// Soft provider: keeps `window` WRITE_WITH_IMMs of `size` in flight; GB/s.
 fn soft_bw(e: &mut End, peer: &Peer, size: usize, iters: usize, window: usize) -> f64 {
     let mut cs = [Completion::EMPTY; 64];
+    let mut idle = Idle::default();
     let (mut posted, mut done) = (0usize, 0usize);
     let t = Instant::now();
     while done < iters {
@@ -357,6 +384,7 @@ fn soft_bw(e: &mut End, peer: &Peer, size: usize, iters: usize, window: usize) -
             posted += 1;
         }
         let n = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
+        idle.polled(n);
         for c in &cs[..n] {
             assert_eq!(c.status, WcStatus::Success, "{c:?}");
         }
@@ -453,10 +481,12 @@ fn main() {
     println!("\nbandwidth (GB/s; rotating distinct buffer slots per size, up to 16)");
     println!("                        raw CMA   soft w=16   ratio");
     let budget = if quick { 64usize << 20 } else { 1usize << 30 };
+    let mut raws = Vec::new();
     let mut size = 4096;
     while size <= MAX {
         let iters = (budget / size).clamp(8, 50_000);
         let raw = raw_bw(peer.pid, &e.buf, peer.buf, size, iters);
+        raws.push((size, raw));
         let soft = soft_bw(&mut e, &peer, size, iters, 16);
         let unit = unit(size);
         println!(
@@ -467,7 +497,9 @@ fn main() {
     }
     let w = wri(&e, &peer, 0, QUIT, 0);
     e.p.post_send(&mut e.qp, &[w]).unwrap();
-    let _ = ch.wait();
+    let c = comms::Comms::connect(&e, &mut stdout, &mut stdin);
+    comms::print(c, quick, raw_us, &raws);
+    assert!(ch.wait().unwrap().success(), "peer process failed");
     print_inproc(quick);
 }
 
