@@ -295,66 +295,59 @@ impl Plugin {
     /// `getProperties(dev)`.
     pub fn properties(&self, dev: i32) -> Result<DevProps, Error> {
         member!(self.table, get_properties).ok_or_else(|| missing("getProperties"))?;
-        // SAFETY (all arms): the props structs are plain data; all-zero is a valid value; the
-        // plugin fills them during the call; strings it points to are owned by the plugin and
-        // copied out before return.
         let cs = |p: *mut core::ffi::c_char| -> Option<String> {
+            // SAFETY: a non-NULL string pointer in the props is a NUL-terminated string owned
+            // by the plugin, valid at least until the next call; it is copied out at once.
             (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
         };
+        // The props structs of every version share these field names.
+        macro_rules! dev_props {
+            ($p:expr) => {
+                DevProps {
+                    name: cs($p.name).unwrap_or_default(),
+                    pci_path: cs($p.pci_path),
+                    guid: $p.guid,
+                    ptr_support: $p.ptr_support,
+                    speed_mbps: $p.speed,
+                    port: $p.port,
+                    max_comms: $p.max_comms,
+                    max_recvs: $p.max_recvs,
+                    reg_is_global: $p.reg_is_global != 0,
+                }
+            };
+        }
         match self.table {
             Table::V11(t) => {
+                // SAFETY: the props struct is plain C data for which all-zero is a valid value.
                 let mut p: Props11 = unsafe { core::mem::zeroed() };
-                check("getProperties", unsafe {
-                    ((*t).head.get_properties.unwrap_unchecked())(dev, &mut p)
-                })?;
-                Ok(DevProps {
-                    name: cs(p.name).unwrap_or_default(),
-                    pci_path: cs(p.pci_path),
-                    guid: p.guid,
-                    ptr_support: p.ptr_support,
-                    speed_mbps: p.speed,
-                    port: p.port,
-                    max_comms: p.max_comms,
-                    max_recvs: p.max_recvs,
-                    reg_is_global: p.reg_is_global != 0,
-                })
+                // SAFETY: `t` is the plugin's live table; `member!` checked the entry is
+                // non-NULL; `p` is a valid, writable props struct of this version's layout.
+                let rc = unsafe { ((*t).head.get_properties.unwrap_unchecked())(dev, &mut p) };
+                check("getProperties", rc)?;
+                Ok(dev_props!(p))
             }
             Table::V10(_) | Table::V9(_) => {
+                // SAFETY: as for v11: plain C data, all-zero is valid.
                 let mut p: Props9 = unsafe { core::mem::zeroed() };
                 let f = match self.table {
+                    // SAFETY: the live table's entry, checked non-NULL by `member!`.
                     Table::V10(t) => unsafe { (*t).get_properties.unwrap_unchecked() },
+                    // SAFETY: as above.
                     Table::V9(t) => unsafe { (*t).get_properties.unwrap_unchecked() },
                     _ => unreachable!(),
                 };
-                check("getProperties", unsafe { f(dev, &mut p) })?;
-                Ok(DevProps {
-                    name: cs(p.name).unwrap_or_default(),
-                    pci_path: cs(p.pci_path),
-                    guid: p.guid,
-                    ptr_support: p.ptr_support,
-                    speed_mbps: p.speed,
-                    port: p.port,
-                    max_comms: p.max_comms,
-                    max_recvs: p.max_recvs,
-                    reg_is_global: p.reg_is_global != 0,
-                })
+                // SAFETY: `f` is the plugin's getProperties; `p` has the v9/v10 layout.
+                let rc = unsafe { f(dev, &mut p) };
+                check("getProperties", rc)?;
+                Ok(dev_props!(p))
             }
             Table::V8(t) => {
+                // SAFETY: as for v11: plain C data, all-zero is valid.
                 let mut p: Props8 = unsafe { core::mem::zeroed() };
-                check("getProperties", unsafe {
-                    ((*t).get_properties.unwrap_unchecked())(dev, &mut p)
-                })?;
-                Ok(DevProps {
-                    name: cs(p.name).unwrap_or_default(),
-                    pci_path: cs(p.pci_path),
-                    guid: p.guid,
-                    ptr_support: p.ptr_support,
-                    speed_mbps: p.speed,
-                    port: p.port,
-                    max_comms: p.max_comms,
-                    max_recvs: p.max_recvs,
-                    reg_is_global: p.reg_is_global != 0,
-                })
+                // SAFETY: the live table's entry, checked non-NULL; `p` has the v8 layout.
+                let rc = unsafe { ((*t).get_properties.unwrap_unchecked())(dev, &mut p) };
+                check("getProperties", rc)?;
+                Ok(dev_props!(p))
             }
         }
     }
