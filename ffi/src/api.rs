@@ -755,11 +755,13 @@ fn poison(token: *mut c_void) {
     let Some((p, kind)) = handles::lookup_any(token as usize) else {
         return;
     };
-    // SAFETY (all three): a live slot of that kind holds a box of that type; only the atomic
-    // flag is touched, through a shared reference.
     let flag = match kind {
+        // SAFETY: a live slot of kind Listen holds a ListenComm box; only its atomic flag is
+        // touched, through a shared reference.
         Kind::Listen => unsafe { &(*(p as *const ListenComm)).poisoned },
+        // SAFETY: as above, for a SendCommBox.
         Kind::Send => unsafe { &(*(p as *const SendCommBox)).poisoned },
+        // SAFETY: as above, for a RecvCommBox.
         Kind::Recv => unsafe { &(*(p as *const RecvCommBox)).poisoned },
     };
     // Release pairs with the Acquire loads in `check_live`/`listen_comm`.

@@ -358,14 +358,18 @@ impl Plugin {
         let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
         let mut l: *mut c_void = core::ptr::null_mut();
         let hp = h.as_mut_ptr().cast::<c_void>();
-        // SAFETY (all arms): member present; the handle buffer is NCCL_NET_HANDLE_MAXSIZE bytes
+        // SAFETY (every arm below): member present; the handle buffer is NCCL_NET_HANDLE_MAXSIZE bytes
         // and `l` outlives the call.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe {
                 ((*t).head.listen.unwrap_unchecked())(self.ctx, dev, hp, &mut l)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe { ((*t).listen.unwrap_unchecked())(dev, hp, &mut l) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe { ((*t).listen.unwrap_unchecked())(dev, hp, &mut l) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe { ((*t).listen.unwrap_unchecked())(dev, hp, &mut l) },
         };
         check("listen", rc)?;
@@ -386,16 +390,20 @@ impl Plugin {
         let mut dh: *mut ncclNetDeviceHandle_t = core::ptr::null_mut();
         let hp = handle.as_mut_ptr().cast::<c_void>();
         let mut cfg = ncclNetCommConfig_t { traffic_class: -1 };
-        // SAFETY (all arms): member present; the handle (kept by the caller between attempts,
+        // SAFETY (every arm below): member present; the handle (kept by the caller between attempts,
         // as NCCL does), `s`, `dh` and `cfg` outlive the call.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe {
                 ((*t).head.connect.unwrap_unchecked())(self.ctx, dev, hp, &mut s, &mut dh)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe {
                 ((*t).connect.unwrap_unchecked())(dev, &mut cfg, hp, &mut s, &mut dh)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe { ((*t).connect.unwrap_unchecked())(dev, hp, &mut s, &mut dh) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe { ((*t).connect.unwrap_unchecked())(dev, hp, &mut s, &mut dh) },
         };
         check("connect", rc)?;
@@ -407,13 +415,17 @@ impl Plugin {
         member!(self.table, accept).ok_or_else(|| missing("accept"))?;
         let mut r: *mut c_void = core::ptr::null_mut();
         let mut dh: *mut ncclNetDeviceHandle_t = core::ptr::null_mut();
-        // SAFETY (all arms): member present; `listen` came from listen(); outputs outlive the call.
+        // SAFETY (every arm below): member present; `listen` came from listen(); outputs outlive the call.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe {
                 ((*t).head.accept.unwrap_unchecked())(listen.0, &mut r, &mut dh)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe { ((*t).accept.unwrap_unchecked())(listen.0, &mut r, &mut dh) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe { ((*t).accept.unwrap_unchecked())(listen.0, &mut r, &mut dh) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe { ((*t).accept.unwrap_unchecked())(listen.0, &mut r, &mut dh) },
         };
         check("accept", rc)?;
@@ -428,17 +440,21 @@ impl Plugin {
         member!(self.table, reg_mr).ok_or_else(|| missing("regMr"))?;
         let mut m: *mut c_void = core::ptr::null_mut();
         let d = data.cast::<c_void>();
-        // SAFETY (all arms): member present; the caller keeps the memory alive.
+        // SAFETY (every arm below): member present; the caller keeps the memory alive.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe {
                 ((*t).head.reg_mr.unwrap_unchecked())(comm.0, d, size, NCCL_PTR_HOST, &mut m)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe {
                 ((*t).reg_mr.unwrap_unchecked())(comm.0, d, size, NCCL_PTR_HOST, &mut m)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe {
                 ((*t).reg_mr.unwrap_unchecked())(comm.0, d, size, NCCL_PTR_HOST, &mut m)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe {
                 ((*t).reg_mr.unwrap_unchecked())(comm.0, d, size, NCCL_PTR_HOST, &mut m)
             },
@@ -450,11 +466,15 @@ impl Plugin {
     /// `deregMr`.
     pub fn dereg_mr(&self, comm: Comm, mr: Mr) -> Result<(), Error> {
         member!(self.table, dereg_mr).ok_or_else(|| missing("deregMr"))?;
-        // SAFETY (all arms): member present; `mr` came from reg_mr on `comm`.
+        // SAFETY (every arm below): member present; `mr` came from reg_mr on `comm`.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe { ((*t).head.dereg_mr.unwrap_unchecked())(comm.0, mr.0) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe { ((*t).dereg_mr.unwrap_unchecked())(comm.0, mr.0) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe { ((*t).dereg_mr.unwrap_unchecked())(comm.0, mr.0) },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe { ((*t).dereg_mr.unwrap_unchecked())(comm.0, mr.0) },
         };
         check("deregMr", rc)
@@ -477,14 +497,17 @@ impl Plugin {
         let mut r: *mut c_void = core::ptr::null_mut();
         let d = data.cast::<c_void>();
         let null = core::ptr::null_mut();
-        // SAFETY (all arms): member present; buffer contract is the caller's.
+        // SAFETY (every arm below): member present; buffer contract is the caller's.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe {
                 ((*t).head.isend.unwrap_unchecked())(comm.0, d, size, tag, mr.0, null, &mut r)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe {
                 ((*t).isend.unwrap_unchecked())(comm.0, d, size, tag, mr.0, null, &mut r)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe {
                 ((*t).isend.unwrap_unchecked())(comm.0, d, size, tag, mr.0, &mut r)
             },
@@ -529,9 +552,10 @@ impl Plugin {
             phs.as_mut_ptr(),
         );
         let nn = n as c_int;
-        // SAFETY (all arms): member present; the arrays hold `n` entries and outlive the call
+        // SAFETY (every arm below): member present; the arrays hold `n` entries and outlive the call
         // (the plugin copies what it needs); buffer contract is the caller's.
         let rc = match self.table {
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V11(t) => unsafe {
                 ((*t).head.irecv.unwrap_unchecked())(
                     comm.0,
@@ -544,6 +568,7 @@ impl Plugin {
                     &mut r,
                 )
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe {
                 ((*t).irecv.unwrap_unchecked())(
                     comm.0,
@@ -556,9 +581,11 @@ impl Plugin {
                     &mut r,
                 )
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe {
                 ((*t).irecv.unwrap_unchecked())(comm.0, nn, dp, sizes.as_mut_ptr(), tp, mp, &mut r)
             },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe {
                 ((*t).irecv.unwrap_unchecked())(comm.0, nn, dp, isizes.as_mut_ptr(), tp, mp, &mut r)
             },
@@ -573,10 +600,13 @@ impl Plugin {
         let mut done: c_int = 0;
         let mut sizes = [0 as c_int; MAX_RECVS];
         let f = match self.table {
-            // SAFETY (all arms): member present.
+            // SAFETY (every arm below): member present.
             Table::V11(t) => unsafe { (*t).head.test.unwrap_unchecked() },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V10(t) => unsafe { (*t).test.unwrap_unchecked() },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V9(t) => unsafe { (*t).test.unwrap_unchecked() },
+            // SAFETY: see the comment above this match (it holds for every arm).
             Table::V8(t) => unsafe { (*t).test.unwrap_unchecked() },
         };
         // SAFETY: `req` is an outstanding request; `sizes` has room for MAX_RECVS entries.
@@ -586,7 +616,7 @@ impl Plugin {
 
     fn close(&self, which: &str, c: Comm) -> Result<(), Error> {
         let f = match (self.table, which) {
-            // SAFETY (all arms): table from dlsym.
+            // SAFETY (every arm below): table from dlsym.
             (Table::V11(t), "closeSend") => unsafe { (*t).head.close_send },
             (Table::V11(t), "closeRecv") => unsafe { (*t).head.close_recv },
             (Table::V11(t), _) => unsafe { (*t).head.close_listen },
