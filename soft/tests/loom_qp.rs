@@ -52,7 +52,8 @@ impl Qp {
 
     /// Mirror of `QpShared::advance` (without peers and immediates).
     fn advance(&self) {
-        self.passes.with_mut(|p| unsafe { *p += 1 }); // exclusive: the combiner only
+        // SAFETY: only the thread that holds the combiner runs `advance`, so access is exclusive.
+        self.passes.with_mut(|p| unsafe { *p += 1 });
         let mut c = self.cursor.load(Ordering::Relaxed); // only the combiner writes it
         let t = self.tail.load(Ordering::Acquire); // pairs with the poster's Release
         while c < t {
@@ -93,6 +94,7 @@ impl Qp {
                 self.e.set_err(WcStatus::RemoteAccessError, 14);
                 self.err_seq.note(seq);
             } else {
+                // SAFETY: chunk `i` is written only by the token that owns it, before its Release.
                 self.data[i].with_mut(|p| unsafe { *p = 1 });
             }
         }
@@ -108,6 +110,8 @@ impl Qp {
         }
         let st = self.e.status();
         for (i, d) in self.data.iter().enumerate() {
+            // SAFETY: read after the Acquire that pairs with each chunk's Release (the model
+            // checks exactly that).
             let v = d.with(|p| unsafe { *p });
             if self.fail_chunk != Some(i) && st == 0 {
                 assert_eq!(v, 1, "chunk {i} not landed at retirement");
@@ -188,6 +192,7 @@ fn combiner_never_loses_a_kick() {
             work.fetch_add(1, Ordering::Relaxed); // published by the kick's AcqRel
             c.kick(|| {
                 let w = work.load(Ordering::Relaxed);
+                // SAFETY: the combiner runs one closure at a time, so access is exclusive.
                 seen.with_mut(|p| unsafe { *p = (*p).max(w) });
             });
         };
@@ -201,6 +206,7 @@ fn combiner_never_loses_a_kick() {
         for t in ts {
             t.join().unwrap();
         }
+        // SAFETY: every thread has been joined; nothing else touches `seen`.
         assert_eq!(seen.with(|p| unsafe { *p }), 3, "a kick was lost");
     });
 }

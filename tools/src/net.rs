@@ -514,6 +514,7 @@ impl Plugin {
             Table::V8(t) => {
                 let s = c_int::try_from(size)
                     .map_err(|_| Error(format!("size {size} exceeds a v8 plugin's int")))?;
+                // SAFETY: see the comment above this match (it holds for every arm).
                 unsafe { ((*t).isend.unwrap_unchecked())(comm.0, d, s, tag, mr.0, &mut r) }
             }
         };
@@ -618,16 +619,27 @@ impl Plugin {
         let f = match (self.table, which) {
             // SAFETY (every arm below): table from dlsym.
             (Table::V11(t), "closeSend") => unsafe { (*t).head.close_send },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V11(t), "closeRecv") => unsafe { (*t).head.close_recv },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V11(t), _) => unsafe { (*t).head.close_listen },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V10(t), "closeSend") => unsafe { (*t).close_send },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V10(t), "closeRecv") => unsafe { (*t).close_recv },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V10(t), _) => unsafe { (*t).close_listen },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V9(t), "closeSend") => unsafe { (*t).close_send },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V9(t), "closeRecv") => unsafe { (*t).close_recv },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V9(t), _) => unsafe { (*t).close_listen },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V8(t), "closeSend") => unsafe { (*t).close_send },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V8(t), "closeRecv") => unsafe { (*t).close_recv },
+            // SAFETY: `t` is the live table from dlsym; reading one of its fields.
             (Table::V8(t), _) => unsafe { (*t).close_listen },
         };
         let f = f.ok_or_else(|| missing(which))?;
