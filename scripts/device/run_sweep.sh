@@ -23,7 +23,7 @@
 # the start (minus RESERVE for compare and packing); a step with no time left is skipped and
 # reported as missing. Knobs (environment), defaults in brackets:
 #   NPROC [2]  MAX_BYTES [1073741824]  SWEEP_ARGS [] (extra nccl_sweep.py arguments)
-#   RUN_TIMEOUT [120] (ibnet, socket)  SHM_TIMEOUT [90]  RELOAD_TIMEOUT [60]
+#   RUN_TIMEOUT [150] (ibnet, socket)  SHM_TIMEOUT [90]  RELOAD_TIMEOUT [60]
 #   VARIANT_TIMEOUT [45] (each)  DEADLINE [570]  RESERVE [15]  PACK [1]  RELOAD [1]
 #   VARIANTS ["proto-ll:NCCL_PROTO=LL proto-ll128:NCCL_PROTO=LL128 proto-simple:NCCL_PROTO=SIMPLE
 #             qps4-ch4:NCCL_IB_QPS_PER_CONNECTION=4,NCCL_NCHANNELS_PER_NET_PEER=4"]
@@ -52,7 +52,7 @@ mkdir -p "$RUNS"
 
 NPROC="${NPROC:-2}"
 MAX_BYTES="${MAX_BYTES:-1073741824}"
-RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
+RUN_TIMEOUT="${RUN_TIMEOUT:-150}"
 SHM_TIMEOUT="${SHM_TIMEOUT:-90}"
 RELOAD_TIMEOUT="${RELOAD_TIMEOUT:-60}"
 VARIANT_TIMEOUT="${VARIANT_TIMEOUT:-45}"
