@@ -118,7 +118,7 @@ sweep() {
 
 step_machine() {
   echo "== machine"
-  nvidia-smi -L 2>&1 | head -n 8
+  timeout 30 nvidia-smi -L 2>&1 | head -n 8
   timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())' 2>&1
   echo "plugin: $SO ($(stat -c %s "$SO") bytes)"
   echo "plan: deadline ${DEADLINE}s; ibnet, socket <= ${RUN_TIMEOUT}s each, shm <= ${SHM_TIMEOUT}s," \
