@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::{align_of, offset_of, size_of};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ibnet_core::proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
@@ -320,13 +320,7 @@ fn exported() -> Option<BTreeSet<String>> {
 }
 
 /// Compiles `src` with `cc` (extra `args`), returning the compiler's stderr on failure.
-fn compile(
-    cc: &str,
-    args: &[&str],
-    src: &PathBuf,
-    out: &PathBuf,
-    inc: &PathBuf,
-) -> Result<(), String> {
+fn compile(cc: &str, args: &[&str], src: &Path, out: &Path, inc: &Path) -> Result<(), String> {
     let o = Command::new(cc)
         .args(args)
         .arg(format!("-I{}", inc.display()))
