@@ -48,7 +48,9 @@ out="${CARGO_TARGET_DIR:-$root/target}/$profile"
 for f in libnccl_net_ibnet.so libnccl_net_ibnet.a; do
   [ -f "$out/$f" ] || { echo "install.sh: $out/$f missing (build first, or drop --no-build)" >&2; exit 1; }
 done
-version="$(cargo pkgid -p ibnet-ffi | sed 's/.*[#@]//')"
+# The workspace's version, read without cargo (which may be off root's PATH under sudo).
+version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
+[ -n "$version" ] || { echo "install.sh: no version in Cargo.toml's [workspace.package]" >&2; exit 1; }
 
 d="$destdir"
 install -d "$d$libdir/pkgconfig" "$d$libdir/cmake/ibnet" "$d$includedir"
