@@ -16,7 +16,7 @@ use ibnet_core::comm::CommConfig;
 use ibnet_core::provider::Provider;
 use ibnet_core::proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
 use ibnet_core::proxy::{
-    CommNet, ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, NetProps,
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, InProcessNet, MemKind, MemProvider, NetProps,
     Profiler, Protocol, ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SizeReport, SubArgs,
     STEPS,
 };
@@ -98,7 +98,7 @@ unsafe impl MemProvider for HostMem {
 }
 
 /// The net of the harness over provider `D`.
-pub type NetOn<D> = CommNet<D, 16>;
+pub type NetOn<D> = InProcessNet<D, 16>;
 /// The engine of the harness over provider `D`.
 pub type PxOn<D> = ProxyState<NetOn<D>, HostMem, 32>;
 /// The net over the loopback double.

@@ -10,7 +10,7 @@ use ibnet_soft::SoftProvider;
 
 impl Fabric for SoftProvider {
     fn leaks(&self) -> Option<(usize, usize)> {
-        // The soft provider does not count its objects; `CommNet` and the harness check that
+        // The soft provider does not count its objects; `InProcessNet` and the harness check that
         // every comm and registration was given back.
         None
     }
