@@ -30,7 +30,8 @@
 //! * [`lines`]: LL / LL128 readiness checks;
 //! * [`profiler`]: proxy op/step events, no-op by default;
 //! * [`state`]: the [`ProxyState`] (connection table, shared pools, shared comms);
-//!   [`lifecycle`]: setup/connect/free; [`pools`]: shared buffers and shared comms;
+//!   [`lifecycle`]: setup/connect/free, `build` (private): a connection's resources in
+//!   stages; [`pools`]: shared buffers and shared comms;
 //! * [`op`]: a proxy operation and its sub-operations; `send` and `recv` (private): progress.
 //!
 //! # Driving it
@@ -49,6 +50,7 @@
 //! the shared memory. Nothing here allocates: memory comes from the [`MemProvider`], comms from
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
 
+mod build;
 pub mod device;
 pub mod in_process;
 pub mod lifecycle;
@@ -61,6 +63,7 @@ pub mod pools;
 pub mod profiler;
 mod recv;
 mod send;
+mod setup;
 pub mod shared;
 mod start;
 pub mod state;
