@@ -521,8 +521,10 @@ pub fn config_traffic_class(raw: i32) -> Result<Option<u8>> {
     })
 }
 
-/// Parses an integer the way NCCL's `strtoll(s, .., 0)` reads it, but rejecting trailing junk
-/// and overflow. `s` must already be trimmed.
+/// Parses an integer the way NCCL's `strtoll(s, .., 0)` reads it (an optional sign, then
+/// decimal, `0x`/`0X` hexadecimal or leading-`0` octal), but rejecting trailing junk and
+/// overflow. `s` must already be trimmed. The one parser of NCCL-style integers: [`Params`],
+/// `ibnet-ffi`'s and `ibnet-soft`'s variables and `ibnet-hip`'s parameters all read through it.
 pub fn parse_int(s: &str) -> core::result::Result<i64, &'static str> {
     let b = s.as_bytes();
     let (neg, b) = match b.first() {
