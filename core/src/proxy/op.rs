@@ -272,7 +272,8 @@ impl Group {
     }
 }
 
-/// Iterator over the groups of a receive op ([`ProxyOp::group_walk`]).
+/// Iterator over the groups of a receive op ([`ProxyOp::group_walk`]); a copy walks again.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Groups {
     order: [u8; MAX_SUBS],
     len: [u8; MAX_SUBS],

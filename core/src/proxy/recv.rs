@@ -39,21 +39,23 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         // Each stage drains its work per group (it revisits a group while it moves), so a call
         // can post, complete and hand over several steps. Retire first: slots the GPU consumed
         // since the last call are reposted by this one.
+        let walk = op.group_walk(); // groups are fixed once the op started
+        let max_depth = STEPS.min(SHARED_STEPS / op.subs.len()) as u64;
         let mut moved = false;
-        for g in op.group_walk() {
+        for g in walk {
             moved |= self.recv_retire(op, g, prof)?;
         }
-        for g in op.group_walk() {
-            while self.recv_post(op, g, prof)? {
+        for g in walk {
+            while self.recv_post(op, g, max_depth, prof)? {
                 moved = true; // post this group's next slice too (bounded by the depth)
             }
         }
-        for g in op.group_walk() {
+        for g in walk {
             while self.recv_test(op, g, prof)? {
                 moved = true; // test its next receive too (bounded: `received` grew)
             }
         }
-        for g in op.group_walk() {
+        for g in walk {
             while self.recv_hand_over(op, g, prof)? {
                 moved = true; // hand over its next step too (bounded: `transmitted` grew)
             }
@@ -62,17 +64,17 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     }
 
     /// Stage 1 for one group: posts one multi-receive covering the next slice of every member
-    /// that still has steps; returns whether it posted.
+    /// that still has steps (at most `max_depth` ahead of `done`); returns whether it posted.
     fn recv_post<P: Profiler>(
         &mut self,
         op: &mut ProxyOp<N>,
         g: Group,
+        max_depth: u64,
         prof: &mut P,
     ) -> Result<bool> {
         let p = op.protocol;
         let slice = op.slice_steps;
         let nsubs = op.subs.len();
-        let max_depth = STEPS.min(SHARED_STEPS / nsubs) as u64;
         let mut bufs = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
         let mut comm = None;
         for (k, si) in g.members(&op.order) {

@@ -35,6 +35,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         prof: &mut P,
     ) -> Result<bool> {
         let nsubs = op.subs.len();
+        let max_depth = STEPS.min(SHARED_STEPS / nsubs) as u64;
         let mut idle = true;
         for s in 0..nsubs {
             let sub = &mut op.subs[s];
@@ -54,7 +55,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 nsubs,
                 p: op.protocol,
                 slice: op.slice_steps,
-                max_depth: STEPS.min(SHARED_STEPS / nsubs) as u64,
+                max_depth,
                 cfg: &self.cfg,
                 conn,
                 res,
