@@ -12,7 +12,7 @@
 //!
 //! [`proxy`] is the proxy engine's scenario harness (a simulated GPU on each side of every
 //! connection, every byte verified) and [`scenarios`] the one table of scenarios that each
-//! provider's tests run through it ([`proxy_scenario_tests!`]).
+//! provider's tests run through it ([`proxy_scenario_tests!`](crate::proxy_scenario_tests)).
 
 mod loopback;
 pub mod proxy;

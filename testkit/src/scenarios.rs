@@ -1,7 +1,7 @@
 //! The one table of proxy scenarios, run per provider.
 //!
-//! Each provider's test file instantiates the table with [`proxy_scenario_tests!`]: one
-//! `#[test]` per [`Case`], each running the case's runs through that provider's runner
+//! Each provider's test file instantiates the table with
+//! [`proxy_scenario_tests!`](crate::proxy_scenario_tests): one `#[test]` per [`Case`], each running the case's runs through that provider's runner
 //! ([`proxy::run`](crate::proxy::run) over [`Loopback`](crate::Loopback) in `ibnet-core`, the
 //! soft provider in `ibnet-soft`). A slow provider asks for the `quick` op counts (the soft
 //! provider moves real bytes between threads; the loopback double copies at post time).
