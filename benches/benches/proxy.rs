@@ -1,4 +1,4 @@
-//! The proxy engine's cost: the same transfers through the engine (`ProxyState` + `CommNet`)
+//! The proxy engine's cost: the same transfers through the engine (`ProxyState` + `InProcessNet`)
 //! and through the bare comms, over the same provider, in the same run. Two providers:
 //! `loop` (the in-process loopback double: a synchronous copy at post time) and `soft`
 //! (ibnet-soft, in-process fabric: copies on its engine threads, completions polled).
@@ -26,7 +26,7 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::proxy::{
-    CommNet, ConnId, DeviceRecv, DeviceSend, Dir, MemKind, MemProvider, Protocol, ProxyConfig,
+    ConnId, DeviceRecv, DeviceSend, Dir, InProcessNet, MemKind, MemProvider, Protocol, ProxyConfig,
     ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
 };
 use ibnet_core::request::ReqId;
@@ -185,7 +185,7 @@ impl<P: Provider + Clone> Drop for Bare<P> {
     }
 }
 
-type Px<P> = ProxyState<CommNet<P, 2>, HostMem, 4>;
+type Px<P> = ProxyState<InProcessNet<P, 2>, HostMem, 4>;
 
 /// One send and one receive connection of an engine, with an inline "GPU" on each side.
 struct Engine<P: Provider + Clone> {
@@ -199,7 +199,7 @@ struct Engine<P: Provider + Clone> {
 
 impl<P: Provider + Clone> Engine<P> {
     fn new(dev: &P, size: usize) -> Self {
-        let net = CommNet::new(dev.clone(), CommConfig::default());
+        let net = InProcessNet::new(dev.clone(), CommConfig::default());
         let cfg = ProxyConfig {
             buff_sizes: [STEPS * 4096, STEPS * 4096, STEPS * size.max(4096)],
             ..ProxyConfig::default()

@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use crate::provider::{Gid, WcOpcode, WcStatus};
+use crate::verbs::{Gid, WcOpcode, WcStatus};
 
 /// `Result` with the core's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;

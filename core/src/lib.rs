@@ -13,6 +13,7 @@
 //!  comm ─┬─ fifo                receiver-posted FIFO of clear-to-send elements
 //!        ├─ request             fixed request pool, `wr_id` packing
 //!        └─ provider            the verbs subset: QPs, CQ, post, poll, register
+//!             └─ verbs          the values they exchange (WRs, completions, GIDs)
 //!  mr_cache                     per-device, lock-free registration cache
 //!  params, hca                  NCCL's variables, typed; the `NCCL_IB_HCA` grammar
 //!  sync                         the one facade for atomics (switches to loom)
@@ -21,9 +22,9 @@
 //! * `#![no_std]` outside tests and loom builds; no `alloc`.
 //! * Fixed capacities everywhere; exhausting one is an [`Error`], never a panic.
 //! * The core reads no clock and performs no I/O: callers feed bytes and completions in.
-//! * `unsafe` code is denied at the crate root and allowed only in [`sync`] (the cell facade),
-//!   [`mr_cache`] (the registration value cell) and [`proxy`]'s shared-memory and memory-provider
-//!   modules (`proxy::shared`, `proxy::device`, `proxy::mem`), each block with a `SAFETY` comment.
+//! * `unsafe` code is denied at the crate root and allowed only in [`mr_cache`] (the
+//!   registration value cell, through [`sync::UnsafeCell`]) and [`proxy`]'s shared-memory and
+//!   memory-provider modules (`proxy::shared`, `proxy::device`, `proxy::mem`), each block with a `SAFETY` comment.
 #![cfg_attr(not(any(test, loom)), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -39,6 +40,7 @@ pub mod provider;
 pub mod proxy;
 pub mod request;
 pub mod sync;
+pub mod verbs;
 pub mod wire;
 
 pub use error::{Error, ErrorKind, Result};

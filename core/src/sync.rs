@@ -6,7 +6,6 @@
 //!
 //! Spin loops call [`spin_hint`]: a CPU pause normally, a `yield_now` under loom (loom requires
 //! spinning threads to yield, or the model never terminates).
-#![allow(unsafe_code)]
 
 #[cfg(not(loom))]
 pub use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

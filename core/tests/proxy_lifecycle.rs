@@ -2,8 +2,6 @@
 //! reference counts, errors by variant for bad input (stale ids, wrong direction, a hostile
 //! size from the GPU, capacity limits), profiler events, and zero allocations during progress.
 
-mod proxy_common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -13,7 +11,7 @@ use ibnet_core::proxy::{
     MAX_SUBS, MODE_NORMAL, MODE_OFFSET, STEPS,
 };
 use ibnet_core::Error;
-use proxy_common::{connect_pairs, new_px, Px, Scenario};
+use ibnet_testkit::proxy::{self, connect_pairs, new_px, Px, Scenario};
 
 struct Counting;
 thread_local!(static COUNT: Cell<Option<usize>> = const { Cell::new(None) });
@@ -197,13 +195,13 @@ fn bad_input_is_an_error_by_variant() {
         assert!(matches!(px.progress(&mut op), Err(Error::BadState { .. })));
         // Out-of-range op parameters.
         assert!(matches!(
-            ProxyOp::<proxy_common::Net>::new(Dir::Send, Protocol::Simple, 0, 1),
+            ProxyOp::<proxy::Net>::new(Dir::Send, Protocol::Simple, 0, 1),
             Err(Error::OutOfRange {
                 what: "slice_steps",
                 ..
             })
         ));
-        let mut op = ProxyOp::<proxy_common::Net>::new(Dir::Send, Protocol::Simple, 2, 2).unwrap();
+        let mut op = ProxyOp::<proxy::Net>::new(Dir::Send, Protocol::Simple, 2, 2).unwrap();
         assert!(matches!(
             op.push(SubArgs::new(s[0], 3, 10)),
             Err(Error::OutOfRange { .. })
@@ -281,7 +279,7 @@ impl Profiler for Events {
 #[test]
 fn profiler_sees_op_and_step_events() {
     let mut ev = Events::default();
-    let r = proxy_common::run_with(
+    let r = proxy::run_with(
         Scenario {
             ops: 10,
             max_slices: 3,

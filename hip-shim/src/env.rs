@@ -95,29 +95,10 @@ impl Env {
 /// Parses an integer like C's `strtoll(s, &end, 0)` with the requirement that the whole string
 /// is consumed (`*end == '\0'`): leading whitespace, an optional sign, then `0x`/`0X`
 /// hexadecimal, `0` octal or decimal. Out-of-range values are rejected (`None`), not clamped.
+/// The number itself is read by [`ibnet_core::params::parse_int`], the one parser of NCCL-style
+/// integers; this adds only `strtoll`'s skipping of leading whitespace.
 pub fn parse_c_integer(s: &str) -> Option<i64> {
-    let t = s.trim_start();
-    let (negative, digits) = match t.as_bytes().first()? {
-        b'-' => (true, &t[1..]),
-        b'+' => (false, &t[1..]),
-        _ => (false, t),
-    };
-    let (radix, body) = if let Some(hex) = digits
-        .strip_prefix("0x")
-        .or_else(|| digits.strip_prefix("0X"))
-    {
-        (16, hex)
-    } else if digits.len() > 1 && digits.starts_with('0') {
-        (8, &digits[1..])
-    } else {
-        (10, digits)
-    };
-    if body.is_empty() || !body.chars().all(|c| c.is_digit(radix)) {
-        return None;
-    }
-    let magnitude = i128::from_str_radix(body, radix).ok()?;
-    let signed = if negative { -magnitude } else { magnitude };
-    i64::try_from(signed).ok()
+    ibnet_core::params::parse_int(s.trim_start()).ok()
 }
 
 #[cfg(test)]

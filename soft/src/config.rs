@@ -6,7 +6,11 @@
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | a large WR is split into chunks of this size across the workers |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
+//!
+//! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
+//! sign, then decimal, `0x` hexadecimal or leading-`0` octal; surrounding whitespace ignored).
 
+use ibnet_core::params::parse_int;
 use ibnet_core::Error;
 
 /// Provider tunables.
@@ -47,8 +51,8 @@ impl Config {
         let mut errs = Vec::new();
         let mut num = |name: &'static str, min: u64, max: u64| -> Option<u64> {
             let v = get(name)?;
-            match v.trim().parse::<u64>() {
-                Ok(n) if (min..=max).contains(&n) => Some(n),
+            match parse_int(v.trim()) {
+                Ok(n) if n >= 0 && (min..=max).contains(&n.unsigned_abs()) => Some(n as u64),
                 Ok(_) => {
                     errs.push(Error::Param {
                         name,
@@ -91,8 +95,10 @@ mod tests {
             "IBNET_SOFT_WORKERS" => Some("3".into()),
             "IBNET_SOFT_CHUNK" => Some("12".into()),
             "IBNET_SOFT_PTRACER" => Some("yes".into()),
+            "IBNET_SOFT_DIRECT_MAX" => Some(" 0x1000 ".into()),
             _ => None,
         });
+        assert_eq!(c.direct_max, 0x1000, "NCCL's integer syntax, trimmed");
         assert_eq!(c.workers, 3);
         assert_eq!(c.chunk, Config::default().chunk);
         assert!(c.set_ptracer);
@@ -101,8 +107,28 @@ mod tests {
             e[0],
             Error::Param {
                 name: "IBNET_SOFT_CHUNK",
-                ..
+                reason: "out of range; default used",
             }
+        ));
+        assert!(matches!(
+            e[1],
+            Error::Param {
+                name: "IBNET_SOFT_PTRACER",
+                reason: "not a number; default used",
+            }
+        ));
+    }
+
+    #[test]
+    fn negative_values_are_out_of_range() {
+        let (c, e) = Config::from_lookup(|k| (k == "IBNET_SOFT_WORKERS").then(|| "-1".into()));
+        assert_eq!(c.workers, Config::default().workers);
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: "IBNET_SOFT_WORKERS",
+                reason: "out of range; default used",
+            }]
         ));
     }
 }

@@ -18,13 +18,20 @@ use std::sync::{Arc, Mutex};
 use ibnet_core::provider::Completion;
 use ibnet_core::{Error, Result};
 
-use crate::qp::QpShared;
+/// What a CQ harvests completions from (a QP, in `qp.rs`).
+pub trait Harvest: Send + Sync {
+    /// Moves up to `out.len()` completions, in order, into `out`; returns how many.
+    fn poll_into(&self, out: &mut [Completion]) -> usize;
+}
+
+/// A harvested source as the CQ holds it.
+type Source = Arc<dyn Harvest>;
 
 /// The part of a CQ its QPs share.
 pub struct CqShared {
     depth: u32,
     reserved: AtomicU32,
-    list: Mutex<Vec<Arc<QpShared>>>,
+    list: Mutex<Vec<Source>>,
     ver: AtomicU64,
 }
 
@@ -59,18 +66,20 @@ impl CqShared {
     }
 
     /// Adds a QP (create_qp).
-    pub fn attach(&self, qp: Arc<QpShared>) {
+    pub fn attach(&self, qp: Source) {
         self.list.lock().unwrap_or_else(|e| e.into_inner()).push(qp);
         // Release: pairs with the Acquire in `SoftCq::poll`: the list change is visible.
         self.ver.fetch_add(1, Ordering::Release);
     }
 
     /// Removes a QP (destroy_qp).
-    pub fn detach(&self, qp: &Arc<QpShared>) {
+    pub fn detach<Q: Harvest>(&self, qp: &Arc<Q>) {
+        // Compares data pointers only (a vtable pointer may differ between codegen units).
+        let gone = Arc::as_ptr(qp).cast::<()>();
         self.list
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|q| !Arc::ptr_eq(q, qp));
+            .retain(|q| Arc::as_ptr(q).cast::<()>() != gone);
         // Release: as in `attach`.
         self.ver.fetch_add(1, Ordering::Release);
     }
@@ -83,7 +92,7 @@ impl CqShared {
 /// A completion queue of the soft provider.
 pub struct SoftCq {
     pub(crate) sh: Arc<CqShared>,
-    qps: Vec<Arc<QpShared>>,
+    qps: Vec<Source>,
     ver: u64,
     rr: usize,
 }

@@ -1,7 +1,7 @@
 //! The copy engine: worker threads that move the chunks of large WRs, like a NIC's DMA
 //! engines.
 //!
-//! A large WR is handed over as `k ≤ workers` *tokens* `(qp, seq)` through a bounded,
+//! A large WR is handed over as `k ≤ workers` *tokens* `(job, seq)` (a [`Job`] is a QP) through a bounded,
 //! allocation-free MPMC channel; each token claims chunks of the WR until none is left (see
 //! `qp.rs`). Workers park in the channel when idle. [`Engine::shutdown`] sends one `Stop` per
 //! worker behind all queued tokens and joins every thread; tokens still queued afterwards are
@@ -28,37 +28,43 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use ibnet_core::Error;
 
-use crate::qp::QpShared;
-
 /// Queued tokens at most; beyond that the posting thread copies itself.
 const QUEUE: usize = 1 << 14;
 
-enum Job {
-    Token(Arc<QpShared>, u64),
+/// What a token names: work the engine runs without knowing what it is (a QP's WR, in
+/// `qp.rs`).
+pub trait Job: Send + Sync + 'static {
+    /// Runs this job's share of work item `seq` (a token may run more than once per item: each
+    /// run claims what is left).
+    fn run_token(&self, seq: u64);
+}
+
+enum Msg<J> {
+    Token(Arc<J>, u64),
     Stop,
 }
 
 /// The worker pool.
-pub struct Engine {
-    tx: Sender<Job>,
-    rx: Receiver<Job>,
+pub struct Engine<J: Job> {
+    tx: Sender<Msg<J>>,
+    rx: Receiver<Msg<J>>,
     n: usize,
     stopped: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-impl Engine {
+impl<J: Job> Engine<J> {
     /// Starts `n` workers.
     pub fn start(n: usize) -> Result<Self, Error> {
         let (tx, rx) = bounded(QUEUE);
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
-            let rx: Receiver<Job> = rx.clone();
+            let rx: Receiver<Msg<J>> = rx.clone();
             let t = std::thread::Builder::new()
                 .name(format!("ibnet-soft-cp{i}"))
                 .spawn(move || {
-                    while let Ok(Job::Token(qp, seq)) = rx.recv() {
-                        qp.run_token(seq);
+                    while let Ok(Msg::Token(job, seq)) = rx.recv() {
+                        job.run_token(seq);
                     }
                 })
                 .map_err(|e| Error::Provider {
@@ -69,7 +75,7 @@ impl Engine {
                 Ok(t) => threads.push(t),
                 Err(e) => {
                     for _ in &threads {
-                        let _ = tx.send(Job::Stop);
+                        let _ = tx.send(Msg::Stop);
                     }
                     threads.into_iter().for_each(|t| drop(t.join()));
                     return Err(e);
@@ -100,12 +106,12 @@ impl Engine {
     /// the token itself). Never blocks; waking a parked worker costs a mutex and a `futex`
     /// wake (see "Doorbell cost" in the module doc).
     #[inline]
-    pub fn submit(&self, qp: Arc<QpShared>, seq: u64) -> bool {
+    pub fn submit(&self, job: Arc<J>, seq: u64) -> bool {
         // Acquire: pairs with `shutdown`'s Release.
         if self.stopped.load(Ordering::Acquire) {
             return false;
         }
-        match self.tx.try_send(Job::Token(qp, seq)) {
+        match self.tx.try_send(Msg::Token(job, seq)) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
         }
@@ -120,14 +126,14 @@ impl Engine {
         }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for _ in &threads {
-            let _ = self.tx.send(Job::Stop);
+            let _ = self.tx.send(Msg::Stop);
         }
         for t in threads {
             let _ = t.join();
         }
         while let Ok(j) = self.rx.try_recv() {
-            if let Job::Token(qp, seq) = j {
-                qp.run_token(seq);
+            if let Msg::Token(job, seq) = j {
+                job.run_token(seq);
             }
         }
     }

@@ -168,7 +168,7 @@ struct Inner {
     cfg: Config,
     qps: Arc<Mutex<IdxAlloc>>,
     mrs: Arc<Mutex<IdxAlloc>>,
-    engine: Engine,
+    engine: Engine<QpShared>,
     monitor: Monitor,
     peers: Mutex<Vec<std::sync::Weak<Peer>>>,
     shut: AtomicBool,

@@ -20,7 +20,7 @@ use std::time::Duration;
 use ibnet_core::Error;
 
 use crate::addr::SoftAddr;
-use crate::segment::{Segment, MAGIC};
+use crate::segment::{Fabric, Segment, MAGIC};
 use crate::sys;
 
 /// How often the monitor looks at its peers' pidfds.
@@ -31,18 +31,6 @@ pub const CMA_REFUSED: &str = "process_vm_readv/writev into the peer refused: cr
     is not permitted (Yama ptrace_scope, seccomp or an LSM). Fix: sysctl \
     kernel.yama.ptrace_scope=0, or keep IBNET_SOFT_PTRACER=1 with ptrace_scope=1, or run the \
     ranks in one container/PID namespace with CAP_SYS_PTRACE";
-
-/// How bytes reach a peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fabric {
-    /// Same process: memory copies.
-    InProc,
-    /// Another process of this host: cross-memory attach into `pid`.
-    Cross {
-        /// The peer's pid.
-        pid: i32,
-    },
-}
 
 /// A peer provider instance.
 #[derive(Debug)]

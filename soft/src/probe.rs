@@ -91,5 +91,5 @@ pub fn probe_with(set_ptracer: bool) -> Result<(), Unavailable> {
 
 /// [`probe_with`] with the environment's configuration.
 pub fn probe() -> Result<(), Unavailable> {
-    probe_with(crate::Config::from_env().0.set_ptracer)
+    probe_with(crate::config::Config::from_env().0.set_ptracer)
 }

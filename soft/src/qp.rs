@@ -41,8 +41,8 @@ use crossbeam_utils::CachePadded;
 use ibnet_core::provider::{Completion, QpAttr, SendWr, WcOpcode, WcStatus};
 use ibnet_core::{Error, Result};
 
-use crate::cq::CqShared;
-use crate::engine::Engine;
+use crate::cq::{CqShared, Harvest};
+use crate::engine::{Engine, Job};
 use crate::peer::Peer;
 use crate::segment::{
     self, Dir, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, RING,
@@ -208,7 +208,7 @@ impl QpShared {
     // ---------------------------------------------------------------- posting
 
     /// `post_send`: validates every WR (all or nothing), then posts and executes them.
-    pub fn post(self: &Arc<Self>, wrs: &[SendWr], engine: &Engine) -> Result<()> {
+    pub fn post(self: &Arc<Self>, wrs: &[SendWr], engine: &Engine<Self>) -> Result<()> {
         // Acquire: pairs with the Release store in `connect`.
         if self.state.load(Ordering::Acquire) != ST_RTS {
             return Err(Error::BadState {
@@ -258,7 +258,7 @@ impl QpShared {
         Ok(())
     }
 
-    fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine) {
+    fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {
         if len <= self.direct_max || engine.workers() == 0 {
             self.run_chunks(seq, e); // in the posting thread: no hop
             return;
@@ -298,7 +298,7 @@ impl QpShared {
     }
 
     /// A copy worker's share of WR `seq`.
-    pub fn run_token(&self, seq: u64) {
+    fn run_token(&self, seq: u64) {
         let e = self.entry(seq);
         self.run_chunks(seq, e);
         if e.token_done() {
@@ -464,7 +464,7 @@ impl QpShared {
     // ---------------------------------------------------------------- polling
 
     /// Writes this QP's ready completions into `out`; returns how many.
-    pub fn poll_into(&self, out: &mut [Completion]) -> usize {
+    fn poll_into(&self, out: &mut [Completion]) -> usize {
         // Acquire: pairs with `destroy`'s Release.
         if self.destroyed.load(Ordering::Acquire) || out.is_empty() {
             return 0;
@@ -568,6 +568,18 @@ impl QpShared {
         self.rq_head.store(rh, Ordering::Release);
         self.cq.release(released);
         n
+    }
+}
+
+impl Job for QpShared {
+    fn run_token(&self, seq: u64) {
+        QpShared::run_token(self, seq);
+    }
+}
+
+impl Harvest for QpShared {
+    fn poll_into(&self, out: &mut [Completion]) -> usize {
+        QpShared::poll_into(self, out)
     }
 }
 

@@ -376,6 +376,18 @@ pub fn zeroed_fifo() -> Box<ibnet_core::fifo::FifoRing> {
 
 pub use crate::sys::Dir;
 
+/// How bytes reach a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fabric {
+    /// Same process: memory copies.
+    InProc,
+    /// Another process of this host: cross-memory attach into `pid`.
+    Cross {
+        /// The peer's pid.
+        pid: i32,
+    },
+}
+
 /// In-process copies of at most this many bytes use atomic word copies (cheap, no syscall);
 /// larger ones go through the kernel (`process_vm_writev` into our own pid), which fails with
 /// `EFAULT` instead of faulting. Measured crossover of the two on this kind of host (16 KiB:
@@ -414,7 +426,7 @@ unsafe fn in_proc_copy(dst: u64, src: u64, len: usize) -> io::Result<usize> {
 /// faults on a range the kernel can check (cross-process, and in-process above
 /// [`WORD_COPY_MAX`]): the copy fails with `EFAULT` instead.
 pub fn copy_leased(
-    fabric: crate::peer::Fabric,
+    fabric: Fabric,
     dir: Dir,
     _local: &Lease<'_>,
     laddr: u64,
@@ -422,7 +434,6 @@ pub fn copy_leased(
     raddr: u64,
     len: usize,
 ) -> io::Result<()> {
-    use crate::peer::Fabric;
     let n = match fabric {
         Fabric::InProc => {
             let (dst, src) = match dir {

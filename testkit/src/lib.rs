@@ -9,8 +9,14 @@
 //! It is not the software provider (`ibnet-soft`): it has no threads, no cross-process fabric
 //! and no asynchrony, which makes failures deterministic and easy to read. It does not allocate
 //! on the post/poll path (queues are reserved at creation).
+//!
+//! [`proxy`] is the proxy engine's scenario harness (a simulated GPU on each side of every
+//! connection, every byte verified) and [`scenarios`] the one table of scenarios that each
+//! provider's tests run through it ([`proxy_scenario_tests!`](crate::proxy_scenario_tests)).
 
 mod loopback;
+pub mod proxy;
+pub mod scenarios;
 
 pub use loopback::{Fault, LoopCq, LoopMr, LoopQp, Loopback};
 

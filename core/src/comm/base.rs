@@ -3,7 +3,7 @@
 
 use heapless::Vec;
 
-use super::Done;
+use super::types::{CommConfig, Done};
 use crate::error::{Error, PeerId, ReqType, Result};
 use crate::provider::{
     Access, Completion, ConnectAttr, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
@@ -25,8 +25,19 @@ pub(super) struct Base<P: Provider> {
     pub peer: PeerId,
     /// Next QP for round-robin posting (data QPs pair by index with the peer's).
     pub qp_index: usize,
-    /// Set by the first failed completion: later calls fail fast.
-    pub poisoned: bool,
+    /// Where the comm is in its life.
+    life: Life,
+}
+
+/// A comm's life (see the module doc of [`super`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Life {
+    /// Created; a send comm waits for the acceptor's answer (`connect`).
+    Unconnected,
+    /// QPs connected: data calls allowed.
+    Connected,
+    /// A completion or post failed (reported once): every later call fails fast.
+    Poisoned,
 }
 
 impl<P: Provider> Base<P> {
@@ -50,7 +61,7 @@ impl<P: Provider> Base<P> {
             reqs: RequestPool::new(),
             peer: PeerId::default(),
             qp_index: 0,
-            poisoned: false,
+            life: Life::Unconnected,
         };
         for _ in 0..nqps {
             let qp = base.create_qp(attr)?;
@@ -131,7 +142,7 @@ impl<P: Provider> Base<P> {
         &self,
         remote: &QpInfo,
         mtu: crate::provider::Mtu,
-        cfg: &super::CommConfig,
+        cfg: &CommConfig,
         sl: u8,
         tc: u8,
     ) -> ConnectAttr {
@@ -151,13 +162,42 @@ impl<P: Provider> Base<P> {
         }
     }
 
+    /// The comm's state.
+    #[inline]
+    pub fn life(&self) -> Life {
+        self.life
+    }
+
+    /// The QPs are connected.
+    pub fn set_connected(&mut self) {
+        self.life = Life::Connected;
+    }
+
+    /// A failure was reported: later calls fail fast.
+    pub fn poison(&mut self) {
+        self.life = Life::Poisoned;
+    }
+
     /// Fails fast on a poisoned comm.
     #[inline]
     pub fn check_live(&self, op: &'static str) -> Result<()> {
-        if self.poisoned {
+        if self.life == Life::Poisoned {
             return Err(Error::Poisoned { op });
         }
         Ok(())
+    }
+
+    /// A data call (`op`) needs a connected comm that is not poisoned.
+    #[inline]
+    pub fn check_connected(&self, op: &'static str) -> Result<()> {
+        match self.life {
+            Life::Connected => Ok(()),
+            Life::Unconnected => Err(Error::BadState {
+                op,
+                state: "not connected",
+            }),
+            Life::Poisoned => Err(Error::Poisoned { op }),
+        }
     }
 
     /// The next QP index for round-robin posting.
@@ -203,7 +243,7 @@ impl<P: Provider> Base<P> {
             }
             for wc in &wcs[..n] {
                 if let Err(e) = self.complete(wc) {
-                    self.poisoned = true;
+                    self.poison();
                     return Err(e);
                 }
             }

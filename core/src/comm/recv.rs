@@ -5,7 +5,7 @@
 //! message → [`RecvComm::irecv`] / [`RecvComm::test`] / [`RecvComm::iflush`] from one thread.
 
 use super::base::Base;
-use super::{CommConfig, Done, RecvBuf};
+use super::types::{CommConfig, Done, RecvBuf};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
@@ -74,6 +74,7 @@ impl<P: Provider> RecvComm<P> {
         let (sl, tc) = (remote.sl, remote.tc);
         let cattr = base.connect_attr(remote, mtu, &cfg, sl, tc);
         base.connect_all(remote, &cattr)?;
+        base.set_connected();
 
         let staging = base.dev.alloc_fifo()?;
         let access = Access {
@@ -163,7 +164,7 @@ impl<P: Provider> RecvComm<P> {
         };
         let id = self.base.reqs.alloc(ReqType::Recv, nqps as u32, n as u8)?;
         if let Err(e) = self.post(id, bufs, nqps) {
-            self.base.poisoned = true;
+            self.base.poison();
             let _ = self.base.reqs.free(id);
             return Err(e);
         }

@@ -5,8 +5,8 @@
 //! from one thread. `isend` returns `Ok(None)` ("retry later") until the receiver has posted a
 //! matching receive.
 
-use super::base::Base;
-use super::{CommConfig, Done};
+use super::base::{Base, Life};
+use super::types::{CommConfig, Done};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, MrKeys, Provider, QpAttr, SendWr, Sge, WrOpcode};
@@ -31,7 +31,6 @@ pub struct SendComm<P: Provider> {
     fifo_head: u64,
     /// Requests matched so far against the receives of slot `fifo_head`.
     slot_reqs: [Option<ReqId>; MAX_RECVS],
-    connected: bool,
 }
 
 impl<P: Provider> SendComm<P> {
@@ -64,7 +63,6 @@ impl<P: Provider> SendComm<P> {
             fifo_keys: keys,
             fifo_head: 0,
             slot_reqs: [None; MAX_RECVS],
-            connected: false,
         })
     }
 
@@ -82,7 +80,7 @@ impl<P: Provider> SendComm<P> {
 
     /// Connects the QPs to the acceptor's (whose `mtu` is the negotiated one).
     pub fn connect(&mut self, remote: &QpInfo) -> Result<()> {
-        if self.connected {
+        if self.base.life() != Life::Unconnected {
             return Err(Error::BadState {
                 op: "connect",
                 state: "connected",
@@ -94,7 +92,7 @@ impl<P: Provider> SendComm<P> {
             .base
             .connect_attr(remote, mtu, &self.cfg, self.cfg.sl, self.cfg.tc);
         self.base.connect_all(remote, &attr)?;
-        self.connected = true;
+        self.base.set_connected();
         Ok(())
     }
 
@@ -102,13 +100,7 @@ impl<P: Provider> SendComm<P> {
     ///
     /// `Ok(None)`: the receiver has not posted the matching receive yet; call again.
     pub fn isend(&mut self, addr: u64, size: u64, tag: u32, mr: MrKeys) -> Result<Option<ReqId>> {
-        if !self.connected {
-            return Err(Error::BadState {
-                op: "isend",
-                state: "not connected",
-            });
-        }
-        self.base.check_live("isend")?;
+        self.base.check_connected("isend")?;
         if size > MAX_MSG_SIZE {
             return Err(Error::OutOfRange {
                 what: "send size",
@@ -260,7 +252,7 @@ impl<P: Provider> SendComm<P> {
     }
 
     fn poison(&mut self, e: Error) -> Error {
-        self.base.poisoned = true;
+        self.base.poison();
         e
     }
 

@@ -22,52 +22,15 @@
 //! 5. registers every protocol buffer (as a DMA-BUF when the net, the config and the memory
 //!    provider allow, for device memory).
 
-use super::map::{Bank, ConnectMap, MapMem, Side};
-use super::mem::{MemKind, MemProvider, Region};
-use super::net::{CommRef, Net, NetHandle, PtrType};
-use super::shared::{store_step, MemRef, RecvMem, SendMem};
-use super::state::{Buf, Conn, ConnId, ProxyState, Resources};
-use super::{
-    Dir, Protocol, MAX_RECVS, MODE_NORMAL, MODE_OFFSET, NUM_PROTOCOLS, SHARED_STEPS, STEPS,
-};
+use super::build::Taken;
+use super::map::{ConnectMap, Side};
+use super::mem::MemProvider;
+use super::net::{CommRef, Net, NetHandle};
+use super::state::{Conn, ConnId, ProxyState};
+use super::{Dir, MAX_RECVS, NUM_PROTOCOLS};
 use crate::error::{Error, Result};
 
-/// What the caller decided for a connection (NCCL's `setupReq`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SetupReq {
-    /// This rank (the tag of its sends).
-    pub tp_rank: u32,
-    /// This rank's index among the local ranks (selects the shared pool).
-    pub tp_local_rank: u32,
-    /// The peer's rank (the tag of receives from it; the shared comm key on send).
-    pub tp_remote_rank: u32,
-    /// Shared-buffer mode (p2p); see [`SetupReq::shared_default`].
-    pub shared: bool,
-    /// The net device.
-    pub net_dev: u32,
-    /// GPU-direct RDMA: buffers in device memory.
-    pub use_gdr: bool,
-    /// Received data must be flushed before the GPU reads it (receive side, with `use_gdr`).
-    pub need_flush: bool,
-    /// The channel.
-    pub channel: u32,
-    /// The connection index.
-    pub conn_index: u32,
-}
-
-impl SetupReq {
-    /// NCCL's choice of shared-buffer mode: never for ring/tree graphs or connection index 0;
-    /// otherwise `NCCL_NET_SHARED_BUFFERS` (`-2`, the default, means on).
-    pub fn shared_default(has_graph: bool, conn_index: u32, net_shared_buffers: i64) -> bool {
-        if has_graph || conn_index == 0 {
-            false
-        } else if net_shared_buffers != -2 {
-            net_shared_buffers != 0
-        } else {
-            true
-        }
-    }
-}
+pub use super::setup::SetupReq;
 
 /// What the GPU side of a connection is given (addresses as the GPU sees them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,17 +51,6 @@ pub struct DeviceView {
     pub buff_sizes: [usize; NUM_PROTOCOLS],
     /// Shared-buffer mode: SIMPLE data sits at `connFifo[slot].offset` in `buffs[SIMPLE]`.
     pub shared: bool,
-}
-
-/// What `connect` took so far, so a failure half-way releases exactly that.
-struct Taken<N: Net> {
-    comm: Option<CommRef<N::Send, N::Recv>>,
-    shared_comm: Option<usize>,
-    host: Option<Region>,
-    dev: Option<Region>,
-    gdc: Option<Region>,
-    pool: Option<usize>,
-    mhandles: [Option<N::Mr>; NUM_PROTOCOLS],
 }
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
@@ -236,7 +188,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         Ok(())
     }
 
-    /// Steps 2–5 of the module doc; on failure releases everything taken, comm included.
+    /// Steps 2–5 of the module doc ([`build`](super::build)); on failure releases everything
+    /// taken, comm included.
     fn finish_connect(
         &mut self,
         id: ConnId,
@@ -252,7 +205,9 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             pool: None,
             mhandles: [None; NUM_PROTOCOLS],
         };
-        match self.build(id, &mut t) {
+        let c = self.conn(id)?;
+        let (dir, req, props) = (c.dir, c.req, c.props);
+        match self.build(dir, req, props, &mut t) {
             Ok(res) => {
                 let map = res.map;
                 self.conn_mut(id)?.res = Some(res);
@@ -263,216 +218,6 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 Err(e)
             }
         }
-    }
-
-    fn build(&mut self, id: ConnId, t: &mut Taken<N>) -> Result<Resources<N>> {
-        let c = self.conn(id)?;
-        let (dir, req, props) = (c.dir, c.req, c.props);
-        let comm = t.comm.ok_or(Error::Missing { what: "net comm" })?;
-        let cfg = self.cfg;
-        let mut map = ConnectMap {
-            same_process: 1,
-            shared: req.shared as u32,
-            ..ConnectMap::default()
-        };
-        let mut sizes = [0usize; NUM_PROTOCOLS];
-        let ll = Protocol::Ll.index();
-        let simple = Protocol::Simple.index();
-        let mut pool_region = None;
-        if !req.shared {
-            for p in Protocol::ALL {
-                // Send: LL stays in host memory (the proxy reads its flags); receive: all
-                // protocols follow GPU-direct.
-                let dev = req.use_gdr && (dir == Dir::Recv || p != Protocol::Ll);
-                let i = p.index();
-                map.buffs[i] = map.add(false, dev, cfg.buff_sizes[i] as u64)?;
-                sizes[i] = cfg.buff_sizes[i];
-            }
-        } else {
-            let size = cfg
-                .p2p_nchannels
-                .checked_mul(SHARED_STEPS * cfg.p2p_chunk_size)
-                .ok_or(Error::OutOfRange {
-                    what: "shared pool size",
-                    value: i64::MAX,
-                    min: 0,
-                    max: u32::MAX as i64,
-                })?;
-            let (pi, r) =
-                self.pools
-                    .acquire(&mut self.mem, req.tp_local_rank, dir, req.use_gdr, size)?;
-            t.pool = Some(pi);
-            pool_region = Some(r);
-            let bank = if req.use_gdr {
-                Bank::SharedDevice
-            } else {
-                Bank::SharedHost
-            };
-            map.mems[bank as usize] = MapMem::of(&r);
-            sizes[simple] = r.size();
-            if cfg.alloc_p2p_ll_buffers {
-                map.buffs[ll] = map.add(false, false, cfg.buff_sizes[ll] as u64)?;
-                sizes[ll] = cfg.buff_sizes[ll];
-            }
-            map.buffs[simple] = map.add(true, req.use_gdr, r.size() as u64)?;
-        }
-        let send_off = map.add(false, false, core::mem::size_of::<SendMem>() as u64)?;
-        let recv_off = map.add(false, false, core::mem::size_of::<RecvMem>() as u64)?;
-        map.send_mem = send_off;
-        map.recv_mem = recv_off;
-
-        let dev_size = map.mems[Bank::Device as usize].size as usize;
-        if dev_size > 0 {
-            let r = self.mem.alloc(MemKind::Device, dev_size)?;
-            t.dev = Some(r);
-            map.mems[Bank::Device as usize] = MapMem::of(&r);
-        }
-        let host_size = map.mems[Bank::Host as usize].size as usize;
-        let host = self.mem.alloc(MemKind::Host, host_size)?;
-        t.host = Some(host);
-        map.mems[Bank::Host as usize] = MapMem::of(&host);
-
-        // GDR copy: send needs the credit word; receive the tail word and/or the flush word.
-        let words = match dir {
-            Dir::Send if cfg.gdr_copy_sync => 1,
-            Dir::Recv if cfg.gdr_copy_sync || cfg.gdr_copy_flush => 2,
-            _ => 0,
-        };
-        let (mut gdc_sync, mut gdc_flush) = (None, None);
-        if words > 0 {
-            if let Some(g) = self.mem.gdc_alloc(words)? {
-                t.gdc = Some(g);
-                if cfg.gdr_copy_sync {
-                    gdc_sync = Some(MemRef::at(&g, 0)?);
-                    map.mems[Bank::Gdc as usize] = MapMem {
-                        size: 8,
-                        ..MapMem::of(&g)
-                    };
-                }
-                if dir == Dir::Recv && cfg.gdr_copy_flush {
-                    gdc_flush = Some(MemRef::at(&g, 8)?);
-                }
-            }
-        }
-
-        let send_mem = MemRef::<SendMem>::at(&host, send_off.offset() as usize)?;
-        let recv_mem = MemRef::<RecvMem>::at(&host, recv_off.offset() as usize)?;
-        let mut bufs = [None; NUM_PROTOCOLS];
-        for (i, b) in bufs.iter_mut().enumerate() {
-            let item = map.buffs[i];
-            let Some(cpu) = map.pointer(item, Side::Cpu) else {
-                continue;
-            };
-            let region = match item.bank() {
-                Bank::Host => host,
-                Bank::Device => t.dev.ok_or(Error::Missing {
-                    what: "device bank",
-                })?,
-                _ => pool_region.ok_or(Error::Missing {
-                    what: "shared pool",
-                })?,
-            };
-            *b = Some(Buf {
-                cpu,
-                size: sizes[i],
-                dev: item.is_dev(),
-                region,
-            });
-        }
-
-        let mut res = Resources {
-            comm,
-            shared_comm: t.shared_comm,
-            map,
-            host: t.host,
-            dev: t.dev,
-            gdc: t.gdc,
-            pool: t.pool,
-            send_mem,
-            recv_mem,
-            gdc_sync,
-            gdc_flush,
-            bufs,
-            mhandles: [None; NUM_PROTOCOLS],
-        };
-        // No credits yet in shared mode: they are posted per step by the progress.
-        if dir == Dir::Send {
-            let head = if req.shared {
-                0u64.wrapping_sub(STEPS as u64)
-            } else {
-                0
-            };
-            store_step(res.proxy_word(Dir::Send), head);
-            self.mem.store_fence();
-        }
-        let mode = if req.shared { MODE_OFFSET } else { MODE_NORMAL };
-        for f in &res.recv_mem.get().conn_fifo {
-            f.clear();
-            f.set_mode(mode);
-        }
-
-        for i in 0..NUM_PROTOCOLS {
-            let Some(b) = res.bufs[i] else { continue };
-            let ptr = if b.dev {
-                PtrType::Device
-            } else {
-                PtrType::Host
-            };
-            let mut fd = None;
-            if b.dev && req.use_gdr && props.dmabuf && cfg.dmabuf {
-                let off = (b.cpu - b.region.cpu()) as usize;
-                fd = self.mem.dmabuf_fd(&b.region, off, b.size)?;
-            }
-            let r = self
-                .net
-                .reg_mr(comm, b.cpu, b.size, ptr, fd.map(|fd| (fd, 0)));
-            if let Some(fd) = fd {
-                self.mem.close_dmabuf(fd);
-            }
-            let mr = r?;
-            t.mhandles[i] = Some(mr);
-            res.mhandles[i] = Some(mr);
-        }
-        Ok(res)
-    }
-
-    /// Releases what `t` holds, in reverse order of taking; returns the first error.
-    fn release(&mut self, t: &mut Taken<N>) -> Result<()> {
-        let mut first = Ok(());
-        let mut keep = |r: Result<()>| {
-            if first.is_ok() {
-                first = r;
-            }
-        };
-        if let Some(comm) = t.comm {
-            for mr in t.mhandles.iter_mut().filter_map(Option::take) {
-                keep(self.net.dereg_mr(comm, mr));
-            }
-        }
-        for r in [t.gdc.take(), t.host.take(), t.dev.take()]
-            .into_iter()
-            .flatten()
-        {
-            keep(self.mem.free(r));
-        }
-        if let Some(p) = t.pool.take() {
-            keep(self.pools.release(&mut self.mem, p));
-        }
-        if let Some(comm) = t.comm.take() {
-            let close = match t.shared_comm.take() {
-                Some(i) => self.comms.release(i).unwrap_or_else(|e| {
-                    keep(Err(e));
-                    None
-                }),
-                None => Some(comm),
-            };
-            match close {
-                Some(CommRef::Send(s)) => keep(self.net.close_send(s)),
-                Some(CommRef::Recv(r)) => keep(self.net.close_recv(r)),
-                None => {}
-            }
-        }
-        first
     }
 
     /// Frees a connection in any state, releasing exactly what it took: registrations, memory,

@@ -3,9 +3,9 @@
 //! Inside NCCL a *proxy thread* sits between the GPU kernels and the net plugin. For every
 //! connection the GPU and the proxy share a ring of [`STEPS`] buffer slots and three counters;
 //! the proxy turns "the GPU filled slot k" into `isend`, and "the network filled slot k" into a
-//! signal the GPU waits on. This module is that engine, over any [`Net`] (ibnet's own comms via
-//! [`CommNet`], or any plugin's C table in `ibnet-ffi`) and any [`MemProvider`] (CUDA, HIP, or
-//! plain host memory for tests).
+//! signal the GPU waits on. This module is that engine, over any [`Net`] (any plugin's C table in
+//! `ibnet-ffi`, or ibnet's own comms in one process through the [`InProcessNet`] fixture) and
+//! any [`MemProvider`] (CUDA, HIP, or plain host memory for tests).
 //!
 //! ```text
 //!  send connection                                   recv connection
@@ -24,12 +24,14 @@
 //!   simulators and the loom models;
 //! * [`map`]: the connection map (memory banks, bank+offset encoding) a connection's buffers
 //!   are described with;
-//! * [`net`]: the [`Net`] trait the engine drives; [`comm_net`]: `Net` over ibnet's comms;
+//! * [`net`]: the [`Net`] trait the engine drives; [`in_process`]: `Net` over ibnet's comms, in one process
+//!   (a fixture for tests, benches and single-host tools);
 //! * [`mem`]: the [`MemProvider`] trait (allocation, DMA-BUF, GDR-copy words and flush);
 //! * [`lines`]: LL / LL128 readiness checks;
 //! * [`profiler`]: proxy op/step events, no-op by default;
 //! * [`state`]: the [`ProxyState`] (connection table, shared pools, shared comms);
-//!   [`lifecycle`]: setup/connect/free; [`pools`]: shared buffers and shared comms;
+//!   [`lifecycle`]: setup/connect/free, `build` (private): a connection's resources in
+//!   stages; [`pools`]: shared buffers and shared comms;
 //! * [`op`]: a proxy operation and its sub-operations; `send` and `recv` (private): progress.
 //!
 //! # Driving it
@@ -48,8 +50,9 @@
 //! the shared memory. Nothing here allocates: memory comes from the [`MemProvider`], comms from
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
 
-pub mod comm_net;
+mod build;
 pub mod device;
+pub mod in_process;
 pub mod lifecycle;
 pub mod lines;
 pub mod map;
@@ -60,12 +63,13 @@ pub mod pools;
 pub mod profiler;
 mod recv;
 mod send;
+mod setup;
 pub mod shared;
 mod start;
 pub mod state;
 
-pub use comm_net::{CommMr, CommNet};
 pub use device::{DeviceRecv, DeviceSend};
+pub use in_process::{InProcessMr, InProcessNet};
 pub use lifecycle::{DeviceView, SetupReq};
 pub use map::{Bank, ConnectMap, MapOffset};
 pub use mem::{MemKind, MemProvider, Region};

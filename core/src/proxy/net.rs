@@ -3,7 +3,7 @@
 //! This is `ncclNet_t` as the engine uses it: connection setup (`listen` / `connect` /
 //! `accept`), memory registration, the non-blocking data operations and their `test`, and the
 //! property the engine groups receives by (`max_recvs`). Handles are small `Copy` values (a C
-//! plugin's `void*`, or an index for [`super::CommNet`]), so the engine stores them freely.
+//! plugin's `void*`, or an index for [`super::InProcessNet`]), so the engine stores them freely.
 //!
 //! Contract (NCCL's):
 //! * `connect` / `accept` / `isend` / `irecv` may return `Ok(None)`: "not yet, call again".

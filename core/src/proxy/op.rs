@@ -105,6 +105,21 @@ pub(crate) struct Sub<N: Net> {
     pub group: u8,
 }
 
+impl<N: Net> Sub<N> {
+    /// Registered mode: `size` bytes of the user buffer moved. `true` when that was the rest
+    /// (the user buffer is free); otherwise the sub moves on to one more piece (1 GiB splits).
+    pub fn piece_done(&mut self, size: usize) -> bool {
+        if size < self.nbytes {
+            self.buff += size as u64;
+            self.nbytes -= size;
+            self.nsteps += 1;
+            false
+        } else {
+            true
+        }
+    }
+}
+
 /// A proxy operation. Build it with [`ProxyOp::new`] and [`ProxyOp::push`], then call
 /// [`ProxyState::progress`](super::ProxyState::progress) until it reports `done`.
 pub struct ProxyOp<N: Net> {
@@ -219,14 +234,66 @@ impl<N: Net> ProxyOp<N> {
     /// Size of the receive group led by position `k` of the group order, for tests and
     /// diagnostics: `(sub index, group size)` of every group.
     pub fn groups(&self) -> heapless::Vec<(usize, usize), MAX_SUBS> {
-        let mut v = heapless::Vec::new();
-        let mut k = 0;
-        while k < self.subs.len() {
-            let s = self.order[k] as usize;
-            let g = (self.subs[s].group as usize).max(1);
-            let _ = v.push((s, g));
-            k += g;
+        self.group_walk().map(|g| (g.lead, g.len)).collect()
+    }
+
+    /// The receive groups in order. A copy of the group order: the progress stages change the
+    /// subs while they walk.
+    pub(crate) fn group_walk(&self) -> Groups {
+        let mut len = [1u8; MAX_SUBS];
+        for (k, l) in len.iter_mut().enumerate().take(self.subs.len()) {
+            *l = self.subs[self.order[k] as usize].group.max(1);
         }
-        v
+        Groups {
+            order: self.order,
+            len,
+            n: self.subs.len(),
+            k: 0,
+        }
+    }
+}
+
+/// A receive group: positions `start..start + len` of the op's group order, led by the sub at
+/// `start` (which holds the group's requests).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Group {
+    /// First position in the group order.
+    pub start: usize,
+    /// Members.
+    pub len: usize,
+    /// The leading sub's index.
+    pub lead: usize,
+}
+
+impl Group {
+    /// `(position in the group order, sub index)` of every member, leader first.
+    pub fn members(self, order: &[u8; MAX_SUBS]) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (self.start..self.start + self.len).map(move |k| (k, order[k] as usize))
+    }
+}
+
+/// Iterator over the groups of a receive op ([`ProxyOp::group_walk`]); a copy walks again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Groups {
+    order: [u8; MAX_SUBS],
+    len: [u8; MAX_SUBS],
+    n: usize,
+    k: usize,
+}
+
+impl Iterator for Groups {
+    type Item = Group;
+
+    fn next(&mut self) -> Option<Group> {
+        if self.k >= self.n {
+            return None;
+        }
+        let g = Group {
+            start: self.k,
+            len: (self.len[self.k] as usize).min(self.n - self.k),
+            lead: self.order[self.k] as usize,
+        };
+        self.k += g.len;
+        Some(g)
     }
 }

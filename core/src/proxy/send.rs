@@ -18,11 +18,12 @@
 use super::lines::{ll128_ready, ll_ready, LL128_LINE, LL_LINE};
 use super::mem::MemProvider;
 use super::net::{CommRef, Net};
-use super::op::ProxyOp;
+use super::op::{ProxyOp, Sub};
 use super::pools::shared_offset;
 use super::profiler::{OpEvent, Profiler, StepEvent};
 use super::shared::{load_step, store_step, BufView, RecvMem, SIZE_EMPTY};
-use super::state::{lookup, ProxyState};
+use super::state::ProxyState;
+use super::state::{lookup, Conn, ProxyConfig, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
 use crate::error::{Error, Result};
 
@@ -33,190 +34,243 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         op: &mut ProxyOp<N>,
         prof: &mut P,
     ) -> Result<bool> {
-        let p = op.protocol;
-        let pi = p.index();
-        let slice = op.slice_steps;
         let nsubs = op.subs.len();
         let max_depth = STEPS.min(SHARED_STEPS / nsubs) as u64;
-        let steps = STEPS as u64;
         let mut idle = true;
         for s in 0..nsubs {
             let sub = &mut op.subs[s];
             if sub.done == sub.nsteps {
                 continue;
             }
-            let c = lookup(&self.conns, &self.gens, sub.conn)?;
-            let r = c.res()?;
-            let shared = c.req.shared;
-            let recv_mem = r.recv_mem.get();
-            let CommRef::Send(comm) = r.comm else {
+            let conn = lookup(&self.conns, &self.gens, sub.conn)?;
+            let res = conn.res()?;
+            let CommRef::Send(comm) = res.comm else {
                 return Err(Error::BadState {
                     op: "send progress",
                     state: "receive comm",
                 });
             };
-
-            // 1. Post credits (all that the depth allows).
-            while sub.posted < sub.nsteps && sub.posted < sub.done + max_depth {
-                prof.step_start(s, sub.posted, sub.posted + slice);
-                if shared {
-                    let step = sub.base + sub.posted;
-                    if !sub.reg {
-                        let slot = (sub.posted % max_depth) as usize * nsubs + s;
-                        let off = shared_offset(self.cfg.p2p_chunk_size, c.req.channel, slot)?;
-                        recv_mem.conn_fifo[RecvMem::<STEPS>::slot(step)].set_offset(off);
-                    }
-                    sub.posted += slice;
-                    // A registered sub gets one credit: the GPU hands over the whole buffer.
-                    if !sub.reg || sub.posted == slice {
-                        let head = (sub.base + sub.posted).wrapping_sub(steps);
-                        store_step(r.proxy_word(Dir::Send), head);
-                        self.mem.store_fence();
-                    }
-                } else {
-                    sub.posted += slice;
-                }
-                prof.op_state(s, OpEvent::SendPosted, sub.posted, sub.trans_size);
-                prof.step_state(s, sub.posted - slice, sub.posted, StepEvent::SendGpuWait);
-                idle = false;
-            }
-
-            // 2. Transmit what the GPU filled (every ready slot).
-            while sub.transmitted < sub.posted && sub.transmitted < sub.done + steps {
-                let step = sub.base + sub.transmitted;
-                let slot = RecvMem::<STEPS>::slot(step);
-                let ready: Option<(u64, usize)> = 'ready: {
-                    if sub.reg {
-                        // The GPU moved `tail` past `base`: the user buffer is ready.
-                        let go = load_step(&recv_mem.tail) > sub.base;
-                        break 'ready go
-                            .then(|| (sub.buff, sub.nbytes.min(self.cfg.max_net_size.max(1))));
-                    }
-                    let Some(size) = recv_mem.ready(step, step, p != Protocol::Ll) else {
-                        break 'ready None;
-                    };
-                    let size = size as usize;
-                    let b = r.bufs[pi].ok_or(Error::Missing {
-                        what: "protocol buffer of the connection",
-                    })?;
-                    let (off, room) = if shared && p == Protocol::Simple {
-                        let off = recv_mem.conn_fifo[slot].offset() as usize;
-                        (off, self.cfg.p2p_chunk_size)
-                    } else {
-                        let step_size = b.size / STEPS;
-                        (slot * step_size, step_size * slice as usize)
-                    };
-                    if size > room || off + size > b.size {
-                        return Err(Error::OutOfRange {
-                            what: "connFifo size from the GPU",
-                            value: size as i64,
-                            min: 0,
-                            max: room.min(b.size.saturating_sub(off)) as i64,
-                        });
-                    }
-                    let addr = b.cpu + off as u64;
-                    let lines_ok = match p {
-                        Protocol::Ll => {
-                            let v = BufView::new(&b.region, addr, round(size, LL_LINE))?;
-                            ll_ready(&v, size, step)
-                        }
-                        // With GPU-direct the data is in device memory, ordered by `tail`.
-                        Protocol::Ll128 if !c.req.use_gdr => {
-                            let v = BufView::new(&b.region, addr, round(size, LL128_LINE))?;
-                            ll128_ready(&v, size, step)
-                        }
-                        _ => true,
-                    };
-                    lines_ok.then_some((addr, size))
-                };
-                if let Some((addr, size)) = ready {
-                    prof.op_state(
-                        s,
-                        OpEvent::SendRemFifoWait,
-                        sub.transmitted + slice,
-                        sub.trans_size,
-                    );
-                    let mr = sub.mhandle.ok_or(Error::Missing {
-                        what: "memory handle",
-                    })?;
-                    if let Some(req) = self.net.isend(comm, addr, size, c.req.tp_rank, mr)? {
-                        sub.requests[slot] = Some(req);
-                        sub.transmitted += slice;
-                        sub.trans_size += size as u64;
-                        prof.op_state(s, OpEvent::SendTransmitted, sub.transmitted, sub.trans_size);
-                        prof.step_state(
-                            s,
-                            sub.transmitted - slice,
-                            sub.transmitted,
-                            StepEvent::SendWait,
-                        );
-                        idle = false;
-                        continue;
-                    }
-                }
-                break;
-            }
-
-            // 3. Complete (every finished send, oldest first).
-            while sub.done < sub.transmitted {
-                let step = sub.base + sub.done;
-                let slot = RecvMem::<STEPS>::slot(step);
-                let req = sub.requests[slot].ok_or(Error::BadState {
-                    op: "send progress",
-                    state: "no request for a transmitted step",
-                })?;
-                let mut sizes = [0usize; MAX_RECVS];
-                if self.net.test(r.comm, req, &mut sizes)? {
-                    sub.requests[slot] = None;
-                    if sub.reg {
-                        let size = sizes[0];
-                        if size < sub.nbytes {
-                            sub.buff += size as u64;
-                            sub.nbytes -= size;
-                            sub.nsteps += 1;
-                        } else {
-                            // The user buffer is free: tell the GPU (Release: the network is
-                            // done reading it; pairs with the GPU's Acquire poll of `size`).
-                            recv_mem.conn_fifo[RecvMem::<STEPS>::slot(sub.base)]
-                                .publish(SIZE_EMPTY);
-                        }
-                    }
-                    sub.done += slice;
-                    let head = if shared {
-                        None
-                    } else if sub.reg {
-                        (sub.done == sub.nsteps).then_some(sub.base + slice)
-                    } else {
-                        Some(sub.base + sub.done)
-                    };
-                    if sub.reg {
-                        if let Some(h) = head {
-                            store_step(r.proxy_word(Dir::Send), h);
-                        }
-                    } else {
-                        recv_mem.retire(step, head.map(|h| (r.proxy_word(Dir::Send), h)));
-                    }
-                    if head.is_some() {
-                        self.mem.store_fence();
-                    }
-                    prof.step_stop(s, sub.done - slice, sub.done);
-                    prof.op_state(s, OpEvent::SendDone, sub.done, sub.trans_size);
-                    idle = false;
-                    if sub.done == sub.nsteps {
-                        if sub.own_mr {
-                            if let Some(mr) = sub.mhandle.take() {
-                                sub.own_mr = false;
-                                self.net.dereg_mr(r.comm, mr)?;
-                            }
-                        }
-                        op.ndone += 1;
-                    }
-                } else {
-                    break;
-                }
-            }
+            let pass = SendPass {
+                s,
+                nsubs,
+                p: op.protocol,
+                slice: op.slice_steps,
+                max_depth,
+                cfg: &self.cfg,
+                conn,
+                res,
+                comm,
+            };
+            idle &= !pass.post(sub, &self.mem, prof)?;
+            idle &= !pass.transmit(sub, &mut self.net, prof)?;
+            let (moved, finished) = pass.complete(sub, &mut self.net, &self.mem, prof)?;
+            idle &= !moved;
+            op.ndone += finished as usize;
         }
         Ok(idle)
+    }
+}
+
+/// One sub's pass: the op's shape and the sub's connection, for the three stages.
+struct SendPass<'a, N: Net> {
+    /// The sub's index (for the profiler and its shared slots).
+    s: usize,
+    nsubs: usize,
+    p: Protocol,
+    slice: u64,
+    /// Credits ahead of `done`: `min(STEPS, SHARED_STEPS / nsubs)`.
+    max_depth: u64,
+    cfg: &'a ProxyConfig,
+    conn: &'a Conn<N>,
+    res: &'a Resources<N>,
+    comm: N::Send,
+}
+
+impl<N: Net> SendPass<'_, N> {
+    /// Stage 1: posts every credit the depth allows; returns whether one moved.
+    fn post<M: MemProvider, P: Profiler>(
+        &self,
+        sub: &mut Sub<N>,
+        mem: &M,
+        prof: &mut P,
+    ) -> Result<bool> {
+        let (s, slice) = (self.s, self.slice);
+        let recv_mem = self.res.recv_mem.get();
+        let mut moved = false;
+        while sub.posted < sub.nsteps && sub.posted < sub.done + self.max_depth {
+            prof.step_start(s, sub.posted, sub.posted + slice);
+            if self.conn.req.shared {
+                let step = sub.base + sub.posted;
+                if !sub.reg {
+                    let slot = (sub.posted % self.max_depth) as usize * self.nsubs + s;
+                    let off = shared_offset(self.cfg.p2p_chunk_size, self.conn.req.channel, slot)?;
+                    recv_mem.conn_fifo[RecvMem::<STEPS>::slot(step)].set_offset(off);
+                }
+                sub.posted += slice;
+                // A registered sub gets one credit: the GPU hands over the whole buffer.
+                if !sub.reg || sub.posted == slice {
+                    let head = (sub.base + sub.posted).wrapping_sub(STEPS as u64);
+                    store_step(self.res.proxy_word(Dir::Send), head);
+                    mem.store_fence();
+                }
+            } else {
+                sub.posted += slice;
+            }
+            prof.op_state(s, OpEvent::SendPosted, sub.posted, sub.trans_size);
+            prof.step_state(s, sub.posted - slice, sub.posted, StepEvent::SendGpuWait);
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    /// Stage 2: `isend`s every slot the GPU filled, up to `STEPS` in flight; returns whether
+    /// one moved.
+    fn transmit<P: Profiler>(&self, sub: &mut Sub<N>, net: &mut N, prof: &mut P) -> Result<bool> {
+        let (s, slice) = (self.s, self.slice);
+        let mut moved = false;
+        while sub.transmitted < sub.posted && sub.transmitted < sub.done + STEPS as u64 {
+            let step = sub.base + sub.transmitted;
+            let Some((addr, size)) = self.ready(sub, step)? else {
+                break;
+            };
+            prof.op_state(
+                s,
+                OpEvent::SendRemFifoWait,
+                sub.transmitted + slice,
+                sub.trans_size,
+            );
+            let mr = sub.mhandle.ok_or(Error::Missing {
+                what: "memory handle",
+            })?;
+            let Some(req) = net.isend(self.comm, addr, size, self.conn.req.tp_rank, mr)? else {
+                break;
+            };
+            sub.requests[RecvMem::<STEPS>::slot(step)] = Some(req);
+            sub.transmitted += slice;
+            sub.trans_size += size as u64;
+            prof.op_state(s, OpEvent::SendTransmitted, sub.transmitted, sub.trans_size);
+            prof.step_state(
+                s,
+                sub.transmitted - slice,
+                sub.transmitted,
+                StepEvent::SendWait,
+            );
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    /// Whether `step`'s slot is ready to send: `(address, size)`. SIMPLE and LL128: `connFifo`
+    /// size set and `tail` past the step; LL: every line flag; LL128 in host memory: every line
+    /// flag too. Registered: the GPU moved `tail` past `base` (the user buffer is ready).
+    fn ready(&self, sub: &Sub<N>, step: u64) -> Result<Option<(u64, usize)>> {
+        let recv_mem = self.res.recv_mem.get();
+        if sub.reg {
+            let go = load_step(&recv_mem.tail) > sub.base;
+            return Ok(go.then(|| (sub.buff, sub.nbytes.min(self.cfg.max_net_size.max(1)))));
+        }
+        let p = self.p;
+        let Some(size) = recv_mem.ready(step, step, p != Protocol::Ll) else {
+            return Ok(None);
+        };
+        let size = size as usize;
+        let b = self.res.bufs[p.index()].ok_or(Error::Missing {
+            what: "protocol buffer of the connection",
+        })?;
+        let slot = RecvMem::<STEPS>::slot(step);
+        let (off, room) = if self.conn.req.shared && p == Protocol::Simple {
+            let off = recv_mem.conn_fifo[slot].offset() as usize;
+            (off, self.cfg.p2p_chunk_size)
+        } else {
+            let step_size = b.size / STEPS;
+            (slot * step_size, step_size * self.slice as usize)
+        };
+        if size > room || off + size > b.size {
+            return Err(Error::OutOfRange {
+                what: "connFifo size from the GPU",
+                value: size as i64,
+                min: 0,
+                max: room.min(b.size.saturating_sub(off)) as i64,
+            });
+        }
+        let addr = b.cpu + off as u64;
+        let lines_ok = match p {
+            Protocol::Ll => {
+                let v = BufView::new(&b.region, addr, round(size, LL_LINE))?;
+                ll_ready(&v, size, step)
+            }
+            // With GPU-direct the data is in device memory, ordered by `tail`.
+            Protocol::Ll128 if !self.conn.req.use_gdr => {
+                let v = BufView::new(&b.region, addr, round(size, LL128_LINE))?;
+                ll128_ready(&v, size, step)
+            }
+            _ => true,
+        };
+        Ok(lines_ok.then_some((addr, size)))
+    }
+
+    /// Stage 3: retires every finished send, oldest first; returns whether one moved and
+    /// whether the sub finished.
+    fn complete<M: MemProvider, P: Profiler>(
+        &self,
+        sub: &mut Sub<N>,
+        net: &mut N,
+        mem: &M,
+        prof: &mut P,
+    ) -> Result<(bool, bool)> {
+        let (s, slice) = (self.s, self.slice);
+        let (r, shared) = (self.res, self.conn.req.shared);
+        let recv_mem = r.recv_mem.get();
+        let (mut moved, mut finished) = (false, false);
+        while sub.done < sub.transmitted {
+            let step = sub.base + sub.done;
+            let slot = RecvMem::<STEPS>::slot(step);
+            let req = sub.requests[slot].ok_or(Error::BadState {
+                op: "send progress",
+                state: "no request for a transmitted step",
+            })?;
+            let mut sizes = [0usize; MAX_RECVS];
+            if !net.test(r.comm, req, &mut sizes)? {
+                break;
+            }
+            sub.requests[slot] = None;
+            if sub.reg && sub.piece_done(sizes[0]) {
+                // The user buffer is free: tell the GPU (Release: the network is done reading
+                // it; pairs with the GPU's Acquire poll of `size`).
+                recv_mem.conn_fifo[RecvMem::<STEPS>::slot(sub.base)].publish(SIZE_EMPTY);
+            }
+            sub.done += slice;
+            let head = if shared {
+                None
+            } else if sub.reg {
+                (sub.done == sub.nsteps).then_some(sub.base + slice)
+            } else {
+                Some(sub.base + sub.done)
+            };
+            if sub.reg {
+                if let Some(h) = head {
+                    store_step(r.proxy_word(Dir::Send), h);
+                }
+            } else {
+                recv_mem.retire(step, head.map(|h| (r.proxy_word(Dir::Send), h)));
+            }
+            if head.is_some() {
+                mem.store_fence();
+            }
+            prof.step_stop(s, sub.done - slice, sub.done);
+            prof.op_state(s, OpEvent::SendDone, sub.done, sub.trans_size);
+            moved = true;
+            if sub.done == sub.nsteps {
+                if sub.own_mr {
+                    if let Some(mr) = sub.mhandle.take() {
+                        sub.own_mr = false;
+                        net.dereg_mr(r.comm, mr)?;
+                    }
+                }
+                finished = true;
+            }
+        }
+        Ok((moved, finished))
     }
 }
 

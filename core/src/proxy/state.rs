@@ -5,11 +5,11 @@
 //! connection's id is detected, never aliased). Operations ([`super::ProxyOp`]) are owned by
 //! the caller and refer to connections by id.
 
-use super::lifecycle::SetupReq;
 use super::map::ConnectMap;
 use super::mem::{MemProvider, Region};
 use super::net::{CommRef, Net, NetProps};
 use super::pools::{Pools, SharedComms};
+use super::setup::SetupReq;
 use super::shared::{MemRef, RecvMem, SendMem};
 use super::{Dir, NUM_PROTOCOLS};
 use crate::error::{Error, Result};

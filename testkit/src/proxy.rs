@@ -1,38 +1,46 @@
-//! Shared support for the proxy engine's integration tests: a host-memory `MemProvider`, a
-//! pair-connecting helper, and a simulated GPU (one thread per direction) that follows the
-//! device side of the ring protocol for SIMPLE, LL and LL128, dedicated and shared buffers,
-//! and registered user buffers, verifying every received byte.
+//! The proxy engine's scenario harness: a host-memory `MemProvider`, a pair-connecting helper,
+//! and a simulated GPU (one thread per direction) that follows the device side of the ring
+//! protocol for SIMPLE, LL and LL128, dedicated and shared buffers, and registered user
+//! buffers, verifying every received byte.
 //!
-//! Generic over the RDMA provider ([`Fabric`]): `core`'s tests run it over the loopback double,
-//! `ibnet-soft`'s tests (`soft/tests/proxy_*.rs`, which include this file by path) over the
-//! soft provider.
-#![allow(dead_code)]
+//! Generic over the RDMA provider ([`Fabric`]): `core`'s tests run it over [`Loopback`],
+//! `ibnet-soft`'s over the soft provider; both run the one table of
+//! [`scenarios`](crate::scenarios).
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::loopback::Loopback;
+use crate::{fill_pattern, AlignedBuf};
 use ibnet_core::comm::CommConfig;
 use ibnet_core::provider::Provider;
 use ibnet_core::proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
 use ibnet_core::proxy::{
-    CommNet, ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, NetProps,
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, InProcessNet, MemKind, MemProvider, NetProps,
     Profiler, Protocol, ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SizeReport, SubArgs,
     STEPS,
 };
 use ibnet_core::{Error, Result};
-use ibnet_testkit::{fill_pattern, AlignedBuf, Loopback};
 
-/// A provider the harness can run over.
-pub trait Fabric: Provider + Clone {
-    /// Live (registrations, QPs) of the provider, when it can tell, for leak checks.
-    fn leaks(&self) -> Option<(usize, usize)>;
+/// A provider the harness can run over: any cheap-to-clone [`Provider`].
+pub trait Fabric: Provider + Clone {}
+
+impl<P: Provider + Clone> Fabric for P {}
+
+/// Live (registrations, QPs) of a provider, when it can tell, for the leak check at the end of
+/// a run.
+pub type Leaks<D> = fn(&D) -> Option<(usize, usize)>;
+
+/// [`Leaks`] of the loopback double, which counts its objects.
+fn loopback_leaks(l: &Loopback) -> Option<(usize, usize)> {
+    Some((l.live_mrs(), l.live_qps()))
 }
 
-impl Fabric for Loopback {
-    fn leaks(&self) -> Option<(usize, usize)> {
-        Some((self.live_mrs(), self.live_qps()))
-    }
+/// [`Leaks`] of a provider that does not count its objects (the engine's own tables are still
+/// checked).
+fn no_leak_count<D>(_: &D) -> Option<(usize, usize)> {
+    None
 }
 
 /// Host memory standing in for pinned host and device memory.
@@ -98,7 +106,7 @@ unsafe impl MemProvider for HostMem {
 }
 
 /// The net of the harness over provider `D`.
-pub type NetOn<D> = CommNet<D, 16>;
+pub type NetOn<D> = InProcessNet<D, 16>;
 /// The engine of the harness over provider `D`.
 pub type PxOn<D> = ProxyState<NetOn<D>, HostMem, 32>;
 /// The net over the loopback double.
@@ -109,26 +117,41 @@ pub type Px = PxOn<Loopback>;
 /// One test scenario.
 #[derive(Clone, Copy, Debug)]
 pub struct Scenario {
+    /// The protocol.
     pub proto: Protocol,
+    /// Steps per network operation.
     pub slice: u64,
+    /// Alignment of each sub's `base`, in steps.
     pub chunk: u64,
+    /// Sub-operations (connection pairs).
     pub nsubs: usize,
+    /// Operations to run.
     pub ops: usize,
+    /// Shared buffers (and shared comms).
     pub shared: bool,
+    /// Registered user buffers.
     pub reg: bool,
+    /// GPU-direct: buffers in "device" memory.
     pub use_gdr: bool,
+    /// Received data needs a flush.
     pub need_flush: bool,
+    /// Offer GDR-copy words.
     pub gdc: bool,
+    /// Flush with a GDR-copy read.
     pub gdc_flush: bool,
+    /// The net's `max_recvs`.
     pub max_recvs: usize,
-    /// Largest payload of one op per sub, in slices (dedicated/shared) or bytes (registered).
+    /// Largest payload of one op per sub, in slices (dedicated/shared).
     pub max_slices: usize,
+    /// Largest payload of one op per sub, in bytes (registered).
     pub reg_bytes: usize,
+    /// The engine's `max_net_size` (registered buffers split at it).
     pub max_net_size: usize,
 }
 
 impl Scenario {
-    pub fn simple() -> Self {
+    /// SIMPLE, one dedicated connection pair, 1,000 operations of up to 12 slices.
+    pub const fn simple() -> Self {
         Self {
             proto: Protocol::Simple,
             slice: 1,
@@ -152,12 +175,17 @@ impl Scenario {
 /// What a run measured.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Report {
+    /// Operations completed.
     pub ops: usize,
+    /// Payload bytes the receiving GPU verified.
     pub bytes_verified: u64,
+    /// The largest receive group of the first operation.
     pub groups_max: usize,
+    /// GDR-copy flush reads.
     pub flush_reads: u64,
 }
 
+/// The engine configuration of every scenario: small buffers, two p2p channels.
 pub fn cfg() -> ProxyConfig {
     ProxyConfig {
         buff_sizes: [8 * 2048, 8 * 4096, 8 * 8192],
@@ -221,6 +249,7 @@ pub fn connect_pairs<D: Fabric>(
     Ok((sends, recvs))
 }
 
+/// An engine over a fresh [`Loopback`] for scenario `sc`.
 pub fn new_px(sc: &Scenario, comm_flush: bool) -> Px {
     new_px_on(Loopback::new(), sc, comm_flush)
 }
@@ -571,33 +600,40 @@ pub fn run(sc: Scenario) -> Report {
     run_with(sc, &mut ibnet_core::proxy::NoProfiler)
 }
 
-/// [`run`] over the provider `open` returns (called on the run's thread).
+/// [`run`] over the provider `open` returns (called on the run's thread); the provider's own
+/// objects are not counted (the engine's, the net's and the memory's are).
 pub fn run_on<D: Fabric>(open: impl FnOnce() -> D + Send, sc: Scenario) -> Report {
-    run_on_with(open, sc, &mut ibnet_core::proxy::NoProfiler)
+    run_on_with(open, no_leak_count, sc, &mut ibnet_core::proxy::NoProfiler)
 }
 
 /// [`run`] with a profiler (which must be `Send` to cross into the test thread).
 pub fn run_with<P: Profiler + Send>(sc: Scenario, prof: &mut P) -> Report {
-    run_on_with(Loopback::new, sc, prof)
+    run_on_with(Loopback::new, loopback_leaks, sc, prof)
 }
 
-/// [`run_on`] with a profiler.
+/// [`run_on`] with a leak count of the provider and a profiler.
 pub fn run_on_with<D: Fabric, P: Profiler + Send>(
     open: impl FnOnce() -> D + Send,
+    leaks: Leaks<D>,
     sc: Scenario,
     prof: &mut P,
 ) -> Report {
     std::thread::scope(|t| {
         std::thread::Builder::new()
             .stack_size(256 << 20)
-            .spawn_scoped(t, move || run_inner(open(), sc, prof))
+            .spawn_scoped(t, move || run_inner(open(), leaks, sc, prof))
             .unwrap()
             .join()
             .unwrap()
     })
 }
 
-fn run_inner<D: Fabric, P: Profiler>(dev: D, sc: Scenario, prof: &mut P) -> Report {
+fn run_inner<D: Fabric, P: Profiler>(
+    dev: D,
+    leaks: Leaks<D>,
+    sc: Scenario,
+    prof: &mut P,
+) -> Report {
     let mut px = new_px_on(dev, &sc, sc.need_flush && !sc.gdc_flush);
     let (sends, recvs) = connect_pairs(&mut px, &sc).expect("connect");
     let sv: Vec<DeviceView> = sends.iter().map(|&s| px.device_view(s).unwrap()).collect();
@@ -646,7 +682,7 @@ fn run_inner<D: Fabric, P: Profiler>(dev: D, sc: Scenario, prof: &mut P) -> Repo
                         rd = px.progress_with(&mut ro, prof).expect("recv progress").done;
                     }
                     spins += 1;
-                    if spins % 64 == 0 {
+                    if spins & 63 == 0 {
                         std::thread::yield_now();
                     }
                     assert!(spins < 200_000_000, "op {op} stuck");
@@ -695,7 +731,7 @@ fn run_inner<D: Fabric, P: Profiler>(dev: D, sc: Scenario, prof: &mut P) -> Repo
         (0, 0),
         "listeners/registrations left"
     );
-    if let Some(l) = px.net().provider().leaks() {
+    if let Some(l) = leaks(px.net().provider()) {
         assert_eq!(l, (0, 0), "provider registrations/QPs left");
     }
     report

@@ -1,15 +1,17 @@
-//! [`Net`] over ibnet's own comms ([`SendComm`] / [`RecvComm`] on any [`Provider`]).
+//! An **in-process fixture**: [`Net`] over ibnet's own comms ([`SendComm`] / [`RecvComm`] on any
+//! [`Provider`]), with both ends of every connection in this process and no sockets.
 //!
-//! Comms, listeners and registrations live in fixed tables inside the `CommNet` (capacities
-//! `C` comms per direction and [`COMM_NET_MRS`] registrations); handles are table indices.
+//! It exists for the tests, the benches and single-host tools: one proxy thread serves both
+//! directions of every connection through the same `InProcessNet`. It is not how the plugin
+//! runs: across processes `ibnet-ffi`'s plugin table carries the same comms with a socket
+//! handshake, and the engine drives that through its own `Net` impl.
 //!
-//! Connection setup is an **in-process rendezvous**: the core has no sockets, so `listen`
-//! returns a handle naming a mailbox in this `CommNet`, `connect` creates the send comm and
-//! leaves its `QpInfo` in the mailbox, `accept` creates the receive comm from it and answers,
-//! and the next `connect` call completes. Both ends must therefore be driven through the same
-//! `CommNet` (one proxy thread serving both directions, as in tests, benches and single-host
-//! tools). Across processes, `ibnet-ffi`'s plugin table carries the same comms with a socket
-//! handshake; the engine drives that through its own `Net` impl.
+//! Comms, listeners and registrations live in fixed tables inside the `InProcessNet`
+//! (capacities `C` comms per direction and [`IN_PROCESS_MRS`] registrations); handles are table
+//! indices. Connection setup is an in-process rendezvous: `listen` returns a handle naming a
+//! mailbox in this `InProcessNet`, `connect` creates the send comm and leaves its `QpInfo` in
+//! the mailbox, `accept` creates the receive comm from it and answers, and the next `connect`
+//! call completes.
 //!
 //! ```text
 //!  listen  ─▶ mailbox m, handle = "IBPX" m gen
@@ -26,19 +28,19 @@ use crate::provider::{Access, MrKeys, Provider, RegKind};
 use crate::request::ReqId;
 use crate::wire::QpInfo;
 
-/// Registrations one [`CommNet`] holds.
-pub const COMM_NET_MRS: usize = 128;
+/// Registrations one [`InProcessNet`] holds.
+pub const IN_PROCESS_MRS: usize = 128;
 
 const MAGIC: [u8; 4] = *b"IBPX";
 
-/// A registration handle of [`CommNet`]: table slot + keys.
+/// A registration handle of [`InProcessNet`]: table slot + keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommMr {
+pub struct InProcessMr {
     slot: u16,
     keys: MrKeys,
 }
 
-impl CommMr {
+impl InProcessMr {
     /// The registration's keys.
     pub fn keys(&self) -> MrKeys {
         self.keys
@@ -57,7 +59,7 @@ struct Mailbox {
 }
 
 /// [`Net`] over ibnet's comms on provider `P`, with room for `C` comms per direction.
-pub struct CommNet<P: Provider + Clone, const C: usize = 8> {
+pub struct InProcessNet<P: Provider + Clone, const C: usize = 8> {
     dev: P,
     cfg: CommConfig,
     props: NetProps,
@@ -65,11 +67,11 @@ pub struct CommNet<P: Provider + Clone, const C: usize = 8> {
     recvs: [Option<RecvComm<P>>; C],
     pending: [Option<SendComm<P>>; C],
     mailbox: [Mailbox; C],
-    mrs: [Option<P::Mr>; COMM_NET_MRS],
+    mrs: [Option<P::Mr>; IN_PROCESS_MRS],
 }
 
-impl<P: Provider + Clone, const C: usize> CommNet<P, C> {
-    /// A `CommNet` opening comms on `dev` with `cfg`. Properties: up to 8 grouped receives,
+impl<P: Provider + Clone, const C: usize> InProcessNet<P, C> {
+    /// A `InProcessNet` opening comms on `dev` with `cfg`. Properties: up to 8 grouped receives,
     /// no DMA-BUF, multi-receive sizes as flags (ibnet's wire protocol).
     pub fn new(dev: P, cfg: CommConfig) -> Self {
         const { assert!(C > 0 && C <= u16::MAX as usize) };
@@ -167,7 +169,7 @@ impl<P: Provider + Clone, const C: usize> CommNet<P, C> {
         }
     }
 
-    fn rbufs(bufs: &[NetBuf<CommMr>], out: &mut [RecvBuf; MAX_RECVS]) -> Result<usize> {
+    fn rbufs(bufs: &[NetBuf<InProcessMr>], out: &mut [RecvBuf; MAX_RECVS]) -> Result<usize> {
         if bufs.len() > MAX_RECVS {
             return Err(Error::OutOfRange {
                 what: "buffers in one irecv",
@@ -188,11 +190,11 @@ impl<P: Provider + Clone, const C: usize> CommNet<P, C> {
     }
 }
 
-impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
+impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
     type Listen = u16;
     type Send = u16;
     type Recv = u16;
-    type Mr = CommMr;
+    type Mr = InProcessMr;
     type Req = ReqId;
 
     fn properties(&mut self, dev: u32) -> Result<NetProps> {
@@ -207,7 +209,7 @@ impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
             .iter()
             .position(|b| !b.used)
             .ok_or(Error::Full {
-                what: "CommNet listeners",
+                what: "InProcessNet listeners",
                 cap: C,
             })?;
         let b = &mut self.mailbox[m];
@@ -239,7 +241,7 @@ impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
         let Some(info) = self.mailbox[m].acc_info.take() else {
             return Ok(None);
         };
-        let slot = Self::free_slot(&self.sends, "CommNet send comms")?;
+        let slot = Self::free_slot(&self.sends, "InProcessNet send comms")?;
         let mut s = self.pending[m].take().ok_or(Error::BadState {
             op: "connect",
             state: "no pending comm",
@@ -269,7 +271,7 @@ impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
         let Some(info) = b.conn_info.as_ref() else {
             return Ok(None);
         };
-        let slot = Self::free_slot(&self.recvs, "CommNet recv comms")?;
+        let slot = Self::free_slot(&self.recvs, "InProcessNet recv comms")?;
         let r = RecvComm::new(self.dev.clone(), self.cfg, info)?;
         let b = &mut self.mailbox[m];
         b.acc_info = Some(r.local_info());
@@ -285,8 +287,8 @@ impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
         size: usize,
         _ptr: PtrType,
         dmabuf: Option<(i32, u64)>,
-    ) -> Result<CommMr> {
-        let slot = Self::free_slot(&self.mrs, "CommNet registrations")?;
+    ) -> Result<InProcessMr> {
+        let slot = Self::free_slot(&self.mrs, "InProcessNet registrations")?;
         let kind = match dmabuf {
             Some((fd, offset)) => RegKind::DmaBuf { fd, offset },
             None => RegKind::Plain,
@@ -294,13 +296,13 @@ impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
         let mr = self.dev.reg_mr(addr, size as u64, Access::ALL, kind)?;
         let keys = self.dev.mr_keys(&mr);
         self.mrs[slot] = Some(mr);
-        Ok(CommMr {
+        Ok(InProcessMr {
             slot: slot as u16,
             keys,
         })
     }
 
-    fn dereg_mr(&mut self, _comm: CommRef<u16, u16>, mr: CommMr) -> Result<()> {
+    fn dereg_mr(&mut self, _comm: CommRef<u16, u16>, mr: InProcessMr) -> Result<()> {
         let m = self
             .mrs
             .get_mut(mr.slot as usize)
@@ -317,18 +319,18 @@ impl<P: Provider + Clone, const C: usize> Net for CommNet<P, C> {
         addr: u64,
         size: usize,
         tag: u32,
-        mr: CommMr,
+        mr: InProcessMr,
     ) -> Result<Option<ReqId>> {
         self.send(comm)?.isend(addr, size as u64, tag, mr.keys)
     }
 
-    fn irecv(&mut self, comm: u16, bufs: &[NetBuf<CommMr>]) -> Result<Option<ReqId>> {
+    fn irecv(&mut self, comm: u16, bufs: &[NetBuf<InProcessMr>]) -> Result<Option<ReqId>> {
         let mut rb = [RecvBuf::default(); MAX_RECVS];
         let n = Self::rbufs(bufs, &mut rb)?;
         self.recv(comm)?.irecv(&rb[..n])
     }
 
-    fn iflush(&mut self, comm: u16, bufs: &[NetBuf<CommMr>]) -> Result<Option<ReqId>> {
+    fn iflush(&mut self, comm: u16, bufs: &[NetBuf<InProcessMr>]) -> Result<Option<ReqId>> {
         let mut rb = [RecvBuf::default(); MAX_RECVS];
         let n = Self::rbufs(bufs, &mut rb)?;
         self.recv(comm)?.iflush(&rb[..n])

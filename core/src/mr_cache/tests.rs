@@ -1,0 +1,403 @@
+//! Unit tests of the registration cache: hits, misses, eviction, invalidation, capacity.
+
+use super::*;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicU64 as StdU64, Ordering as O};
+use std::vec::Vec;
+
+const PAGE: u64 = 4096;
+type Cache<const N: usize> = MrCache<u64, N>;
+
+/// `register` that counts calls and returns `base ^ len` as the value.
+fn reg(count: &Cell<u32>) -> impl FnOnce(u64, u64) -> Result<u64> + '_ {
+    move |b, l| {
+        count.set(count.get() + 1);
+        Ok(b ^ l)
+    }
+}
+fn dereg(count: &Cell<u32>) -> impl FnOnce(u64) -> Result<()> + '_ {
+    move |_| {
+        count.set(count.get() + 1);
+        Ok(())
+    }
+}
+fn never_reg(_: u64, _: u64) -> Result<u64> {
+    panic!("register must not be called on a hit")
+}
+fn never_dereg(_: u64) -> Result<()> {
+    panic!("deregister must not be called before the last release")
+}
+
+#[test]
+fn miss_registers_hit_shares() {
+    let c = Cache::<64>::new();
+    let regs = Cell::new(0);
+    let a = c.acquire(0x10_0000, 100, PAGE, reg(&regs)).unwrap();
+    assert_eq!(regs.get(), 1);
+    assert_eq!(
+        (a.base, a.len, a.value),
+        (0x10_0000, PAGE, 0x10_0000 ^ PAGE)
+    );
+    assert_eq!(c.refcount(a.handle), Some(1));
+    // Another address inside the same page is the same key: a hit.
+    let b = c.acquire(0x10_0800, 0x800, PAGE, never_reg).unwrap();
+    assert_eq!(b, a);
+    assert_eq!(c.refcount(a.handle), Some(2));
+    // A different range is a miss.
+    let d = c.acquire(0x20_0000, 100, PAGE, reg(&regs)).unwrap();
+    assert_eq!(regs.get(), 2);
+    assert_ne!(d.handle, a.handle);
+    assert_eq!(c.get(a.handle), Some(a.value));
+    assert_eq!(c.get(d.handle), Some(d.value));
+    assert_eq!(c.live(), 2);
+}
+
+#[test]
+fn ranges_round_out_to_whole_pages() {
+    let c = Cache::<64>::new();
+    let regs = Cell::new(0);
+    let r = c.acquire(0x1234, 0x10, PAGE, reg(&regs)).unwrap();
+    assert_eq!((r.base, r.len), (0x1000, 0x1000));
+    // Straddling a page boundary by two bytes takes two pages: a different key.
+    let r2 = c.acquire(0x1fff, 2, PAGE, reg(&regs)).unwrap();
+    assert_eq!((r2.base, r2.len), (0x1000, 0x2000));
+    assert_ne!(r2.handle, r.handle);
+    // Exactly one page at its start, and a sub-range of it, hit the first key.
+    assert_eq!(
+        c.acquire(0x1000, 0x1000, PAGE, never_reg).unwrap().handle,
+        r.handle
+    );
+    assert_eq!(
+        c.acquire(0x1ffe, 1, PAGE, never_reg).unwrap().handle,
+        r.handle
+    );
+    // One byte more is two pages: hits the second key.
+    assert_eq!(
+        c.acquire(0x1000, 0x1001, PAGE, never_reg).unwrap().handle,
+        r2.handle
+    );
+    // Other page sizes.
+    let h = c.acquire(0x20_1234, 1, 1 << 21, reg(&regs)).unwrap();
+    assert_eq!((h.base, h.len), (0x20_0000, 1 << 21));
+    let one = c.acquire(0x77, 1, 1, reg(&regs)).unwrap();
+    assert_eq!((one.base, one.len), (0x77, 1));
+    // The last page of the address space.
+    let top = c.acquire(u64::MAX - 6, 6, PAGE, reg(&regs)).unwrap();
+    assert_eq!((top.base, top.len), (u64::MAX - (PAGE - 1), PAGE));
+    assert_eq!(regs.get(), 5);
+}
+
+#[test]
+fn bad_ranges_are_errors_and_register_nothing() {
+    let c = Cache::<8>::new();
+    let e = c.acquire(0x1000, 0, PAGE, never_reg).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                what: "MR length",
+                value: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = c.acquire(u64::MAX - 1, 3, PAGE, never_reg).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                what: "MR length",
+                value: 3,
+                max: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = c.acquire(0, u64::MAX, PAGE, never_reg).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                what: "MR length",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    for page in [0, 3, 4095] {
+        let e = c.acquire(0x1000, 1, page, never_reg).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::OutOfRange {
+                what: "MR page size (a power of two)",
+                ..
+            }
+        ));
+    }
+    assert_eq!(c.occupied(), 0);
+}
+
+#[test]
+fn release_to_zero_deregisters_exactly_once() {
+    let c = Cache::<16>::new();
+    let (regs, deregs) = (Cell::new(0), Cell::new(0));
+    let r = c.acquire(0x40_0000, 3 * PAGE, PAGE, reg(&regs)).unwrap();
+    c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+    c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+    assert_eq!(c.refcount(r.handle), Some(3));
+    c.release(r.handle, never_dereg).unwrap();
+    c.release(r.handle, never_dereg).unwrap();
+    assert_eq!(c.refcount(r.handle), Some(1));
+    let seen = Cell::new(0);
+    c.release(r.handle, |v| {
+        seen.set(v);
+        deregs.set(deregs.get() + 1);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((regs.get(), deregs.get(), seen.get()), (1, 1, r.value));
+    assert_eq!(
+        (c.refcount(r.handle), c.get(r.handle), c.occupied()),
+        (None, None, 0)
+    );
+    // The range registers again after that.
+    let r2 = c.acquire(0x40_0000, 3 * PAGE, PAGE, reg(&regs)).unwrap();
+    assert_eq!(regs.get(), 2);
+    assert_ne!(r2.handle, r.handle, "a new life gets a new generation");
+}
+
+#[test]
+fn stale_and_unknown_handles_are_errors() {
+    let c = Cache::<8>::new();
+    let deregs = Cell::new(0);
+    let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(7)).unwrap();
+    assert_ne!(r.handle.to_bits(), 0);
+    assert_eq!(MrHandle::from_bits(r.handle.to_bits()), r.handle);
+    c.release(r.handle, dereg(&deregs)).unwrap();
+    let stale = Error::BadState {
+        op: "MR cache release",
+        state: "stale or unknown handle",
+    };
+    assert_eq!(c.release(r.handle, never_dereg), Err(stale));
+    assert_eq!(c.get(r.handle), None);
+    for bits in [0, u64::MAX, 5, r.handle.to_bits() + (1 << 32)] {
+        let h = MrHandle::from_bits(bits);
+        assert_eq!(c.release(h, never_dereg), Err(stale), "bits {bits:#x}");
+        assert_eq!(c.get(h), None);
+    }
+    assert_eq!(deregs.get(), 1);
+}
+
+#[test]
+fn full_window_is_an_error_and_freed_slots_are_reused() {
+    // N = 4: the window is the whole table.
+    let c = Cache::<4>::new();
+    let regs = Cell::new(0);
+    let refs: Vec<_> = (0..4)
+        .map(|i| c.acquire(i * PAGE, PAGE, PAGE, reg(&regs)).unwrap())
+        .collect();
+    let e = c.acquire(9 * PAGE, PAGE, PAGE, never_reg).unwrap_err();
+    assert_eq!(
+        e,
+        Error::Full {
+            what: "MR cache",
+            cap: 4
+        }
+    );
+    // A full table still serves hits.
+    assert_eq!(
+        c.acquire(2 * PAGE, 1, PAGE, never_reg).unwrap().handle,
+        refs[2].handle
+    );
+    c.release(refs[1].handle, |_| Ok(())).unwrap();
+    let n = c.acquire(9 * PAGE, PAGE, PAGE, reg(&regs)).unwrap();
+    assert_eq!(
+        n.handle.index(),
+        refs[1].handle.index(),
+        "the freed slot is reused"
+    );
+    assert_eq!(c.get(refs[1].handle), None, "its old handle is stale");
+    assert_eq!(c.get(n.handle), Some(n.value));
+    assert_eq!(regs.get(), 5);
+}
+
+#[test]
+fn churn_leaves_no_tombstones() {
+    let c = Box::new(Cache::<4096>::new());
+    let (regs, deregs) = (Cell::new(0), Cell::new(0));
+    for round in 0..20u64 {
+        let refs: Vec<_> = (0..1024u64)
+            .map(|i| {
+                let addr = (round * 4096 + i) * 16 * PAGE;
+                c.acquire(addr, (1 + i % 7) * PAGE, PAGE, reg(&regs))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(c.live(), 1024);
+        for r in &refs {
+            assert_eq!(c.get(r.handle), Some(r.value));
+        }
+        for r in refs {
+            c.release(r.handle, dereg(&deregs)).unwrap();
+        }
+        assert_eq!(c.occupied(), 0);
+    }
+    assert_eq!((regs.get(), deregs.get()), (20 * 1024, 20 * 1024));
+}
+
+#[test]
+fn many_distinct_ranges_each_register_once() {
+    let c = Box::new(Cache::<4096>::new());
+    let regs = Cell::new(0);
+    let ranges: Vec<(u64, u64)> = (0..1024u64).map(|i| (i * PAGE, 1 + i % 3)).collect();
+    let first: Vec<_> = ranges
+        .iter()
+        .map(|&(a, p)| c.acquire(a, p * PAGE, PAGE, reg(&regs)).unwrap())
+        .collect();
+    assert_eq!(regs.get(), 1024);
+    for (r, &(a, p)) in first.iter().zip(&ranges) {
+        let again = c.acquire(a + 8, p * PAGE - 8, PAGE, never_reg).unwrap();
+        assert_eq!(again, *r);
+        assert_eq!((r.base, r.len), (a, p * PAGE));
+        assert_eq!(c.refcount(r.handle), Some(2));
+    }
+    assert_eq!(c.live(), 1024);
+}
+
+#[test]
+fn failed_registration_frees_the_slot() {
+    let c = Cache::<8>::new();
+    let boom = Error::Provider {
+        call: "ibv_reg_mr",
+        errno: 12,
+    };
+    assert_eq!(c.acquire(0x1000, 1, PAGE, |_, _| Err(boom)), Err(boom));
+    assert_eq!(c.occupied(), 0);
+    let regs = Cell::new(0);
+    c.acquire(0x1000, 1, PAGE, reg(&regs)).unwrap();
+    assert_eq!(regs.get(), 1);
+}
+
+#[test]
+fn panicking_register_frees_the_slot() {
+    let c = Cache::<8>::new();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.acquire(0x1000, 1, PAGE, |_, _| -> Result<u64> {
+            panic!("driver bug")
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(c.occupied(), 0);
+    assert!(c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).is_ok());
+}
+
+#[test]
+fn failed_deregistration_is_returned_and_frees_the_slot() {
+    let c = Cache::<8>::new();
+    let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).unwrap();
+    let boom = Error::Provider {
+        call: "ibv_dereg_mr",
+        errno: 16,
+    };
+    assert_eq!(c.release(r.handle, |_| Err(boom)), Err(boom));
+    assert_eq!(c.occupied(), 0);
+    assert_eq!(c.get(r.handle), None);
+}
+
+#[test]
+fn refcount_saturation_is_an_error() {
+    let c = Cache::<8>::new();
+    let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).unwrap();
+    for _ in 1..MAX_REFS {
+        c.acquire(0x1000, 1, PAGE, never_reg).unwrap();
+    }
+    assert_eq!(c.refcount(r.handle), Some(MAX_REFS));
+    let e = c.acquire(0x1000, 1, PAGE, never_reg).unwrap_err();
+    assert_eq!(
+        e,
+        Error::Full {
+            what: "MR cache refcount",
+            cap: MAX_REFS as usize
+        }
+    );
+    assert_eq!(c.refcount(r.handle), Some(MAX_REFS));
+}
+
+/// 4 threads acquire and release overlapping ranges at random, holding up to 4 at a time.
+/// Checks that a range never has two live registrations, that a holder's value is the live
+/// registration of its range, and that everything returns to zero.
+#[test]
+fn threads_register_each_live_range_once() {
+    const KEYS: usize = 12;
+    static LIVE: [AtomicU32; KEYS] = [const { AtomicU32::new(0) }; KEYS];
+    static CURRENT: [StdU64; KEYS] = [const { StdU64::new(0) }; KEYS];
+    static SERIAL: StdU64 = StdU64::new(1);
+    static DEREGS: StdU64 = StdU64::new(0);
+    let cache = Cache::<16>::new();
+    let key_of = |k: usize| ((k as u64 + 1) * 64 * PAGE, (1 + k as u64 % 3) * PAGE);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let cache = &cache;
+            s.spawn(move || {
+                let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1).wrapping_mul(0x1234_5678_9abc);
+                let mut next = move || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut held: Vec<(usize, MrRef<u64>)> = Vec::new();
+                for _ in 0..20_000 {
+                    if held.len() < 4 && (held.is_empty() || next() % 2 == 0) {
+                        let k = (next() % KEYS as u64) as usize;
+                        let (addr, len) = key_of(k);
+                        let r = cache
+                            .acquire(addr + next() % (PAGE / 2), len - PAGE / 2, PAGE, |_, _| {
+                                assert_eq!(LIVE[k].fetch_add(1, O::SeqCst), 0, "two live");
+                                let v = ((k as u64) << 48) | SERIAL.fetch_add(1, O::Relaxed);
+                                CURRENT[k].store(v, O::SeqCst);
+                                Ok(v)
+                            })
+                            .unwrap();
+                        assert_eq!(r.value >> 48, k as u64);
+                        assert_eq!(CURRENT[k].load(O::SeqCst), r.value, "stale value");
+                        assert_eq!(cache.get(r.handle), Some(r.value));
+                        held.push((k, r));
+                    } else {
+                        let (k, r) = held.swap_remove((next() % held.len() as u64) as usize);
+                        cache
+                            .release(r.handle, |v| {
+                                assert_eq!(v, r.value);
+                                assert_eq!(LIVE[k].fetch_sub(1, O::SeqCst), 1);
+                                DEREGS.fetch_add(1, O::Relaxed);
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                }
+                for (k, r) in held {
+                    cache
+                        .release(r.handle, |_| {
+                            LIVE[k].fetch_sub(1, O::SeqCst);
+                            DEREGS.fetch_add(1, O::Relaxed);
+                            Ok(())
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert!(LIVE.iter().all(|l| l.load(O::SeqCst) == 0));
+    assert_eq!(
+        SERIAL.load(O::SeqCst) - 1,
+        DEREGS.load(O::SeqCst),
+        "regs == deregs"
+    );
+    assert!(
+        DEREGS.load(O::SeqCst) > KEYS as u64,
+        "ranges went through several lives"
+    );
+    assert_eq!(cache.occupied(), 0);
+}

@@ -1,0 +1,368 @@
+//! Unit tests of NCCL's variables: every accepted syntax, every refusal and its message.
+
+use super::*;
+
+fn bad(name: &'static str, value: &str) {
+    let mut p = Params::default();
+    let before = p.clone();
+    match p.set(name, value) {
+        Err(Error::Param { name: n, .. }) => assert_eq!(n, name, "{value:?}"),
+        other => panic!("{name}={value:?}: expected Param error, got {other:?}"),
+    }
+    assert_eq!(p, before, "{name}={value:?} changed params on error");
+}
+
+fn good(name: &str, value: &str) -> Params {
+    let mut p = Params::default();
+    assert_eq!(p.set(name, value), Ok(true), "{name}={value:?}");
+    p
+}
+
+#[test]
+fn defaults_are_nccl_2_28() {
+    let p = Params::default();
+    assert_eq!(p.ib_hca.as_str(), "");
+    assert_eq!(p.ib_gid_index, None);
+    assert_eq!(p.ib_roce_version_num, 2);
+    assert_eq!(p.ib_addr_family, AddrFamily::Inet);
+    assert_eq!(p.ib_addr_range, None);
+    assert_eq!(p.ib_timeout, 20);
+    assert_eq!(p.ib_retry_cnt, 7);
+    assert_eq!(p.ib_pkey, 0);
+    assert!(!p.ib_use_inline);
+    assert_eq!(p.ib_sl, None);
+    assert_eq!(p.ib_tc, None);
+    assert_eq!(p.ib_fifo_tc, None);
+    assert_eq!(p.ib_ar_threshold, 8192);
+    assert_eq!(p.ib_adaptive_routing, None);
+    assert_eq!(p.ib_pci_relaxed_ordering, RelaxedOrdering::Auto);
+    assert_eq!(p.ib_qps_per_connection, 1);
+    assert!(!p.ib_split_data_on_qps);
+    assert!(!p.ib_disable);
+    assert!(p.ib_merge_vfs);
+    assert!(!p.ib_sock_client_port_reuse);
+    assert!(!p.ib_sock_server_port_reuse);
+    assert!(p.ib_return_async_events);
+    assert!(p.ib_ece_enable);
+    assert!(!p.ib_mqp_retry_all);
+    assert_eq!(p.ib_mqp_retry_cnt, 34);
+    assert_eq!(p.ib_mqp_retry_sleep_msec, 100);
+    assert!(!p.gdr_flush_disable);
+    assert!(p.dmabuf_enable);
+    assert_eq!(p.socket_ifname.as_str(), "");
+    assert_eq!(p.socket_family, None);
+    assert_eq!(p.provider, ProviderKind::Auto);
+    // Derived defaults.
+    assert!(p.adaptive_routing(LinkLayer::Infiniband));
+    assert!(!p.adaptive_routing(LinkLayer::Ethernet));
+    assert_eq!(p.sl(None), 0);
+    assert_eq!(p.tc(None), 0);
+    assert_eq!(p.gid_addr_range(), None);
+}
+
+#[test]
+fn names_are_unique_and_all_settable() {
+    for (i, a) in Params::NAMES.iter().enumerate() {
+        assert!(Params::NAMES[i + 1..].iter().all(|b| a != b), "{a} twice");
+        // Every name reaches its arm: an empty value is a Param error naming it.
+        bad(a, "");
+        bad(a, "   ");
+    }
+    let mut p = Params::default();
+    assert_eq!(p.set("NCCL_IB_NOPE", "1"), Ok(false));
+    assert_eq!(
+        p.set("nccl_ib_timeout", "1"),
+        Ok(false),
+        "names are case-sensitive"
+    );
+    assert_eq!(p, Params::default());
+}
+
+#[test]
+fn integer_syntax_follows_strtoll_base_0() {
+    assert_eq!(parse_int("0"), Ok(0));
+    assert_eq!(parse_int("22"), Ok(22));
+    assert_eq!(parse_int("+22"), Ok(22));
+    assert_eq!(parse_int("-2"), Ok(-2));
+    assert_eq!(parse_int("0x1F"), Ok(31));
+    assert_eq!(parse_int("0X1f"), Ok(31));
+    assert_eq!(parse_int("017"), Ok(15));
+    assert_eq!(parse_int("-0x10"), Ok(-16));
+    assert_eq!(parse_int("9223372036854775807"), Ok(i64::MAX));
+    assert_eq!(parse_int("-9223372036854775808"), Ok(i64::MIN));
+    assert!(parse_int("9223372036854775808").is_err());
+    assert!(parse_int("-9223372036854775809").is_err());
+    assert!(parse_int("99999999999999999999999").is_err());
+    for junk in [
+        "", "-", "+", "0x", "abc", "12abc", "08", "0x1g", "1 2", "1.5", "--1", " 1",
+    ] {
+        assert!(parse_int(junk).is_err(), "{junk:?}");
+    }
+}
+
+#[test]
+fn integers_good_and_bad() {
+    assert_eq!(good("NCCL_IB_TIMEOUT", "22").ib_timeout, 22);
+    assert_eq!(good("NCCL_IB_TIMEOUT", " 0x16\n").ib_timeout, 22);
+    assert_eq!(good("NCCL_IB_TIMEOUT", "026").ib_timeout, 22);
+    assert_eq!(good("NCCL_IB_TIMEOUT", "0").ib_timeout, 0);
+    assert_eq!(good("NCCL_IB_TIMEOUT", "31").ib_timeout, 31);
+    bad("NCCL_IB_TIMEOUT", "32");
+    bad("NCCL_IB_TIMEOUT", "-1");
+    bad("NCCL_IB_TIMEOUT", "20x");
+    bad("NCCL_IB_TIMEOUT", "twenty");
+    assert_eq!(good("NCCL_IB_RETRY_CNT", "0").ib_retry_cnt, 0);
+    bad("NCCL_IB_RETRY_CNT", "8");
+    assert_eq!(good("NCCL_IB_PKEY", "0xffff").ib_pkey, 0xFFFF);
+    bad("NCCL_IB_PKEY", "65536");
+    bad("NCCL_IB_PKEY", "-1");
+    assert_eq!(good("NCCL_IB_ROCE_VERSION_NUM", "1").ib_roce_version_num, 1);
+    bad("NCCL_IB_ROCE_VERSION_NUM", "3");
+    bad("NCCL_IB_ROCE_VERSION_NUM", "0");
+    assert_eq!(good("NCCL_IB_AR_THRESHOLD", "0").ib_ar_threshold, 0);
+    assert_eq!(
+        good("NCCL_IB_AR_THRESHOLD", "1048576").ib_ar_threshold,
+        1 << 20
+    );
+    bad("NCCL_IB_AR_THRESHOLD", "-1");
+    assert_eq!(
+        good("NCCL_IB_QPS_PER_CONNECTION", "128").ib_qps_per_connection,
+        128
+    );
+    assert_eq!(
+        good("NCCL_IB_QPS_PER_CONNECTION", "4").ib_qps_per_connection,
+        4
+    );
+    bad("NCCL_IB_QPS_PER_CONNECTION", "0");
+    bad("NCCL_IB_QPS_PER_CONNECTION", "129");
+    bad("NCCL_IB_QPS_PER_CONNECTION", "-1");
+    assert_eq!(good("NCCL_IB_MQP_RETRY_CNT", "0").ib_mqp_retry_cnt, 0);
+    assert_eq!(
+        good("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "4294967295").ib_mqp_retry_sleep_msec,
+        u32::MAX
+    );
+    bad("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "4294967296");
+    bad("NCCL_IB_MQP_RETRY_CNT", "-5");
+}
+
+#[test]
+fn auto_sentinels() {
+    assert_eq!(good("NCCL_IB_GID_INDEX", "3").ib_gid_index, Some(3));
+    assert_eq!(good("NCCL_IB_GID_INDEX", "-1").ib_gid_index, None);
+    bad("NCCL_IB_GID_INDEX", "-2");
+    bad("NCCL_IB_GID_INDEX", "256");
+    assert_eq!(good("NCCL_IB_SL", "15").ib_sl, Some(15));
+    bad("NCCL_IB_SL", "16");
+    bad("NCCL_IB_SL", "-3");
+    assert_eq!(good("NCCL_IB_TC", "106").ib_tc, Some(106));
+    bad("NCCL_IB_TC", "256");
+    assert_eq!(good("NCCL_IB_FIFO_TC", "0").ib_fifo_tc, Some(0));
+    assert_eq!(good("NCCL_IB_FIFO_TC", "-1").ib_fifo_tc, None);
+    bad("NCCL_IB_FIFO_TC", "300");
+}
+
+#[test]
+fn booleans_are_nonzero_like_nccl() {
+    for name in [
+        "NCCL_IB_USE_INLINE",
+        "NCCL_IB_SPLIT_DATA_ON_QPS",
+        "NCCL_IB_DISABLE",
+        "NCCL_IB_SOCK_CLIENT_PORT_REUSE",
+        "NCCL_IB_SOCK_SERVER_PORT_REUSE",
+        "NCCL_IB_MQP_RETRY_ALL",
+        "NCCL_GDR_FLUSH_DISABLE",
+    ] {
+        let on = good(name, "1");
+        let two = good(name, "2");
+        assert_ne!(on, Params::default(), "{name}");
+        assert_eq!(on, two, "{name}");
+        assert_eq!(good(name, "0"), Params::default(), "{name}");
+        bad(name, "yes");
+        bad(name, "1x");
+    }
+    for name in [
+        "NCCL_IB_MERGE_VFS",
+        "NCCL_IB_RETURN_ASYNC_EVENTS",
+        "NCCL_IB_ECE_ENABLE",
+        "NCCL_DMABUF_ENABLE",
+    ] {
+        assert_ne!(good(name, "0"), Params::default(), "{name}");
+        assert_eq!(good(name, "1"), Params::default(), "{name}");
+        bad(name, "true");
+    }
+    assert!(good("NCCL_IB_SPLIT_DATA_ON_QPS", "1").ib_split_data_on_qps);
+    assert!(good("NCCL_IB_DISABLE", "0x1").ib_disable);
+    assert!(!good("NCCL_IB_ECE_ENABLE", "0").ib_ece_enable);
+}
+
+#[test]
+fn adaptive_routing() {
+    let p = good("NCCL_IB_ADAPTIVE_ROUTING", "-2");
+    assert!(p.adaptive_routing(LinkLayer::Infiniband));
+    assert!(!p.adaptive_routing(LinkLayer::Ethernet));
+    let p = good("NCCL_IB_ADAPTIVE_ROUTING", "0");
+    assert!(!p.adaptive_routing(LinkLayer::Infiniband));
+    let p = good("NCCL_IB_ADAPTIVE_ROUTING", "1");
+    assert!(p.adaptive_routing(LinkLayer::Ethernet));
+    bad("NCCL_IB_ADAPTIVE_ROUTING", "on");
+}
+
+#[test]
+fn relaxed_ordering() {
+    assert_eq!(
+        good("NCCL_IB_PCI_RELAXED_ORDERING", "0").ib_pci_relaxed_ordering,
+        RelaxedOrdering::Off
+    );
+    assert_eq!(
+        good("NCCL_IB_PCI_RELAXED_ORDERING", "1").ib_pci_relaxed_ordering,
+        RelaxedOrdering::On
+    );
+    assert_eq!(
+        good("NCCL_IB_PCI_RELAXED_ORDERING", "2").ib_pci_relaxed_ordering,
+        RelaxedOrdering::Auto
+    );
+    bad("NCCL_IB_PCI_RELAXED_ORDERING", "3");
+    bad("NCCL_IB_PCI_RELAXED_ORDERING", "-1");
+}
+
+#[test]
+fn sl_tc_resolution() {
+    let p = Params::default();
+    assert_eq!(p.sl(Some(3)), 3);
+    assert_eq!(p.tc(Some(106)), 106);
+    assert_eq!(p.sl(Some(106)), 106 & 0x0F);
+    let p = good("NCCL_IB_SL", "5");
+    assert_eq!(p.sl(Some(3)), 5);
+    assert_eq!(p.sl(None), 5);
+    let p = good("NCCL_IB_TC", "0");
+    assert_eq!(p.tc(Some(106)), 0);
+    assert_eq!(config_traffic_class(-1), Ok(None));
+    assert_eq!(config_traffic_class(0), Ok(Some(0)));
+    assert_eq!(config_traffic_class(255), Ok(Some(255)));
+    assert!(matches!(
+        config_traffic_class(256),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        config_traffic_class(-2),
+        Err(Error::OutOfRange { .. })
+    ));
+    // FIFO TC: only on RoCE, only when set.
+    let p = Params::default();
+    assert_eq!(p.fifo_tc(LinkLayer::Ethernet, 7), 7);
+    let p = good("NCCL_IB_FIFO_TC", "96");
+    assert_eq!(p.fifo_tc(LinkLayer::Ethernet, 7), 96);
+    assert_eq!(p.fifo_tc(LinkLayer::Infiniband, 7), 7);
+}
+
+#[test]
+fn address_family_and_range() {
+    assert_eq!(
+        good("NCCL_IB_ADDR_FAMILY", "AF_INET6").ib_addr_family,
+        AddrFamily::Inet6
+    );
+    assert_eq!(
+        good("NCCL_IB_ADDR_FAMILY", "AF_INET").ib_addr_family,
+        AddrFamily::Inet
+    );
+    bad("NCCL_IB_ADDR_FAMILY", "inet");
+    assert_eq!(
+        good("NCCL_SOCKET_FAMILY", "AF_INET6").socket_family,
+        Some(AddrFamily::Inet6)
+    );
+    bad("NCCL_SOCKET_FAMILY", "AF_UNIX");
+
+    let p = good("NCCL_IB_ADDR_RANGE", "10.1.0.0/16");
+    let r = p.ib_addr_range.unwrap();
+    assert_eq!((r.family, r.prefix_len), (AddrFamily::Inet, 16));
+    assert_eq!(p.gid_addr_range(), Some(r));
+    let mut gid = Gid([0; 16]);
+    gid.0[10] = 0xFF;
+    gid.0[11] = 0xFF;
+    gid.0[12..].copy_from_slice(&[10, 1, 200, 3]);
+    assert!(r.contains_gid(&gid));
+    gid.0[13] = 2;
+    assert!(!r.contains_gid(&gid));
+    // A prefix that ends inside a byte: 10.0.0.0/15 is 10.0.x.x and 10.1.x.x.
+    let r = AddrRange::parse("10.0.0.0/15").unwrap();
+    assert!(!r.contains_gid(&gid), "10.2 is outside 10.0/15");
+    gid.0[13] = 3;
+    assert!(!r.contains_gid(&gid));
+    gid.0[13] = 1;
+    assert!(r.contains_gid(&gid));
+
+    let p = good("NCCL_IB_ADDR_RANGE", "fd00:1::/32");
+    let r = p.ib_addr_range.unwrap();
+    assert_eq!(r.family, AddrFamily::Inet6);
+    assert_eq!(
+        p.gid_addr_range(),
+        None,
+        "family mismatch: NCCL ignores the range"
+    );
+    let v6: Ipv6Addr = "fd00:1:2::5".parse().unwrap();
+    assert!(r.contains_gid(&Gid(v6.octets())));
+    let v6: Ipv6Addr = "fd00:2::5".parse().unwrap();
+    assert!(!r.contains_gid(&Gid(v6.octets())));
+    assert!(AddrRange::parse("::/0")
+        .unwrap()
+        .contains_gid(&Gid([0xAB; 16])));
+    assert!(AddrRange::parse("1.2.3.4/0")
+        .unwrap()
+        .contains_gid(&Gid([0xAB; 16])));
+    assert!(AddrRange::parse("1.2.3.4/32").unwrap().contains_gid(&{
+        let mut g = Gid([0; 16]);
+        g.0[12..].copy_from_slice(&[1, 2, 3, 4]);
+        g
+    }));
+
+    for b in [
+        "10.0.0.0",
+        "10.0.0.0/33",
+        "::/129",
+        "10.0.0/8",
+        "10.0.0.0/x",
+        "10.0.0.0/",
+        "/8",
+        "10.0.0.0/8/8",
+        "10.0.0.0/+8",
+        "host/8",
+        "10.0.0.0/0008",
+    ] {
+        bad("NCCL_IB_ADDR_RANGE", b);
+    }
+}
+
+#[test]
+fn strings() {
+    let p = good("NCCL_IB_HCA", "^=mlx5_0:1,mlx5_1");
+    assert_eq!(p.ib_hca.as_str(), "^=mlx5_0:1,mlx5_1");
+    let f = p.hca_filter().unwrap();
+    assert!(!f.matches("mlx5_0", 1));
+    assert!(f.matches("mlx5_0", 2));
+    bad("NCCL_IB_HCA", "mlx5_0:x");
+    bad("NCCL_IB_HCA", "a,,b");
+    let long = "m".repeat(HCA_MAX_LEN + 1);
+    bad("NCCL_IB_HCA", &long);
+    let p = good("NCCL_SOCKET_IFNAME", "=eth0,ib0");
+    assert!(p.socket_ifname_filter().unwrap().matches_name("ib0"));
+    assert!(!p.socket_ifname_filter().unwrap().matches_name("eth01"));
+    let long = "e".repeat(IFNAME_MAX_LEN + 1);
+    bad("NCCL_SOCKET_IFNAME", &long);
+    assert_eq!(good("IBNET_PROVIDER", "soft").provider, ProviderKind::Soft);
+    assert_eq!(
+        good("IBNET_PROVIDER", "verbs").provider,
+        ProviderKind::Verbs
+    );
+    assert_eq!(good("IBNET_PROVIDER", "auto").provider, ProviderKind::Auto);
+    bad("IBNET_PROVIDER", "Verbs");
+    bad("IBNET_PROVIDER", "tcp");
+}
+
+#[test]
+fn error_names_variable() {
+    let mut p = Params::default();
+    let e = p.set("NCCL_IB_TIMEOUT", "99").unwrap_err();
+    let mut s = String::new();
+    core::fmt::write(&mut s, format_args!("{e}")).unwrap();
+    assert!(s.starts_with("NCCL_IB_TIMEOUT: "), "{s}");
+}
