@@ -61,8 +61,8 @@ use ibnet_core::provider::{MrKeys, RegKind};
 use ibnet_core::wire::{ConnectHandle, HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::{Error, ErrorKind};
 
-use crate::abi::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::handles::{self, Kind};
+use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::plugin::{self, AnyMr, AnyRecv, AnySend, CachedMr, Dev, MrCacheT, Plugin, Props};
 use crate::sock;
 use crate::warn;
@@ -171,7 +171,7 @@ const CTX_TAG: u64 = 0x4942_4e45_5443_5458; // "IBNETCTX"
 pub fn init(
     ctx: Option<*mut *mut c_void>,
     traffic_class: i32,
-    logger: crate::abi::types::ncclDebugLogger_t,
+    logger: crate::nccl::types::ncclDebugLogger_t,
 ) -> ncclResult_t {
     crate::log::set_logger(logger);
     entry("init", || {
@@ -1153,7 +1153,7 @@ pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
 /// the physical device itself. Fusing several devices is not supported.
 pub fn make_vdevice(
     d: *mut c_int,
-    props: *const crate::abi::types::ncclNetVDeviceProps_t,
+    props: *const crate::nccl::types::ncclNetVDeviceProps_t,
 ) -> ncclResult_t {
     entry("makeVDevice", || {
         // SAFETY: valid or NULL (rejected).
@@ -1178,7 +1178,7 @@ pub fn make_vdevice(
 /// `setNetAttr`: accepted and ignored (as NCCL's IB plugin).
 pub fn set_net_attr(
     _ctx: *mut c_void,
-    _attr: *mut crate::abi::types::ncclNetAttr_t,
+    _attr: *mut crate::nccl::types::ncclNetAttr_t,
 ) -> ncclResult_t {
     ncclResult_t::Success
 }

@@ -37,10 +37,12 @@
 pub mod abi;
 pub mod api;
 pub mod env;
+pub mod foreign;
 pub mod gpu;
 pub mod handles;
 pub mod ifaddr;
 pub mod log;
+pub mod nccl;
 pub mod plugin;
 pub mod proxy;
 pub mod shake;

@@ -99,30 +99,7 @@ const SOFT_MAX_COMMS: i32 = 1024;
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
-/// Static properties of a device, version-agnostic.
-#[derive(Debug, Clone, Copy)]
-pub struct Props {
-    /// Device name (NUL-terminated, owned by the device).
-    pub name: *const core::ffi::c_char,
-    /// PCI path or NULL.
-    pub pci_path: *const core::ffi::c_char,
-    /// GUID.
-    pub guid: u64,
-    /// `NCCL_PTR_*` mask.
-    pub ptr_support: i32,
-    /// Mbps.
-    pub speed: i32,
-    /// Port.
-    pub port: i32,
-    /// µs.
-    pub latency: f32,
-    /// Max comms.
-    pub max_comms: i32,
-    /// Max receives per multi-receive.
-    pub max_recvs: i32,
-    /// Force a flush.
-    pub force_flush: bool,
-}
+pub use crate::nccl::props::Props;
 
 impl Dev {
     /// Properties.
@@ -130,13 +107,13 @@ impl Dev {
         match self {
             Dev::Verbs(p) => {
                 let d = &p.dev;
-                let mut ptr = crate::abi::types::NCCL_PTR_HOST;
+                let mut ptr = crate::nccl::types::NCCL_PTR_HOST;
                 let g = crate::gpu::gpu_direct();
                 if g.gdr {
-                    ptr |= crate::abi::types::NCCL_PTR_CUDA;
+                    ptr |= crate::nccl::types::NCCL_PTR_CUDA;
                 }
                 if d.dmabuf && g.dmabuf_gpu_side {
-                    ptr |= crate::abi::types::NCCL_PTR_DMABUF;
+                    ptr |= crate::nccl::types::NCCL_PTR_DMABUF;
                 }
                 Props {
                     name: d.name.as_ptr(),
@@ -146,6 +123,7 @@ impl Dev {
                         .map_or(core::ptr::null(), |c| c.as_ptr()),
                     guid: d.guid,
                     ptr_support: ptr,
+                    reg_is_global: true,
                     speed: d.speed,
                     port: d.port as i32 + d.real_port,
                     latency: 0.0,
@@ -159,7 +137,8 @@ impl Dev {
                 name: c"soft0".as_ptr(),
                 pci_path: core::ptr::null(),
                 guid: SOFT_GUID,
-                ptr_support: crate::abi::types::NCCL_PTR_HOST,
+                ptr_support: crate::nccl::types::NCCL_PTR_HOST,
+                reg_is_global: true,
                 speed: SOFT_SPEED_MBPS,
                 port: 1,
                 latency: 0.0,
