@@ -72,13 +72,8 @@ pub(crate) unsafe extern "C" fn listen_v11(ctx: V, dev: c_int, h: V, l: PV) -> n
 }
 /// `connect` without a device handle (v6).
 pub(crate) unsafe extern "C" fn connect_v6(dev: c_int, h: V, s: PV) -> ncclResult_t {
-    api::connect(
-        core::ptr::null_mut(),
-        dev,
-        h,
-        s,
-        Some(NCCL_NET_TRAFFIC_CLASS_UNDEF),
-    )
+    // SAFETY: the same arguments; the device-handle out-pointer is unused.
+    unsafe { connect_dev(dev, h, s, core::ptr::null_mut()) }
 }
 /// `connect(dev, …, devHandle)` (v7–v9).
 pub(crate) unsafe extern "C" fn connect_dev(dev: c_int, h: V, s: PV, _d: DevH) -> ncclResult_t {

@@ -60,13 +60,15 @@ impl<C> CommBox<C> {
     }
 }
 
-/// Boxes a new comm and returns its token; a full table closes the comm.
-fn publish<C>(
+/// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of device
+/// `dev` (index `dev_index`) and returns its token; a full table closes the comm.
+pub(crate) fn publish<C>(
     kind: Kind,
-    b: Box<CommBox<C>>,
+    (dev, dev_index, cache): (Dev, u8, Arc<MrCacheT>),
+    comm: C,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> Result<*mut c_void, Error> {
-    let raw = Box::into_raw(b);
+    let raw = Box::into_raw(CommBox::new(dev, dev_index, cache, comm));
     match handles::insert(kind, raw as *mut ()) {
         Ok(t) => Ok(t as *mut c_void),
         Err(e) => {
@@ -76,34 +78,6 @@ fn publish<C>(
             Err(e)
         }
     }
-}
-
-/// Publishes a connected send comm of device `dev` (index `dev_index`).
-pub(crate) fn new_send_box(
-    dev: Dev,
-    dev_index: u8,
-    cache: Arc<MrCacheT>,
-    comm: AnySend,
-) -> Result<*mut c_void, Error> {
-    publish(
-        Kind::Send,
-        CommBox::new(dev, dev_index, cache, comm),
-        AnySend::close,
-    )
-}
-
-/// Publishes a connected receive comm of device `dev` (index `dev_index`).
-pub(crate) fn new_recv_box(
-    dev: Dev,
-    dev_index: u8,
-    cache: Arc<MrCacheT>,
-    comm: AnyRecv,
-) -> Result<*mut c_void, Error> {
-    publish(
-        Kind::Recv,
-        CommBox::new(dev, dev_index, cache, comm),
-        AnyRecv::close,
-    )
 }
 
 /// A shared reference to a live send or receive comm.
@@ -140,34 +114,43 @@ pub(crate) fn comm_ref(
     Ok(r)
 }
 
+/// The comm of one kind behind a token (`what` names it), for call `op`: `pick` refuses the
+/// other kind; a poisoned comm is refused after that.
+fn typed<C>(
+    c: *mut c_void,
+    what: &'static str,
+    op: &'static str,
+    pick: impl FnOnce(CommRef) -> Result<&'static C, Error>,
+) -> Result<&'static C, Error> {
+    if c.is_null() {
+        return Err(missing(what));
+    }
+    let f = handles::lookup(c as usize, &[Kind::Send, Kind::Recv], what)?;
+    let comm = pick(deref(f))?;
+    f.life.check(op)?;
+    Ok(comm)
+}
+
 /// The send comm behind a token, for call `op`.
 pub(crate) fn send_comm(c: *mut c_void, op: &'static str) -> Result<&'static SendCommBox, Error> {
-    if c.is_null() {
-        return Err(missing("sendComm"));
-    }
-    let f = handles::lookup(c as usize, &[Kind::Send, Kind::Recv], "sendComm")?;
-    match deref(f) {
-        CommRef::Send(s) => f.life.check(op).map(|()| s),
+    typed(c, "sendComm", op, |r| match r {
+        CommRef::Send(s) => Ok(s),
         CommRef::Recv(_) => Err(Error::BadState {
             op: "send call",
             state: "comm is a receive comm",
         }),
-    }
+    })
 }
 
 /// The receive comm behind a token, for call `op`.
 pub(crate) fn recv_comm(c: *mut c_void, op: &'static str) -> Result<&'static RecvCommBox, Error> {
-    if c.is_null() {
-        return Err(missing("recvComm"));
-    }
-    let f = handles::lookup(c as usize, &[Kind::Send, Kind::Recv], "recvComm")?;
-    match deref(f) {
-        CommRef::Recv(r) => f.life.check(op).map(|()| r),
+    typed(c, "recvComm", op, |r| match r {
+        CommRef::Recv(r) => Ok(r),
         CommRef::Send(_) => Err(Error::BadState {
             op: "receive call",
             state: "comm is a send comm",
         }),
-    }
+    })
 }
 
 /// The comm and request id behind a request token, for call `op`.
@@ -178,30 +161,33 @@ pub(crate) fn request(req: *mut c_void, op: &'static str) -> Result<(CommRef, Re
     Ok((r, id))
 }
 
-/// `closeSend`. The token is stale from here on (a second close is an error). Works on a
-/// poisoned comm.
-pub fn close_send(comm: *mut c_void) -> ncclResult_t {
-    entry("closeSend", || {
+/// Closes the comm of `kind` (boxes of `CommBox<C>`) behind a token: the token is stale from
+/// here on (a second close is an error). Works on a poisoned comm.
+fn close<C>(
+    comm: *mut c_void,
+    name: &'static str,
+    what: &'static str,
+    kind: Kind,
+    close: impl FnOnce(C) -> Result<(), Error>,
+) -> ncclResult_t {
+    entry(name, || {
         if comm.is_null() {
-            return Err(missing("sendComm"));
+            return Err(missing(what));
         }
-        let p = handles::remove(comm as usize, Kind::Send, "closeSend")?;
-        // SAFETY: the slot held a SendCommBox we leaked; removing it made this the only owner.
-        let b = unsafe { Box::from_raw(p as *mut SendCommBox) };
-        b.comm.into_inner().close()
+        let p = handles::remove(comm as usize, kind, name)?;
+        // SAFETY: a slot of `kind` holds a `CommBox<C>` we leaked (the callers below pair
+        // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
+        let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
+        close(b.comm.into_inner())
     })
 }
 
-/// `closeRecv`. The token is stale from here on (a second close is an error). Works on a
-/// poisoned comm.
+/// `closeSend`.
+pub fn close_send(comm: *mut c_void) -> ncclResult_t {
+    close(comm, "closeSend", "sendComm", Kind::Send, AnySend::close)
+}
+
+/// `closeRecv`.
 pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
-    entry("closeRecv", || {
-        if comm.is_null() {
-            return Err(missing("recvComm"));
-        }
-        let p = handles::remove(comm as usize, Kind::Recv, "closeRecv")?;
-        // SAFETY: the slot held a RecvCommBox we leaked; removing it made this the only owner.
-        let b = unsafe { Box::from_raw(p as *mut RecvCommBox) };
-        b.comm.into_inner().close()
-    })
+    close(comm, "closeRecv", "recvComm", Kind::Recv, AnyRecv::close)
 }

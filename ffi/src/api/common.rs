@@ -1,5 +1,6 @@
 //! What the entry points share: argument checks, the initialised plugin and its devices.
-#![allow(unsafe_code)] // NCCL's out-pointers and getrandom; every block has a SAFETY comment.
+#![allow(unsafe_code)]
+// NCCL's out-pointers and getrandom; every block has a SAFETY comment.
 // `out_ptr` is the entry points' check of NCCL's out-pointers (valid or NULL by contract).
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 

@@ -13,12 +13,13 @@ use ibnet_core::handshake::{Connector, Event};
 use ibnet_core::wire::ConnectHandle;
 use ibnet_core::Error;
 
-use super::comm::new_send_box;
+use super::comm::publish;
 use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
 use super::entry::entry;
 use super::init::ctx_tc;
 use crate::connect_registry::{self as registry, ConnectStage, Connecting};
 use crate::dev::{AnySend, Dev};
+use crate::handles::Kind;
 use crate::handshake_io::{pump, stalled};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::sock;
@@ -116,7 +117,8 @@ pub fn connect(
         registry::set_token(hb, 0);
         match connect_step(&mut c, &d, cfg)? {
             Some(send) => {
-                *out = new_send_box(d, dev as u8, dev_cache(&p, dev)?, *send)?;
+                let at = (d, dev as u8, dev_cache(&p, dev)?);
+                *out = publish(Kind::Send, at, *send, AnySend::close)?;
             }
             None => {
                 registry::park(token, c);

@@ -13,7 +13,7 @@ use ibnet_core::handshake::{Acceptor, Event};
 use ibnet_core::wire::ConnectHandle;
 use ibnet_core::Error;
 
-use super::comm::new_recv_box;
+use super::comm::publish;
 use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
 use super::entry::{entry, entry_on};
 use crate::dev::{AnyRecv, Dev, MrCacheT};
@@ -158,7 +158,8 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
         })?;
         match accept_step(lc, &mut a)? {
             Some(recv) => {
-                *out = new_recv_box(lc.dev.clone(), lc.dev_index, lc.cache.clone(), *recv)?
+                let at = (lc.dev.clone(), lc.dev_index, lc.cache.clone());
+                *out = publish(Kind::Recv, at, *recv, AnyRecv::close)?;
             }
             None => lc.pending = Some(a),
         }

@@ -9,10 +9,10 @@ use ibnet_core::params::Params;
 use ibnet_core::provider::LinkLayer;
 use ibnet_core::Error;
 
-use super::comm::{new_send_box, send_comm};
+use super::comm::{publish, send_comm};
 use super::mr::mr_get;
 use super::*;
-use crate::dev::{Dev, MrCacheT};
+use crate::dev::{AnySend, Dev, MrCacheT};
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
 
@@ -24,7 +24,8 @@ fn soft_send() -> Option<(ibnet_soft::SoftProvider, *mut c_void)> {
     let d = Dev::Soft(sp.clone());
     let cfg = CommConfig::from_params(&Params::default(), LinkLayer::Ethernet, None, false);
     let s = d.new_send(cfg).unwrap();
-    let tok = new_send_box(d, 0, Arc::new(MrCacheT::new()), s).unwrap();
+    let at = (d, 0, Arc::new(MrCacheT::new()));
+    let tok = publish(handles::Kind::Send, at, s, AnySend::close).unwrap();
     Some((sp, tok))
 }
 

@@ -35,14 +35,53 @@ type V = *mut c_void;
 type PV = *mut *mut c_void;
 type DevH = *mut *mut ncclNetDeviceHandle_t;
 
-/// Defines one `ncclNet_vN_t`: the entries that differ between versions are given, those
-/// every version shares with one signature are written here once, then the version's tail.
+/// The entry signatures that differ between versions, each named once (`_dev`: no ctx,
+/// `_dh`: with a device handle, `_int`/`_size`: `int`/`size_t` sizes, `_ph`: profiler
+/// handles).
+#[allow(missing_docs)]
+pub mod sig {
+    use super::*;
+    pub type InitLog = unsafe extern "C" fn(ncclDebugLogger_t) -> R;
+    pub type InitLogProf = unsafe extern "C" fn(ncclDebugLogger_t, ncclProfilerCallback_t) -> R;
+    pub type InitV11 = unsafe extern "C" fn(
+        PV,
+        u64,
+        *mut ncclNetCommConfig_t,
+        ncclDebugLogger_t,
+        ncclProfilerCallback_t,
+    ) -> R;
+    pub type ListenDev = unsafe extern "C" fn(c_int, V, PV) -> R;
+    pub type ListenV11 = unsafe extern "C" fn(V, c_int, V, PV) -> R;
+    pub type ConnectV6 = unsafe extern "C" fn(c_int, V, PV) -> R;
+    pub type ConnectDh = unsafe extern "C" fn(c_int, V, PV, DevH) -> R;
+    pub type ConnectV10 = unsafe extern "C" fn(c_int, *mut ncclNetCommConfig_t, V, PV, DevH) -> R;
+    pub type ConnectV11 = unsafe extern "C" fn(V, c_int, V, PV, DevH) -> R;
+    pub type AcceptV6 = unsafe extern "C" fn(V, PV) -> R;
+    pub type AcceptDh = unsafe extern "C" fn(V, PV, DevH) -> R;
+    pub type RegMrInt = unsafe extern "C" fn(V, V, c_int, c_int, PV) -> R;
+    pub type RegMrSize = unsafe extern "C" fn(V, V, usize, c_int, PV) -> R;
+    pub type IsendInt = unsafe extern "C" fn(V, V, c_int, c_int, V, PV) -> R;
+    pub type IsendSize = unsafe extern "C" fn(V, V, usize, c_int, V, PV) -> R;
+    pub type IsendPh = unsafe extern "C" fn(V, V, usize, c_int, V, V, PV) -> R;
+    pub type IrecvInt = unsafe extern "C" fn(V, c_int, PV, *mut c_int, *mut c_int, PV, PV) -> R;
+    pub type IrecvSize = unsafe extern "C" fn(V, c_int, PV, *mut usize, *mut c_int, PV, PV) -> R;
+    pub type IrecvPh = unsafe extern "C" fn(V, c_int, PV, *mut usize, *mut c_int, PV, PV, PV) -> R;
+    pub type GetDeviceMr = unsafe extern "C" fn(V, V, PV) -> R;
+    pub type IrecvConsumed = unsafe extern "C" fn(V, c_int, V) -> R;
+    pub type MakeVDevice = unsafe extern "C" fn(*mut c_int, *mut ncclNetVDeviceProps_t) -> R;
+    pub type Finalize = unsafe extern "C" fn(V) -> R;
+    pub type SetNetAttr = unsafe extern "C" fn(V, *mut ncclNetAttr_t) -> R;
+}
+use sig::*;
+
+/// Defines one `ncclNet_vN_t`: the entries that differ between versions are given as
+/// [`sig`] types, those every version shares with one signature are written here once, then
+/// the version's tail.
 macro_rules! net_table {
     (
         $(#[$doc:meta])* $name:ident, $props:ty,
-        init($($init:ty),*), listen($($listen:ty),*), connect($($connect:ty),*),
-        accept($($accept:ty),*), reg_mr($($reg:ty),*), isend($($isend:ty),*),
-        irecv($($irecv:ty),*), tail { $($tail:ident($($targ:ty),*)),* }
+        [$init:ty, $listen:ty, $connect:ty, $accept:ty, $reg:ty, $isend:ty, $irecv:ty],
+        tail { $($tail:ident: $tty:ty),* }
     ) => {
         $(#[$doc])*
         #[repr(C)]
@@ -50,23 +89,23 @@ macro_rules! net_table {
         #[allow(missing_docs)]
         pub struct $name {
             pub name: *const c_char,
-            pub init: Option<unsafe extern "C" fn($($init),*) -> R>,
+            pub init: Option<$init>,
             pub devices: Option<unsafe extern "C" fn(*mut c_int) -> R>,
             pub get_properties: Option<unsafe extern "C" fn(c_int, *mut $props) -> R>,
-            pub listen: Option<unsafe extern "C" fn($($listen),*) -> R>,
-            pub connect: Option<unsafe extern "C" fn($($connect),*) -> R>,
-            pub accept: Option<unsafe extern "C" fn($($accept),*) -> R>,
-            pub reg_mr: Option<unsafe extern "C" fn($($reg),*) -> R>,
+            pub listen: Option<$listen>,
+            pub connect: Option<$connect>,
+            pub accept: Option<$accept>,
+            pub reg_mr: Option<$reg>,
             pub reg_mr_dma_buf: Option<unsafe extern "C" fn(V, V, usize, c_int, u64, c_int, PV) -> R>,
             pub dereg_mr: Option<unsafe extern "C" fn(V, V) -> R>,
-            pub isend: Option<unsafe extern "C" fn($($isend),*) -> R>,
-            pub irecv: Option<unsafe extern "C" fn($($irecv),*) -> R>,
+            pub isend: Option<$isend>,
+            pub irecv: Option<$irecv>,
             pub iflush: Option<unsafe extern "C" fn(V, c_int, PV, *mut c_int, PV, PV) -> R>,
             pub test: Option<unsafe extern "C" fn(V, *mut c_int, *mut c_int) -> R>,
             pub close_send: Option<unsafe extern "C" fn(V) -> R>,
             pub close_recv: Option<unsafe extern "C" fn(V) -> R>,
             pub close_listen: Option<unsafe extern "C" fn(V) -> R>,
-            $(pub $tail: Option<unsafe extern "C" fn($($targ),*) -> R>,)*
+            $(pub $tail: Option<$tty>,)*
         }
         // SAFETY: the table is plain data (a static string and function pointers), never
         // written after it is built (exported statics) or copied (foreign tables).
@@ -77,62 +116,39 @@ macro_rules! net_table {
 net_table!(
     /// `ncclNet_v6_t` (NCCL 2.12–2.13): no device handles, `int` sizes.
     ncclNet_v6_t, Props6,
-    init(ncclDebugLogger_t), listen(c_int, V, PV), connect(c_int, V, PV), accept(V, PV),
-    reg_mr(V, V, c_int, c_int, PV), isend(V, V, c_int, c_int, V, PV),
-    irecv(V, c_int, PV, *mut c_int, *mut c_int, PV, PV), tail {}
+    [InitLog, ListenDev, ConnectV6, AcceptV6, RegMrInt, IsendInt, IrecvInt], tail {}
 );
 net_table!(
     /// `ncclNet_v7_t` (NCCL 2.14–2.18): device handles, `getDeviceMr`, `irecvConsumed`.
-    ncclNet_v7_t, Props7,
-    init(ncclDebugLogger_t), listen(c_int, V, PV), connect(c_int, V, PV, DevH),
-    accept(V, PV, DevH), reg_mr(V, V, c_int, c_int, PV), isend(V, V, c_int, c_int, V, PV),
-    irecv(V, c_int, PV, *mut c_int, *mut c_int, PV, PV),
-    tail { get_device_mr(V, V, PV), irecv_consumed(V, c_int, V) }
+    ncclNet_v7_t, Props7, [InitLog, ListenDev, ConnectDh, AcceptDh, RegMrInt, IsendInt, IrecvInt],
+    tail { get_device_mr: GetDeviceMr, irecv_consumed: IrecvConsumed }
 );
 net_table!(
     /// `ncclNet_v8_t` (NCCL 2.19–2.23): `size_t` on regMr, properties with `regIsGlobal`.
-    ncclNet_v8_t, Props8,
-    init(ncclDebugLogger_t), listen(c_int, V, PV), connect(c_int, V, PV, DevH),
-    accept(V, PV, DevH), reg_mr(V, V, usize, c_int, PV), isend(V, V, c_int, c_int, V, PV),
-    irecv(V, c_int, PV, *mut c_int, *mut c_int, PV, PV),
-    tail { get_device_mr(V, V, PV), irecv_consumed(V, c_int, V) }
+    ncclNet_v8_t, Props8, [InitLog, ListenDev, ConnectDh, AcceptDh, RegMrSize, IsendInt, IrecvInt],
+    tail { get_device_mr: GetDeviceMr, irecv_consumed: IrecvConsumed }
 );
 net_table!(
     /// `ncclNet_v9_t` (NCCL 2.24–2.25): `size_t` sizes on isend/irecv, `makeVDevice`.
     ncclNet_v9_t, Props9,
-    init(ncclDebugLogger_t), listen(c_int, V, PV), connect(c_int, V, PV, DevH),
-    accept(V, PV, DevH), reg_mr(V, V, usize, c_int, PV), isend(V, V, usize, c_int, V, PV),
-    irecv(V, c_int, PV, *mut usize, *mut c_int, PV, PV),
-    tail {
-        get_device_mr(V, V, PV), irecv_consumed(V, c_int, V),
-        make_vdevice(*mut c_int, *mut ncclNetVDeviceProps_t)
-    }
+    [InitLog, ListenDev, ConnectDh, AcceptDh, RegMrSize, IsendSize, IrecvSize],
+    tail { get_device_mr: GetDeviceMr, irecv_consumed: IrecvConsumed, make_vdevice: MakeVDevice }
 );
 net_table!(
     /// `ncclNet_v10_t` (NCCL 2.26–2.27): `init(log, prof)`, the comm config on `connect`,
     /// profiler handles on isend/irecv.
     ncclNet_v10_t, Props9,
-    init(ncclDebugLogger_t, ncclProfilerCallback_t), listen(c_int, V, PV),
-    connect(c_int, *mut ncclNetCommConfig_t, V, PV, DevH), accept(V, PV, DevH),
-    reg_mr(V, V, usize, c_int, PV), isend(V, V, usize, c_int, V, V, PV),
-    irecv(V, c_int, PV, *mut usize, *mut c_int, PV, PV, PV),
-    tail {
-        get_device_mr(V, V, PV), irecv_consumed(V, c_int, V),
-        make_vdevice(*mut c_int, *mut ncclNetVDeviceProps_t)
-    }
+    [InitLogProf, ListenDev, ConnectV10, AcceptDh, RegMrSize, IsendPh, IrecvPh],
+    tail { get_device_mr: GetDeviceMr, irecv_consumed: IrecvConsumed, make_vdevice: MakeVDevice }
 );
 net_table!(
     /// `ncclNet_v11_t` (NCCL 2.28): per-communicator `init(ctx, commId, config)`, `finalize`,
     /// `setNetAttr`.
     ncclNet_v11_t, Props11,
-    init(PV, u64, *mut ncclNetCommConfig_t, ncclDebugLogger_t, ncclProfilerCallback_t),
-    listen(V, c_int, V, PV), connect(V, c_int, V, PV, DevH), accept(V, PV, DevH),
-    reg_mr(V, V, usize, c_int, PV), isend(V, V, usize, c_int, V, V, PV),
-    irecv(V, c_int, PV, *mut usize, *mut c_int, PV, PV, PV),
+    [InitV11, ListenV11, ConnectV11, AcceptDh, RegMrSize, IsendPh, IrecvPh],
     tail {
-        get_device_mr(V, V, PV), irecv_consumed(V, c_int, V),
-        make_vdevice(*mut c_int, *mut ncclNetVDeviceProps_t), finalize(V),
-        set_net_attr(V, *mut ncclNetAttr_t)
+        get_device_mr: GetDeviceMr, irecv_consumed: IrecvConsumed, make_vdevice: MakeVDevice,
+        finalize: Finalize, set_net_attr: SetNetAttr
     }
 );
 
