@@ -32,6 +32,7 @@ pub struct Buf {
 }
 
 /// `n` as a receive count for one call (1..=[`MAX_RECVS`]).
+#[inline]
 pub fn count(n: usize) -> CallResult<c_int> {
     if n == 0 || n > MAX_RECVS {
         return Err(CallError::Arg(ibnet_core::Error::OutOfRange {
@@ -45,6 +46,7 @@ pub fn count(n: usize) -> CallResult<c_int> {
 }
 
 /// A size for an entry taking `int` (regMr v6–v7, isend/irecv v6–v8).
+#[inline]
 fn int_size(n: usize) -> CallResult<c_int> {
     c_int::try_from(n).map_err(|_| {
         CallError::Arg(ibnet_core::Error::OutOfRange {
@@ -67,6 +69,7 @@ struct Arrays {
 }
 
 impl Arrays {
+    #[inline] // the data path, called across crates (ibnet-tools)
     fn new(bufs: &[Buf]) -> CallResult<Self> {
         let mut a = Arrays {
             n: count(bufs.len())?,
@@ -87,6 +90,7 @@ impl Arrays {
 
     /// The sizes as `int`: checked for irecv (`strict`: a larger receive cannot be posted),
     /// clamped for iflush (a flush reads back at most what arrived).
+    #[inline] // the data path, called across crates (ibnet-tools)
     fn int_sizes(&self, strict: bool) -> CallResult<[c_int; MAX_RECVS]> {
         let mut out = [0 as c_int; MAX_RECVS];
         for (o, &s) in out.iter_mut().zip(&self.sizes) {
@@ -206,6 +210,7 @@ impl ForeignPlugin {
     /// # Safety
     /// `data..data+size` lies inside registration `mh` and stays untouched until the request
     /// completes.
+    #[inline] // the data path, called across crates (ibnet-tools)
     pub unsafe fn isend(
         &self,
         comm: V,
@@ -234,6 +239,7 @@ impl ForeignPlugin {
     ///
     /// # Safety
     /// Every buffer lies inside its registration and stays untouched until completion.
+    #[inline] // the data path, called across crates (ibnet-tools)
     pub unsafe fn irecv(&self, comm: V, bufs: &[Buf]) -> CallResult<Option<V>> {
         let call = "ncclNet irecv";
         let mut a = Arrays::new(bufs)?;
@@ -260,6 +266,7 @@ impl ForeignPlugin {
     ///
     /// # Safety
     /// As [`ForeignPlugin::irecv`].
+    #[inline] // the data path, called across crates (ibnet-tools)
     pub unsafe fn iflush(&self, comm: V, bufs: &[Buf]) -> CallResult<Option<V>> {
         let call = "ncclNet iflush";
         let f = need(shared!(self.table, iflush), call)?;
@@ -281,6 +288,7 @@ impl ForeignPlugin {
     }
 
     /// `test(req)`: `Some(sizes)` once done (the plugin then frees the request).
+    #[inline] // the data path, called across crates (ibnet-tools)
     pub fn test(&self, req: V) -> CallResult<Option<[c_int; MAX_RECVS]>> {
         let f = need(shared!(self.table, test), "ncclNet test")?;
         let mut done: c_int = 0;
@@ -294,6 +302,7 @@ impl ForeignPlugin {
 
     /// `irecvConsumed` of a completed multi-receive; a no-op where the plugin has none (v6,
     /// or a NULL entry).
+    #[inline] // the data path, called across crates (ibnet-tools)
     pub fn irecv_consumed(&self, comm: V, n: usize, req: V) -> CallResult<()> {
         let f = by_version!(self.table, {
             [V11, V10, V9, V8, V7] t => t.irecv_consumed,

@@ -93,11 +93,11 @@ pub enum Table {
     V6(ncclNet_v6_t),
 }
 
-/// `match` over the loaded table with one body for a group of versions: the body is expanded
-/// per version, so `$t` has that version's table type in each.
+/// `match` over the loaded table (by reference: no copy per call) with one body for a group of
+/// versions: the body is expanded per version, so `$t` has that version's table type in each.
 macro_rules! by_version {
     ($table:expr, { $([$($v:ident),+] $t:ident => $body:expr),+ $(,)? }) => {
-        match $table { $($($crate::foreign::Table::$v($t) => $body,)+)+ }
+        match &$table { $($($crate::foreign::Table::$v($t) => $body,)+)+ }
     };
 }
 pub(crate) use by_version;
@@ -182,6 +182,7 @@ impl From<CallError> for ibnet_core::Error {
 pub type CallResult<T> = core::result::Result<T, CallError>;
 
 /// `Ok` for `ncclSuccess`, else [`CallError::Failed`].
+#[inline]
 fn check(call: &'static str, rc: ncclResult_t) -> CallResult<()> {
     if rc == ncclResult_t::Success {
         Ok(())
@@ -191,6 +192,7 @@ fn check(call: &'static str, rc: ncclResult_t) -> CallResult<()> {
 }
 
 /// The entry, or [`CallError::Null`].
+#[inline]
 fn need<F>(f: Option<F>, call: &'static str) -> CallResult<F> {
     f.ok_or(CallError::Null { call })
 }

@@ -1,4 +1,4 @@
-//! `ncclNet_v6_t` … `ncclNet_v11_t`, each defined once by [`net_table!`] and used in both
+//! `ncclNet_v6_t` … `ncclNet_v11_t`, each defined once by `net_table!` and used in both
 //! directions: ibnet exports one of each (`abi/vN`), and [`crate::foreign`] reads whichever a
 //! plugin `.so` exports (ibnet's own included).
 //!
