@@ -157,7 +157,8 @@ pub fn insert(kind: Kind, ptr: *mut ()) -> Result<usize, Error> {
     for k in 0..CAPACITY {
         let idx = (*next + k) % CAPACITY;
         let s = &SLOTS[idx];
-        // Relaxed: slots change state only under ALLOC, which we hold.
+        // Relaxed: a slot becomes or stops being Free only under ALLOC, which we hold (`poison`
+        // changes Live slots only, without it).
         let st = s.state.load(Ordering::Relaxed);
         if Life::from_state(st) != Life::Free {
             continue;
