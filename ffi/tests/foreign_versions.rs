@@ -38,8 +38,8 @@ fn pair(p: &ForeignPlugin) -> (V, V, V) {
         if r.is_none() {
             r = p.accept(l).expect("accept");
         }
-        if s.is_some() && r.is_some() {
-            return (l, s.unwrap(), r.unwrap());
+        if let (Some(s), Some(r)) = (s, r) {
+            return (l, s, r);
         }
         std::thread::yield_now();
     }
