@@ -122,8 +122,8 @@ extern const ibnet_net_v8_t ncclNetPlugin_v8;
  * The proxy engine (NCCL's net transport, net.cc, as a library)
  * ============================================================================================
  *
- * Feeds any net plugin (ncclNetPlugin_v11, loaded from a path, or this library's own table)
- * from GPU-side rings exactly as NCCL's proxy thread does. One thread drives a proxy and its
+ * Feeds any net plugin (its newest of ncclNetPlugin_v11 .. _v6, loaded from a path, or this
+ * library's own v11 table) from GPU-side rings exactly as NCCL's proxy thread does. One thread drives a proxy and its
  * operations; the GPU side (a kernel, or host code) touches only the shared memory described
  * by ibnet_proxy_device_view_t. Calls return 0 on success, else an ibnet_result_t (the failure
  * is logged as a WARN through the plugin's logger). Bad handles and arguments are errors,
@@ -267,8 +267,8 @@ typedef struct {
   int shared;             /* SIMPLE data at connFifo[k%8].offset in buffs[2] */
 } ibnet_proxy_device_view_t;
 
-/* pluginPath: a library exporting ncclNetPlugin_v11 (dlopen'ed, never unloaded), or NULL for
- * this library's own table. cfg, mem: NULL for defaults. Allocates. */
+/* pluginPath: a library exporting ncclNetPlugin_v11 .. _v6 (the newest is used; dlopen'ed,
+ * never unloaded), or NULL for this library's own table. cfg, mem: NULL for defaults. Allocates. */
 ibnet_result_t ibnet_proxy_create(const char* pluginPath, const ibnet_proxy_config_t* cfg,
                                   const ibnet_proxy_mem_t* mem, ibnet_proxy_t** proxy);
 /* dir: IBNET_PROXY_SEND/RECV. A receive connection starts listening and writes the

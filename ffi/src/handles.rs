@@ -1,13 +1,23 @@
-//! The tokens NCCL holds for our comms and requests: never pointers, but indices into a
-//! fixed-capacity table of comm slots, each with a generation.
+//! The tokens NCCL holds for our comms, requests and registrations: never pointers, but
+//! indices into a fixed-capacity table of comm slots, each with a generation, and (for
+//! `mhandle`s) into the device's registration cache.
 //!
 //! ```text
 //!  comm token     [63..48] COMM_MARK  [47..16] slot generation (32 bits)  [15..0] slot index
 //!  request token  [63..56] REQ_MARK   [55..40] slot index  [39..24] generation (low 16 bits)
 //!                 [23..0]  the core's ReqId (request slot index + its own generation)
+//!  mhandle        [63..52] MH_MARK  [51..44] device index  [43..12] generation  [11..0] cache slot
 //!
-//!  SLOTS[i] = { state: generation << 8 | kind (0 = free), ptr: the comm's box }
+//!  SLOTS[i] = { state: generation << 8 | life, ptr: the comm's box }
 //! ```
+//!
+//! Each slot's low state byte is its comm's lifecycle, [`Life`]:
+//! ```text
+//!  Free ──insert──▶ Live(kind) ──poison (a panic was caught in a call on it)──▶ Poisoned(kind)
+//!   ▲                   │                                                            │
+//!   └──── remove (close; the generation moves on) ◀──────────────────────────────────┘
+//! ```
+//! A poisoned comm's state may be half-updated: every call but close fails with `Poisoned`.
 //!
 //! A lookup decodes the token, loads the slot's state once (Acquire) and compares it with the
 //! token's generation and the kind the call expects; only a match reads the box pointer. So a
@@ -25,6 +35,7 @@
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use ibnet_core::mr_cache::MrHandle;
 use ibnet_core::request::ReqId;
 use ibnet_core::Error;
 
@@ -45,27 +56,78 @@ pub enum Kind {
     Recv = 3,
 }
 
-impl Kind {
-    fn from_raw(k: u64) -> Option<Self> {
-        match k {
-            1 => Some(Self::Listen),
-            2 => Some(Self::Send),
-            3 => Some(Self::Recv),
-            _ => None,
+/// A slot's lifecycle (see the module doc): the low byte of its state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// No comm.
+    Free,
+    /// A comm of this kind, usable.
+    Live(Kind),
+    /// A comm of this kind on which a panic was caught: only close works.
+    Poisoned(Kind),
+}
+
+const POISONED: u64 = 0x80;
+const LIFE_BITS: u32 = 8;
+const LIFE_MASK: u64 = (1 << LIFE_BITS) - 1;
+
+impl Life {
+    fn from_state(st: u64) -> Self {
+        let kind = match st & 0x3 {
+            1 => Kind::Listen,
+            2 => Kind::Send,
+            3 => Kind::Recv,
+            _ => return Life::Free,
+        };
+        match st & POISONED {
+            0 => Life::Live(kind),
+            _ => Life::Poisoned(kind),
         }
     }
+
+    fn bits(self) -> u64 {
+        match self {
+            Life::Free => 0,
+            Life::Live(k) => k as u64,
+            Life::Poisoned(k) => k as u64 | POISONED,
+        }
+    }
+
+    fn kind(self) -> Option<Kind> {
+        match self {
+            Life::Free => None,
+            Life::Live(k) | Life::Poisoned(k) => Some(k),
+        }
+    }
+
+    /// `Ok` for a live comm; `Poisoned { op }` for a poisoned one.
+    pub fn check(self, op: &'static str) -> Result<(), Error> {
+        match self {
+            Life::Poisoned(_) => Err(Error::Poisoned { op }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A comm found by a lookup: its box, kind and lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// The comm's box.
+    pub ptr: *mut (),
+    /// Its kind.
+    pub kind: Kind,
+    /// Live or poisoned.
+    pub life: Life,
 }
 
 const COMM_MARK: u64 = 0x1bcc;
 const COMM_MARK_SHIFT: u32 = 48;
 const REQ_MARK: u64 = 0x5e;
 const REQ_MARK_SHIFT: u32 = 56;
-const KIND_BITS: u32 = 8;
-const KIND_MASK: u64 = (1 << KIND_BITS) - 1;
 const _: () = assert!(CAPACITY == 1 << 16, "a token's index field is 16 bits");
 
 struct Slot {
-    /// `generation << 8 | kind`; kind 0 is a free slot.
+    /// `generation << 8 | life` ([`Life`]; 0 is a free slot).
     state: AtomicU64,
     /// The comm's box while the slot is in use.
     ptr: AtomicPtr<()>,
@@ -82,7 +144,7 @@ static SLOTS: [Slot; CAPACITY] = [const {
 static ALLOC: Mutex<usize> = Mutex::new(0);
 
 fn gen_of(state: u64) -> u32 {
-    (state >> KIND_BITS) as u32
+    (state >> LIFE_BITS) as u32
 }
 
 fn comm_token(idx: usize, gen: u32) -> usize {
@@ -95,16 +157,19 @@ pub fn insert(kind: Kind, ptr: *mut ()) -> Result<usize, Error> {
     for k in 0..CAPACITY {
         let idx = (*next + k) % CAPACITY;
         let s = &SLOTS[idx];
-        // Relaxed: slots change state only under ALLOC, which we hold.
+        // Relaxed: a slot becomes or stops being Free only under ALLOC, which we hold (`poison`
+        // changes Live slots only, without it).
         let st = s.state.load(Ordering::Relaxed);
-        if st & KIND_MASK != 0 {
+        if Life::from_state(st) != Life::Free {
             continue;
         }
         // Relaxed: published by the Release store of `state` just below.
         s.ptr.store(ptr, Ordering::Relaxed);
         // Release pairs with the Acquire load in `lookup`: a matching state implies `ptr`.
-        s.state
-            .store((st & !KIND_MASK) | kind as u64, Ordering::Release);
+        s.state.store(
+            (st & !LIFE_MASK) | Life::Live(kind).bits(),
+            Ordering::Release,
+        );
         *next = idx + 1;
         return Ok(comm_token(idx, gen_of(st)));
     }
@@ -126,19 +191,21 @@ fn decode_comm(token: usize) -> Option<(usize, u32)> {
     (v >> COMM_MARK_SHIFT == COMM_MARK).then_some(((v & 0xffff) as usize, (v >> 16) as u32))
 }
 
-/// The box behind a comm token of one of `kinds`, and its kind. Lock-free; never dereferences
-/// anything for a stale or foreign token.
-pub fn lookup(token: usize, kinds: &[Kind], op: &'static str) -> Result<(*mut (), Kind), Error> {
+/// The comm behind a comm token of one of `kinds`, live or poisoned. Lock-free; never
+/// dereferences anything for a stale or foreign token.
+pub fn lookup(token: usize, kinds: &[Kind], op: &'static str) -> Result<Found, Error> {
     let (idx, gen) = decode_comm(token).ok_or(bad(op))?;
     let s = &SLOTS[idx];
-    // Acquire pairs with the Release store in `insert` (makes `ptr` visible).
+    // Acquire pairs with the Release stores in `insert` (makes `ptr` visible) and `poison`.
     let st = s.state.load(Ordering::Acquire);
-    let kind = Kind::from_raw(st & KIND_MASK).ok_or(bad(op))?;
+    let life = Life::from_state(st);
+    let kind = life.kind().ok_or(bad(op))?;
     if gen_of(st) != gen || !kinds.contains(&kind) {
         return Err(bad(op));
     }
     // Relaxed: ordered after the Acquire load above.
-    Ok((s.ptr.load(Ordering::Relaxed), kind))
+    let ptr = s.ptr.load(Ordering::Relaxed);
+    Ok(Found { ptr, kind, life })
 }
 
 /// A request token for request `id` of the comm with token `comm`.
@@ -150,9 +217,9 @@ pub fn request_token(comm: usize, id: ReqId) -> usize {
         | (id.to_bits() as u64 & 0xff_ffff)) as usize
 }
 
-/// The comm box, its kind and the request id behind a request token. Lock-free; never
+/// The comm (send or receive) and the request id behind a request token. Lock-free; never
 /// dereferences anything for a stale or foreign token.
-pub fn lookup_request(token: usize) -> Result<(*mut (), Kind, ReqId), Error> {
+pub fn lookup_request(token: usize) -> Result<(Found, ReqId), Error> {
     let op = "request";
     let v = token as u64;
     if v >> REQ_MARK_SHIFT != REQ_MARK {
@@ -161,17 +228,17 @@ pub fn lookup_request(token: usize) -> Result<(*mut (), Kind, ReqId), Error> {
             state: "not an ibnet request",
         });
     }
-    let idx = ((v >> 40) & 0xffff) as usize;
-    let gen16 = ((v >> 24) & 0xffff) as u32;
+    let (idx, gen16) = decode_request(v);
     let s = &SLOTS[idx];
-    // Acquire pairs with the Release store in `insert` (makes `ptr` visible).
+    // Acquire pairs with the Release stores in `insert` (makes `ptr` visible) and `poison`.
     let st = s.state.load(Ordering::Acquire);
-    let kind = Kind::from_raw(st & KIND_MASK);
-    match kind {
-        Some(k @ (Kind::Send | Kind::Recv)) if gen_of(st) & 0xffff == gen16 => {
+    let life = Life::from_state(st);
+    match life.kind() {
+        Some(kind @ (Kind::Send | Kind::Recv)) if gen_of(st) & 0xffff == gen16 => {
             // Relaxed: ordered after the Acquire load above.
-            let p = s.ptr.load(Ordering::Relaxed);
-            Ok((p, k, ReqId::from_bits((v & 0xff_ffff) as u32)))
+            let ptr = s.ptr.load(Ordering::Relaxed);
+            let found = Found { ptr, kind, life };
+            Ok((found, ReqId::from_bits((v & 0xff_ffff) as u32)))
         }
         _ => Err(Error::BadState {
             op,
@@ -180,18 +247,51 @@ pub fn lookup_request(token: usize) -> Result<(*mut (), Kind, ReqId), Error> {
     }
 }
 
-/// The comm slot a comm or request token names, if it is live (for poisoning after a panic).
-pub fn lookup_any(token: usize) -> Option<(*mut (), Kind)> {
-    lookup(token, &[Kind::Listen, Kind::Send, Kind::Recv], "comm")
-        .ok()
-        .or_else(|| lookup_request(token).ok().map(|(p, k, _)| (p, k)))
+fn decode_request(v: u64) -> (usize, u32) {
+    (((v >> 40) & 0xffff) as usize, ((v >> 24) & 0xffff) as u32)
+}
+
+/// Marks the comm a comm or request token names as poisoned (after a caught panic), if it is
+/// live. Lock-free: the slot's state moves `Live(kind)` → `Poisoned(kind)` only if it still
+/// holds the token's generation.
+pub fn poison(token: usize) {
+    let v = token as u64;
+    let (idx, gen, gen_mask) = match decode_comm(token) {
+        Some((idx, gen)) => (idx, gen, u32::MAX),
+        None if v >> REQ_MARK_SHIFT == REQ_MARK => {
+            let (idx, gen16) = decode_request(v);
+            (idx, gen16, 0xffff)
+        }
+        None => return,
+    };
+    let s = &SLOTS[idx];
+    // Relaxed: the compare-exchange below validates what this read saw.
+    let mut st = s.state.load(Ordering::Relaxed);
+    loop {
+        let Life::Live(kind) = Life::from_state(st) else {
+            return;
+        };
+        if gen_of(st) & gen_mask != gen {
+            return;
+        }
+        let new = (st & !LIFE_MASK) | Life::Poisoned(kind).bits();
+        // Release pairs with the Acquire loads in `lookup*`: they see the comm poisoned.
+        // Relaxed on failure: the loop re-checks the state it read.
+        match s
+            .state
+            .compare_exchange(st, new, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => return,
+            Err(cur) => st = cur,
+        }
+    }
 }
 
 /// Frees the slot of a comm token of `kind`, returning its box for the caller to drop. The
 /// generation moves on, so the token (and its requests' tokens) are stale from now on.
 pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Error> {
     let _g = ALLOC.lock().unwrap_or_else(|e| e.into_inner());
-    let (p, _) = lookup(token, &[kind], op)?;
+    let p = lookup(token, &[kind], op)?.ptr;
     let (idx, gen) = decode_comm(token).ok_or(bad(op))?;
     let s = &SLOTS[idx];
     // Relaxed: the box is handed back to the caller (this thread); no reader may use it after
@@ -199,8 +299,51 @@ pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Err
     s.ptr.store(core::ptr::null_mut(), Ordering::Relaxed);
     // Release pairs with the Acquire loads in `lookup*`: they see the new generation.
     s.state
-        .store((gen.wrapping_add(1) as u64) << KIND_BITS, Ordering::Release);
+        .store((gen.wrapping_add(1) as u64) << LIFE_BITS, Ordering::Release);
     Ok(p)
+}
+
+/// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (slot index below
+/// 2^12, generation) and the plugin device index (low 8 bits) under a marker (see the module
+/// doc), so a registration hit allocates nothing. A value without the marker, of another
+/// device (NCCL passed a handle registered on another device's comm), or whose entry is gone
+/// (stale; the cache's lookup) is rejected.
+const MH_MARK: u64 = 0x1b3;
+const MH_MARK_SHIFT: u32 = 52;
+const MH_IDX_BITS: u32 = 12;
+const MH_DEV_SHIFT: u32 = 44;
+const _: () = assert!(crate::dev::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
+const _: () = assert!(MH_IDX_BITS + 32 <= MH_DEV_SHIFT && MH_DEV_SHIFT + 8 <= MH_MARK_SHIFT);
+
+/// The `mhandle` of registration `h` of device `dev_index`.
+pub fn mh_encode(h: MrHandle, dev_index: u8) -> usize {
+    let b = h.to_bits();
+    let (gen, idx) = (b >> 32, b & 0xffff_ffff);
+    ((MH_MARK << MH_MARK_SHIFT) | ((dev_index as u64) << MH_DEV_SHIFT) | (gen << MH_IDX_BITS) | idx)
+        as usize
+}
+
+/// The registration an `mhandle` names, if it is one of device `dev_index`.
+pub fn mh_decode(m: usize, dev_index: u8) -> Result<MrHandle, Error> {
+    let v = m as u64;
+    if m == 0 {
+        return Err(Error::Missing { what: "mhandle" });
+    }
+    if v >> MH_MARK_SHIFT != MH_MARK {
+        return Err(Error::BadState {
+            op: "memory handle",
+            state: "not an ibnet registration",
+        });
+    }
+    if (v >> MH_DEV_SHIFT) & 0xff != dev_index as u64 {
+        return Err(Error::BadState {
+            op: "memory handle",
+            state: "registered on another device than this comm's",
+        });
+    }
+    let idx = v & ((1 << MH_IDX_BITS) - 1);
+    let gen = (v >> MH_IDX_BITS) & 0xffff_ffff;
+    Ok(MrHandle::from_bits((gen << 32) | idx))
 }
 
 #[cfg(test)]
@@ -212,14 +355,19 @@ mod tests {
         let mut x = 5u32;
         let p = &mut x as *mut u32 as *mut ();
         let t = insert(Kind::Send, p).unwrap();
-        assert_eq!(lookup(t, &[Kind::Send], "t").unwrap(), (p, Kind::Send));
+        let live = Found {
+            ptr: p,
+            kind: Kind::Send,
+            life: Life::Live(Kind::Send),
+        };
+        assert_eq!(lookup(t, &[Kind::Send], "t").unwrap(), live);
         assert!(matches!(
             lookup(t, &[Kind::Recv], "t"),
             Err(Error::BadState { .. })
         ));
         let id = ReqId::from_bits(0x12_3456);
         let r = request_token(t, id);
-        assert_eq!(lookup_request(r).unwrap(), (p, Kind::Send, id));
+        assert_eq!(lookup_request(r).unwrap(), (live, id));
         assert!(lookup_request(t).is_err(), "a comm token is not a request");
         assert!(
             lookup(r, &[Kind::Send], "t").is_err(),
@@ -229,7 +377,21 @@ mod tests {
             assert!(lookup(foreign, &[Kind::Send, Kind::Recv], "t").is_err());
             assert!(lookup_request(foreign).is_err());
         }
+        // Poisoned through a request token: lookups still find it (close works), `check`
+        // refuses it.
+        poison(r);
+        let found = lookup(t, &[Kind::Send], "t").unwrap();
+        assert_eq!(found.life, Life::Poisoned(Kind::Send));
+        assert!(matches!(
+            found.life.check("isend"),
+            Err(Error::Poisoned { op: "isend" })
+        ));
+        assert_eq!(
+            lookup_request(r).unwrap().0.life,
+            Life::Poisoned(Kind::Send)
+        );
         assert_eq!(remove(t, Kind::Send, "t").unwrap(), p);
+        poison(t); // stale: nothing happens
         assert!(lookup(t, &[Kind::Send], "t").is_err(), "stale comm");
         assert!(lookup_request(r).is_err(), "stale request");
         assert!(remove(t, Kind::Send, "t").is_err(), "closed twice");
@@ -246,6 +408,31 @@ mod tests {
         assert_ne!(u, t);
         assert!(lookup(t, &[Kind::Send, Kind::Recv], "t").is_err());
         assert!(lookup_request(r).is_err());
+        assert_eq!(
+            lookup(u, &[Kind::Recv], "t").unwrap().life,
+            Life::Live(Kind::Recv),
+            "the stale poison did not reach the reused slot"
+        );
         remove(u, Kind::Recv, "t").unwrap();
+    }
+
+    /// An mhandle carries its device: one from device 0 used on device 1's comm is an error.
+    #[test]
+    fn mhandles_are_tied_to_their_device() {
+        let h = MrHandle::from_bits((5u64 << 32) | 17);
+        let m0 = mh_encode(h, 0);
+        let m1 = mh_encode(h, 1);
+        assert_ne!(m0, m1);
+        assert_eq!(mh_decode(m0, 0).unwrap(), h);
+        assert_eq!(mh_decode(m1, 1).unwrap(), h);
+        assert!(matches!(
+            mh_decode(m0, 1),
+            Err(Error::BadState {
+                state: "registered on another device than this comm's",
+                ..
+            })
+        ));
+        assert!(mh_decode(mh_encode(h, 255), 255).is_ok());
+        assert!(mh_decode(0x1234, 0).is_err(), "no marker");
     }
 }

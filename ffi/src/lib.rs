@@ -3,16 +3,24 @@
 //! The NCCL/RCCL net plugin `libnccl-net-ibnet.so` (and `libibnet.a` for static linking):
 //!
 //! ```text
-//!  abi/v6..v11   exported ncclNetPlugin_vN tables (thin shims per ABI version)
+//!  abi/          exported ncclNetPlugin_v6..v11 tables (exports) of thin shims per signature
 //!      │
-//!  api           version-agnostic entry points: checks, catch_unwind, error → ncclResult_t
-//!      │         (handles: comm/request tokens in a fixed, lock-free slot table)
-//!  plugin        init/finalize refcount, devices, provider dispatch
+//!  api/          version-agnostic entry points, one concern a file: entry (catch_unwind,
+//!      │         error → ncclResult_t), init, listen, connect, comm, mr, data
+//!      ├── handles           comm/request/mhandle tokens; a lock-free slot table whose slot
+//!      │                     state is each comm's lifecycle (live, poisoned)
+//!      ├── connect_registry  connects in progress between NCCL's connect calls
+//!      ├── handshake_io      the socket I/O and deadline of the core's handshake machines
+//!      ├── sock, ifaddr      non-blocking TCP bootstrap on NCCL's interface
+//!  plugin        init/finalize refcount, device discovery, bootstrap address
+//!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv, AnyMr, registration cache types
 //!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
 //!      ├── soft      ibnet-soft's soft0 (IBNET_PROVIDER=soft)
-//!      ├── sock, ifaddr, shake   non-blocking TCP bootstrap on NCCL's interface, driving the
-//!      │                         core's handshake machines
 //!      └── env, log  NCCL variables; logging through NCCL's logger ("NET/IBNET")
+//!  proxy/        the core's proxy engine over a plugin's C table (ForeignNet) and its C API
+//!      └── foreign/  the one loader of plugin .so files (v11..v6), also used by ibnet-tools
+//!  nccl/         ground floor: ncclResult_t and ABI types, ncclNetProperties_vN_t,
+//!                ncclNet_v6_t..v11_t (each defined once, for export and import)
 //! ```
 //!
 //! Runtime dependencies: libc only. libibverbs is loaded with `dlopen` when present; without it
@@ -28,7 +36,9 @@
 //! `extern "C"`; a caught one poisons the comm it happened on. Nothing is written to stdout.
 //!
 //! `unsafe` code is denied at the crate root and allowed only where C is called or C's pointers
-//! are taken: the ABI shims (`abi/v*`), `api`, `sock`/`ifaddr` (libc sockets), `log` (NCCL's
+//! are taken: the ABI shims and exported statics (`abi/`), the table types' `Sync`
+//! (`nccl::tables`), `api/` (NCCL's pointers, the boxes behind tokens; not `api::entry`),
+//! `foreign` (dlopen and calls into a plugin), `sock`/`ifaddr` (libc sockets), `log` (NCCL's
 //! logger), `verbs::{loader, device, provider}`, `proxy`, and the `.fini_array` hook in
 //! `plugin`; every block has a `SAFETY` comment.
 #![deny(unsafe_code)]
@@ -36,13 +46,17 @@
 
 pub mod abi;
 pub mod api;
+pub mod connect_registry;
+pub mod dev;
 pub mod env;
+pub mod foreign;
 pub mod gpu;
 pub mod handles;
+pub mod handshake_io;
 pub mod ifaddr;
 pub mod log;
+pub mod nccl;
 pub mod plugin;
 pub mod proxy;
-pub mod shake;
 pub mod sock;
 pub mod verbs;

@@ -7,18 +7,11 @@
 //! unless `IBNET_LOG_STDERR=1` sends them to stderr. Nothing is ever written to stdout.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
-use core::ffi::{c_char, c_int, c_ulong};
+use core::ffi::{c_int, c_ulong};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// NCCL's `ncclDebugLogger_t`.
-pub type Logger = unsafe extern "C" fn(
-    level: c_int,
-    flags: c_ulong,
-    file: *const c_char,
-    line: c_int,
-    fmt: *const c_char,
-    ...
-);
+/// NCCL's `ncclDebugLogger_t` (non-NULL).
+pub use crate::nccl::types::DebugLogFn as Logger;
 
 /// `ncclDebugLogLevel` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //!
 //! NCCL calls `connect`/`accept` again and again until they produce a comm, so nothing here
 //! ever waits: a listener accepts when a connection is queued, a connect is started and later
-//! checked; [`crate::shake`] then moves whatever bytes the kernel takes or has.
+//! checked; [`crate::handshake_io`] then moves whatever bytes the kernel takes or has.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use std::io::{self, ErrorKind};

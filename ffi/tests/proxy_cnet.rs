@@ -1,6 +1,6 @@
 //! The proxy engine driving ibnet's own `.so` through its C table: the built
 //! `libnccl_net_ibnet.so` is `dlopen`ed with `IBNET_PROVIDER=soft` and
-//! * the Rust engine runs over it as a [`CNet`] (`ncclNetPlugin_v11`, and `ncclNetPlugin_v8`,
+//! * the Rust engine runs over it as a [`ForeignNet`] (`ncclNetPlugin_v11`, and `ncclNetPlugin_v8`,
 //!   found with `dlsym`);
 //! * the C API (`ibnet_proxy_*`, found with `dlsym` in the same `.so`) runs over the library's
 //!   own table (`pluginPath = NULL`).
@@ -21,7 +21,7 @@ use ibnet_core::proxy::{
     ProxyState, SetupReq, SubArgs, STEPS,
 };
 use nccl_net_ibnet::proxy::capi::{CConfig, CDeviceView, COp, CProxy, CSetup};
-use nccl_net_ibnet::proxy::{CMemTable, CNet, ProxyMem, Version};
+use nccl_net_ibnet::proxy::{CMemTable, ForeignNet, ProxyMem, Version};
 
 fn so_path() -> String {
     if let Ok(p) = std::env::var("IBNET_TEST_PLUGIN_SO") {
@@ -69,10 +69,10 @@ trait Eng {
     fn free(&mut self, c: u32);
 }
 
-struct RustEng(ProxyState<CNet, ProxyMem, 32>);
+struct RustEng(ProxyState<ForeignNet, ProxyMem, 32>);
 
 impl Eng for RustEng {
-    type Op = ProxyOp<CNet>;
+    type Op = ProxyOp<ForeignNet>;
     fn setup(&mut self, dir: Dir, req: SetupReq) -> (u32, Option<NetHandle>) {
         let (c, h) = self.0.setup(dir, req).expect("setup");
         (c.to_bits(), h)
@@ -577,7 +577,7 @@ fn run<E: Eng>(e: &mut E, sc: Sc) -> u64 {
 
 fn rust_engine() -> RustEng {
     env();
-    let net = CNet::load(&so_path()).expect("load the plugin");
+    let net = ForeignNet::load(&so_path()).expect("load the plugin");
     assert_eq!(net.version(), Version::V11, "the newest table is preferred");
     assert_eq!(net.name(), "IBNet");
     assert!(
@@ -641,7 +641,7 @@ fn rust_engine_over_the_plugin_c_table() {
 #[test]
 fn rust_engine_over_the_plugin_v8_table() {
     env();
-    let net = CNet::load_version(&so_path(), Version::V8).expect("load the v8 table");
+    let net = ForeignNet::load_version(&so_path(), Version::V8).expect("load the v8 table");
     assert_eq!(net.version(), Version::V8);
     let mut e = RustEng(ProxyState::new(net, ProxyMem::host(), cfg()));
     let simple = Sc {

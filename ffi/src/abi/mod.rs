@@ -1,11 +1,7 @@
-//! The exported plugin tables, one module per NCCL net ABI version. Each version's functions
-//! only adapt arguments (int vs size_t sizes, ctx/config arguments, property layouts) and call
-//! the version-agnostic [`crate::api`].
+//! The exported plugin tables `ncclNetPlugin_v6` … `ncclNetPlugin_v11` ([`exports`]), whose
+//! entries are the C functions of [`shims`]. A shim only adapts one version's arguments
+//! (`int` vs `size_t` sizes, ctx/config arguments, property layouts) and calls the
+//! version-agnostic [`crate::api`]; the table types themselves are [`crate::nccl::tables`].
 
-pub mod types;
-pub mod v10;
-pub mod v11;
-pub mod v6;
-pub mod v7;
-pub mod v8;
-pub mod v9;
+pub mod exports;
+pub mod shims;

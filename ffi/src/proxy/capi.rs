@@ -1,5 +1,5 @@
 //! The proxy engine's C API (`ibnet_proxy_*` in `include/ibnet.h`): an engine over a plugin's
-//! C table ([`CNet`]), connections, operations and progress.
+//! C table ([`ForeignNet`]), connections, operations and progress.
 //!
 //! ```text
 //!  ibnet_proxy_create(path|NULL) ─▶ setup(recv) → handle ─▶ setup(send)
@@ -21,11 +21,11 @@ use ibnet_core::proxy::{
 };
 use ibnet_core::{Error, Result};
 
-use super::cnet::CNet;
+use super::foreign_net::ForeignNet;
 use super::mem::{CMemTable, ProxyMem};
-use super::tables::TableV11;
-use crate::abi::types::ncclResult_t;
 use crate::api::entry;
+use crate::foreign::Table;
+use crate::nccl::types::ncclResult_t;
 
 /// Connections one C-API proxy holds.
 pub const PROXY_CONNS: usize = 64;
@@ -82,7 +82,7 @@ pub struct CDeviceView {
     pub shared: c_int,
 }
 
-type Engine = ProxyState<CNet, ProxyMem, PROXY_CONNS>;
+type Engine = ProxyState<ForeignNet, ProxyMem, PROXY_CONNS>;
 
 /// `ibnet_proxy_t`.
 pub struct CProxy {
@@ -93,7 +93,7 @@ pub struct CProxy {
 /// `ibnet_proxy_op_t`.
 pub struct COp {
     tag: u64,
-    op: ProxyOp<CNet>,
+    op: ProxyOp<ForeignNet>,
 }
 
 fn missing(what: &'static str) -> Error {
@@ -182,14 +182,13 @@ pub unsafe extern "C" fn ibnet_proxy_create(
         let o = out(px, "proxy out-pointer")?;
         *o = core::ptr::null_mut();
         let net = if plugin_path.is_null() {
-            let t = &crate::abi::v11::ncclNetPlugin_v11 as *const crate::abi::v11::NetV11;
-            // SAFETY: this library's own static v11 table; `TableV11` has the same layout with
-            // nullable entries.
-            unsafe { CNet::from_table(t as *const TableV11) }?
+            let t = Table::V11(crate::abi::exports::ncclNetPlugin_v11);
+            // SAFETY: a copy of this library's own static v11 table (static name, our code).
+            unsafe { ForeignNet::from_table(t) }?
         } else {
             // SAFETY: the caller passes a NUL-terminated string.
             let p = unsafe { core::ffi::CStr::from_ptr(plugin_path) };
-            CNet::load(p.to_str().map_err(|_| missing("UTF-8 plugin path"))?)?
+            ForeignNet::load(p.to_str().map_err(|_| missing("UTF-8 plugin path"))?)?
         };
         // SAFETY: NULL or a valid table (the caller's contract).
         let mem = match unsafe { mem.as_ref() } {

@@ -3,6 +3,7 @@
 //! picks, GPU-direct and DMA-BUF, RLIMIT_MEMLOCK, and the plugin file as NCCL would load it.
 //! Exits non-zero, with a one-line reason on stderr, when the plugin (as the environment
 //! configures it) reports no device.
+#![deny(unsafe_code)]
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -122,6 +123,7 @@ fn show_port(d: &VerbsDev, cfg: &Config) {
     }
 }
 
+#[allow(unsafe_code)] // getrlimit: the one libc call of this binary.
 fn memlock() -> String {
     let mut r = libc::rlimit {
         rlim_cur: 0,
@@ -224,10 +226,10 @@ fn run(a: &Args) -> Result<(), Error> {
     for d in 0..n.max(0) {
         let pr = p.properties(d)?;
         let mut ptr = vec!["HOST"];
-        if pr.ptr_support & ibnet_tools::abi::NCCL_PTR_CUDA != 0 {
+        if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_CUDA != 0 {
             ptr.push("CUDA");
         }
-        if pr.ptr_support & ibnet_tools::abi::NCCL_PTR_DMABUF != 0 {
+        if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_DMABUF != 0 {
             ptr.push("DMABUF");
         }
         println!(

@@ -3,6 +3,7 @@
 //! Modes: `--loopback` (default: re-executes itself as the peer on this host), `--server`
 //! and `--client HOST:PORT` (two hosts). Output: a table (default), `--json`, `--csv`, and a
 //! `--png` plot. With ibnet's plugin and no RDMA NIC it runs on the soft provider.
+#![deny(unsafe_code)]
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

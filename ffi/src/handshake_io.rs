@@ -1,5 +1,7 @@
-//! Drives the core's sans-IO handshake machines ([`Connector`], [`Acceptor`]) over a
-//! non-blocking TCP socket, without ever waiting.
+//! The I/O half of the bootstrap handshake: drives the core's sans-IO handshake machines
+//! (`ibnet_core::handshake`: [`Connector`], [`Acceptor`], the protocol) over a non-blocking TCP
+//! socket, without ever waiting, and enforces their deadline ([`stalled`]). (Named for what it
+//! adds to the core's `handshake.rs`: the socket I/O.)
 //!
 //! One [`pump`] call moves as many bytes as the kernel takes and has, in the order the module
 //! doc of [`ibnet_core::handshake`] gives:
@@ -18,6 +20,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::time::Instant;
 
 use ibnet_core::handshake::{Acceptor, Connector, Event};
 use ibnet_core::wire::QP_INFO_MAX_LEN;
@@ -128,8 +131,55 @@ pub fn pump<M: Machine>(s: &mut TcpStream, m: &mut M) -> Result<Option<Event>> {
     }
 }
 
+/// The error of a handshake stalled past its deadline, naming the state it stalled in (the
+/// one WARN is the caller's).
+pub fn stalled(deadline: Instant, state: &'static str) -> Result<()> {
+    if Instant::now() > deadline {
+        return Err(Error::Provider {
+            call: timeout_call(state),
+            errno: libc::ETIMEDOUT,
+        });
+    }
+    Ok(())
+}
+
+/// `Error::Provider::call` for a timeout in `state` (a static string per handshake state).
+fn timeout_call(state: &str) -> &'static str {
+    match state {
+        "TcpConnect" => "bootstrap handshake timed out in state TcpConnect (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "SendInfo" => "bootstrap handshake timed out in state SendInfo (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvInfo" => "bootstrap handshake timed out in state RecvInfo (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Connect" => "bootstrap handshake timed out in state Connect (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "SendReady" => "bootstrap handshake timed out in state SendReady (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvHello" => "bootstrap handshake timed out in state RecvHello (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Setup" => "bootstrap handshake timed out in state Setup (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "RecvReady" => "bootstrap handshake timed out in state RecvReady (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Done" => "bootstrap handshake timed out in state Done (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        "Failed" => "bootstrap handshake timed out in state Failed (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+        _ => "bootstrap handshake timed out (peer stalled; IBNET_HANDSHAKE_TIMEOUT)",
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// A stalled handshake is one error naming its state (the caller's WARN is the only one).
+    #[test]
+    fn handshake_timeout_names_the_state() {
+        use std::time::Duration;
+        let past = Instant::now() - Duration::from_secs(1);
+        let e = super::stalled(past, "RecvReady").unwrap_err();
+        assert!(matches!(
+            e,
+            Error::Provider {
+                errno: libc::ETIMEDOUT,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("in state RecvReady"), "{e}");
+        let future = Instant::now() + Duration::from_secs(60);
+        assert!(super::stalled(future, "RecvReady").is_ok());
+    }
+
     use super::*;
     use ibnet_core::provider::{Gid, LinkLayer, Mtu, PortInfo, ProviderAddr};
     use ibnet_core::wire::{QpInfo, RemoteBuf};

@@ -1,22 +1,57 @@
 //! Types shared by every ABI version: `ncclResult_t`, constants, the device handle, the v10/v11
-//! comm config and net attributes (layouts from NCCL 2.28.9 `src/include/plugin/net/net_v*.h`).
+//! comm config and net attributes, the logger (layouts from NCCL 2.28.9
+//! `src/include/plugin/net/net_v*.h`).
 
-use core::ffi::{c_int, c_void};
+use core::ffi::{c_char, c_int, c_ulong, c_void};
 use core::mem::{offset_of, size_of};
 
-/// `ncclResult_t`.
-#[allow(non_camel_case_types, missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub enum ncclResult_t {
-    Success = 0,
-    UnhandledCudaError = 1,
-    SystemError = 2,
-    InternalError = 3,
-    InvalidArgument = 4,
-    InvalidUsage = 5,
-    RemoteError = 6,
-    InProgress = 7,
+/// `ncclResult_t`: a C `int`, not a Rust enum, because a foreign plugin's table returns it and
+/// may return any value (an out-of-range value read into a Rust enum would be undefined
+/// behaviour). The named values are associated constants, usable in patterns.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct ncclResult_t(pub c_int);
+
+#[allow(non_upper_case_globals)]
+impl ncclResult_t {
+    /// `ncclSuccess`.
+    pub const Success: Self = Self(0);
+    /// `ncclUnhandledCudaError`.
+    pub const UnhandledCudaError: Self = Self(1);
+    /// `ncclSystemError`.
+    pub const SystemError: Self = Self(2);
+    /// `ncclInternalError`.
+    pub const InternalError: Self = Self(3);
+    /// `ncclInvalidArgument`.
+    pub const InvalidArgument: Self = Self(4);
+    /// `ncclInvalidUsage`.
+    pub const InvalidUsage: Self = Self(5);
+    /// `ncclRemoteError`.
+    pub const RemoteError: Self = Self(6);
+    /// `ncclInProgress`.
+    pub const InProgress: Self = Self(7);
+
+    /// NCCL's name for the value (`ncclSuccess`, …; `unknown ncclResult_t` for any other).
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            0 => "ncclSuccess",
+            1 => "ncclUnhandledCudaError",
+            2 => "ncclSystemError",
+            3 => "ncclInternalError",
+            4 => "ncclInvalidArgument",
+            5 => "ncclInvalidUsage",
+            6 => "ncclRemoteError",
+            7 => "ncclInProgress",
+            _ => "unknown ncclResult_t",
+        }
+    }
+}
+
+impl core::fmt::Debug for ncclResult_t {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
 }
 
 /// `NCCL_NET_HANDLE_MAXSIZE`.
@@ -100,9 +135,19 @@ pub struct ncclNetAttr_t {
     pub proto: u32,
 }
 
+/// The function behind `ncclDebugLogger_t`: `void (*)(ncclDebugLogLevel, unsigned long flags,
+/// const char* file, int line, const char* fmt, ...)`.
+pub type DebugLogFn = unsafe extern "C" fn(
+    level: c_int,
+    flags: c_ulong,
+    file: *const c_char,
+    line: c_int,
+    fmt: *const c_char,
+    ...
+);
 /// `ncclDebugLogger_t`.
 #[allow(non_camel_case_types)]
-pub type ncclDebugLogger_t = Option<crate::log::Logger>;
+pub type ncclDebugLogger_t = Option<DebugLogFn>;
 /// `ncclProfilerCallback_t` (unused by ibnet; kept opaque).
 #[allow(non_camel_case_types)]
 pub type ncclProfilerCallback_t = Option<unsafe extern "C" fn()>;

@@ -1,0 +1,193 @@
+//! The send and receive comms handed to NCCL: boxes behind [`crate::handles`] tokens, their
+//! lookups by token (kind and lifecycle checked), and `closeSend` / `closeRecv`.
+#![allow(unsafe_code)]
+// the leaked boxes behind tokens; every block has a SAFETY comment.
+// The C entry points' bodies: tokens are looked up, never dereferenced unchecked.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use core::ffi::c_void;
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+
+use ibnet_core::request::ReqId;
+use ibnet_core::Error;
+
+use super::common::missing;
+use super::entry::entry;
+use crate::dev::{AnyRecv, AnySend, Dev, MrCacheT};
+use crate::handles::{self, Kind};
+use crate::nccl::types::ncclResult_t;
+
+/// A send or receive comm handed to NCCL (as a [`crate::handles`] token, whose slot also
+/// holds the comm's lifecycle).
+///
+/// `dev` and `cache` are written at creation and never mutated: `regMr`/`deregMr` read them
+/// through a shared reference from NCCL's proxy service thread while the progress thread has
+/// `comm` borrowed mutably (it lives in an `UnsafeCell` for that reason).
+pub struct CommBox<C> {
+    pub(crate) dev: Dev,
+    /// The plugin device index (low 8 bits), carried by this device's mhandles.
+    pub(crate) dev_index: u8,
+    pub(crate) cache: Arc<MrCacheT>,
+    comm: UnsafeCell<C>,
+}
+
+/// A send comm.
+pub type SendCommBox = CommBox<AnySend>;
+/// A receive comm.
+pub type RecvCommBox = CommBox<AnyRecv>;
+
+impl<C> CommBox<C> {
+    fn new(dev: Dev, dev_index: u8, cache: Arc<MrCacheT>, comm: C) -> Box<Self> {
+        Box::new(Self {
+            dev,
+            dev_index,
+            cache,
+            comm: UnsafeCell::new(comm),
+        })
+    }
+
+    /// The provider comm, for a data-path call.
+    ///
+    /// # Safety
+    /// NCCL serialises the data-path calls (`isend`/`irecv`/`iflush`/`test`, close) of one
+    /// comm on one thread, so no other `&mut` to `comm` exists while the result lives; shared
+    /// users (`regMr`/`deregMr`) never touch `comm`.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn comm_mut(&self) -> &mut C {
+        // SAFETY: exclusive by the caller's contract above.
+        unsafe { &mut *self.comm.get() }
+    }
+}
+
+/// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of device
+/// `dev` (index `dev_index`) and returns its token; a full table closes the comm.
+pub(crate) fn publish<C>(
+    kind: Kind,
+    (dev, dev_index, cache): (Dev, u8, Arc<MrCacheT>),
+    comm: C,
+    close: impl FnOnce(C) -> Result<(), Error>,
+) -> Result<*mut c_void, Error> {
+    let raw = Box::into_raw(CommBox::new(dev, dev_index, cache, comm));
+    match handles::insert(kind, raw as *mut ()) {
+        Ok(t) => Ok(t as *mut c_void),
+        Err(e) => {
+            // SAFETY: `raw` was leaked just above and never published.
+            let b = unsafe { Box::from_raw(raw) };
+            let _ = close(b.comm.into_inner());
+            Err(e)
+        }
+    }
+}
+
+/// A shared reference to a live send or receive comm.
+pub(crate) enum CommRef {
+    Send(&'static SendCommBox),
+    Recv(&'static RecvCommBox),
+}
+
+/// The box behind a found Send or Recv slot. The `'static` is NCCL's: the box lives until
+/// close, which NCCL never runs concurrently with another call on the same comm.
+fn deref(f: handles::Found) -> CommRef {
+    match f.kind {
+        // SAFETY: a live Send slot holds a SendCommBox we leaked; only shared references to
+        // the box are ever made while it is in the table.
+        Kind::Send => CommRef::Send(unsafe { &*(f.ptr as *const SendCommBox) }),
+        // SAFETY: as above, for a Recv slot (lookups here ask for Send or Recv only).
+        _ => CommRef::Recv(unsafe { &*(f.ptr as *const RecvCommBox) }),
+    }
+}
+
+/// The send or receive comm behind a token (`what` names it in errors), refused if
+/// poisoned (`Poisoned { op }`).
+pub(crate) fn comm_ref(
+    c: *mut c_void,
+    what: &'static str,
+    op: &'static str,
+) -> Result<CommRef, Error> {
+    if c.is_null() {
+        return Err(missing(what));
+    }
+    let f = handles::lookup(c as usize, &[Kind::Send, Kind::Recv], what)?;
+    let r = deref(f);
+    f.life.check(op)?;
+    Ok(r)
+}
+
+/// The comm of one kind behind a token (`what` names it), for call `op`: `pick` refuses the
+/// other kind; a poisoned comm is refused after that.
+fn typed<C>(
+    c: *mut c_void,
+    what: &'static str,
+    op: &'static str,
+    pick: impl FnOnce(CommRef) -> Result<&'static C, Error>,
+) -> Result<&'static C, Error> {
+    if c.is_null() {
+        return Err(missing(what));
+    }
+    let f = handles::lookup(c as usize, &[Kind::Send, Kind::Recv], what)?;
+    let comm = pick(deref(f))?;
+    f.life.check(op)?;
+    Ok(comm)
+}
+
+/// The send comm behind a token, for call `op`.
+pub(crate) fn send_comm(c: *mut c_void, op: &'static str) -> Result<&'static SendCommBox, Error> {
+    typed(c, "sendComm", op, |r| match r {
+        CommRef::Send(s) => Ok(s),
+        CommRef::Recv(_) => Err(Error::BadState {
+            op: "send call",
+            state: "comm is a receive comm",
+        }),
+    })
+}
+
+/// The receive comm behind a token, for call `op`.
+pub(crate) fn recv_comm(c: *mut c_void, op: &'static str) -> Result<&'static RecvCommBox, Error> {
+    typed(c, "recvComm", op, |r| match r {
+        CommRef::Recv(r) => Ok(r),
+        CommRef::Send(_) => Err(Error::BadState {
+            op: "receive call",
+            state: "comm is a send comm",
+        }),
+    })
+}
+
+/// The comm and request id behind a request token, for call `op`.
+pub(crate) fn request(req: *mut c_void, op: &'static str) -> Result<(CommRef, ReqId), Error> {
+    let (f, id) = handles::lookup_request(req as usize)?;
+    let r = deref(f);
+    f.life.check(op)?;
+    Ok((r, id))
+}
+
+/// Closes the comm of `kind` (boxes of `CommBox<C>`) behind a token: the token is stale from
+/// here on (a second close is an error). Works on a poisoned comm.
+fn close<C>(
+    comm: *mut c_void,
+    name: &'static str,
+    what: &'static str,
+    kind: Kind,
+    close: impl FnOnce(C) -> Result<(), Error>,
+) -> ncclResult_t {
+    entry(name, || {
+        if comm.is_null() {
+            return Err(missing(what));
+        }
+        let p = handles::remove(comm as usize, kind, name)?;
+        // SAFETY: a slot of `kind` holds a `CommBox<C>` we leaked (the callers below pair
+        // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
+        let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
+        close(b.comm.into_inner())
+    })
+}
+
+/// `closeSend`.
+pub fn close_send(comm: *mut c_void) -> ncclResult_t {
+    close(comm, "closeSend", "sendComm", Kind::Send, AnySend::close)
+}
+
+/// `closeRecv`.
+pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
+    close(comm, "closeRecv", "recvComm", Kind::Recv, AnyRecv::close)
+}

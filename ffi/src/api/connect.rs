@@ -1,0 +1,130 @@
+//! `connect`: the connector side of the bootstrap handshake, one non-blocking step per call,
+//! its progress parked in [`crate::connect_registry`] between calls.
+#![allow(unsafe_code)]
+// NCCL's handle buffer; every block has a SAFETY comment.
+// The C entry point's body: every pointer comes from NCCL and is NULL-checked before use.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use core::ffi::{c_int, c_void};
+use std::time::{Duration, Instant};
+
+use ibnet_core::comm::CommConfig;
+use ibnet_core::handshake::{Connector, Event};
+use ibnet_core::wire::ConnectHandle;
+use ibnet_core::Error;
+
+use super::comm::publish;
+use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
+use super::entry::entry;
+use super::init::ctx_tc;
+use crate::connect_registry::{self as registry, ConnectStage, Connecting};
+use crate::dev::{AnySend, Dev};
+use crate::handles::Kind;
+use crate::handshake_io::{pump, stalled};
+use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use crate::sock;
+
+/// One step of a connect; `Ok(Some(comm))` when done.
+fn connect_step(
+    c: &mut Connecting,
+    d: &Dev,
+    cfg: CommConfig,
+) -> Result<Option<Box<AnySend>>, Error> {
+    let stage = c.stage.take().ok_or(Error::BadState {
+        op: "connect",
+        state: "failed earlier",
+    })?;
+    let (mut stream, mut send, mut machine) = match stage {
+        ConnectStage::Tcp(s) => {
+            if !sock::connect_done(&s).map_err(|e| sys("connect", &e))? {
+                stalled(c.deadline, "TcpConnect")?;
+                c.stage = Some(ConnectStage::Tcp(s));
+                return Ok(None);
+            }
+            let send = Box::new(d.new_send(cfg)?);
+            let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
+            (s, send, machine)
+        }
+        ConnectStage::Shake {
+            stream,
+            send,
+            machine,
+        } => (stream, send, machine),
+    };
+    loop {
+        match pump(&mut stream, &mut *machine)? {
+            Some(Event::PeerInfo(info)) => {
+                send.connect(&info)?;
+                machine.handle_qps_connected()?;
+            }
+            Some(Event::Done) => return Ok(Some(send)),
+            None => break,
+        }
+    }
+    stalled(c.deadline, machine.state_name())?;
+    c.stage = Some(ConnectStage::Shake {
+        stream,
+        send,
+        machine,
+    });
+    Ok(None)
+}
+
+/// `connect`. `tc` is the traffic class from the v10 config or the v11 ctx (-1: undefined).
+///
+/// NCCL calls it with the same handle until it returns a comm; the progress is parked in the
+/// registry under a token written into the handle's scratch area (an unknown token is a
+/// corrupt or reused handle). Any error drops the connect (its socket and comm).
+pub fn connect(
+    ctx: *mut c_void,
+    dev: c_int,
+    handle: *mut c_void,
+    send_comm: *mut *mut c_void,
+    tc: Option<i32>,
+) -> ncclResult_t {
+    entry("connect", || {
+        let out = out_ptr(send_comm, "sendComm")?;
+        *out = core::ptr::null_mut();
+        let hp = handle as *mut [u8; NCCL_NET_HANDLE_MAXSIZE];
+        // SAFETY: NCCL passes its NCCL_NET_HANDLE_MAXSIZE handle buffer or NULL (rejected).
+        let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
+        let h = ConnectHandle::decode(&hb[..])?;
+        let p = plugin()?;
+        let d = device(&p, dev)?;
+        if h.provider != d.provider_tag() {
+            return Err(Error::Wire {
+                what: "handle provider (the listener runs another IBNET_PROVIDER)",
+                value: h.provider as u64,
+            });
+        }
+        let tc = tc.unwrap_or_else(|| ctx_tc(ctx));
+        let cfg = p.comm_config(&d, tc);
+        let mut token = registry::token(hb);
+        let now = Instant::now();
+        // Connects NCCL gave up on (never called again) are dropped once past their deadline.
+        registry::prune(now);
+        let mut c = if token == 0 {
+            let s = sock::connect_start(&h.addr).map_err(|e| sys("connect", &e))?;
+            token = random_u64();
+            Connecting {
+                stage: Some(ConnectStage::Tcp(s)),
+                nonce: h.nonce,
+                deadline: now + Duration::from_secs(p.cfg.handshake_timeout_s),
+            }
+        } else {
+            registry::take(token)?
+        };
+        registry::set_token(hb, 0);
+        match connect_step(&mut c, &d, cfg)? {
+            Some(send) => {
+                let at = (d, dev as u8, dev_cache(&p, dev)?);
+                *out = publish(Kind::Send, at, *send, AnySend::close)?;
+            }
+            None => {
+                registry::park(token, c);
+                registry::set_token(hb, token);
+            }
+        }
+        Ok(())
+    })
+}

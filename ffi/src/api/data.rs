@@ -1,0 +1,211 @@
+//! The data path: `isend`, `irecv`, `iflush`, `test`. Lock-free and allocation-free: tokens
+//! are looked up in [`crate::handles`], registrations in the device cache.
+#![allow(unsafe_code)]
+// NCCL's arrays and out-pointers; every block has a SAFETY comment.
+// The C entry points' bodies: every pointer comes from NCCL and is NULL-checked before use.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use core::ffi::{c_int, c_void};
+
+use ibnet_core::comm::RecvBuf;
+use ibnet_core::fifo::MAX_RECVS;
+use ibnet_core::Error;
+
+use super::comm::{recv_comm, request, send_comm, CommRef};
+use super::common::{missing, out_ptr};
+use super::entry::entry_on;
+use super::mr::{covers, mr_get};
+use crate::dev::MrCacheT;
+use crate::handles;
+use crate::nccl::types::ncclResult_t;
+
+/// `isend`.
+pub fn isend(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: u64,
+    tag: c_int,
+    mhandle: *mut c_void,
+    request: *mut *mut c_void,
+) -> ncclResult_t {
+    entry_on("isend", comm, || {
+        let out = out_ptr(request, "request")?;
+        *out = core::ptr::null_mut();
+        let s = send_comm(comm, "isend")?;
+        let m = mr_get(&s.cache, s.dev_index, mhandle)?;
+        if data.is_null() && size > 0 {
+            return Err(missing("data"));
+        }
+        covers(&m, data as u64, size)?;
+        // SAFETY: a data-path call; see `CommBox::comm_mut`.
+        let c = unsafe { s.comm_mut() };
+        if let Some(id) = c.isend(data as u64, size, tag as u32, m.keys)? {
+            *out = handles::request_token(comm as usize, id) as *mut c_void;
+        }
+        Ok(())
+    })
+}
+
+/// Sizes of an `irecv`/`iflush`: `int` (v6–v8, iflush) or `size_t` (v9+).
+#[derive(Clone, Copy)]
+pub enum Sizes {
+    /// `int*`.
+    Int(*const c_int),
+    /// `size_t*`.
+    Size(*const usize),
+}
+
+/// Entry `i` of a sizes array (`Missing` for NULL).
+fn size_at(sizes: Sizes, i: usize) -> Result<u64, Error> {
+    match sizes {
+        Sizes::Int(p) if !p.is_null() => {
+            // SAFETY: NCCL passes arrays of `n` entries; the caller's `i < n`.
+            let s = unsafe { *p.add(i) };
+            u64::try_from(s).map_err(|_| Error::OutOfRange {
+                what: "size",
+                value: s as i64,
+                min: 0,
+                max: i32::MAX as i64,
+            })
+        }
+        // SAFETY: as above.
+        Sizes::Size(p) if !p.is_null() => Ok((unsafe { *p.add(i) }) as u64),
+        _ => Err(missing("sizes")),
+    }
+}
+
+/// NCCL's `n` buffers as the core's, each checked against its registration.
+fn gather(
+    cache: &MrCacheT,
+    dev_index: u8,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: Sizes,
+    tags: *const c_int,
+    mhandles: *mut *mut c_void,
+) -> Result<([RecvBuf; MAX_RECVS], usize), Error> {
+    if n < 1 || n as usize > MAX_RECVS {
+        return Err(Error::OutOfRange {
+            what: "n (receives in one irecv)",
+            value: n as i64,
+            min: 1,
+            max: MAX_RECVS as i64,
+        });
+    }
+    let n = n as usize;
+    if data.is_null() || mhandles.is_null() {
+        return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
+    }
+    let mut bufs = [RecvBuf::default(); MAX_RECVS];
+    for (i, b) in bufs.iter_mut().enumerate().take(n) {
+        // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
+        let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
+        let size = size_at(sizes, i)?;
+        // SAFETY: as above.
+        let tag = if tags.is_null() {
+            0
+        } else {
+            unsafe { *tags.add(i) }
+        };
+        let m = mr_get(cache, dev_index, mh)?;
+        if d.is_null() && size > 0 {
+            return Err(missing("data[i]"));
+        }
+        covers(&m, d as u64, size)?;
+        *b = RecvBuf {
+            addr: d as u64,
+            size,
+            tag: tag as u32,
+            mr: m.keys,
+        };
+    }
+    Ok((bufs, n))
+}
+
+/// `irecv`. On entry `*request` may hold NCCL's optional-completion hint (0x1); it is always
+/// overwritten.
+pub fn irecv(
+    comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: Sizes,
+    tags: *const c_int,
+    mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+) -> ncclResult_t {
+    entry_on("irecv", comm, || {
+        let out = out_ptr(request, "request")?;
+        *out = core::ptr::null_mut();
+        let r = recv_comm(comm, "irecv")?;
+        if tags.is_null() {
+            return Err(missing("tags"));
+        }
+        let (bufs, n) = gather(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
+        // SAFETY: a data-path call; see `CommBox::comm_mut`.
+        if let Some(id) = unsafe { r.comm_mut() }.irecv(&bufs[..n])? {
+            *out = handles::request_token(comm as usize, id) as *mut c_void;
+        }
+        Ok(())
+    })
+}
+
+/// `iflush`. Leaves `*request` NULL when there is nothing to flush.
+pub fn iflush(
+    comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *const c_int,
+    mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+) -> ncclResult_t {
+    entry_on("iflush", comm, || {
+        let out = out_ptr(request, "request")?;
+        *out = core::ptr::null_mut();
+        let r = recv_comm(comm, "iflush")?;
+        let no_tags = core::ptr::null();
+        let (bufs, n) = gather(
+            &r.cache,
+            r.dev_index,
+            n,
+            data,
+            Sizes::Int(sizes),
+            no_tags,
+            mhandles,
+        )?;
+        // SAFETY: a data-path call; see `CommBox::comm_mut`.
+        if let Some(id) = unsafe { r.comm_mut() }.iflush(&bufs[..n])? {
+            *out = handles::request_token(comm as usize, id) as *mut c_void;
+        }
+        Ok(())
+    })
+}
+
+/// `test`. `sizes` may be NULL. The request token names its comm's slot and the core's
+/// request id: nothing is dereferenced for a stale or foreign token.
+pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult_t {
+    entry_on("test", req, || {
+        // SAFETY: valid or NULL (rejected).
+        let done = unsafe { done.as_mut() }.ok_or(missing("done"))?;
+        *done = 0;
+        if req.is_null() {
+            return Err(missing("request"));
+        }
+        let res = match request(req, "test")? {
+            // SAFETY (both arms): a data-path call; see `CommBox::comm_mut`.
+            (CommRef::Send(b), id) => unsafe { b.comm_mut() }.test(id),
+            // SAFETY: as above.
+            (CommRef::Recv(b), id) => unsafe { b.comm_mut() }.test(id),
+        };
+        let Some(d) = res? else {
+            return Ok(());
+        };
+        *done = 1;
+        if !sizes.is_null() {
+            for (i, &sz) in d.sizes.iter().enumerate().take(d.n as usize) {
+                // SAFETY: NCCL passes room for one size per receive of the request.
+                unsafe { *sizes.add(i) = sz.min(i32::MAX as u64) as c_int };
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,50 @@
+//! The frame of every entry point: panics caught, one WARN per failure, errors mapped to
+//! `ncclResult_t`.
+
+use core::ffi::c_void;
+
+use ibnet_core::{Error, ErrorKind};
+
+use crate::handles;
+use crate::nccl::types::ncclResult_t;
+use crate::warn;
+
+/// Maps an error kind to `ncclResult_t`.
+pub fn to_nccl(k: ErrorKind) -> ncclResult_t {
+    match k {
+        ErrorKind::System => ncclResult_t::SystemError,
+        ErrorKind::Internal => ncclResult_t::InternalError,
+        ErrorKind::InvalidUsage => ncclResult_t::InvalidUsage,
+        ErrorKind::InvalidArgument => ncclResult_t::InvalidArgument,
+        ErrorKind::Remote => ncclResult_t::RemoteError,
+    }
+}
+
+/// Runs `f`, catching panics and mapping errors; one WARN per failure.
+pub fn entry(name: &str, f: impl FnOnce() -> Result<(), Error>) -> ncclResult_t {
+    entry_on(name, core::ptr::null_mut(), f)
+}
+
+/// [`entry`] for a call on the comm (or request) token `on`: a panic caught there poisons that
+/// comm ([`handles::poison`]), since its state may be half-updated; later calls on it fail
+/// with `Poisoned`.
+pub fn entry_on(
+    name: &str,
+    on: *mut c_void,
+    f: impl FnOnce() -> Result<(), Error>,
+) -> ncclResult_t {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => ncclResult_t::Success,
+        Ok(Err(e)) => {
+            warn!("{name}: {e}");
+            to_nccl(e.kind())
+        }
+        Err(_) => {
+            if !on.is_null() {
+                handles::poison(on as usize);
+            }
+            warn!("{name}: internal panic caught at the plugin boundary (comm poisoned)");
+            ncclResult_t::InternalError
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `regMr` / `regMrDmaBuf` / `deregMr` through the device's registration cache, and what the
+//! data path reads of a registration (`mhandle`s are [`crate::handles`] tokens).
+#![allow(unsafe_code)]
+// the boxed registrations and sysconf; every block has a SAFETY comment.
+// The C entry points' bodies: every pointer comes from NCCL and is NULL-checked before use.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use core::ffi::{c_int, c_void};
+
+use ibnet_core::provider::{MrKeys, RegKind};
+use ibnet_core::Error;
+
+use super::comm::{comm_ref, CommRef};
+use super::common::{missing, out_ptr};
+use super::entry::entry_on;
+use crate::dev::{AnyMr, CachedMr, Dev, MrCacheT};
+use crate::handles::{mh_decode, mh_encode};
+use crate::nccl::types::ncclResult_t;
+
+/// What the data path needs of a registration.
+pub(crate) struct MrInfo {
+    pub(crate) keys: MrKeys,
+    base: u64,
+    len: u64,
+}
+
+/// The registration of `mhandle` in the comm's device cache (lock-free, no allocation).
+pub(crate) fn mr_get(cache: &MrCacheT, dev_index: u8, m: *mut c_void) -> Result<MrInfo, Error> {
+    let h = mh_decode(m as usize, dev_index)?;
+    let v = cache.get(h).ok_or(Error::BadState {
+        op: "memory handle",
+        state: "not a live ibnet registration of this device (stale or deregistered)",
+    })?;
+    Ok(MrInfo {
+        keys: v.keys,
+        base: v.base,
+        len: v.len,
+    })
+}
+
+/// A buffer must lie inside the registration NCCL passed with it.
+pub(crate) fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
+    if size == 0 {
+        return Ok(());
+    }
+    if addr < m.base || addr.saturating_add(size) > m.base + m.len {
+        return Err(Error::OutOfRange {
+            what: "buffer outside its registration",
+            value: addr as i64,
+            min: m.base as i64,
+            max: (m.base + m.len) as i64,
+        });
+    }
+    Ok(())
+}
+
+/// The device and registration cache of a comm: shared fields only (the proxy service
+/// thread calls `regMr`/`deregMr` while the progress thread runs the comm's data path).
+fn comm_dev(c: *mut c_void) -> Result<(&'static Dev, u8, &'static MrCacheT), Error> {
+    Ok(match comm_ref(c, "comm", "regMr/deregMr")? {
+        CommRef::Send(s) => (&s.dev, s.dev_index, &*s.cache),
+        CommRef::Recv(r) => (&r.dev, r.dev_index, &*r.cache),
+    })
+}
+
+/// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))): through the device's registration
+/// cache, so registering a range again (any comm of the device) is a lock-free hit.
+pub fn reg_mr(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: u64,
+    ty: c_int,
+    dmabuf: Option<(u64, c_int)>,
+    mhandle: *mut *mut c_void,
+) -> ncclResult_t {
+    entry_on("regMr", comm, || {
+        let out = out_ptr(mhandle, "mhandle")?;
+        *out = core::ptr::null_mut();
+        let (d, dev_index, cache) = comm_dev(comm)?;
+        if data.is_null() && size > 0 {
+            return Err(missing("data"));
+        }
+        let _ = ty;
+        let kind = match dmabuf {
+            Some((offset, fd)) => RegKind::DmaBuf { fd, offset },
+            None => RegKind::Plain,
+        };
+        // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
+        // covers one page.
+        let r = cache.acquire(data as u64, size.max(1), page_size(), |base, len| {
+            let (mr, keys) = d.reg(base, len, kind)?;
+            Ok(CachedMr {
+                keys,
+                raw: Box::into_raw(Box::new(mr)) as usize,
+                base,
+                len,
+            })
+        })?;
+        *out = mh_encode(r.handle, dev_index) as *mut c_void;
+        Ok(())
+    })
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// `deregMr`: drops one reference; the last one deregisters.
+pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
+    entry_on("deregMr", comm, || {
+        let (_, dev_index, cache) = comm_dev(comm)?;
+        let h = mh_decode(mhandle as usize, dev_index)?;
+        cache.release(h, |v| {
+            // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
+            // calls this closure once, for the last reference, so it is reclaimed once.
+            let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
+            mr.dereg()
+        })
+    })
+}
