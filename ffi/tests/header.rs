@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ibnet_core::proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
-use nccl_net_ibnet::abi::types::ncclResult_t;
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 use nccl_net_ibnet::proxy::capi::*;
 use nccl_net_ibnet::proxy::CMemTable;
 
@@ -261,7 +261,7 @@ fn constants() -> Vec<Check> {
         k("IBNET_MAX_RECVS", MAX_RECVS as i64),
         k(
             "IBNET_HANDLE_MAXSIZE",
-            nccl_net_ibnet::abi::types::NCCL_NET_HANDLE_MAXSIZE as i64,
+            nccl_net_ibnet::nccl::types::NCCL_NET_HANDLE_MAXSIZE as i64,
         ),
         k("sizeof(ibnet_result_t)", size_of::<ncclResult_t>() as i64),
         k("sizeof(ibnet_properties_v11_t)", 112),
