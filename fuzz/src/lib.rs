@@ -12,6 +12,9 @@ use ibnet_core::wire::{
     NCCL_NET_HANDLE_MAXSIZE, QP_INFO_MAX_LEN,
 };
 
+/// Named seed inputs of one target.
+pub type Seeds = Vec<(String, Vec<u8>)>;
+
 /// Reads fixed-width little-endian values from fuzz input; past the end every value is 0.
 pub struct Cursor<'a> {
     b: &'a [u8],
@@ -170,7 +173,7 @@ fn peer_info(nqps: usize, ll: LinkLayer, mtu: Mtu, fifo: bool, addr: &[u8]) -> Q
 /// (the peer's bytes are fed `1 + chunk % 64` at a time; the machine's own bytes are sent in
 /// such chunks too), then the peer's bytes. In [`MODE_WIRE`] the bytes after `cfg` and `chunk`
 /// are given to every decoder.
-pub fn seeds_handshake() -> Vec<(String, Vec<u8>)> {
+pub fn seeds_handshake() -> Seeds {
     let mut out = Vec::new();
     let with = |mode: u8, cfg: u8, chunk: u8, body: &[u8]| {
         let mut v = vec![mode, cfg, chunk];
@@ -229,7 +232,7 @@ pub const FIFO_SLOT_BYTES: usize = MAX_RECVS * 64;
 
 /// Seeds of `fifo`. Input: `seq` (u64), then the raw bytes of the slot `seq` maps to (up to
 /// [`FIFO_SLOT_BYTES`], the rest zero), as an RDMA write from the peer would leave them.
-pub fn seeds_fifo() -> Vec<(String, Vec<u8>)> {
+pub fn seeds_fifo() -> Seeds {
     let mut out = Vec::new();
     for (name, seq, n) in [("one", 0u64, 1usize), ("three", 5, 3), ("full", 1 << 40, 8)] {
         let ring: Box<FuzzRing> = Box::default();
@@ -273,7 +276,7 @@ pub const ENV_PARSERS: &[&str] = &[
 
 /// Seeds of `env`. Input: parser byte (index into [`ENV_PARSERS`]), name byte (which variable,
 /// modulo the parser's list), then the value (UTF-8; other bytes are replaced).
-pub fn seeds_env() -> Vec<(String, Vec<u8>)> {
+pub fn seeds_env() -> Seeds {
     let names = ibnet_core::params::Params::NAMES;
     let idx = |n: &str| names.iter().position(|x| *x == n).unwrap_or(0) as u8;
     let mut out = Vec::new();
@@ -307,7 +310,7 @@ pub fn seeds_env() -> Vec<(String, Vec<u8>)> {
 
 /// Seeds of `connect_handle`: NCCL's 128-byte handle as `listen` writes it (the rest of a
 /// shorter input is zero; a longer one is cut).
-pub fn seeds_connect_handle() -> Vec<(String, Vec<u8>)> {
+pub fn seeds_connect_handle() -> Seeds {
     let mut out = Vec::new();
     // Provider tag 2 is ffi's soft provider (the target's device), 1 its verbs provider.
     for (name, addr, provider) in [
@@ -336,7 +339,7 @@ pub fn seeds_connect_handle() -> Vec<(String, Vec<u8>)> {
 /// selector byte, local offset (i32), remote key selector byte, remote offset (i32), length
 /// (u32, modulo 64 KiB + 1), then a raw local key (u32) and a raw remote key (u32) used when
 /// a selector picks no registration (see the target for the registrations).
-pub fn seeds_soft_access() -> Vec<(String, Vec<u8>)> {
+pub fn seeds_soft_access() -> Seeds {
     let mut out = Vec::new();
     for (name, op, lsel, loff, rsel, roff, len) in [
         ("write-ok", 0u8, 0u8, 0i32, 0u8, 0i32, 4096u32),
@@ -359,7 +362,7 @@ pub fn seeds_soft_access() -> Vec<(String, Vec<u8>)> {
 }
 
 /// Every target's seeds, by target name.
-pub fn all_seeds() -> Vec<(&'static str, Vec<(String, Vec<u8>)>)> {
+pub fn all_seeds() -> Vec<(&'static str, Seeds)> {
     vec![
         ("handshake", seeds_handshake()),
         ("fifo", seeds_fifo()),
