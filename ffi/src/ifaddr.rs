@@ -32,9 +32,11 @@ pub struct IfFilter {
 }
 
 impl IfFilter {
-    /// Parses `^`/`=` prefixes and the comma-separated list.
+    /// Parses `^`/`=` prefixes and the comma-separated list, exactly as the core's
+    /// `HcaFilter::parse_names` validated it (`Params::set`): the value is trimmed of ASCII
+    /// whitespace at its ends only; spaces inside the list are part of the names, as in NCCL.
     pub fn parse(s: &str) -> Self {
-        let mut s = s.trim();
+        let mut s = s.trim_matches(|c: char| c.is_ascii_whitespace());
         let exclude = s.starts_with('^');
         if exclude {
             s = &s[1..];
@@ -45,7 +47,6 @@ impl IfFilter {
         }
         let names = s
             .split(',')
-            .map(str::trim)
             .filter(|n| !n.is_empty())
             .map(String::from)
             .collect();
@@ -185,6 +186,32 @@ mod tests {
         assert!(f.matches("eth1") && !f.matches("ib0"));
         let f = IfFilter::parse("=eth");
         assert!(!f.matches("eth1"));
+    }
+
+    /// Found by the `env` fuzz target: ffi trimmed every entry (and Unicode whitespace), so a
+    /// value the core validated with `" ib0"` as a name was applied as `"ib0"`.
+    #[test]
+    fn applies_the_list_the_core_validated() {
+        for v in ["eth0, ib0", "^= lo,eth0 ", "\u{b}eth0", "eth\u{a0},ib"] {
+            let mut p = ibnet_core::params::Params::default();
+            p.set("NCCL_SOCKET_IFNAME", v).unwrap();
+            let core = p.socket_ifname_filter().unwrap();
+            let ffi = IfFilter::parse(&p.socket_ifname);
+            for n in [
+                "eth0",
+                "ib0",
+                " ib0",
+                "lo",
+                " lo",
+                "\u{b}eth0",
+                "eth\u{a0}",
+                "ib",
+            ] {
+                assert_eq!(core.matches_name(n), ffi.matches(n), "{v:?} on {n:?}");
+            }
+        }
+        let f = IfFilter::parse(" eth0, ib0 ");
+        assert!(f.matches("eth0") && !f.matches("ib0") && f.matches(" ib0"));
     }
 
     #[test]

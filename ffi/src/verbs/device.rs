@@ -616,6 +616,19 @@ mod tests {
         assert!(HcaFilter::default().matches("x", 1));
     }
 
+    /// Found by the `env` fuzz target: a space inside the list is part of the name, as the
+    /// core (which validated the value) and NCCL read it.
+    #[test]
+    fn hca_filter_applies_what_the_core_validated() {
+        let v = "mlx5_0, mlx5_1:1";
+        let core = ibnet_core::hca::HcaFilter::parse(v).unwrap();
+        let f = HcaFilter::parse(v);
+        for dev in ["mlx5_0", "mlx5_1", " mlx5_1"] {
+            assert_eq!(core.matches(dev, 1), f.matches(dev, 1), "{dev:?}");
+        }
+        assert!(!f.matches("mlx5_1", 1) && f.matches(" mlx5_1", 1));
+    }
+
     #[test]
     fn gid_selection() {
         let v4 = |a: u8| {

@@ -1,0 +1,236 @@
+//! Every environment parser, called with the variable's value as a string (no process
+//! environment is touched).
+//!
+//! Input: parser byte, variable byte, value (see `ibnet_fuzz::seeds_env` and `ENV_PARSERS`).
+//! Oracles: no panic; a refused value leaves the parsed state unchanged; a value `Params::set`
+//! accepts is one its consumers (`hca_filter`, `socket_ifname_filter`, ffi's `Config`) can use;
+//! the core's and hip-shim's C-integer parsers agree; the socket-interface filter that
+//! validates `NCCL_SOCKET_IFNAME` (core) selects the same interfaces as the one that applies
+//! it (ffi).
+#![no_main]
+
+use std::net::SocketAddr;
+
+use ibnet_core::hca::HcaFilter;
+use ibnet_core::params::{parse_int, AddrRange, Params};
+use ibnet_core::provider::Gid;
+use ibnet_core::Error;
+use ibnet_fuzz::{Cursor, ENV_PARSERS};
+use libfuzzer_sys::fuzz_target;
+
+/// Names an interface or device filter is matched against.
+const NAMES: &[&str] = &[
+    "", "lo", "eth0", "eth0:1", "eth01", "ib0", "docker0", "mlx5_0", "mlx5_10", "^x", "=y", " a",
+];
+
+fuzz_target!(|data: &[u8]| {
+    let mut c = Cursor::new(data);
+    let parser = usize::from(c.u8()) % ENV_PARSERS.len();
+    let var = usize::from(c.u8());
+    let raw = c.rest();
+    let value = String::from_utf8_lossy(raw);
+    let v: &str = &value;
+    match parser {
+        0 => params(Params::NAMES[var % Params::NAMES.len()], v),
+        1 => filters(v),
+        2 => addr_range(v),
+        3 => ints(v),
+        4 => hip_int(v),
+        5 => soft(var, v),
+        6 => ffi_own(var, v),
+        _ => ifaddr(v),
+    }
+});
+
+fn params(name: &str, v: &str) {
+    let mut p = Params::default();
+    let before = p.clone();
+    match p.set(name, v) {
+        Ok(set) => {
+            assert!(set, "{name} is one of Params::NAMES");
+            // What was accepted can be used.
+            let hca = p
+                .hca_filter()
+                .expect("an accepted NCCL_IB_HCA parses again");
+            let ifs = p
+                .socket_ifname_filter()
+                .expect("an accepted NCCL_SOCKET_IFNAME parses again");
+            for n in NAMES {
+                let _ = hca.matches(n, 1);
+                let _ = ifs.matches_name(n);
+            }
+            if let Some(r) = p.gid_addr_range() {
+                let _ = r.contains_gid(&Gid([0xAB; 16]));
+            }
+            let cfg = nccl_net_ibnet::env::Config::from_params(&p);
+            assert_eq!(cfg.timeout, p.ib_timeout);
+            // Setting it again with the same value is the same.
+            let mut q = Params::default();
+            assert_eq!(q.set(name, v), Ok(true));
+            assert_eq!(q, p);
+        }
+        Err(e) => {
+            assert!(
+                matches!(e, Error::Param { name: n, .. } if n == name),
+                "{name}: {e:?}"
+            );
+            assert_eq!(p, before, "a refused {name} changed the params");
+        }
+    }
+    // An unknown name is not an error and changes nothing.
+    if !Params::NAMES.contains(&v) {
+        let mut q = Params::default();
+        assert_eq!(q.set(v, "1"), Ok(false));
+        assert_eq!(q, Params::default());
+    }
+}
+
+fn filters(v: &str) {
+    if let Ok(f) = HcaFilter::parse(v) {
+        assert!(f.entries().len() <= ibnet_core::hca::MAX_ENTRIES);
+        for n in NAMES {
+            for port in [1u8, 2, 255] {
+                let _ = f.matches(n, port);
+            }
+        }
+    }
+    if let Ok(f) = HcaFilter::parse_names(v) {
+        assert!(f.entries().iter().all(|e| e.port.is_none()));
+    }
+    // NCCL_IB_HCA is validated by core and applied by ffi's verbs device filter.
+    let mut p = Params::default();
+    if p.set("NCCL_IB_HCA", v).is_ok() {
+        let core = p.hca_filter().expect("accepted value parses");
+        let ffi = nccl_net_ibnet::verbs::device::HcaFilter::parse(&p.ib_hca);
+        let own = core.entries().iter().map(|e| e.name.as_str());
+        for n in NAMES.iter().copied().chain(own) {
+            for port in [1u8, 2, 255] {
+                assert_eq!(
+                    core.matches(n, port),
+                    ffi.matches(n, port),
+                    "NCCL_IB_HCA={v:?}: core and ffi disagree on {n:?} port {port}"
+                );
+            }
+        }
+    }
+    // NCCL_SOCKET_IFNAME is validated by core (`Params::set`) and applied by ffi
+    // (`ifaddr::choose` parses the stored value with `IfFilter`): both must pick the same.
+    let mut p = Params::default();
+    if p.set("NCCL_SOCKET_IFNAME", v).is_ok() {
+        let core = p.socket_ifname_filter().expect("accepted value parses");
+        let ffi = nccl_net_ibnet::ifaddr::IfFilter::parse(&p.socket_ifname);
+        for n in NAMES
+            .iter()
+            .copied()
+            .chain(core.entries().iter().map(|e| e.name.as_str()))
+        {
+            assert_eq!(
+                core.matches_name(n),
+                ffi.matches(n),
+                "NCCL_SOCKET_IFNAME={v:?}: core and ffi disagree on interface {n:?}"
+            );
+        }
+    }
+}
+
+fn addr_range(v: &str) {
+    if let Ok(r) = AddrRange::parse(v) {
+        let max = match r.family {
+            ibnet_core::params::AddrFamily::Inet => 32,
+            ibnet_core::params::AddrFamily::Inet6 => 128,
+        };
+        assert!(r.prefix_len <= max);
+        // The range contains its own address.
+        let mut g = Gid([0; 16]);
+        match r.family {
+            ibnet_core::params::AddrFamily::Inet => g.0[12..].copy_from_slice(&r.addr[..4]),
+            ibnet_core::params::AddrFamily::Inet6 => g.0 = r.addr,
+        }
+        assert!(r.contains_gid(&g), "{v:?} does not contain its own address");
+        let _ = r.contains_gid(&Gid([0xFF; 16]));
+    }
+}
+
+fn ints(v: &str) {
+    let core = parse_int(v).ok();
+    let hip = ibnet_hip::env::parse_c_integer(v);
+    // hip's also skips leading whitespace, as strtoll does; core's takes trimmed values.
+    if !v.starts_with(|c: char| c.is_whitespace()) {
+        assert_eq!(core, hip, "core and hip-shim parse {v:?} differently");
+    }
+}
+
+fn hip_int(v: &str) {
+    let env = ibnet_hip::Env::fixed([("NCCL_DMABUF_ENABLE", v)]);
+    let p = env.int_param("NCCL_DMABUF_ENABLE", 7);
+    let _ = p.to_string();
+    match p.source {
+        ibnet_hip::env::ParamSource::Env => {
+            assert_eq!(Some(p.value), ibnet_hip::env::parse_c_integer(v));
+        }
+        _ => assert_eq!(p.value, 7),
+    }
+}
+
+const SOFT: &[&str] = &[
+    "IBNET_SOFT_WORKERS",
+    "IBNET_SOFT_DIRECT_MAX",
+    "IBNET_SOFT_CHUNK",
+    "IBNET_SOFT_PTRACER",
+];
+
+fn soft(var: usize, v: &str) {
+    let name = SOFT[var % SOFT.len()];
+    let (cfg, errs) = ibnet_soft::Config::from_lookup(|k| (k == name).then(|| v.to_string()));
+    let def = ibnet_soft::Config::default();
+    assert!(errs.len() <= 1);
+    if !errs.is_empty() {
+        assert_eq!(cfg, def, "{name}={v:?} refused but applied");
+    }
+    assert!(cfg.workers <= 64 && cfg.chunk >= 4096 && cfg.chunk <= 1 << 30);
+}
+
+fn ffi_own(var: usize, v: &str) {
+    let names = nccl_net_ibnet::env::NAMES;
+    let name = names[var % names.len()];
+    let mut cfg = nccl_net_ibnet::env::Config::default();
+    let before = cfg.clone();
+    match cfg.set(name, v) {
+        Ok(set) => {
+            assert!(set);
+            assert!((1..=86_400).contains(&cfg.handshake_timeout_s));
+        }
+        Err(_) => assert_eq!(cfg, before, "a refused {name} changed the config"),
+    }
+}
+
+fn ifaddr(v: &str) {
+    use nccl_net_ibnet::ifaddr::{choose, parse_family, IfAddr};
+    let a = |name: &str, ip: &str| IfAddr {
+        name: name.into(),
+        addr: SocketAddr::new(ip.parse().expect("fixed address"), 0),
+    };
+    let all = [
+        a("lo", "127.0.0.1"),
+        a("eth0", "10.0.0.1"),
+        a("eth0:1", "fe80::1"),
+        a("ib0", "192.168.1.1"),
+        a("docker0", "172.17.0.1"),
+        a("eth1", "2001:db8::1"),
+    ];
+    let family = parse_family(v);
+    for fam in [None, Some(libc_af(false)), Some(libc_af(true)), family] {
+        if let Some(chosen) = choose(&all, Some(v), fam) {
+            assert!(all.contains(&chosen));
+        }
+    }
+}
+
+fn libc_af(v6: bool) -> i32 {
+    // AF_INET / AF_INET6 on Linux.
+    if v6 {
+        10
+    } else {
+        2
+    }
+}
