@@ -15,7 +15,7 @@
 //!  plugin        init/finalize refcount, device discovery, bootstrap address
 //!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv, AnyMr, registration cache types
 //!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
-//!      ├── soft      ibnet-soft's soft0 (IBNET_PROVIDER=soft)
+//!      ├── (soft)    ibnet-soft's soft0 as dev::Dev::Soft (IBNET_PROVIDER=soft; no module here)
 //!      └── env, log  NCCL variables; logging through NCCL's logger ("NET/IBNET")
 //!  proxy/        the core's proxy engine over a plugin's C table (ForeignNet) and its C API
 //!      └── foreign/  the one loader of plugin .so files (v11..v6), also used by ibnet-tools

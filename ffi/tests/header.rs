@@ -7,7 +7,7 @@
 //! * every struct of that API: size, alignment, and each field's offset, size and type; the
 //!   Rust field lists must tile their structs (no field forgotten here);
 //! * the API's constants; and the NCCL table structs' sizes and key offsets (NCCL 2.28's
-//!   figures, which `ffi/src/abi/v*.rs` asserts at compile time on the Rust side).
+//!   figures, which `ffi/src/nccl/tables.rs` asserts at compile time on the Rust side).
 //!
 //! A generated C program prints one value per check; each must equal Rust's. Type checks use
 //! GCC/Clang's `__builtin_types_compatible_p`. The header must also compile as C++.

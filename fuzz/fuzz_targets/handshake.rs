@@ -3,7 +3,7 @@
 //! Input: `mode`, `cfg`, `chunk`, then the peer's bytes (see `ibnet_fuzz::seeds_handshake`).
 //! * wire: every decoder gets the bytes; whatever decodes must re-encode to exactly those bytes,
 //!   and every refusal is an `Error::Wire`.
-//! * accept / connect: the machine is driven as `ffi::shake` drives it, reading at most
+//! * accept / connect: the machine is driven as `ffi::handshake_io::pump` drives it, reading at most
 //!   `poll_recv_len` bytes and at most `chunk` at a time; events are answered as `ffi` answers
 //!   them. A peer error is `Wire` or `PeerGone`, leaves the machine `Failed`, and repeats on
 //!   every later input; a reported peer info satisfies what the machine promises about it.

@@ -39,7 +39,8 @@
 //!  let mut px = ProxyState::<_, _, 64>::new(net, mem, ProxyConfig::default());
 //!  let (r, handle) = px.setup(Dir::Recv, recv_req)?;     // listens, returns the handle
 //!  let (s, _)      = px.setup(Dir::Send, send_req)?;
-//!  loop { if px.connect(s, ConnectArgs::Send { handle })?.is_some() && .. { break } }
+//!  // call each until it returns Some (Ok(None): not yet):
+//!  px.connect_send(s, &handle)?;  px.connect_recv(r, peer_rank)?;
 //!  let view = px.device_view(s)?;                        // what the GPU kernel is given
 //!  let mut op = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1);
 //!  op.push(SubArgs::new(s, nsteps, nbytes))?;

@@ -27,7 +27,9 @@
 //!   ordered after the reset (checked by the loom model `loom_proxy`).
 //!
 //! The raw views into memory from a [`MemProvider`](super::MemProvider) ([`MemRef`],
-//! [`BufView`]) are the only `unsafe` of the proxy module.
+//! [`BufView`]) are this module's `unsafe`; the proxy's only other `unsafe` items are
+//! [`Region::new`](super::Region::new) and the `MemProvider` trait (`mem`), and the GPU-side
+//! constructors from a `DeviceView` (`device`).
 #![allow(unsafe_code)]
 
 use core::marker::PhantomData;

@@ -1,8 +1,8 @@
 //! [`ForeignNet`]: the proxy engine's [`Net`] over any NCCL net plugin's C table, loaded from
 //! a path or given as a table (this library's own `ncclNetPlugin_v11` for the C API's NULL
 //! path). Named "foreign" because it reaches the plugin only through its C ABI, unlike the
-//! core's own `CommNet` over ibnet's comms; loading and calling are [`crate::foreign`]'s, this
-//! file only adapts the engine's types.
+//! core's own `InProcessNet` over ibnet's comms; loading and calling are [`crate::foreign`]'s,
+//! this file only adapts the engine's types.
 //!
 //! ```text
 //!  ForeignNet::load("libnccl-net-foo.so") ─ ForeignPlugin::open (newest of v11 … v6)
