@@ -270,10 +270,13 @@ impl QpShared {
     }
 
     fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {
-        let workers = engine.workers() as u64;
-        if len <= self.direct_max || workers == 0 {
-            e.arm(seq, self.chunk, true);
-            self.run_chunks(seq, e, u64::MAX); // in the posting thread: no hop
+        let workers = if len <= self.direct_max {
+            0
+        } else {
+            engine.workers() as u64
+        };
+        if workers == 0 {
+            self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
         // Size-adaptive split: the poster and up to `workers` workers, pieces of at least
@@ -291,6 +294,27 @@ impl QpShared {
             }
         }
         self.run_chunks(seq, e, POSTER_MAX);
+    }
+
+    /// Copies all of WR `seq` in the posting thread, before it is armed (nobody else can see
+    /// it: no claims needed), then arms it with no chunks (landed).
+    fn copy_direct(&self, seq: u64, e: &SqEntry, len: u64) {
+        let w = e.load();
+        let mut off = 0;
+        // Relaxed: as in `run_chunks` (behind a failed WR of this chain: not executed).
+        if self.fail.load(Ordering::Relaxed) != 0 || self.err_seq.skips(seq) {
+            off = len;
+        }
+        while off < len {
+            let n = self.chunk.min(len - off);
+            if let Err((st, v)) = self.copy(&w, off, n) {
+                e.set_err(st, v);
+                self.err_seq.note(seq);
+                break;
+            }
+            off += n;
+        }
+        e.arm(seq, self.chunk, false);
     }
 
     /// Claims and copies chunks of WR `seq` until none is left, or `budget` bytes were copied;

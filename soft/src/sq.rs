@@ -126,12 +126,15 @@ impl SqEntry {
     }
 
     /// Poster: WR `seq` (stored in this slot) is to be copied in chunks of `chunk` bytes
-    /// (`chunk` ≥ 1; 0 chunks for an empty WR, or `copy: false` for a WR that is not executed).
-    /// Returns the number of chunks.
+    /// (`chunk` ≥ 1; 0 chunks for an empty WR, or `copy: false` for a WR with nothing left to
+    /// copy: already copied by the poster, or not executed). Returns the number of chunks.
     pub fn arm(&self, seq: u64, chunk: u64, copy: bool) -> u32 {
-        // Relaxed: `len` was stored by this thread.
-        let len = self.len.load(Ordering::Relaxed) as u64;
-        let n = if copy { len.div_ceil(chunk.max(1)) as u32 } else { 0 };
+        let n = if copy {
+            // Relaxed: `len` was stored by this thread.
+            (self.len.load(Ordering::Relaxed) as u64).div_ceil(chunk.max(1)) as u32
+        } else {
+            0
+        };
         // Relaxed (both): published by the Release store of `run` below (claimers) and by
         // `sq_tail` (the combiner's `landed`).
         self.chunk.store(chunk.max(1), Ordering::Relaxed);
