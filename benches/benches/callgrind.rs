@@ -201,7 +201,10 @@ mod plugin {
             };
             let sr = loop {
                 // SAFETY: as above.
-                let q = unsafe { self.p.isend(self.s, self.src.as_mut_ptr().cast(), 8, 1, self.sm) };
+                let q = unsafe {
+                    self.p
+                        .isend(self.s, self.src.as_mut_ptr().cast(), 8, 1, self.sm)
+                };
                 if let Some(q) = q.expect("isend") {
                     break q;
                 }

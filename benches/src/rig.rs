@@ -258,4 +258,3 @@ impl<P: Provider + Clone> Drop for Engine<P> {
         let _ = self.px.free(self.rc);
     }
 }
-

@@ -284,16 +284,35 @@ impl QpShared {
         let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
         let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
         let n = e.arm(seq, chunk, true) as u64;
-        // Tokens for the workers; the poster copies too (the first chunks are claimed while
-        // the workers wake up): a WR of up to POSTER_MAX never waits for a sleeping worker.
-        for _ in 0..(n - 1).min(workers) {
-            if !engine.submit(self.clone(), seq) {
-                // Engine full or stopped: the poster copies what is left.
-                self.run_chunks(seq, e, u64::MAX);
-                return;
+        // The poster copies too, and hands a token to a worker only while at least two chunks
+        // are unclaimed (one for itself, one for the worker): a worker is woken only when it
+        // will find work, and a WR of up to POSTER_MAX never waits for a sleeping worker.
+        let tokens = (n - 1).min(workers);
+        let (mut sent, mut copied) = (0, 0);
+        loop {
+            if sent < tokens && e.unclaimed(seq) >= 2 {
+                if !engine.submit(self.clone(), seq) {
+                    // Engine full or stopped: the poster copies what is left.
+                    self.run_chunks(seq, e, u64::MAX);
+                    return;
+                }
+                sent += 1;
+            }
+            if copied >= POSTER_MAX {
+                break;
+            }
+            match self.run_chunks(seq, e, 1) {
+                (0, _) => return, // all claimed
+                (b, _) => copied += b,
             }
         }
-        self.run_chunks(seq, e, POSTER_MAX);
+        // Past the poster's share: the workers take the rest (at least one token is out).
+        while sent == 0 && e.unclaimed(seq) > 0 {
+            if !engine.submit(self.clone(), seq) {
+                self.run_chunks(seq, e, u64::MAX);
+            }
+            sent += 1;
+        }
     }
 
     /// Copies all of WR `seq` in the posting thread, before it is armed (nobody else can see
@@ -318,8 +337,8 @@ impl QpShared {
     }
 
     /// Claims and copies chunks of WR `seq` until none is left, or `budget` bytes were copied;
-    /// `true` when this call finished the WR's last chunk.
-    fn run_chunks(&self, seq: u64, e: &SqEntry, budget: u64) -> bool {
+    /// returns the bytes claimed, and `true` when this call finished the WR's last chunk.
+    fn run_chunks(&self, seq: u64, e: &SqEntry, budget: u64) -> (u64, bool) {
         let mut last = false;
         let mut done = 0;
         while done < budget {
@@ -338,12 +357,12 @@ impl QpShared {
             }
             last = e.chunk_done();
         }
-        last
+        (done, last)
     }
 
     /// A copy worker's share of WR `seq` (nothing if it has landed meanwhile).
     fn run_token(&self, seq: u64) {
-        if self.run_chunks(seq, self.entry(seq), u64::MAX) {
+        if self.run_chunks(seq, self.entry(seq), u64::MAX).1 {
             self.kick();
         }
     }

@@ -316,8 +316,7 @@ impl Segment {
     fn fifo_area_ptr(&self, base: u64, raddr: u64, len: u64) -> Option<u64> {
         let off = raddr.checked_sub(base)?;
         let end = off.checked_add(len)?;
-        (off >= FIFO_OFF as u64 && end <= BYTES as u64)
-            .then(|| self.map.as_ptr() as u64 + off)
+        (off >= FIFO_OFF as u64 && end <= BYTES as u64).then(|| self.map.as_ptr() as u64 + off)
     }
 
     /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`;

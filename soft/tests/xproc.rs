@@ -101,7 +101,10 @@ fn fifo_helper() {
     let p = provider();
     let mut me = Side::new(&p);
     let fifo = p.alloc_fifo().unwrap();
-    assert!(fifo.is_shared(), "the FIFO ring lives in the shared segment");
+    assert!(
+        fifo.is_shared(),
+        "the FIFO ring lives in the shared segment"
+    );
     let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
     let mr = p
         .reg_mr(fifo.base_addr(), bytes, Access::ALL, RegKind::Plain)
@@ -131,7 +134,10 @@ fn fifo_helper() {
         let mut got = [PostedRecv::default(); MAX_RECVS];
         let n = fifo.poll(c.imm as u64, &mut got).unwrap().unwrap_or(0);
         let g = got[0];
-        let line = format!("SLOT {} {n} {} {} {} {}", c.imm, g.addr, g.size, g.rkey, g.tag);
+        let line = format!(
+            "SLOT {} {n} {} {} {} {}",
+            c.imm, g.addr, g.size, g.rkey, g.tag
+        );
         write_line(&mut out, &line);
     }
     p.dereg_mr(mr).unwrap();
@@ -359,11 +365,25 @@ fn two_process_fifo_writes_in_shared_memory() {
             0,
             false,
         );
-        let imm = wr(20 + seq, WrOpcode::WriteWithImm, 0, 0, 0, 0, 0, seq as u32, true);
+        let imm = wr(
+            20 + seq,
+            WrOpcode::WriteWithImm,
+            0,
+            0,
+            0,
+            0,
+            0,
+            seq as u32,
+            true,
+        );
         me.post(&[w, imm]).unwrap();
         assert_eq!(me.wait(1)[0].status, WcStatus::Success);
         let got = slot(&mut h);
-        assert_eq!(got, vec![seq, 1, e.addr, e.size, e.rkey as u64, 5], "slot {seq}");
+        assert_eq!(
+            got,
+            vec![seq, 1, e.addr, e.size, e.rkey as u64, 5],
+            "slot {seq}"
+        );
     }
     // A wrong rkey, then a range past the end of the FIFO's registration: remote access errors.
     let bad_key = wr(
