@@ -10,6 +10,8 @@
 //! * `mr_hit`: an MR-cache hit, `acquire` + `release` of a cached range (256 ranges cached).
 //! * `proxy_step`: one SIMPLE step of the proxy engine over the loopback double, 8 B, send and
 //!   receive side (a batch of `MSGS` steps per iteration, the inline "GPU" included).
+//! * `bare_step`: the same traffic as `proxy_step` through the bare comms with the engine's
+//!   depth (`rig::Bare`): `proxy_step − bare_step` is the engine's own cost per step.
 //! * `plugin_cycle`: the plugin's C entry points (`ncclNetPlugin_v11`, loaded by path as NCCL
 //!   does) over the soft provider, in-process: `irecv` + `isend` + `test` until both are done.
 //!
@@ -18,7 +20,7 @@
 
 use std::hint::black_box;
 
-use ibnet_benches::rig::{Engine, MSGS};
+use ibnet_benches::rig::{Bare, Engine, MSGS};
 use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
 use ibnet_core::mr_cache::MrCache;
 use ibnet_core::provider::MrKeys;
@@ -138,6 +140,24 @@ fn proxy_step() -> u64 {
     batches * MSGS
 }
 
+#[inline(never)]
+fn cg_bare_step(b: &mut Bare<Loopback>, batches: u64) {
+    for _ in 0..batches {
+        b.batch();
+    }
+}
+
+fn bare_step() -> u64 {
+    let dev = Loopback::new();
+    let mut b = Bare::new(&dev, 8);
+    for _ in 0..4 {
+        b.batch();
+    }
+    let batches = ITERS / MSGS;
+    cg_bare_step(&mut b, batches);
+    batches * MSGS
+}
+
 mod plugin {
     use ibnet_tools::net::{Comm, Mr, Plugin, RecvSpec};
 
@@ -253,9 +273,10 @@ fn main() {
         "core_cycle" => core_cycle(),
         "mr_hit" => mr_hit(),
         "proxy_step" => proxy_step(),
+        "bare_step" => bare_step(),
         "plugin_cycle" => plugin_cycle(),
         _ => {
-            println!("callgrind cases: core_cycle mr_hit proxy_step plugin_cycle (run benches/callgrind.sh)");
+            println!("callgrind cases: core_cycle mr_hit proxy_step bare_step plugin_cycle (run benches/callgrind.sh)");
             return;
         }
     };

@@ -1,27 +1,26 @@
 //! The copy engine: worker threads that move the chunks of large WRs, like a NIC's DMA
 //! engines.
 //!
-//! A large WR is handed over as `k ≤ workers` *tokens* `(job, seq)` (a [`Job`] is a QP) through a bounded,
-//! allocation-free MPMC channel; each token claims chunks of the WR until none is left (see
-//! `qp.rs`; the posting thread claims chunks too, so a WR never waits for a worker to wake).
-//! An idle worker polls the channel for `spin` (busy, [`Config::spin_us`](crate::Config)) before it
-//! parks in it: under steady traffic the next token finds it awake, with no wake-up syscall. [`Engine::shutdown`] sends one `Stop` per
-//! worker behind all queued tokens and joins every thread; tokens still queued afterwards are
-//! run by the caller, so no WR is ever lost. No worker holds the provider, so dropping the last
-//! provider handle can join them.
+//! A large WR is handed over as `k ≤ workers` *tokens* `(job, seq)` (a [`Job`] is a QP)
+//! through a bounded, allocation-free MPMC channel; each token claims chunks of the WR until
+//! none is left (see `qp.rs`; the posting thread claims chunks too, so a WR never waits for a
+//! worker to wake). An idle worker polls the channel for `spin` ([`Config::spin_us`](crate::Config))
+//! before it parks in it: under steady traffic the next token finds it awake. [`Engine::shutdown`]
+//! sends one `Stop` per worker behind all queued tokens and joins every thread; tokens still
+//! queued afterwards are run by the caller, so no WR is ever lost. No worker holds the provider,
+//! so dropping the last provider handle can join them.
 //!
 //! ## Doorbell cost
 //! [`Engine::submit`] is this provider's doorbell (what an MMIO write to the NIC is for verbs),
 //! and it is on the `isend` path of WRs larger than `direct_max` (64 KiB by default; smaller
 //! ones are copied by the posting thread and never come here). `try_send` itself is lock-free
-//! (a CAS on the ring). When a worker is *parked* (idle longer than crossbeam's short
-//! spin-then-yield backoff in `recv`), waking it takes the channel's waker mutex (uncontended
-//! in practice: only a worker registering or leaving contends) and one `futex` wake syscall,
-//! ~1-2 µs. That never blocks the poster (no wait on a worker), and is small next to the copy it
-//! starts (64 KiB at ~10-30 GB/s is 2-6 µs, spread over the workers); while traffic flows,
-//! workers find the next token during their backoff and no syscall happens. A home-made
-//! spin-then-park pool would save the wake only by burning idle cores (which the GPU proxy
-//! threads and NCCL's own progress threads need), so we keep the channel.
+//! (a CAS on the ring). When a worker is *parked* (idle longer than its spin), waking it takes
+//! the channel's waker mutex (uncontended in practice: only a worker registering or leaving
+//! contends) and one `futex` wake syscall, ~1-2 µs. That never blocks the poster (no wait on a
+//! worker: the poster copies chunks itself meanwhile, and hands out a token only while two
+//! chunks are unclaimed). The spin is bounded (50 µs by default with 8 cores or more, none
+//! below): it keeps workers awake between the WRs of a stream, and gives the cores back to the
+//! GPU proxy threads and NCCL's progress threads when traffic pauses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
