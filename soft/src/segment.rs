@@ -18,8 +18,10 @@
 //! whose remote range lies entirely inside that area (after the usual lease on the target's
 //! registration: key, range, access) is done with word stores through the peer's own mapping
 //! ([`copy_leased`]): the bytes move in one cache-line handoff, with no `process_vm_writev`,
-//! at post time in the posting thread, so in WR order with the QP's other writes, and before
-//! any later immediate (the combiner delivers it after the write). The owner reads its ring
+//! at post time in the posting thread: after every earlier WR of the QP that the posting thread
+//! copied (all up to `direct_max`; larger ones are copied eagerly by workers, as before, and
+//! ordered only by immediates), and before any later immediate (the combiner delivers it after
+//! the write). Errors complete the WR as any other copy's do. The owner reads its ring
 //! with Acquire loads, as it would after a NIC's write. A released FIFO slot is zeroed with
 //! `fallocate(PUNCH_HOLE)` (its pages are freed too).
 //!
