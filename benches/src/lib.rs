@@ -1,1 +1,3 @@
-//! Holder crate for the criterion benchmarks in `benches/`.
+//! Holder crate for the benchmarks in `benches/`, and the rigs they share.
+
+pub mod rig;

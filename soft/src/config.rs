@@ -4,7 +4,8 @@
 //! | --- | --- | --- |
 //! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
-//! | `IBNET_SOFT_CHUNK` | 256 KiB | a large WR is split into chunks of this size across the workers |
+//! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into about `workers + 1` chunks of at least 32 KiB, copied by the posting thread and the workers) |
+//! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
 //!
 //! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
@@ -20,8 +21,10 @@ pub struct Config {
     pub workers: usize,
     /// Largest WR copied directly by the posting thread.
     pub direct_max: u64,
-    /// Chunk size for work spread over workers.
+    /// Largest chunk of work spread over workers.
     pub chunk: u64,
+    /// Microseconds an idle worker polls for work before sleeping.
+    pub spin_us: u64,
     /// Allow any same-user process to attach (Yama `ptrace_scope = 1`).
     pub set_ptracer: bool,
 }
@@ -33,6 +36,7 @@ impl Default for Config {
             workers: (cores / 4).clamp(1, 8),
             direct_max: 64 << 10,
             chunk: 256 << 10,
+            spin_us: if cores >= 8 { 50 } else { 0 },
             set_ptracer: true,
         }
     }
@@ -77,6 +81,9 @@ impl Config {
         }
         if let Some(n) = num("IBNET_SOFT_CHUNK", 4096, 1 << 30) {
             c.chunk = n;
+        }
+        if let Some(n) = num("IBNET_SOFT_SPIN_US", 0, 1_000_000) {
+            c.spin_us = n;
         }
         if let Some(n) = num("IBNET_SOFT_PTRACER", 0, 1) {
             c.set_ptracer = n == 1;

@@ -1,31 +1,33 @@
 //! The copy engine: worker threads that move the chunks of large WRs, like a NIC's DMA
 //! engines.
 //!
-//! A large WR is handed over as `k ≤ workers` *tokens* `(job, seq)` (a [`Job`] is a QP) through a bounded,
-//! allocation-free MPMC channel; each token claims chunks of the WR until none is left (see
-//! `qp.rs`). Workers park in the channel when idle. [`Engine::shutdown`] sends one `Stop` per
-//! worker behind all queued tokens and joins every thread; tokens still queued afterwards are
-//! run by the caller, so no WR is ever lost. No worker holds the provider, so dropping the last
-//! provider handle can join them.
+//! A large WR is handed over as `k ≤ workers` *tokens* `(job, seq)` (a [`Job`] is a QP)
+//! through a bounded, allocation-free MPMC channel; each token claims chunks of the WR until
+//! none is left (see `qp.rs`; the posting thread claims chunks too, so a WR never waits for a
+//! worker to wake). An idle worker polls the channel for `spin` ([`Config::spin_us`](crate::Config))
+//! before it parks in it: under steady traffic the next token finds it awake. [`Engine::shutdown`]
+//! sends one `Stop` per worker behind all queued tokens and joins every thread; tokens still
+//! queued afterwards are run by the caller, so no WR is ever lost. No worker holds the provider,
+//! so dropping the last provider handle can join them.
 //!
 //! ## Doorbell cost
 //! [`Engine::submit`] is this provider's doorbell (what an MMIO write to the NIC is for verbs),
 //! and it is on the `isend` path of WRs larger than `direct_max` (64 KiB by default; smaller
 //! ones are copied by the posting thread and never come here). `try_send` itself is lock-free
-//! (a CAS on the ring). When a worker is *parked* (idle longer than crossbeam's short
-//! spin-then-yield backoff in `recv`), waking it takes the channel's waker mutex (uncontended
-//! in practice: only a worker registering or leaving contends) and one `futex` wake syscall,
-//! ~1-2 µs. That never blocks the poster (no wait on a worker), and is small next to the copy it
-//! starts (64 KiB at ~10-30 GB/s is 2-6 µs, spread over the workers); while traffic flows,
-//! workers find the next token during their backoff and no syscall happens. A home-made
-//! spin-then-park pool would save the wake only by burning idle cores (which the GPU proxy
-//! threads and NCCL's own progress threads need), so we keep the channel.
+//! (a CAS on the ring). When a worker is *parked* (idle longer than its spin), waking it takes
+//! the channel's waker mutex (uncontended in practice: only a worker registering or leaving
+//! contends) and one `futex` wake syscall, ~1-2 µs. That never blocks the poster (no wait on a
+//! worker: the poster copies chunks itself meanwhile, and hands out a token only while two
+//! chunks are unclaimed). The spin is bounded (50 µs by default with 8 cores or more, none
+//! below): it keeps workers awake between the WRs of a stream, and gives the cores back to the
+//! GPU proxy threads and NCCL's progress threads when traffic pauses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError, TrySendError};
 use ibnet_core::Error;
 
 /// Queued tokens at most; beyond that the posting thread copies itself.
@@ -44,6 +46,29 @@ enum Msg<J> {
     Stop,
 }
 
+/// A worker's next message: polled for `spin`, then waited for (parked). `None`: the engine
+/// is gone.
+fn next<J>(rx: &Receiver<Msg<J>>, spin: Duration) -> Option<Msg<J>> {
+    if !spin.is_zero() {
+        let t = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            match rx.try_recv() {
+                Ok(m) => return Some(m),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            std::hint::spin_loop();
+            polls += 1;
+            // The clock only every 64 polls (a vDSO call, ~20 ns).
+            if polls % 64 == 0 && t.elapsed() >= spin {
+                break;
+            }
+        }
+    }
+    rx.recv().ok()
+}
+
 /// The worker pool.
 pub struct Engine<J: Job> {
     tx: Sender<Msg<J>>,
@@ -54,8 +79,8 @@ pub struct Engine<J: Job> {
 }
 
 impl<J: Job> Engine<J> {
-    /// Starts `n` workers.
-    pub fn start(n: usize) -> Result<Self, Error> {
+    /// Starts `n` workers that poll for `spin` before parking when idle.
+    pub fn start(n: usize, spin: Duration) -> Result<Self, Error> {
         let (tx, rx) = bounded(QUEUE);
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
@@ -63,7 +88,7 @@ impl<J: Job> Engine<J> {
             let t = std::thread::Builder::new()
                 .name(format!("ibnet-soft-cp{i}"))
                 .spawn(move || {
-                    while let Ok(Msg::Token(job, seq)) = rx.recv() {
+                    while let Some(Msg::Token(job, seq)) = next(&rx, spin) {
                         job.run_token(seq);
                     }
                 })

@@ -12,7 +12,8 @@
 //!
 //!  initiator QP ──post_send──▶ lease(local lkey) + lease(remote rkey) ──▶ copy
 //!                       in-process: atomic word copy (≤ 16 KiB) or process_vm_writev into our
-//!                       own pid │ cross-process: process_vm_writev/readv
+//!                       own pid │ cross-process: process_vm_writev/readv, or word stores
+//!                       through the peer's mapped segment for its FIFO rings (`alloc_fifo`)
 //!              ──combiner──▶ WRITE_WITH_IMM: ring entry + recv_tail in the target's QP block
 //!  target  CQ  ──poll_cq──▶ harvests its QPs: retired sends, delivered receives
 //! ```
@@ -45,8 +46,8 @@
 //! memory must then never be reused, since a stopped peer may still write into it). A failed check completes the WR with
 //! `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state.
 //! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
-//! copies of up to 16 KiB use atomic word stores, larger ones and all cross-process copies go
-//! through the kernel. Registered memory must stay mapped until it is deregistered (as with
+//! copies of up to 16 KiB and writes into a peer's FIFO rings (which live in its shared segment)
+//! use atomic word stores, all other copies go through the kernel. Registered memory must stay mapped until it is deregistered (as with
 //! verbs, where an MR pins the pages): a kernel copy over memory unmapped meanwhile fails with
 //! `EFAULT` (`RemoteAccessError`), but a small in-process copy would fault.
 //!
@@ -78,6 +79,7 @@ mod addr;
 mod config;
 mod cq;
 mod engine;
+mod fifo;
 mod peer;
 mod probe;
 mod qp;
@@ -95,7 +97,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ibnet_core::fifo::FifoRing;
 use ibnet_core::provider::{
     Access, Completion, ConnectAttr, Gid, LinkLayer, MrKeys, Mtu, PortInfo, Provider, ProviderAddr,
     QpAttr, RegKind, SendWr,
@@ -105,13 +106,14 @@ use ibnet_core::{Error, Result};
 pub use addr::SoftAddr;
 pub use config::Config;
 pub use cq::SoftCq;
+pub use fifo::SoftFifo;
 pub use peer::CMA_REFUSED;
 pub use probe::{probe, probe_with, ptrace_scope, Unavailable};
 
 use crate::engine::Engine;
 use crate::peer::{Monitor, Peer};
 use crate::qp::{QpShared, Remote};
-use crate::segment::{Segment, MR_SLOTS, QP_SLOTS, RING};
+use crate::segment::{Segment, FIFO_SLOTS, MR_SLOTS, QP_SLOTS, RING};
 
 /// The device name.
 pub const DEVICE_NAME: &str = "soft0";
@@ -127,7 +129,7 @@ pub const MAX_CQ_DEPTH: u32 = 1 << 20;
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
 /// Free-list of slot indices (1-based; FIFO reuse keeps stale handles far from new ones).
-struct IdxAlloc {
+pub(crate) struct IdxAlloc {
     free: VecDeque<u32>,
     next: u32,
     cap: u32,
@@ -168,6 +170,7 @@ struct Inner {
     cfg: Config,
     qps: Arc<Mutex<IdxAlloc>>,
     mrs: Arc<Mutex<IdxAlloc>>,
+    fifos: Arc<Mutex<IdxAlloc>>,
     engine: Engine<QpShared>,
     monitor: Monitor,
     peers: Mutex<Vec<std::sync::Weak<Peer>>>,
@@ -297,7 +300,7 @@ impl SoftProvider {
             magic_addr: seg.magic_addr(),
         }
         .encode();
-        let engine = Engine::start(cfg.workers)?;
+        let engine = Engine::start(cfg.workers, Duration::from_micros(cfg.spin_us))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 seg,
@@ -306,6 +309,7 @@ impl SoftProvider {
                 cfg,
                 qps: Arc::new(Mutex::new(IdxAlloc::new(QP_SLOTS))),
                 mrs: Arc::new(Mutex::new(IdxAlloc::new(MR_SLOTS))),
+                fifos: Arc::new(Mutex::new(IdxAlloc::new(FIFO_SLOTS))),
                 engine,
                 monitor: Monitor::default(),
                 peers: Mutex::new(Vec::new()),
@@ -378,7 +382,7 @@ impl Provider for SoftProvider {
     type Cq = SoftCq;
     type Qp = SoftQp;
     type Mr = SoftMr;
-    type Fifo = Box<FifoRing>;
+    type Fifo = SoftFifo;
 
     fn port_info(&self) -> PortInfo {
         PortInfo {
@@ -393,7 +397,7 @@ impl Provider for SoftProvider {
     }
 
     fn alloc_fifo(&self) -> Result<Self::Fifo> {
-        Ok(segment::zeroed_fifo())
+        Ok(SoftFifo::alloc(&self.inner.seg, &self.inner.fifos))
     }
 
     fn create_cq(&self, depth: u32) -> Result<Self::Cq> {

@@ -128,7 +128,10 @@ pub fn resolve(a: &SoftAddr) -> Result<Arc<Peer>, Error> {
     }
     Ok(Arc::new(Peer {
         seg: Arc::new(seg),
-        fabric: Fabric::Cross { pid: a.pid },
+        fabric: Fabric::Cross {
+            pid: a.pid,
+            base: a.magic_addr,
+        },
         dead: AtomicBool::new(false),
         pidfd,
     }))
@@ -229,7 +232,7 @@ fn monitor_loop(sh: &MonShared) {
             for (p, &r) in st.peers.iter().zip(&ready) {
                 let gone = match (&p.pidfd, p.fabric) {
                     (Some(_), _) => r,
-                    (None, Fabric::Cross { pid }) => !sys::pid_alive(pid),
+                    (None, Fabric::Cross { pid, .. }) => !sys::pid_alive(pid),
                     (None, Fabric::InProc) => false,
                 };
                 if gone {

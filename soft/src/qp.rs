@@ -9,11 +9,13 @@
 //! ```
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
-//!   `process_vm_writev`, or an atomic word copy in-process); a larger one as `k` *tokens* handed to
-//!   the copy engine, each token claiming chunks of the WR until none is left. Data movement is
+//!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
+//!   (size-adaptive: `len / (workers + 1)`, between `MIN_PIECE` and `chunk`) that the posting
+//!   thread and up to `workers` copy workers (one *token* each) claim until none is left, so
+//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`). Data movement is
 //!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
-//!   tokens are all back. For a `WriteWithImm` at the cursor it delivers the immediate into the
+//!   chunks are all done. For a `WriteWithImm` at the cursor it delivers the immediate into the
 //!   target's inbound ring — so an immediate is visible only after every earlier WR of the QP
 //!   has landed. With no receive posted at the target (RNR) the cursor stays, and the delivery
 //!   is retried by the next kick: every `post_send` and every `poll_cq` of this QP's CQ kicks
@@ -102,6 +104,14 @@ pub struct QpShared {
     direct_max: u64,
     chunk: u64,
 }
+
+/// Smallest piece of a WR above `direct_max` handed to a copy worker: below it, waking a worker
+/// costs more than the copy it would take over.
+const MIN_PIECE: u64 = 32 << 10;
+
+/// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
+/// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
+const POSTER_MAX: u64 = 1 << 20;
 
 fn status_of(v: u32) -> WcStatus {
     WcStatus::from_raw(v)
@@ -246,8 +256,9 @@ impl QpShared {
             let e = self.entry(seq);
             e.store(w);
             if failed {
+                e.arm(seq, self.chunk, false);
                 e.set_err(WcStatus::WrFlushError, 0);
-            } else if w.sge.len > 0 {
+            } else {
                 self.execute(seq, e, w.sge.len as u64, engine);
             }
             seq += 1;
@@ -259,49 +270,99 @@ impl QpShared {
     }
 
     fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {
-        if len <= self.direct_max || engine.workers() == 0 {
-            self.run_chunks(seq, e); // in the posting thread: no hop
+        let workers = if len <= self.direct_max {
+            0
+        } else {
+            engine.workers() as u64
+        };
+        if workers == 0 {
+            self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        let k = len.div_ceil(self.chunk).min(engine.workers() as u64) as u32;
-        e.set_tokens(k); // before the channel sends below
-
-        for _ in 0..k {
-            if !engine.submit(self.clone(), seq) {
-                self.run_token(seq); // engine full or stopped: copy here rather than lose it
+        // Size-adaptive split: the poster and up to `workers` workers, pieces of at least
+        // MIN_PIECE and at most `chunk` bytes.
+        let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
+        let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
+        let n = e.arm(seq, chunk, true) as u64;
+        // The poster copies too, and hands a token to a worker only while at least two chunks
+        // are unclaimed (one for itself, one for the worker): a worker is woken only when it
+        // will find work, and a WR of up to POSTER_MAX never waits for a sleeping worker.
+        let tokens = (n - 1).min(workers);
+        let (mut sent, mut copied) = (0, 0);
+        loop {
+            if sent < tokens && e.unclaimed(seq) >= 2 {
+                if !engine.submit(self.clone(), seq) {
+                    // Engine full or stopped: the poster copies what is left.
+                    self.run_chunks(seq, e, u64::MAX);
+                    return;
+                }
+                sent += 1;
             }
+            if copied >= POSTER_MAX {
+                break;
+            }
+            match self.run_chunks(seq, e, 1) {
+                (0, _) => return, // all claimed
+                (b, _) => copied += b,
+            }
+        }
+        // Past the poster's share: the workers take the rest (at least one token is out).
+        while sent == 0 && e.unclaimed(seq) > 0 {
+            if !engine.submit(self.clone(), seq) {
+                self.run_chunks(seq, e, u64::MAX);
+            }
+            sent += 1;
         }
     }
 
-    /// Claims and copies chunks of `e` until none is left.
-    fn run_chunks(&self, seq: u64, e: &SqEntry) {
+    /// Copies all of WR `seq` in the posting thread, before it is armed (nobody else can see
+    /// it: no claims needed), then arms it with no chunks (landed).
+    fn copy_direct(&self, seq: u64, e: &SqEntry, len: u64) {
         let w = e.load();
-        let len = w.len as u64;
-        loop {
-            let off = e.claim(self.chunk);
-            if off >= len {
-                break;
-            }
+        let mut off = 0;
+        // Relaxed: as in `run_chunks` (behind a failed WR of this chain: not executed).
+        if self.fail.load(Ordering::Relaxed) != 0 || self.err_seq.skips(seq) {
+            off = len;
+        }
+        while off < len {
             let n = self.chunk.min(len - off);
-            // Relaxed (`fail`; `status` and `skips` are Relaxed too): a stale read only costs
-            // one wasted chunk copy before the error shows; the poster sees its own earlier
-            // stores (direct WRs of one chain).
-            if e.status() != 0 || self.fail.load(Ordering::Relaxed) != 0 || self.err_seq.skips(seq)
-            {
-                continue;
-            }
             if let Err((st, v)) = self.copy(&w, off, n) {
                 e.set_err(st, v);
                 self.err_seq.note(seq);
+                break;
             }
+            off += n;
         }
+        e.arm(seq, self.chunk, false);
     }
 
-    /// A copy worker's share of WR `seq`.
+    /// Claims and copies chunks of WR `seq` until none is left, or `budget` bytes were copied;
+    /// returns the bytes claimed, and `true` when this call finished the WR's last chunk.
+    fn run_chunks(&self, seq: u64, e: &SqEntry, budget: u64) -> (u64, bool) {
+        let mut last = false;
+        let mut done = 0;
+        while done < budget {
+            let Some(c) = e.claim(seq) else { break };
+            done += c.len;
+            // Relaxed (`fail`; `status` and `skips` are Relaxed too): a stale read only costs
+            // one wasted chunk copy before the error shows; the poster sees its own earlier
+            // stores (direct WRs of one chain).
+            if e.status() == 0 && self.fail.load(Ordering::Relaxed) == 0 && !self.err_seq.skips(seq)
+            {
+                let w = e.load(); // this WR's: the claim keeps it from landing
+                if let Err((st, v)) = self.copy(&w, c.off, c.len) {
+                    e.set_err(st, v);
+                    self.err_seq.note(seq);
+                }
+            }
+            last = e.chunk_done();
+        }
+        (done, last)
+    }
+
+    /// A copy worker's share of WR `seq` (nothing if it has landed meanwhile).
     fn run_token(&self, seq: u64) {
-        let e = self.entry(seq);
-        self.run_chunks(seq, e);
-        if e.token_done() {
+        if self.run_chunks(seq, self.entry(seq), u64::MAX).1 {
             self.kick();
         }
     }
@@ -363,7 +424,7 @@ impl QpShared {
         while c < t {
             let e = self.entry(c);
             if !e.landed() {
-                break; // tokens out: copies still running
+                break; // chunks still being copied
             }
             // Ordered by `landed` (Acquire) / by sq_tail.
             let own = e.status();

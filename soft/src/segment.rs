@@ -9,7 +9,21 @@
 //!  offset 0        Header   magic, version, pid, nonce
 //!  HDR_BYTES       MrSlot × MR_SLOTS      registration table (key = gen << 16 | index)
 //!  QP_OFF          QpBlock × QP_SLOTS     per QP: recv_posted, inbound ring
+//!  FIFO_OFF        FIFO_SLOTS × FIFO_STRIDE  FIFO rings (`alloc_fifo`), page aligned
 //! ```
+//!
+//! ## FIFO rings in shared memory (small writes without a syscall)
+//! A comm's FIFO ring (clear-to-send elements its peer RDMA-writes) is allocated in the FIFO
+//! area of its provider's segment, which every connected peer has mapped. A peer's RDMA WRITE
+//! whose remote range lies entirely inside that area (after the usual lease on the target's
+//! registration: key, range, access) is done with word stores through the peer's own mapping
+//! ([`copy_leased`]): the bytes move in one cache-line handoff, with no `process_vm_writev`,
+//! at post time in the posting thread: after every earlier WR of the QP that the posting thread
+//! copied (all up to `direct_max`; larger ones are copied eagerly by workers, as before, and
+//! ordered only by immediates), and before any later immediate (the combiner delivers it after
+//! the write). Errors complete the WR as any other copy's do. The owner reads its ring
+//! with Acquire loads, as it would after a NIC's write. A released FIFO slot is zeroed with
+//! `fallocate(PUNCH_HOLE)` (its pages are freed too).
 //!
 //! ## Registration leases (initiator checks, owner deregisters)
 //! An initiator copies into (or out of) a peer's memory only under a *lease* on the slot the
@@ -48,13 +62,15 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+
+use ibnet_core::fifo::FifoRing;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Magic at offset 0.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IBNSOFT1");
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
@@ -67,8 +83,14 @@ pub const RING: usize = 1024;
 const HDR_BYTES: usize = 4096;
 const MR_OFF: usize = HDR_BYTES;
 const QP_OFF: usize = MR_OFF + MR_SLOTS * std::mem::size_of::<MrSlot>();
+/// FIFO rings a segment holds (beyond them `alloc_fifo` falls back to the heap, and peers'
+/// writes into those rings to `process_vm_writev`).
+pub const FIFO_SLOTS: usize = 512;
+/// Bytes per FIFO slot (a ring, rounded up to pages).
+pub const FIFO_STRIDE: usize = std::mem::size_of::<FifoRing>().next_multiple_of(4096);
+const FIFO_OFF: usize = (QP_OFF + QP_SLOTS * std::mem::size_of::<QpBlock>()).next_multiple_of(4096);
 /// Total bytes of a segment (virtual; pages are allocated as they are touched).
-pub const BYTES: usize = QP_OFF + QP_SLOTS * std::mem::size_of::<QpBlock>();
+pub const BYTES: usize = FIFO_OFF + FIFO_SLOTS * FIFO_STRIDE;
 
 /// Access bits stored in a slot.
 pub const ACC_LOCAL_WRITE: u32 = 1;
@@ -145,6 +167,8 @@ pub enum LeaseError {
 /// A held lease on a registration: while it lives, the owner's `dereg` waits.
 pub struct Lease<'a> {
     busy: &'a AtomicU32,
+    /// The segment whose registration table granted it.
+    seg: &'a Segment,
 }
 
 impl Drop for Lease<'_> {
@@ -272,6 +296,31 @@ impl Segment {
         }
     }
 
+    /// FIFO slot `idx` (must be < [`FIFO_SLOTS`]) of the own segment.
+    pub fn fifo(&self, idx: usize) -> &FifoRing {
+        debug_assert!(idx < FIFO_SLOTS);
+        let idx = idx % FIFO_SLOTS;
+        // SAFETY: in bounds (FIFO_OFF + FIFO_SLOTS · FIFO_STRIDE = BYTES), page aligned (both
+        // offsets are page multiples; FifoRing needs 64); FifoRing consists of atomics only,
+        // valid for any bit pattern; lives as long as `self`.
+        unsafe { &*(self.map.as_ptr().add(FIFO_OFF + idx * FIFO_STRIDE) as *const FifoRing) }
+    }
+
+    /// Zeroes FIFO slot `idx` of the own segment (and frees its pages) for its next user.
+    pub fn clear_fifo(&self, idx: usize) -> io::Result<()> {
+        let fd = self.fd.as_ref().ok_or(io::ErrorKind::Unsupported)?;
+        let off = (FIFO_OFF + (idx % FIFO_SLOTS) * FIFO_STRIDE) as u64;
+        sys::punch_hole(fd.as_fd(), off, FIFO_STRIDE as u64)
+    }
+
+    /// Where `[raddr, raddr + len)` of the owner's address space (whose segment mapping starts
+    /// at `base` there) lies in our mapping of this segment, if it is inside the FIFO area.
+    fn fifo_area_ptr(&self, base: u64, raddr: u64, len: u64) -> Option<u64> {
+        let off = raddr.checked_sub(base)?;
+        let end = off.checked_add(len)?;
+        (off >= FIFO_OFF as u64 && end <= BYTES as u64).then(|| self.map.as_ptr() as u64 + off)
+    }
+
     /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`;
     /// `own` says the lease is taken by the owner process itself (its local SGE).
     #[inline]
@@ -295,7 +344,7 @@ impl Segment {
         };
         // SeqCst: the Dekker pair with `dereg` (store state, load busy); see the module doc.
         busy.fetch_add(1, Ordering::SeqCst);
-        let lease = Lease { busy };
+        let lease = Lease { busy, seg: self };
         // SeqCst: see above; also acquires the fields written before `reg`'s Release store.
         let st = slot.state.load(Ordering::SeqCst);
         if st != (((key >> 16) as u64) << 1) | 1 {
@@ -385,6 +434,8 @@ pub enum Fabric {
     Cross {
         /// The peer's pid.
         pid: i32,
+        /// Where the peer's segment is mapped in the peer (its FIFO rings: see the module doc).
+        base: u64,
     },
 }
 
@@ -421,16 +472,30 @@ unsafe fn in_proc_copy(dst: u64, src: u64, len: usize) -> io::Result<usize> {
     Ok(len)
 }
 
+/// `process_vm_writev`/`readv` into the peer of a cross-process `fabric`.
+///
+/// # Safety
+/// As [`sys::vm_copy`]: the local range is inside a live local registration (for a read, one
+/// with local-write access).
+unsafe fn cross(dir: Dir, fabric: Fabric, laddr: u64, raddr: u64, len: usize) -> io::Result<usize> {
+    let Fabric::Cross { pid, .. } = fabric else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: the caller's contract.
+    unsafe { sys::vm_copy(dir, pid, laddr, raddr, len) }
+}
+
 /// Copies `len` bytes between `laddr` (this process) and `raddr` (the peer), both covered by
 /// the leases passed in (which keep the owners from deregistering them meanwhile). Never
 /// faults on a range the kernel can check (cross-process, and in-process above
-/// [`WORD_COPY_MAX`]): the copy fails with `EFAULT` instead.
+/// [`WORD_COPY_MAX`]): the copy fails with `EFAULT` instead. A cross-process write into the
+/// peer's FIFO area is done through our mapping of its segment (no syscall; module doc).
 pub fn copy_leased(
     fabric: Fabric,
     dir: Dir,
     _local: &Lease<'_>,
     laddr: u64,
-    _remote: &Lease<'_>,
+    remote: &Lease<'_>,
     raddr: u64,
     len: usize,
 ) -> io::Result<()> {
@@ -444,9 +509,23 @@ pub fn copy_leased(
             // `reg_mr` and promised mapped until deregistered; dereg waits for the leases.
             unsafe { in_proc_copy(dst, src, len) }?
         }
+        Fabric::Cross { base, .. } if dir == Dir::Write && len <= WORD_COPY_MAX => {
+            match remote.seg.fifo_area_ptr(base, raddr, len as u64) {
+                Some(dst) => {
+                    // SAFETY: `dst..dst + len` is inside our mapping of the peer's segment
+                    // (checked), which the remote lease borrows (it outlives the copy); the
+                    // segment is atomics only, written here with atomic stores. The source is
+                    // inside a live local registration (lease), probed at `reg_mr`.
+                    unsafe { sys::atomic_copy(dst, laddr, len) };
+                    len
+                }
+                // SAFETY: as in the general arm below.
+                None => unsafe { cross(dir, fabric, laddr, raddr, len) }?,
+            }
+        }
         // SAFETY: the local range is inside a live local registration (lease; local-write
         // access for a read); the kernel checks both ranges.
-        Fabric::Cross { pid } => unsafe { sys::vm_copy(dir, pid, laddr, raddr, len) }?,
+        Fabric::Cross { .. } => unsafe { cross(dir, fabric, laddr, raddr, len) }?,
     };
     if n == len {
         Ok(())

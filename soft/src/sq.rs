@@ -1,21 +1,29 @@
 //! The send-queue protocol of a QP, apart from what it moves: a slot ([`SqEntry`]) with its
-//! copy tokens, the combining flag that runs the in-order retirement ([`Combiner`]), and the
+//! chunk claims, the combining flag that runs the in-order retirement ([`Combiner`]), and the
 //! first failed WR ([`ErrSeq`]). `qp.rs` builds on these; the loom model
-//! (`tests/loom_qp.rs`, `--cfg loom`) checks them under every interleaving, which is why every
-//! atomic here comes from `ibnet_core::sync` (loom's types under `--cfg loom`).
+//! (`tests/loom_qp.rs`, `--cfg loom`) runs these very functions under every interleaving, which
+//! is why every atomic here comes from `ibnet_core::sync` (loom's types under `--cfg loom`).
 //!
+//! A WR is cut into `n` chunks. Whoever copies — the posting thread, and copy workers holding a
+//! *token* `(qp, seq)` — claims chunks one at a time until none is left; the WR has *landed*
+//! when every chunk is done. Landing never waits for a token: a worker that wakes late finds
+//! nothing to claim and leaves, so the poster may copy everything itself while workers wake.
 //! ```text
-//!  poster                   copy worker (× k tokens)          combiner (whoever kicks first)
-//!  entry.store(wr)  Relaxed
-//!  set_tokens(k)    Relaxed ─ channel send ─▶ claim chunks, copy
-//!  sq_tail = s+1    Release                   err: set_err, ErrSeq::note (Release)
-//!  kick ─────────────────────┐                token_done: tokens -= 1 (Release) ─▶ == 0: kick
-//!                            ▼                                 │
-//!           Combiner::kick: kicks += 1 (AcqRel); 0 before? run advance, then CAS(k → 0)
-//!           (AcqRel) or, if kicks came meanwhile, advance again. advance: landed()
-//!           (tokens Acquire == 0) ─▶ status, ErrSeq::first (Acquire) ─▶ sq_cursor (Release)
-//!           ─▶ poller (Acquire) reads the final status; the bytes happened-before.
+//!  poster                          copy worker (token seq s)          combiner
+//!  entry.store(wr)       Relaxed
+//!  arm(s, n, chunk): left = n, chunk Relaxed;
+//!    run = tag(s) | n    Release ─▶ claim(s): run tag == s, count > 0?
+//!                                   CAS run → count-1 (Acquire) ─ owns chunk count-1
+//!  (claims chunks too)              copy; err: set_err, ErrSeq::note (Release)
+//!  sq_tail = s+1         Release    chunk_done: left -= 1 (Release) ─▶ == 0: kick
+//!  kick ────────────────────────────────────────────────────────▶ landed(): left == 0 (Acquire)
+//!                                                                 ─▶ status, ErrSeq::first
+//!                                                                 ─▶ sq_cursor (Release)
 //! ```
+//! A token left over from an earlier WR of the same slot (its WR landed; the slot may hold a
+//! new one) sees a different tag, or a count of 0, and claims nothing: a WR lands only once
+//! every chunk was claimed, so no stale claim can succeed (the tag holds 32 bits of the
+//! sequence number; a token would have to sleep through 2^32 WRs of its QP to be fooled).
 #![allow(missing_docs)] // pub only for the loom model (doc-hidden); documented here
 
 use crossbeam_utils::CachePadded;
@@ -27,8 +35,8 @@ pub const OP_WRITE_IMM: u32 = 1;
 pub const OP_READ: u32 = 2;
 pub const F_SIGNALED: u32 = 1 << 8;
 
-/// One send-queue slot. Fields are atomics (Relaxed) published by `sq_tail` (Release) or by the
-/// copy-engine channel; only the poster writes them, and only while the slot is free.
+/// One send-queue slot. Fields are atomics (Relaxed) published by `sq_tail` (Release) or by
+/// `run` (Release in `arm`, Acquire in a successful claim); only the poster writes them, and only while the slot is free.
 #[repr(align(64))]
 pub struct SqEntry {
     pub wr_id: AtomicU64,
@@ -39,13 +47,26 @@ pub struct SqEntry {
     pub rkey: AtomicU32,
     pub imm: AtomicU32,
     pub flags: AtomicU32,
-    /// Tokens still held by copy workers (0: the data has landed or failed).
-    tokens: AtomicU32,
+    /// Chunks not yet done (0: the data has landed, or failed).
+    left: AtomicU32,
     /// 0 or the WR's own error status.
     pub status: AtomicU32,
     pub vendor: AtomicU32,
-    /// Next byte offset to claim (tokens).
-    claim: AtomicU64,
+    /// `tag(seq) << 32 | chunks not yet claimed` (claims count down).
+    run: AtomicU64,
+    /// Chunk size of this WR.
+    chunk: AtomicU64,
+}
+
+/// A claimed chunk: bytes `[off, off + len)` of the WR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub off: u64,
+    pub len: u64,
+}
+
+fn tag(seq: u64) -> u64 {
+    (seq & 0xffff_ffff) << 32
 }
 
 /// A snapshot of a WR.
@@ -73,21 +94,22 @@ impl SqEntry {
             rkey: AtomicU32::new(0),
             imm: AtomicU32::new(0),
             flags: AtomicU32::new(0),
-            tokens: AtomicU32::new(0),
+            left: AtomicU32::new(0),
             status: AtomicU32::new(0),
             vendor: AtomicU32::new(0),
-            claim: AtomicU64::new(0),
+            run: AtomicU64::new(0),
+            chunk: AtomicU64::new(0),
         }
     }
 
-    /// Poster: writes `w` into this (free) slot, with no tokens out.
+    /// Poster: writes `w` into this (free) slot; [`SqEntry::arm`] follows before any copy.
     pub fn store(&self, w: &SendWr) {
         let op = match w.opcode {
             WrOpcode::Write => OP_WRITE,
             WrOpcode::WriteWithImm => OP_WRITE_IMM,
             WrOpcode::Read => OP_READ,
         };
-        // Relaxed (all): published by the Release store of `sq_tail` / the channel send.
+        // Relaxed (all): published by the Release stores of `sq_tail` and of `run` in `arm`.
         self.wr_id.store(w.wr_id, Ordering::Relaxed);
         self.laddr.store(w.sge.addr, Ordering::Relaxed);
         self.raddr.store(w.remote_addr, Ordering::Relaxed);
@@ -101,13 +123,81 @@ impl SqEntry {
         );
         self.status.store(0, Ordering::Relaxed);
         self.vendor.store(0, Ordering::Relaxed);
-        self.claim.store(0, Ordering::Relaxed);
-        self.tokens.store(0, Ordering::Relaxed);
+    }
+
+    /// Poster: WR `seq` (stored in this slot) is to be copied in chunks of `chunk` bytes
+    /// (`chunk` ≥ 1; 0 chunks for an empty WR, or `copy: false` for a WR with nothing left to
+    /// copy: already copied by the poster, or not executed). Returns the number of chunks.
+    pub fn arm(&self, seq: u64, chunk: u64, copy: bool) -> u32 {
+        let n = if copy {
+            // Relaxed: `len` was stored by this thread.
+            (self.len.load(Ordering::Relaxed) as u64).div_ceil(chunk.max(1)) as u32
+        } else {
+            0
+        };
+        // Relaxed (both): published by the Release store of `run` below (claimers) and by
+        // `sq_tail` (the combiner's `landed`).
+        self.chunk.store(chunk.max(1), Ordering::Relaxed);
+        self.left.store(n, Ordering::Relaxed);
+        // Release: pairs with the Acquire of a successful claim: the WR's fields, `chunk` and
+        // `left` are visible to whoever copies a chunk.
+        self.run.store(tag(seq) | n as u64, Ordering::Release);
+        n
+    }
+
+    /// Claims the next chunk of WR `seq`; `None` when none is left, or when the slot holds
+    /// another WR (a stale token).
+    pub fn claim(&self, seq: u64) -> Option<Chunk> {
+        // Relaxed: only a successful CAS below (Acquire) hands out a chunk.
+        let mut cur = self.run.load(Ordering::Relaxed);
+        loop {
+            if cur & !0xffff_ffff != tag(seq) || cur & 0xffff_ffff == 0 {
+                return None;
+            }
+            // Acquire: pairs with `arm`'s Release (through the release sequence of the claims'
+            // RMWs): the WR's fields are visible. Relaxed on failure: we retry.
+            match self
+                .run
+                .compare_exchange_weak(cur, cur - 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        // The chunk is ours, so the WR cannot land (nor the slot be reused) before we call
+        // `chunk_done`: these fields are this WR's.
+        // Relaxed (both): ordered by the successful Acquire claim above.
+        let chunk = self.chunk.load(Ordering::Relaxed);
+        let len = self.len.load(Ordering::Relaxed) as u64;
+        let off = ((cur & 0xffff_ffff) - 1) * chunk;
+        Some(Chunk {
+            off,
+            len: chunk.min(len.saturating_sub(off)),
+        })
+    }
+
+    /// Chunks of WR `seq` not yet claimed (0 if the slot holds another WR).
+    pub fn unclaimed(&self, seq: u64) -> u32 {
+        // Relaxed: a hint for handing out tokens; claims themselves are CASes.
+        let cur = self.run.load(Ordering::Relaxed);
+        if cur & !0xffff_ffff == tag(seq) {
+            cur as u32
+        } else {
+            0
+        }
+    }
+
+    /// A claimed chunk is done (copied, failed or skipped); `true` for the WR's last one (the
+    /// caller must kick the combiner).
+    pub fn chunk_done(&self) -> bool {
+        // Release: pairs with the Acquire load in `landed` (through the release sequence of
+        // these RMWs): this chunk's bytes and the WR's status happen-before its retirement.
+        self.left.fetch_sub(1, Ordering::Release) == 1
     }
 
     /// A snapshot of the WR.
     pub fn load(&self) -> Wr {
-        // Relaxed (all): the caller synchronised with the poster (sq_tail Acquire or channel).
+        // Relaxed (all): the caller synchronised with the poster (sq_tail Acquire or a successful claim).
         let flags = self.flags.load(Ordering::Relaxed);
         Wr {
             wr_id: self.wr_id.load(Ordering::Relaxed),
@@ -129,8 +219,8 @@ impl SqEntry {
 
     /// Records the WR's own error (the first one wins).
     pub fn set_err(&self, st: WcStatus, vendor: u32) {
-        // Relaxed: the first error wins; published by the token's Release `tokens` decrement
-        // (workers) or by `sq_tail` (poster).
+        // Relaxed: the first error wins; published by the Release `left` decrement of the
+        // chunk (copiers) or by `sq_tail` (poster).
         if self
             .status
             .compare_exchange(0, st as u32, Ordering::Relaxed, Ordering::Relaxed)
@@ -139,30 +229,10 @@ impl SqEntry {
             self.vendor.store(vendor, Ordering::Relaxed);
         }
     }
-    /// Poster: `k` tokens go out to copy workers (before they are sent).
-    pub fn set_tokens(&self, k: u32) {
-        // Relaxed: published to the workers by the channel send, to the combiner by the
-        // Release store of `sq_tail` (its Acquire load comes before `landed`).
-        self.tokens.store(k, Ordering::Relaxed);
-    }
-
-    /// Worker: claims the next `chunk` bytes; returns their offset (≥ len: none left).
-    pub fn claim(&self, chunk: u64) -> u64 {
-        // Relaxed: claims only need to be unique (RMWs on one location).
-        self.claim.fetch_add(chunk, Ordering::Relaxed)
-    }
-
-    /// Worker: gives a token back; `true` for the last one (the caller must kick).
-    pub fn token_done(&self) -> bool {
-        // Release: pairs with the Acquire load in `landed` (through the release sequence of
-        // these RMWs): this token's copies and status happen-before the WR's retirement.
-        self.tokens.fetch_sub(1, Ordering::Release) == 1
-    }
-
-    /// Combiner: every token is back (the data has landed, or failed).
+    /// Combiner: every chunk is done (the data has landed, or failed).
     pub fn landed(&self) -> bool {
-        // Acquire: pairs with the Release decrements in `token_done`.
-        self.tokens.load(Ordering::Acquire) == 0
+        // Acquire: pairs with the Release decrements in `chunk_done`.
+        self.left.load(Ordering::Acquire) == 0
     }
 
     /// The WR's status so far (0: none).

@@ -89,6 +89,25 @@ impl Drop for Mapping {
     }
 }
 
+/// `fallocate(fd, PUNCH_HOLE | KEEP_SIZE, off, len)`: the range reads as zeros again, in every
+/// mapping of the file, and its pages are freed.
+pub fn punch_hole(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
+    let (off, len) = (
+        libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+        libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+    );
+    // SAFETY: `fd` is a live descriptor borrowed for the call; no memory is passed.
+    cvt(unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        )
+    })
+    .map(drop)
+}
+
 /// Opens `/proc/<pid>/fd/<fd>` read-write: another process's memfd.
 pub fn open_peer_fd(pid: i32, fd: i32) -> io::Result<OwnedFd> {
     let path = format!("/proc/{pid}/fd/{fd}\0");

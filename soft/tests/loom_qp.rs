@@ -1,9 +1,10 @@
 //! Loom model of the send-queue protocol of `qp.rs`: a one-entry send queue whose WR is copied
-//! by two copy-engine tokens while the poster kicks the combiner and a poller looks at the
-//! cursor. The slot, the token count, the combiner and the first-failure mark are the crate's
-//! own (`ibnet_soft::sq`, built on loom's atomics under `--cfg loom`); `advance` and
-//! `run_token` below mirror `QpShared::advance` / `QpShared::run_chunks` step for step, with
-//! the bytes of the copy as loom cells (so a missing happens-before is reported as a race).
+//! by the poster and a copy-engine token while the poster kicks the combiner and a poller looks
+//! at the cursor; and a stale token meeting the slot's next WR. The slot with its chunk claims,
+//! the combiner and the first-failure mark are the crate's own (`ibnet_soft::sq`, built on
+//! loom's atomics under `--cfg loom`); `advance` and `run_chunks` below are
+//! `QpShared::advance` / `QpShared::run_chunks` step for step around those calls, with the bytes
+//! of the copy as loom cells (so a missing happens-before is reported as a race).
 //!
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p ibnet-soft --release
 //! --target-dir target/loom --test loom_qp`
@@ -78,27 +79,30 @@ impl Qp {
         self.kicks.kick(|| self.advance());
     }
 
-    /// Mirror of `QpShared::run_token` / `run_chunks` for WR `seq`.
-    fn run_token(&self, seq: u64) {
-        let len = self.e.load().len as u64;
-        loop {
-            let off = self.e.claim(CHUNK);
-            if off >= len {
-                break;
+    /// `QpShared::run_chunks` for WR `seq`: `true` when this call finished the last chunk.
+    fn run_chunks(&self, seq: u64) -> bool {
+        let mut last = false;
+        while let Some(c) = self.e.claim(seq) {
+            if self.e.status() == 0 && !self.err_seq.skips(seq) {
+                let w = self.e.load();
+                assert_eq!(w.wr_id, 7 + seq, "a claim of WR {seq} saw another WR");
+                let i = (c.off / CHUNK) as usize;
+                if self.fail_chunk == Some(i) {
+                    self.e.set_err(WcStatus::RemoteAccessError, 14);
+                    self.err_seq.note(seq);
+                } else {
+                    // SAFETY: chunk `i` is written only by its claimer, before its Release.
+                    self.data[i].with_mut(|p| unsafe { *p = 1 });
+                }
             }
-            if self.e.status() != 0 || self.err_seq.skips(seq) {
-                continue;
-            }
-            let i = (off / CHUNK) as usize;
-            if self.fail_chunk == Some(i) {
-                self.e.set_err(WcStatus::RemoteAccessError, 14);
-                self.err_seq.note(seq);
-            } else {
-                // SAFETY: chunk `i` is written only by the token that owns it, before its Release.
-                self.data[i].with_mut(|p| unsafe { *p = 1 });
-            }
+            last = self.e.chunk_done();
         }
-        if self.e.token_done() {
+        last
+    }
+
+    /// `QpShared::run_token`: a copy worker's share.
+    fn run_token(&self, seq: u64) {
+        if self.run_chunks(seq) {
             self.kick();
         }
     }
@@ -121,9 +125,9 @@ impl Qp {
     }
 }
 
-fn wr() -> SendWr {
+fn wr(seq: u64) -> SendWr {
     SendWr {
-        wr_id: 7,
+        wr_id: 7 + seq,
         opcode: WrOpcode::Write,
         sge: Sge {
             addr: 0x1000,
@@ -138,32 +142,28 @@ fn wr() -> SendWr {
     }
 }
 
-/// Poster: one WR, two tokens to two workers, publish, kick; a concurrent poller. Afterwards the
-/// WR is retired (no lost kick) with `want` as its status.
+/// Poster (`QpShared::execute`): one WR of two chunks, one token to a worker, the poster
+/// copying too, publish, kick; a concurrent poller. Afterwards the WR is retired (no lost kick)
+/// with `want` as its status.
 fn run(fail_chunk: Option<usize>, want: u32) {
     loom::model(move || {
         let qp = Arc::new(Qp::new(fail_chunk));
-        qp.e.store(&wr());
-        qp.e.set_tokens(2);
+        qp.e.store(&wr(0));
+        assert_eq!(qp.e.arm(0, CHUNK, true), CHUNKS as u32);
         // Spawning stands for the copy-engine channel send (a happens-before edge, as in
         // `Engine::submit`).
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let q = qp.clone();
-                thread::spawn(move || q.run_token(0))
-            })
-            .collect();
+        let q = qp.clone();
+        let worker = thread::spawn(move || q.run_token(0));
         let q = qp.clone();
         let poller = thread::spawn(move || {
             if let Some(st) = q.poll() {
                 assert_eq!(st, want);
             }
         });
+        qp.run_chunks(0); // the poster copies while the worker wakes
         qp.tail.store(1, Ordering::Release); // `post`: publishes the entry
         qp.kick();
-        for w in workers {
-            w.join().unwrap();
-        }
+        worker.join().unwrap();
         poller.join().unwrap();
         assert_eq!(qp.cursor.load(Ordering::Acquire), 1, "WR never retired");
         assert_eq!(qp.poll(), Some(want));
@@ -178,6 +178,37 @@ fn two_tokens_land_before_retirement() {
 #[test]
 fn failed_chunk_sets_the_status_seen_at_retirement() {
     run(Some(1), WcStatus::RemoteAccessError as u32);
+}
+
+/// A token of WR 0 that runs late: the poster copied WR 0 alone, it was retired and polled, and
+/// the slot now holds WR 1, copied by the poster again. The stale token must claim nothing of
+/// WR 1 (it would copy it under WR 0's sequence number) and never make WR 1 land early.
+#[test]
+fn stale_token_claims_nothing_of_the_next_wr() {
+    loom::model(|| {
+        let qp = Arc::new(Qp::new(None));
+        qp.e.store(&wr(0));
+        qp.e.arm(0, CHUNK, true);
+        let q = qp.clone();
+        let stale = thread::spawn(move || q.run_token(0));
+        qp.run_chunks(0);
+        qp.tail.store(1, Ordering::Release);
+        qp.kick();
+        // WR 0 retires once the worker (if it claimed a chunk) is done and kicks.
+        while qp.poll().is_none() {
+            thread::yield_now();
+        }
+        // The poller gave the slot back (sq_head); the poster reuses it for WR 1.
+        qp.e.store(&wr(1));
+        qp.e.arm(1, CHUNK, true);
+        let first = qp.e.claim(1).expect("WR 1 has chunks");
+        assert!(!qp.e.landed(), "WR 1 landed with a chunk still claimed");
+        assert!(!qp.e.chunk_done());
+        assert!(qp.run_chunks(1), "the poster finishes WR 1");
+        let _ = first;
+        stale.join().unwrap();
+        assert!(qp.e.landed());
+    });
 }
 
 /// The combiner alone: three kickers, each with work published before its kick; the pass that

@@ -22,6 +22,9 @@ fn helper_entry() {
         return;
     };
     let len: usize = std::env::var("IBNET_SOFT_ARG").unwrap().parse().unwrap();
+    if role == "fifo" {
+        return fifo_helper();
+    }
     let p = provider();
     let mut me = Side::new(&p);
     let buf = Region::new(len);
@@ -86,6 +89,58 @@ fn helper_entry() {
         r => panic!("unknown role {r}"),
     }
     drop(mr);
+}
+
+/// The "fifo" helper: a FIFO ring from `alloc_fifo` (in the shared segment), registered for
+/// remote writes and offered as the helper's buffer. On each WRITE_WITH_IMM (imm = a FIFO
+/// sequence number) it reads that slot at once and prints `SLOT <seq> <n> <addr> <size> <rkey>
+/// <tag>` (n = 0: not posted), until QUIT.
+fn fifo_helper() {
+    use ibnet_core::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
+    use ibnet_core::provider::{Access, RegKind};
+    let p = provider();
+    let mut me = Side::new(&p);
+    let fifo = p.alloc_fifo().unwrap();
+    assert!(
+        fifo.is_shared(),
+        "the FIFO ring lives in the shared segment"
+    );
+    let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
+    let mr = p
+        .reg_mr(fifo.base_addr(), bytes, Access::ALL, RegKind::Plain)
+        .unwrap();
+    let (addr, qpn) = me.info();
+    let info = Info {
+        addr,
+        qpn,
+        buf: fifo.base_addr(),
+        rkey: me.key(&mr),
+        len: bytes,
+    };
+    let mut out = std::io::stdout();
+    write_line(&mut out, &info.to_line());
+    let peer = read_info(&mut BufReader::new(std::io::stdin()));
+    me.connect((peer.addr, peer.qpn)).unwrap();
+    for i in 0..8 {
+        me.recv(i);
+    }
+    loop {
+        let c = me.wait(1)[0];
+        assert_eq!(c.status, WcStatus::Success, "{c:?}");
+        if c.imm == QUIT {
+            break;
+        }
+        me.recv(c.wr_id);
+        let mut got = [PostedRecv::default(); MAX_RECVS];
+        let n = fifo.poll(c.imm as u64, &mut got).unwrap().unwrap_or(0);
+        let g = got[0];
+        let line = format!(
+            "SLOT {} {n} {} {} {} {}",
+            c.imm, g.addr, g.size, g.rkey, g.tag
+        );
+        write_line(&mut out, &line);
+    }
+    p.dereg_mr(mr).unwrap();
 }
 
 struct Helper {
@@ -260,6 +315,91 @@ fn two_process_read_and_remote_errors() {
     let c = me.wait(2);
     assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::RemoteAccessError));
     assert_eq!((c[1].wr_id, c[1].status), (3, WcStatus::WrFlushError));
+    drop(h);
+}
+
+/// A peer's FIFO ring lives in its shared segment: our RDMA WRITE of a clear-to-send element
+/// into it (done with stores through our mapping of that segment, no syscall) is visible to the
+/// peer when it sees a later WRITE_WITH_IMM of the same QP; the remote-access checks still
+/// apply (a bad rkey, a range beyond the registration).
+#[test]
+fn two_process_fifo_writes_in_shared_memory() {
+    use ibnet_core::fifo::{FifoRing, PostedRecv, MAX_REQUESTS};
+    let p = provider();
+    let mut me = Side::new(&p);
+    let staging = p.alloc_fifo().unwrap();
+    let mr = p
+        .reg_mr(
+            staging.base_addr(),
+            FifoRing::<MAX_REQUESTS>::BYTES as u64,
+            ibnet_core::provider::Access::ALL,
+            ibnet_core::provider::RegKind::Plain,
+        )
+        .unwrap();
+    let lkey = me.key(&mr);
+    let dummy = Region::new(4096);
+    let dmr = me.reg(&dummy);
+    let mut h = helper("fifo", 0, &mut me, &dummy, &dmr);
+    let slot = |h: &mut Helper| -> Vec<u64> {
+        common::read_line_with(&mut h.stdout, |l| {
+            l.strip_prefix("SLOT ")
+                .map(|r| r.split_whitespace().map(|x| x.parse().unwrap()).collect())
+        })
+    };
+    for seq in [0u64, 1, 2, 257] {
+        let e = PostedRecv {
+            addr: 0x1000 + seq,
+            size: 64 + seq,
+            rkey: 0x77 + seq as u32,
+            tag: 5,
+        };
+        let (off, len) = staging.publish(seq, &[e]);
+        let w = wr(
+            10 + seq,
+            WrOpcode::Write,
+            staging.base_addr() + off as u64,
+            len as u32,
+            lkey,
+            h.info.buf + off as u64,
+            h.info.rkey,
+            0,
+            false,
+        );
+        let imm = wr(
+            20 + seq,
+            WrOpcode::WriteWithImm,
+            0,
+            0,
+            0,
+            0,
+            0,
+            seq as u32,
+            true,
+        );
+        me.post(&[w, imm]).unwrap();
+        assert_eq!(me.wait(1)[0].status, WcStatus::Success);
+        let got = slot(&mut h);
+        assert_eq!(
+            got,
+            vec![seq, 1, e.addr, e.size, e.rkey as u64, 5],
+            "slot {seq}"
+        );
+    }
+    // A wrong rkey, then a range past the end of the FIFO's registration: remote access errors.
+    let bad_key = wr(
+        30,
+        WrOpcode::Write,
+        staging.base_addr(),
+        64,
+        lkey,
+        h.info.buf,
+        h.info.rkey ^ 0x1_0000,
+        0,
+        true,
+    );
+    me.post(&[bad_key]).unwrap();
+    let c = me.wait(1)[0];
+    assert_eq!((c.wr_id, c.status), (30, WcStatus::RemoteAccessError));
     drop(h);
 }
 

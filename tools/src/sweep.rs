@@ -49,6 +49,16 @@ pub struct RunConfig {
     pub timeout_s: u64,
     /// Device index on each side.
     pub dev: i32,
+    /// Run the latency (ping-pong) phase.
+    #[serde(default = "yes")]
+    pub latency: bool,
+    /// Run the bandwidth (streaming) phase.
+    #[serde(default = "yes")]
+    pub bandwidth: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for RunConfig {
@@ -64,6 +74,8 @@ impl Default for RunConfig {
             max_mem: 1 << 30,
             timeout_s: 30,
             dev: 0,
+            latency: true,
+            bandwidth: true,
         }
     }
 }
@@ -117,7 +129,8 @@ fn stride(size: usize) -> usize {
 
 impl RunConfig {
     /// The plan for `size`: iterations scaled so each phase moves at most `budget` bytes
-    /// (at least 3 measured iterations), window capped by `max_mem`.
+    /// (at least 3 measured iterations), window capped by `max_mem`; a phase switched off
+    /// (`latency`, `bandwidth`) gets no iterations at all.
     pub fn step(&self, size: usize) -> Step {
         let n = self.multirecv.max(1);
         let per = (size.max(1) as u64) * n as u64;
@@ -125,12 +138,13 @@ impl RunConfig {
         let bw_iters = (self.budget / per).clamp(3, self.iters.max(3));
         let window = ((self.max_mem / (stride(size) as u64 * n as u64)) as usize)
             .clamp(1, self.window.max(1));
+        let (lat_on, bw_on) = (self.latency as u64, self.bandwidth as u64);
         Step {
             size,
-            lat_warm: self.warmup.min(lat_iters / 4).max(1),
-            lat_iters,
-            bw_warm: self.warmup.min(bw_iters / 4).max(1),
-            bw_iters,
+            lat_warm: self.warmup.min(lat_iters / 4).max(1) * lat_on,
+            lat_iters: lat_iters * lat_on,
+            bw_warm: self.warmup.min(bw_iters / 4).max(1) * bw_on,
+            bw_iters: bw_iters * bw_on,
             window,
             multirecv: n,
             check: self.check,
@@ -382,11 +396,14 @@ pub fn drive_step(ep: &Endpoint<'_>, st: &Step) -> Result<(Option<LatStats>, f64
             t.data(&ra, 0, size, buf::seed(size, PONG, i, 0), "pong");
         }
     }
-    // Bandwidth: warm-up then measured.
-    stream_send(ep, &mut sa, &mut ra, st, 0, st.bw_warm, &mut t)?;
-    let t0 = Instant::now();
-    stream_send(ep, &mut sa, &mut ra, st, st.bw_warm, st.bw_iters, &mut t)?;
-    let secs = t0.elapsed().as_secs_f64();
+    // Bandwidth: warm-up then measured (none when the phase is off).
+    let mut secs = 0.0;
+    if st.bw_iters > 0 {
+        stream_send(ep, &mut sa, &mut ra, st, 0, st.bw_warm, &mut t)?;
+        let t0 = Instant::now();
+        stream_send(ep, &mut sa, &mut ra, st, st.bw_warm, st.bw_iters, &mut t)?;
+        secs = t0.elapsed().as_secs_f64();
+    }
     sa.free(ep.net)?;
     ra.free(ep.net)?;
     Ok((stats::summarize(&samples), secs, t))
@@ -516,17 +533,23 @@ pub fn respond_step(
         let sr = ep.post_send(&sa, 0, size, 0)?;
         ep.wait(sr, "the pong's send completion")?;
     }
-    stream_recv(ep, &sa, &ra, st, 0, st.bw_warm, &mut t)?;
-    stream_recv(ep, &sa, &ra, st, st.bw_warm, st.bw_iters, &mut t)?;
+    if st.bw_iters > 0 {
+        stream_recv(ep, &sa, &ra, st, 0, st.bw_warm, &mut t)?;
+        stream_recv(ep, &sa, &ra, st, st.bw_warm, st.bw_iters, &mut t)?;
+    }
     sa.free(ep.net)?;
     ra.free(ep.net)?;
     Ok(t)
 }
 
-/// Builds a result row.
+/// Builds a result row (NaN for a phase that did not run).
 pub fn row(st: &Step, lat: Option<LatStats>, secs: f64, bad: u64) -> Row {
     let msgs = (st.bw_iters * st.multirecv as u64) as f64;
-    let secs = secs.max(1e-9);
+    let secs = if st.bw_iters == 0 {
+        f64::NAN
+    } else {
+        secs.max(1e-9)
+    };
     Row {
         size: st.size,
         lat_p50_us: lat.map_or(f64::NAN, |l| l.p50),
@@ -573,5 +596,31 @@ mod tests {
         assert!(big.bw_iters * (256 << 20) <= c.budget.max(3 * (256 << 20)));
         assert_eq!(big.window, 4);
         assert!(big.lat_warm >= 1 && big.bw_warm >= 1);
+        let lat_only = RunConfig {
+            bandwidth: false,
+            ..RunConfig::default()
+        }
+        .step(8);
+        assert_eq!((lat_only.bw_warm, lat_only.bw_iters), (0, 0));
+        assert_eq!(lat_only.lat_iters, 1000);
+        let r = row(&lat_only, None, 0.0, 0);
+        assert!(r.bw_gbps.is_nan() && r.msg_rate_mps.is_nan() && r.lat_p50_us.is_nan());
+        let bw_only = RunConfig {
+            latency: false,
+            ..RunConfig::default()
+        }
+        .step(8);
+        assert_eq!((bw_only.lat_warm, bw_only.lat_iters), (0, 0));
+        assert_eq!(bw_only.bw_iters, 1000);
+    }
+
+    #[test]
+    fn configs_without_the_phase_fields_run_both_phases() {
+        let mut v = serde_json::to_value(RunConfig::default()).unwrap();
+        let m = v.as_object_mut().unwrap();
+        m.remove("latency");
+        m.remove("bandwidth");
+        let c: RunConfig = serde_json::from_value(v).unwrap();
+        assert!(c.latency && c.bandwidth);
     }
 }

@@ -89,6 +89,12 @@ struct Args {
     /// Show the plugin's INFO lines.
     #[arg(short, long)]
     verbose: bool,
+    /// Measure only latency (ping-pong); the bandwidth columns show "-".
+    #[arg(long, conflicts_with = "bw_only")]
+    latency_only: bool,
+    /// Measure only bandwidth (streaming); the latency columns show "-".
+    #[arg(long)]
+    bw_only: bool,
     /// Internal: the loopback peer role, connecting its control socket to ADDR.
     #[arg(long, hide = true, value_name = "ADDR")]
     peer: Option<String>,
@@ -304,6 +310,8 @@ fn driver(a: &Args) -> Result<(), Error> {
         max_mem: a.max_mem.max(1),
         timeout_s: a.timeout,
         dev: a.dev,
+        latency: !a.bw_only,
+        bandwidth: !a.latency_only,
     };
     let path = plugin_path(a)?;
     let (p, n, note) = load(&path)?;

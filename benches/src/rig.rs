@@ -1,0 +1,260 @@
+//! The proxy-engine rig shared by the `proxy` bench and the `callgrind` counts: the bare comms
+//! with the engine's pipelining depth, and the engine with an inline "GPU" on both sides (see
+//! `benches/proxy.rs` for what each measures).
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
+use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
+use ibnet_core::proxy::{
+    ConnId, DeviceRecv, DeviceSend, Dir, InProcessNet, MemKind, MemProvider, Protocol, ProxyConfig,
+    ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
+};
+use ibnet_core::request::ReqId;
+use ibnet_core::{Error, Result};
+use ibnet_testkit::connect_pair;
+
+/// Messages (steps) per batch.
+pub const MSGS: u64 = 64;
+
+/// Host memory for the engine's buffers (4096-aligned, zeroed).
+#[derive(Default)]
+pub struct HostMem(Vec<(u64, Layout)>);
+
+// SAFETY: regions are fresh zeroed allocations, 4096-aligned, freed only through `free`.
+unsafe impl MemProvider for HostMem {
+    fn alloc(&mut self, kind: MemKind, size: usize) -> Result<Region> {
+        let l = Layout::from_size_align(size.max(8), 4096)
+            .map_err(|_| Error::Missing { what: "layout" })?;
+        // SAFETY: non-zero size.
+        let p = unsafe { alloc_zeroed(l) };
+        if p.is_null() {
+            return Err(Error::Provider {
+                call: "alloc",
+                errno: 12,
+            });
+        }
+        self.0.push((p as u64, l));
+        // SAFETY: fresh zeroed allocation, live until `free`.
+        Ok(unsafe { Region::new(p as u64, p as u64, size, kind, 0) })
+    }
+    fn free(&mut self, r: Region) -> Result<()> {
+        let i = self
+            .0
+            .iter()
+            .position(|a| a.0 == r.cpu())
+            .ok_or(Error::Missing { what: "region" })?;
+        let (a, l) = self.0.swap_remove(i);
+        // SAFETY: allocated by `alloc` with this layout.
+        unsafe { dealloc(a as *mut u8, l) };
+        Ok(())
+    }
+}
+
+/// Writes every page of `[addr, addr + len)` (see the module doc).
+pub fn touch(addr: u64, len: usize) {
+    // SAFETY: callers pass live, writable buffers that nothing else uses yet.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, 0x5a, len) };
+}
+
+/// The bare comms with the engine's depth: up to `STEPS` receives and sends in flight.
+pub struct Bare<P: Provider + Clone> {
+    dev: P,
+    s: SendComm<P>,
+    r: RecvComm<P>,
+    src: Region,
+    dst: Region,
+    mem: HostMem,
+    mrs: Option<(P::Mr, P::Mr)>,
+    keys: (MrKeys, MrKeys),
+    size: usize,
+}
+
+impl<P: Provider + Clone> Bare<P> {
+    /// A connected pair moving `size`-byte messages.
+    pub fn new(dev: &P, size: usize) -> Self {
+        let (s, r) = connect_pair(dev, CommConfig::default()).expect("connect");
+        // The same allocator as the engine's buffers (same alignment and placement).
+        let slots = STEPS * size.max(4096);
+        let mut mem = HostMem::default();
+        let src = mem.alloc(MemKind::Host, slots).expect("alloc");
+        let dst = mem.alloc(MemKind::Host, slots).expect("alloc");
+        touch(src.cpu(), slots);
+        touch(dst.cpu(), slots);
+        let reg = |a| {
+            dev.reg_mr(a, slots as u64, Access::ALL, RegKind::Plain)
+                .expect("reg")
+        };
+        let (sm, rm) = (reg(src.cpu()), reg(dst.cpu()));
+        let keys = (dev.mr_keys(&sm), dev.mr_keys(&rm));
+        Self {
+            dev: dev.clone(),
+            s,
+            r,
+            src,
+            dst,
+            mem,
+            mrs: Some((sm, rm)),
+            keys,
+            size,
+        }
+    }
+
+    /// [`MSGS`] messages.
+    pub fn batch(&mut self) {
+        let size = self.size as u64;
+        let (sk, rk) = self.keys;
+        let mut sids = [None::<ReqId>; STEPS];
+        let mut rids = [None::<ReqId>; STEPS];
+        let (mut posted, mut sent, mut sdone, mut rdone) = (0u64, 0u64, 0u64, 0u64);
+        while sdone < MSGS || rdone < MSGS {
+            while posted < MSGS && posted < rdone + STEPS as u64 {
+                let off = (posted % STEPS as u64) * size;
+                let buf = [RecvBuf {
+                    addr: self.dst.cpu() + off,
+                    size,
+                    tag: 1,
+                    mr: rk,
+                }];
+                match self.r.irecv(&buf).expect("irecv") {
+                    Some(id) => rids[(posted % STEPS as u64) as usize] = Some(id),
+                    None => break,
+                }
+                posted += 1;
+            }
+            while sent < posted && sent < sdone + STEPS as u64 {
+                let off = (sent % STEPS as u64) * size;
+                match self
+                    .s
+                    .isend(self.src.cpu() + off, size, 1, sk)
+                    .expect("isend")
+                {
+                    Some(id) => sids[(sent % STEPS as u64) as usize] = Some(id),
+                    None => break,
+                }
+                sent += 1;
+            }
+            while sdone < sent {
+                let i = (sdone % STEPS as u64) as usize;
+                if self.s.test(sids[i].expect("sent")).expect("test").is_none() {
+                    break;
+                }
+                sdone += 1;
+            }
+            while rdone < sent {
+                let i = (rdone % STEPS as u64) as usize;
+                if self
+                    .r
+                    .test(rids[i].expect("posted"))
+                    .expect("test")
+                    .is_none()
+                {
+                    break;
+                }
+                rdone += 1;
+            }
+        }
+    }
+}
+
+impl<P: Provider + Clone> Drop for Bare<P> {
+    fn drop(&mut self) {
+        if let Some((a, b)) = self.mrs.take() {
+            let _ = self.dev.dereg_mr(a);
+            let _ = self.dev.dereg_mr(b);
+        }
+        let _ = self.mem.free(self.src);
+        let _ = self.mem.free(self.dst);
+    }
+}
+
+type Px<P> = ProxyState<InProcessNet<P, 2>, HostMem, 4>;
+
+/// One send and one receive connection of an engine, with an inline "GPU" on each side.
+pub struct Engine<P: Provider + Clone> {
+    px: Px<P>,
+    sc: ConnId,
+    rc: ConnId,
+    k_send: u64,
+    k_recv: u64,
+    size: usize,
+}
+
+impl<P: Provider + Clone> Engine<P> {
+    /// An engine with one send and one receive connection for `size`-byte steps.
+    pub fn new(dev: &P, size: usize) -> Self {
+        let net = InProcessNet::new(dev.clone(), CommConfig::default());
+        let cfg = ProxyConfig {
+            buff_sizes: [STEPS * 4096, STEPS * 4096, STEPS * size.max(4096)],
+            ..ProxyConfig::default()
+        };
+        let mut px = Px::new(net, HostMem::default(), cfg);
+        let req = SetupReq {
+            tp_rank: 1,
+            tp_remote_rank: 1,
+            ..SetupReq::default()
+        };
+        let (r, h) = px.setup(Dir::Recv, req).expect("setup");
+        let (s, _) = px.setup(Dir::Send, req).expect("setup");
+        let h = h.expect("handle");
+        let (mut sd, mut rd) = (false, false);
+        while !(sd && rd) {
+            sd = sd || px.connect_send(s, &h).expect("connect").is_some();
+            rd = rd || px.connect_recv(r, 0).expect("accept").is_some();
+        }
+        for c in [s, r] {
+            let v = px.device_view(c).expect("view");
+            let p = Protocol::Simple.index();
+            touch(v.buffs[p], v.buff_sizes[p]);
+        }
+        Self {
+            px,
+            sc: s,
+            rc: r,
+            k_send: 0,
+            k_recv: 0,
+            size,
+        }
+    }
+
+    /// One send and one receive op of [`MSGS`] steps.
+    pub fn batch(&mut self) {
+        let size = self.size;
+        let sv = self.px.device_view(self.sc).expect("view");
+        let rv = self.px.device_view(self.rc).expect("view");
+        // SAFETY: both connections stay connected while `self` lives.
+        let gs = unsafe { DeviceSend::from_view(&sv) }.expect("send view");
+        // SAFETY: as above.
+        let gr = unsafe { DeviceRecv::from_view(&rv) }.expect("recv view");
+        let mut so = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1).expect("op");
+        let mut ro = ProxyOp::new(Dir::Recv, Protocol::Simple, 1, 1).expect("op");
+        so.push(SubArgs::new(self.sc, MSGS, size * MSGS as usize))
+            .expect("sub");
+        ro.push(SubArgs::new(self.rc, MSGS, size * MSGS as usize))
+            .expect("sub");
+        let end = self.k_send + MSGS;
+        let (mut sd, mut rd) = (false, false);
+        while !(sd && rd) {
+            // The sending GPU: publish every credited step.
+            while self.k_send < end && gs.has_credit(self.k_send) {
+                gs.publish(self.k_send, size as u64);
+                gs.advance(self.k_send + 1);
+                self.k_send += 1;
+            }
+            sd = sd || self.px.progress(&mut so).expect("send").done;
+            rd = rd || self.px.progress(&mut ro).expect("recv").done;
+            // The receiving GPU: consume every landed step.
+            while gr.arrived(self.k_recv) {
+                self.k_recv += 1;
+                gr.consume(self.k_recv);
+            }
+        }
+    }
+}
+
+impl<P: Provider + Clone> Drop for Engine<P> {
+    fn drop(&mut self) {
+        let _ = self.px.free(self.sc);
+        let _ = self.px.free(self.rc);
+    }
+}
