@@ -15,6 +15,16 @@
 //! an error is the one deterministic answer). The key ignores how the memory is registered
 //! (plain, DMA-BUF), as the seed does: the first registration of a range serves every later one.
 //!
+//! # Containing registrations
+//! A range with no entry of its own is served by a live (READY) entry whose range contains it,
+//! as NCCL 2.28 does: [`acquire`](MrCache::acquire) then returns a reference to that container
+//! (its handle, value, base and length), and releasing it releases the container. This second
+//! look scans all `N` slots (one load each, lock-free, no allocation) and runs only when the
+//! exact key missed; it takes a reference with the same generation-checked CAS as a hit, so the
+//! transitions below are unchanged. A range is registered on its own only when no live entry
+//! contains it at the time of the scan (a container published just after is harmless: two
+//! overlapping registrations may coexist; only identical ranges are kept unique).
+//!
 //! # Slots and probing
 //! A key's *home* is a 64-bit mix of `(base, pages)` modulo `N`; its *window* is the
 //! `min(N, 16)` slots from home on (wrapping). Entries live in their window only: a lookup scans
@@ -425,7 +435,8 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
     }
 
     /// Returns a reference to the registration of the page-rounded range around
-    /// `[addr, addr + len)`, registering it if it is not cached.
+    /// `[addr, addr + len)`, or to a live registration containing it, registering the range if
+    /// neither is cached.
     ///
     /// `register(base, len)` is called with the rounded range, at most once per call, and only
     /// when no registration of that range is live: of many threads acquiring one uncached range
@@ -452,6 +463,10 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                     continue;
                 }
                 Scan::Miss => {}
+            }
+            // No registration of exactly this range: one that contains it serves as well.
+            if let Some(r) = self.scan_containing(key, page)? {
+                return Ok(r);
             }
             let Some((pos, gen)) = self.claim(key, home)? else {
                 continue; // waited for a transient slot; look again
@@ -541,6 +556,68 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
             }
         }
         Ok(wait.map_or(Scan::Miss, |(i, s)| Scan::Wait(i, s)))
+    }
+
+    /// Scans every slot for a READY registration whose range contains `key` (pages of size
+    /// `page`), and takes a reference on the first one found. The returned [`MrRef`] names the
+    /// container: its handle, value, base and length, so releasing it releases the container.
+    ///
+    /// This is the miss path's second look (NCCL 2.28 reuses a containing registration too): it
+    /// costs one state load per slot (`N`), no lock, no allocation. Matching is the same seqlock
+    /// as in [`scan`](Self::scan): the key is read after the state and the reference CAS
+    /// re-validates the generation, so a key read from another life of the slot never hits.
+    fn scan_containing(&self, key: Key, page: u64) -> Result<Option<MrRef<M>>> {
+        // `key.pages * page` fits: `Key::new` checked the rounded length.
+        let end = key.base + key.pages * page;
+        for (idx, slot) in self.slots.iter().enumerate() {
+            // Acquire: pairs with the Release store of READY (as in `scan`).
+            let mut s = slot.state.load(Ordering::Acquire);
+            if tag_of(s) != READY {
+                continue;
+            }
+            let c = slot.key();
+            let Some(c_end) = c
+                .pages
+                .checked_mul(page)
+                .and_then(|b| c.base.checked_add(b))
+            else {
+                continue; // a key torn across two lives of the slot; the CAS would fail anyway
+            };
+            if c.base > key.base || c_end < end {
+                continue;
+            }
+            let gen = gen_of(s);
+            while gen_of(s) == gen && tag_of(s) == READY {
+                if refs_of(s) == REFS_MASK {
+                    return Err(Error::Full {
+                        what: "MR cache refcount",
+                        cap: MAX_REFS as usize,
+                    });
+                }
+                // Acquire on success: same pair as in `scan`; the CAS re-validates the
+                // generation the key was read under.
+                match slot.state.compare_exchange(
+                    s,
+                    s + ONE_REF,
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        return Ok(Some(MrRef {
+                            handle: MrHandle {
+                                idx: idx as u32,
+                                gen,
+                            },
+                            value: slot.read_value(),
+                            base: c.base,
+                            len: c_end - c.base,
+                        }))
+                    }
+                    Err(now) => s = now,
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Claims the first free slot of the window for `key` and publishes it PENDING. Returns its
