@@ -521,7 +521,10 @@ fn connect_step(
                 c.stage = Some(ConnectStage::Tcp(s));
                 return Ok(None);
             }
-            let send = Box::new(d.new_send(cfg)?);
+            let mut send = Box::new(d.new_send(cfg)?);
+            if let Ok(a) = s.peer_addr() {
+                send.set_peer_addr(a);
+            }
             let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
             (s, send, machine)
         }
@@ -638,7 +641,10 @@ fn accept_step(lc: &ListenComm, a: &mut Accepting) -> Result<Option<Box<AnyRecv>
         match crate::shake::pump(&mut a.stream, &mut *a.machine)? {
             Some(Event::PeerInfo(info)) => {
                 let cfg = lc.plugin.comm_config(&lc.dev, -1);
-                let recv = Box::new(lc.dev.new_recv(cfg, &info)?);
+                let mut recv = Box::new(lc.dev.new_recv(cfg, &info)?);
+                if let Ok(a) = a.stream.peer_addr() {
+                    recv.set_peer_addr(a);
+                }
                 a.machine.handle_local_info(recv.local_info())?;
                 a.recv = Some(recv);
             }

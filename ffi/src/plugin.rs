@@ -253,6 +253,10 @@ impl AnySend {
     pub fn local_info(&self) -> QpInfo {
         each!(self, c => c.local_info())
     }
+    /// See `SendComm::set_peer_addr`.
+    pub fn set_peer_addr(&mut self, a: SocketAddr) {
+        each!(self, c => c.set_peer_addr(a))
+    }
     /// QPs to RTS.
     pub fn connect(&mut self, remote: &QpInfo) -> Result<()> {
         each!(self, c => c.connect(remote))
@@ -275,6 +279,10 @@ impl AnyRecv {
     /// Our QP info for the peer.
     pub fn local_info(&self) -> QpInfo {
         each!(self, c => c.local_info())
+    }
+    /// See `RecvComm::set_peer_addr`.
+    pub fn set_peer_addr(&mut self, a: SocketAddr) {
+        each!(self, c => c.set_peer_addr(a))
     }
     /// See `RecvComm::irecv`.
     pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {

@@ -110,6 +110,7 @@ impl<P: Provider> Base<P> {
             gid: remote.gid,
             lid: remote.lid,
             qpn: remote.qpn[0],
+            addr: self.peer.addr,
         };
         Ok(())
     }
@@ -149,6 +150,11 @@ impl<P: Provider> Base<P> {
             tc,
             pkey_index: cfg.pkey_index,
         }
+    }
+
+    /// Records the peer's socket address, for error messages.
+    pub fn set_peer_addr(&mut self, addr: core::net::SocketAddr) {
+        self.peer.addr = Some(addr);
     }
 
     /// Fails fast on a poisoned comm.
@@ -215,11 +221,13 @@ impl<P: Provider> Base<P> {
         let bogus = Error::BogusCompletion { wr_id: wc.wr_id };
         let lane0 = wr_id_lane(wc.wr_id, 0);
         if wc.status != WcStatus::Success {
-            let req = self
-                .reqs
-                .by_index(lane0)
-                .and_then(|r| r.kind)
-                .unwrap_or(ReqType::Recv);
+            let r = self.reqs.by_index(lane0);
+            let req = r.as_ref().and_then(|r| r.kind).unwrap_or(ReqType::Recv);
+            // A send's size is its request's (a failed completion's byte_len is not reliable).
+            let size = match r {
+                Some(r) if r.kind == Some(ReqType::Send) => r.send.size,
+                _ => u64::from(wc.byte_len),
+            };
             return Err(Error::Completion {
                 status: wc.status,
                 opcode: wc.opcode,
@@ -228,6 +236,9 @@ impl<P: Provider> Base<P> {
                 req,
                 peer: self.peer,
                 local_gid: self.port.gid,
+                hca: self.dev.dev_name(),
+                local_qpn: wc.qp_num,
+                size,
             });
         }
         let r = self.reqs.by_index(lane0).ok_or(bogus)?;

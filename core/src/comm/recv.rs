@@ -139,6 +139,11 @@ impl<P: Provider> RecvComm<P> {
         Ok(qp)
     }
 
+    /// Records the peer's socket address (the bootstrap connection's far end), so errors name it.
+    pub fn set_peer_addr(&mut self, addr: core::net::SocketAddr) {
+        self.base.set_peer_addr(addr);
+    }
+
     /// The answer to the connector: our QPs and the negotiated MTU.
     pub fn local_info(&self) -> QpInfo {
         self.base.local_info(self.mtu, self.sl, self.tc)

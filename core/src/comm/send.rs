@@ -80,6 +80,11 @@ impl<P: Provider> SendComm<P> {
         info
     }
 
+    /// Records the peer's socket address (the bootstrap connection's far end), so errors name it.
+    pub fn set_peer_addr(&mut self, addr: core::net::SocketAddr) {
+        self.base.set_peer_addr(addr);
+    }
+
     /// Connects the QPs to the acceptor's (whose `mtu` is the negotiated one).
     pub fn connect(&mut self, remote: &QpInfo) -> Result<()> {
         if self.connected {
