@@ -16,8 +16,9 @@
 //! (plain, DMA-BUF), as the seed does: the first registration of a range serves every later one.
 //!
 //! # Containing registrations
-//! A range with no entry of its own is served by a live (READY) entry whose range contains it,
-//! as NCCL 2.28 does: [`acquire`](MrCache::acquire) then returns a reference to that container
+//! With [`acquire_or_contained`](MrCache::acquire_or_contained) (what the plugin uses), a range
+//! with no entry of its own is served by a live (READY) entry whose range contains it, as NCCL
+//! 2.28 does: it then returns a reference to that container
 //! (its handle, value, base and length), and releasing it releases the container. This second
 //! look scans all `N` slots (one load each, lock-free, no allocation) and runs only when the
 //! exact key missed; it takes a reference with the same generation-checked CAS as a hit, so the
@@ -434,9 +435,26 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         N
     }
 
+    /// Like [`acquire`](Self::acquire), but when the range has no entry of its own, a live
+    /// registration that contains it serves it (NCCL 2.28's rule): the returned [`MrRef`] then
+    /// names the container (handle, value, base, length), and releasing it releases the
+    /// container. Lock-free and allocation-free; the second look costs one load per slot and
+    /// runs only when the exact key missed (module docs, "Containing registrations").
+    pub fn acquire_or_contained<F>(
+        &self,
+        addr: u64,
+        len: u64,
+        page: u64,
+        register: F,
+    ) -> Result<MrRef<M>>
+    where
+        F: FnOnce(u64, u64) -> Result<M>,
+    {
+        self.acquire_impl(addr, len, page, true, register)
+    }
+
     /// Returns a reference to the registration of the page-rounded range around
-    /// `[addr, addr + len)`, or to a live registration containing it, registering the range if
-    /// neither is cached.
+    /// `[addr, addr + len)`, registering it if it is not cached.
     ///
     /// `register(base, len)` is called with the rounded range, at most once per call, and only
     /// when no registration of that range is live: of many threads acquiring one uncached range
@@ -453,6 +471,20 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
     where
         F: FnOnce(u64, u64) -> Result<M>,
     {
+        self.acquire_impl(addr, len, page, false, register)
+    }
+
+    fn acquire_impl<F>(
+        &self,
+        addr: u64,
+        len: u64,
+        page: u64,
+        containing: bool,
+        register: F,
+    ) -> Result<MrRef<M>>
+    where
+        F: FnOnce(u64, u64) -> Result<M>,
+    {
         let (key, bytes) = Key::new(addr, len, page)?;
         let home = key.hash() as usize & (N - 1);
         let (slot, idx, gen) = loop {
@@ -465,8 +497,10 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                 Scan::Miss => {}
             }
             // No registration of exactly this range: one that contains it serves as well.
-            if let Some(r) = self.scan_containing(key, page)? {
-                return Ok(r);
+            if containing {
+                if let Some(r) = self.scan_containing(key, page)? {
+                    return Ok(r);
+                }
             }
             let Some((pos, gen)) = self.claim(key, home)? else {
                 continue; // waited for a transient slot; look again

@@ -230,6 +230,18 @@ pub struct ConnectAttr {
     pub pkey_index: u16,
 }
 
+/// Enhanced connection establishment options of a QP (`struct ibv_ece`), as
+/// `ibv_query_ece` reports them and `ibv_set_ece` takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ece {
+    /// The vendor (PCI vendor id).
+    pub vendor_id: u32,
+    /// Vendor-specific option bits.
+    pub options: u32,
+    /// Must be 0 (reserved by verbs).
+    pub comp_mask: u32,
+}
+
 /// The operation of a send work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WrOpcode {
@@ -553,6 +565,18 @@ pub trait Provider {
     fn qp_num(&self, qp: &Self::Qp) -> u32;
     /// Takes the QP to RTS, connected to the remote QP described by `attr`.
     fn connect_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()>;
+    /// The QP's ECE options (`ibv_query_ece`); `Ok(None)` when the provider or device has no
+    /// ECE (the default), which is not an error.
+    fn query_ece(&self, qp: &Self::Qp) -> Result<Option<Ece>> {
+        let _ = qp;
+        Ok(None)
+    }
+    /// Applies the peer's ECE options to a QP before it is connected (`ibv_set_ece`);
+    /// `Ok(false)` when not supported (the default).
+    fn set_ece(&self, qp: &mut Self::Qp, ece: &Ece) -> Result<bool> {
+        let _ = (qp, ece);
+        Ok(false)
+    }
     /// Posts a chain of send WRs, executed in order. All or nothing: on error none was posted.
     fn post_send(&self, qp: &mut Self::Qp, wrs: &[SendWr]) -> Result<()>;
     /// Posts one zero-SGE receive (consumed by a write with immediate).

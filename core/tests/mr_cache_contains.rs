@@ -16,12 +16,14 @@ fn a_containing_registration_is_a_hit() {
         Ok(regs.get())
     };
     // One registration of 16 pages at 0x10_0000.
-    let big = cache.acquire(0x10_0000, 16 * PAGE, PAGE, reg).unwrap();
+    let big = cache
+        .acquire_or_contained(0x10_0000, 16 * PAGE, PAGE, reg)
+        .unwrap();
     assert_eq!((big.base, big.len, regs.get()), (0x10_0000, 16 * PAGE, 1));
 
     // A sub-range, unaligned at both ends: served by the container, no new registration.
     let sub = cache
-        .acquire(0x10_0000 + 3 * PAGE + 17, 5 * PAGE, PAGE, reg)
+        .acquire_or_contained(0x10_0000 + 3 * PAGE + 17, 5 * PAGE, PAGE, reg)
         .unwrap();
     assert_eq!(regs.get(), 1, "a contained range must not register again");
     assert_eq!(sub.handle, big.handle);
@@ -30,13 +32,13 @@ fn a_containing_registration_is_a_hit() {
 
     // The last page exactly, and the whole range: hits as well.
     let last = cache
-        .acquire(0x10_0000 + 15 * PAGE, PAGE, PAGE, reg)
+        .acquire_or_contained(0x10_0000 + 15 * PAGE, PAGE, PAGE, reg)
         .unwrap();
     assert_eq!((last.handle, regs.get()), (big.handle, 1));
 
     // Overlapping the end, or starting before: not contained, registered on their own.
     let over = cache
-        .acquire(0x10_0000 + 15 * PAGE, 2 * PAGE, PAGE, reg)
+        .acquire_or_contained(0x10_0000 + 15 * PAGE, 2 * PAGE, PAGE, reg)
         .unwrap();
     assert_ne!(over.handle, big.handle);
     assert_eq!(
@@ -44,7 +46,7 @@ fn a_containing_registration_is_a_hit() {
         (0x10_0000 + 15 * PAGE, 2 * PAGE, 2)
     );
     let before = cache
-        .acquire(0x10_0000 - PAGE, 2 * PAGE, PAGE, reg)
+        .acquire_or_contained(0x10_0000 - PAGE, 2 * PAGE, PAGE, reg)
         .unwrap();
     assert_ne!(before.handle, big.handle);
     assert_eq!(regs.get(), 3);
@@ -68,7 +70,7 @@ fn a_containing_registration_is_a_hit() {
 
     // With the container gone, the sub-range registers anew.
     let again = cache
-        .acquire(0x10_0000 + 3 * PAGE, PAGE, PAGE, reg)
+        .acquire_or_contained(0x10_0000 + 3 * PAGE, PAGE, PAGE, reg)
         .unwrap();
     assert_eq!(
         (again.base, again.len, regs.get()),
@@ -83,12 +85,14 @@ fn a_containing_registration_is_a_hit() {
 #[test]
 fn an_exact_entry_wins_over_a_container() {
     let cache: MrCache<u64, 64> = MrCache::new();
-    let small = cache.acquire(0x20_1000, PAGE, PAGE, |_, _| Ok(1)).unwrap();
+    let small = cache
+        .acquire_or_contained(0x20_1000, PAGE, PAGE, |_, _| Ok(1))
+        .unwrap();
     let big = cache
-        .acquire(0x20_0000, 8 * PAGE, PAGE, |_, _| Ok(2))
+        .acquire_or_contained(0x20_0000, 8 * PAGE, PAGE, |_, _| Ok(2))
         .unwrap();
     let hit = cache
-        .acquire(0x20_1000, PAGE, PAGE, |_, _| -> Result<u64> {
+        .acquire_or_contained(0x20_1000, PAGE, PAGE, |_, _| -> Result<u64> {
             panic!("cached: must not register")
         })
         .unwrap();
@@ -103,13 +107,15 @@ fn an_exact_entry_wins_over_a_container() {
 fn a_draining_container_is_not_used() {
     let cache: MrCache<u64, 16> = MrCache::new();
     let big = cache
-        .acquire(0x30_0000, 4 * PAGE, PAGE, |_, _| Ok(7))
+        .acquire_or_contained(0x30_0000, 4 * PAGE, PAGE, |_, _| Ok(7))
         .unwrap();
     // While the container deregisters, a contained acquire must register on its own.
     cache
         .release(big.handle, |v| {
             assert_eq!(v, 7);
-            let sub = cache.acquire(0x30_1000, PAGE, PAGE, |_, _| Ok(8)).unwrap();
+            let sub = cache
+                .acquire_or_contained(0x30_1000, PAGE, PAGE, |_, _| Ok(8))
+                .unwrap();
             assert_eq!((sub.value, sub.base), (8, 0x30_1000));
             cache.release(sub.handle, |_| Ok(())).unwrap();
             Ok(())
@@ -117,6 +123,8 @@ fn a_draining_container_is_not_used() {
         .unwrap();
     assert_eq!(cache.occupied(), 0);
     // Errors from a contained acquire's refcount limit stay errors (never a wrong hit).
-    let e = cache.acquire(0, 0, PAGE, |_, _| Ok(1)).unwrap_err();
+    let e = cache
+        .acquire_or_contained(0, 0, PAGE, |_, _| Ok(1))
+        .unwrap_err();
     assert!(matches!(e, Error::OutOfRange { .. }));
 }

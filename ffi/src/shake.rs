@@ -162,6 +162,7 @@ mod tests {
                 rkey: 5,
             }),
             addr: ProviderAddr::EMPTY,
+            ece: heapless::Vec::new(),
         }
     }
 

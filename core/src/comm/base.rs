@@ -6,7 +6,7 @@ use heapless::Vec;
 use super::Done;
 use crate::error::{Error, PeerId, ReqType, Result};
 use crate::provider::{
-    Access, Completion, ConnectAttr, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
+    Access, Completion, ConnectAttr, Ece, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
     WcStatus,
 };
 use crate::request::{wr_id_lane, ReqId, RequestPool};
@@ -89,7 +89,38 @@ impl<P: Provider> Base<P> {
             qpn: self.qps.iter().map(|q| self.dev.qp_num(q)).collect(),
             fifo: None,
             addr: self.port.addr,
+            ece: Vec::new(),
         }
+    }
+
+    /// Every QP's ECE options (`ibv_query_ece`), or empty when any QP has none (the provider
+    /// or device does not support ECE): ECE is used for all QPs of a comm or for none.
+    pub fn query_ece_all(&self) -> Result<Vec<Ece, MAX_QPS>> {
+        let mut out = Vec::new();
+        for qp in &self.qps {
+            match self.dev.query_ece(qp)? {
+                // Cannot fail: one entry per QP, at most MAX_QPS.
+                Some(e) => out.push(e).map_err(|_| Error::Full {
+                    what: "ECE entries",
+                    cap: MAX_QPS,
+                })?,
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies the peer's ECE options to QP `i` for each `i` (before the QPs connect); `false`
+    /// when the peer sent none or the provider does not support ECE.
+    pub fn set_ece_all(&mut self, remote: &QpInfo) -> Result<bool> {
+        if remote.ece.len() != self.qps.len() {
+            return Ok(false);
+        }
+        let mut all = true;
+        for (qp, e) in self.qps.iter_mut().zip(remote.ece.iter()) {
+            all &= self.dev.set_ece(qp, e)?;
+        }
+        Ok(all)
     }
 
     /// Checks the peer's description against ours and remembers who the peer is.

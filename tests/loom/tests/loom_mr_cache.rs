@@ -43,7 +43,7 @@ impl<const N: usize> World<N> {
         let k = (addr == K2) as usize;
         let r = self
             .cache
-            .acquire(addr, PAGE, PAGE, |_, _| -> Result<u64> {
+            .acquire_or_contained(addr, PAGE, PAGE, |_, _| -> Result<u64> {
                 assert_eq!(
                     self.live[k].fetch_add(1, SeqCst),
                     0,
@@ -267,7 +267,7 @@ fn contained_acquire_races_container_release() {
             AtomicBool::new(false),
         ]);
         let big = cache
-            .acquire(K1, 4 * PAGE, PAGE, |_, _| -> Result<u64> {
+            .acquire_or_contained(K1, 4 * PAGE, PAGE, |_, _| -> Result<u64> {
                 Ok(regs.fetch_add(1, SeqCst) as u64 + 1)
             })
             .unwrap();
@@ -280,7 +280,7 @@ fn contained_acquire_races_container_release() {
             .unwrap();
         });
         let sub = cache
-            .acquire(K1 + PAGE, PAGE, PAGE, |_, _| -> Result<u64> {
+            .acquire_or_contained(K1 + PAGE, PAGE, PAGE, |_, _| -> Result<u64> {
                 Ok(regs.fetch_add(1, SeqCst) as u64 + 1)
             })
             .unwrap();
