@@ -146,8 +146,6 @@ pub enum Error {
         status: WcStatus,
         /// The completion opcode.
         opcode: WcOpcode,
-        /// Byte length reported by the completion.
-        len: u32,
         /// Vendor error code.
         vendor_err: u32,
         /// The request type the completion belongs to.
@@ -254,7 +252,6 @@ impl fmt::Display for Error {
             Self::Completion {
                 status,
                 opcode,
-                len,
                 vendor_err,
                 req,
                 peer,
@@ -265,12 +262,12 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "got completion from peer {peer} with status={}({}) opcode={}({}) reqSize={size} \
-                 len={len} vendor_err={vendor_err} req_type={req} localGid {} hca {hca} \
+                 vendor_err={vendor_err} req_type={req} localGid {} hca {hca} \
                  qpn {local_qpn:#x}",
                 status.name(),
                 *status as u32,
                 opcode.name(),
-                *opcode as u32 as i64 as i32,
+                *opcode as u32 as i32,
                 core::net::Ipv6Addr::from(local_gid.0)
             ),
             Self::BogusCompletion { wr_id } => {

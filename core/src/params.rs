@@ -205,6 +205,9 @@ pub struct Params {
     pub ib_mqp_retry_cnt: u32,
     /// `NCCL_IB_MQP_RETRY_SLEEP_MSEC` (default 100).
     pub ib_mqp_retry_sleep_msec: u32,
+    /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` (default 1): on InfiniBand, the GID index used when
+    /// its GID carries a routable FLID, else index 0.
+    pub ib_routable_flid_gid_index: u8,
     /// `NCCL_GDR_FLUSH_DISABLE` (default off).
     pub gdr_flush_disable: bool,
     /// `NCCL_DMABUF_ENABLE` (default on).
@@ -247,6 +250,7 @@ impl Default for Params {
             ib_mqp_retry_all: false,
             ib_mqp_retry_cnt: 34,
             ib_mqp_retry_sleep_msec: 100,
+            ib_routable_flid_gid_index: 1,
             gdr_flush_disable: false,
             dmabuf_enable: true,
             socket_ifname: heapless::String::new(),
@@ -285,6 +289,7 @@ enum Field {
     IbMqpRetryAll,
     IbMqpRetryCnt,
     IbMqpRetrySleepMsec,
+    IbRoutableFlidGidIndex,
     GdrFlushDisable,
     DmabufEnable,
     SocketIfname,
@@ -293,7 +298,7 @@ enum Field {
 }
 
 /// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 31] = [
+const FIELDS: [(&str, Field); 32] = [
     ("NCCL_IB_HCA", Field::IbHca),
     ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
     ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
@@ -326,6 +331,10 @@ const FIELDS: [(&str, Field); 31] = [
     ("NCCL_IB_MQP_RETRY_ALL", Field::IbMqpRetryAll),
     ("NCCL_IB_MQP_RETRY_CNT", Field::IbMqpRetryCnt),
     ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", Field::IbMqpRetrySleepMsec),
+    (
+        "NCCL_IB_ROUTABLE_FLID_GID_INDEX",
+        Field::IbRoutableFlidGidIndex,
+    ),
     ("NCCL_GDR_FLUSH_DISABLE", Field::GdrFlushDisable),
     ("NCCL_DMABUF_ENABLE", Field::DmabufEnable),
     ("NCCL_SOCKET_IFNAME", Field::SocketIfname),
@@ -434,6 +443,9 @@ impl Params {
             Field::IbMqpRetrySleepMsec => {
                 self.ib_mqp_retry_sleep_msec =
                     int(0, u32::MAX.into(), "must be in 0..=4294967295")? as u32;
+            }
+            Field::IbRoutableFlidGidIndex => {
+                self.ib_routable_flid_gid_index = int(0, 255, "must be in 0..=255")? as u8;
             }
             Field::GdrFlushDisable => self.gdr_flush_disable = flag()?,
             Field::DmabufEnable => self.dmabuf_enable = flag()?,
@@ -611,6 +623,7 @@ mod tests {
         assert!(!p.ib_mqp_retry_all);
         assert_eq!(p.ib_mqp_retry_cnt, 34);
         assert_eq!(p.ib_mqp_retry_sleep_msec, 100);
+        assert_eq!(p.ib_routable_flid_gid_index, 1);
         assert!(!p.gdr_flush_disable);
         assert!(p.dmabuf_enable);
         assert_eq!(p.socket_ifname.as_str(), "");

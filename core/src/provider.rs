@@ -461,7 +461,7 @@ pub struct DevName {
 
 impl DevName {
     /// Longest name kept (longer ones are cut at a character boundary).
-    pub const MAX: usize = 32;
+    pub const MAX: usize = 16;
     /// No name.
     pub const EMPTY: Self = Self {
         len: 0,

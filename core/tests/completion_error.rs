@@ -22,7 +22,7 @@ fn status_and_opcode_names_cover_verbs() {
     assert_eq!(WcOpcode::RdmaRead.name(), "IBV_WC_RDMA_READ");
     assert_eq!(WcOpcode::Unknown.name(), "UNKNOWN_OPCODE");
     assert_eq!(DevName::new("mlx5_0").as_str(), "mlx5_0");
-    assert_eq!(DevName::new(&"é".repeat(20)).as_str().len(), 32);
+    assert_eq!(DevName::new(&"é".repeat(20)).as_str().len(), 16);
 }
 
 #[test]
@@ -30,7 +30,6 @@ fn the_line_names_everything() {
     let e = Error::Completion {
         status: WcStatus::RetryExceeded,
         opcode: WcOpcode::RdmaWrite,
-        len: 0,
         vendor_err: 129,
         req: ReqType::Send,
         peer: PeerId {

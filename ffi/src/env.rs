@@ -80,6 +80,23 @@ pub struct Config {
     /// `IBNET_FAULT_RO_EINVAL=1` (tests only): act as if the driver refused a relaxed-ordering
     /// registration with EINVAL, exercising the fallback to a plain registration.
     pub fault_ro_einval: bool,
+    /// `IBNET_FAULT_MQP_ETIMEDOUT=N` (tests only): the first `N` `ibv_modify_qp` calls of the
+    /// process fail with ETIMEDOUT before reaching the driver, exercising the retry.
+    pub fault_mqp_etimedout: u32,
+    /// `NCCL_IB_MQP_RETRY_ALL`: retry every failed `ibv_modify_qp`, not only ETIMEDOUT.
+    pub mqp_retry_all: bool,
+    /// `NCCL_IB_MQP_RETRY_CNT`: retries after the first attempt.
+    pub mqp_retry_cnt: u32,
+    /// `NCCL_IB_MQP_RETRY_SLEEP_MSEC`: the n-th retry sleeps n times this.
+    pub mqp_retry_sleep_ms: u32,
+    /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX`.
+    pub routable_flid_gid_index: u8,
+    /// `NCCL_IB_ECE_ENABLE`.
+    pub ece_enable: bool,
+    /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE`.
+    pub sock_client_port_reuse: bool,
+    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE`.
+    pub sock_server_port_reuse: bool,
 }
 
 impl Default for Config {
@@ -93,6 +110,7 @@ pub const NAMES: &[&str] = &[
     "IBNET_HANDSHAKE_TIMEOUT",
     "IBNET_FORCE_FLUSH",
     "IBNET_FAULT_RO_EINVAL",
+    "IBNET_FAULT_MQP_ETIMEDOUT",
 ];
 
 fn family(f: AddrFamily) -> i32 {
@@ -149,6 +167,14 @@ impl Config {
             handshake_timeout_s: 60,
             force_flush: false,
             fault_ro_einval: false,
+            fault_mqp_etimedout: 0,
+            mqp_retry_all: p.ib_mqp_retry_all,
+            mqp_retry_cnt: p.ib_mqp_retry_cnt,
+            mqp_retry_sleep_ms: p.ib_mqp_retry_sleep_msec,
+            routable_flid_gid_index: p.ib_routable_flid_gid_index,
+            ece_enable: p.ib_ece_enable,
+            sock_client_port_reuse: p.ib_sock_client_port_reuse,
+            sock_server_port_reuse: p.ib_sock_server_port_reuse,
         }
     }
 
@@ -162,6 +188,13 @@ impl Config {
                     return Err("must be in 1..=86400 seconds");
                 }
                 self.handshake_timeout_s = n as u64;
+            }
+            "IBNET_FAULT_MQP_ETIMEDOUT" => {
+                let n = ibnet_core::params::parse_int(v.trim())?;
+                if !(0..=1000).contains(&n) {
+                    return Err("must be in 0..=1000 calls");
+                }
+                self.fault_mqp_etimedout = n as u32;
             }
             "IBNET_FORCE_FLUSH" | "IBNET_FAULT_RO_EINVAL" => {
                 let on = match ibnet_core::params::parse_int(v.trim())? {

@@ -171,10 +171,12 @@ impl Dev {
     }
 
     /// Whether receives on this device may land in GPU memory through GPU-direct RDMA (and so
-    /// need the RDMA READ flush): only verbs devices on a host where GPU-direct is detected.
+    /// need the RDMA READ flush): verbs devices on a host where GPU-direct works through a
+    /// peer-memory module or through DMA-BUF alone (the NIC's DMA-BUF probe and the GPU side
+    /// agree), as the seed and NCCL 2.28 enable the flush.
     pub fn gpu_direct(&self) -> bool {
         match self {
-            Dev::Verbs(_) => crate::gpu::gpu_direct().gdr,
+            Dev::Verbs(p) => crate::gpu::gpu_direct().possible(p.dev.dmabuf),
             Dev::Soft(_) => false,
         }
     }
@@ -213,7 +215,12 @@ impl Dev {
 
     /// Registers memory.
     pub fn reg(&self, addr: u64, len: u64, kind: RegKind) -> Result<(AnyMr, MrKeys)> {
-        let access = Access::ALL;
+        // NCCL's buffers may use relaxed ordering (the provider applies
+        // NCCL_IB_PCI_RELAXED_ORDERING); the comms' own rings never ask for it.
+        let access = Access {
+            relaxed_ordering: true,
+            ..Access::ALL
+        };
         Ok(match self {
             Dev::Verbs(p) => {
                 let mr = p.reg_mr(addr, len, access, kind)?;
@@ -391,6 +398,13 @@ extern "C" fn on_unload() {
 static ON_UNLOAD: extern "C" fn() = on_unload;
 
 fn discover(cfg: &Config) -> Vec<Dev> {
+    let qp = Arc::new(crate::verbs::qp::QpOpts {
+        retry_all: cfg.mqp_retry_all,
+        retry_cnt: cfg.mqp_retry_cnt,
+        retry_sleep_ms: cfg.mqp_retry_sleep_ms,
+        ece: cfg.ece_enable,
+        fault_timeouts: cfg.fault_mqp_etimedout.into(),
+    });
     let verbs = || match crate::verbs::device::discover(cfg) {
         Ok(v) => v
             .into_iter()
@@ -399,6 +413,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
                     dev: d,
                     relaxed_ordering: cfg.relaxed_ordering != 0,
                     fault_ro_einval: cfg.fault_ro_einval,
+                    qp: qp.clone(),
                 })
             })
             .collect(),
@@ -465,13 +480,18 @@ pub fn acquire() -> Arc<Plugin> {
     }
     let (cfg, params) = Config::from_env();
     let bind = bootstrap_addr(&cfg);
-    if bind.is_none() {
+    // No IP interface: no device either (`init` then fails, as the seed's does, and NCCL
+    // falls back to another transport) rather than devices whose `listen` would fail.
+    let devs = if bind.is_some() {
+        discover(&cfg)
+    } else {
         warn!(
-            "no usable IP interface for the bootstrap sockets (NCCL_SOCKET_IFNAME={:?})",
-            cfg.socket_ifname
+            "No IP interface found for the bootstrap sockets (NCCL_SOCKET_IFNAME={:?}, \
+             NCCL_SOCKET_FAMILY={:?}); reporting no device",
+            cfg.socket_ifname, cfg.socket_family
         );
-    }
-    let devs = discover(&cfg);
+        Vec::new()
+    };
     for d in &devs {
         if let Dev::Verbs(v) = d {
             v.dev

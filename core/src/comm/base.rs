@@ -262,7 +262,6 @@ impl<P: Provider> Base<P> {
             return Err(Error::Completion {
                 status: wc.status,
                 opcode: wc.opcode,
-                len: wc.byte_len,
                 vendor_err: wc.vendor_err,
                 req,
                 peer: self.peer,

@@ -85,10 +85,14 @@ pub struct VerbsDev {
     pub lid: u16,
     /// Active MTU (`ibv_mtu`).
     pub mtu: u8,
-    /// Chosen GID index.
+    /// GID index chosen at discovery (for display; comms choose again: [`VerbsDev::current_gid`]).
     pub gid_index: u8,
-    /// The GID at that index.
+    /// The GID at that index at discovery.
     pub gid: [u8; 16],
+    /// What GID selection needs, to choose again per connection.
+    gid_sel: GidSel,
+    /// The last GID a connection used (the next choice is logged when it differs).
+    last_gid: Mutex<(u8, [u8; 16])>,
     /// Adaptive routing in effect.
     pub adaptive_routing: bool,
     /// The DMA-BUF probe succeeded.
@@ -112,6 +116,61 @@ pub fn speed_mbps(width: u8, speed: u8, speed_ex: u32) -> i32 {
         speed as u32
     };
     SPEEDS[first_bit(s, SPEEDS.len() - 1)] * WIDTHS[first_bit(width as u32, WIDTHS.len() - 1)]
+}
+
+/// The inputs of GID selection, kept per port to choose again per connection.
+#[derive(Debug, Clone, Copy)]
+struct GidSel {
+    link_layer: u8,
+    gid_tbl_len: i32,
+    gid_index: i64,
+    flid_index: u8,
+    family: i32,
+    range: Option<(IpAddr, u8)>,
+    roce_version: i64,
+}
+
+impl GidSel {
+    fn new(pa: &ibv_port_attr, cfg: &Config) -> Self {
+        Self {
+            link_layer: pa.link_layer,
+            gid_tbl_len: pa.gid_tbl_len,
+            gid_index: cfg.gid_index,
+            flid_index: cfg.routable_flid_gid_index,
+            family: cfg.addr_family,
+            range: cfg.addr_range,
+            roce_version: cfg.roce_version,
+        }
+    }
+}
+
+impl VerbsDev {
+    /// The GID a new connection uses, chosen now: the GID table can change after init (an
+    /// address added or moved), so each comm runs the selection again, as NCCL 2.28 does at
+    /// every connect. A choice that differs from the previous connection's is logged.
+    pub fn current_gid(&self) -> (u8, [u8; 16]) {
+        let (idx, gid) = select_port_gid(
+            self.ctx.verbs,
+            self.ctx.raw,
+            &self.ctx.name,
+            self.port,
+            &self.gid_sel,
+        );
+        let mut last = self.last_gid.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != (idx, gid) {
+            info!(
+                crate::log::NET,
+                "{}:{} GID for new connections: index {idx} {} (was index {} {})",
+                self.ctx.name,
+                self.port,
+                std::net::Ipv6Addr::from(gid),
+                last.0,
+                std::net::Ipv6Addr::from(last.1)
+            );
+            *last = (idx, gid);
+        }
+        (idx, gid)
+    }
 }
 
 /// One `NCCL_IB_HCA` entry: a device name (prefix unless exact) and an optional port.
@@ -504,7 +563,9 @@ fn open_ports(
         if !filter.matches(name, port) {
             continue;
         }
-        let (gid_index, gid) = choose_gid(v, raw, name, port, &pa, cfg);
+        let sel = GidSel::new(&pa, cfg);
+        let (gid_index, gid) = select_port_gid(v, raw, name, port, &sel);
+        log_gid(name, port, gid_index, &gid, pa.link_layer);
         let pci = pci_path(name, cfg.merge_vfs);
         if pci.is_none() {
             warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
@@ -530,8 +591,10 @@ fn open_ports(
             max_qp: attr.max_qp,
             lid: pa.lid,
             mtu: pa.active_mtu as u8,
-            gid_index: gid_index as u8,
+            gid_index,
             gid,
+            gid_sel: sel,
+            last_gid: Mutex::new((gid_index, gid)),
             adaptive_routing: ar,
             dmabuf,
         }));
@@ -553,39 +616,53 @@ fn open_ports(
     }
 }
 
-fn choose_gid(
+/// GID selection as NCCL 2.28's `ncclIbGetGidIndex`: InfiniBand takes
+/// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that GID carries a routable FLID, else index 0; RoCE
+/// takes `NCCL_IB_GID_INDEX`, or auto-selects by family, range and RoCE version.
+fn select_port_gid(
     v: &Verbs,
     raw: *mut ibv_context,
     name: &str,
     port: u8,
-    pa: &ibv_port_attr,
-    cfg: &Config,
-) -> (i32, [u8; 16]) {
+    sel: &GidSel,
+) -> (u8, [u8; 16]) {
     let query = |i: i32| {
         let mut g = ibv_gid::default();
         // SAFETY: live context, writable gid.
         (unsafe { (v.query_gid)(raw, port, i, &mut g) } == 0).then_some(g.raw)
     };
-    if pa.link_layer == IBV_LINK_LAYER_INFINIBAND {
-        let i = cfg.gid_index.max(0) as i32;
-        return (i, query(i).unwrap_or_default());
-    }
-    let idx = if cfg.gid_index >= 0 {
-        cfg.gid_index as i32
+    let idx = if sel.link_layer == IBV_LINK_LAYER_INFINIBAND {
+        let f = i32::from(sel.flid_index);
+        match query(f) {
+            Some(g) if f < sel.gid_tbl_len && super::qp::flid(&g) != 0 => f,
+            _ => 0,
+        }
+    } else if sel.gid_index >= 0 {
+        sel.gid_index as i32
     } else {
-        let gids: Vec<_> = (0..pa.gid_tbl_len.min(256))
+        let gids: Vec<_> = (0..sel.gid_tbl_len.min(256))
             .filter_map(|i| query(i).map(|g| (i, g, roce_version(name, port, i))))
             .collect();
-        select_gid(&gids, cfg.addr_family, cfg.addr_range, cfg.roce_version)
+        select_gid(&gids, sel.family, sel.range, sel.roce_version)
     };
-    let gid = query(idx).unwrap_or_default();
+    let idx = u8::try_from(idx).unwrap_or(0);
+    (idx, query(i32::from(idx)).unwrap_or_default())
+}
+
+fn log_gid(name: &str, port: u8, idx: u8, gid: &[u8; 16], link_layer: u8) {
+    let kind = if link_layer == IBV_LINK_LAYER_INFINIBAND {
+        format!("IB, FLID {:#x}", super::qp::flid(gid))
+    } else {
+        format!(
+            "RoCE v{}",
+            roce_version(name, port, i32::from(idx)).map_or("?".to_string(), |v| v.to_string())
+        )
+    };
     info!(
         crate::log::INIT | crate::log::NET,
-        "{name}:{port} using GID index {idx}: {} (RoCE v{})",
-        std::net::Ipv6Addr::from(gid),
-        roce_version(name, port, idx).map_or("?".to_string(), |v| v.to_string())
+        "{name}:{port} using GID index {idx}: {} ({kind})",
+        std::net::Ipv6Addr::from(*gid)
     );
-    (idx, gid)
 }
 
 #[cfg(test)]
