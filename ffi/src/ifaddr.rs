@@ -2,6 +2,7 @@
 //!
 //! * `NCCL_SOCKET_IFNAME` set: a comma-separated list of prefixes; a leading `^` excludes the
 //!   listed interfaces instead, a leading `=` requires exact names (both may combine: `^=eth0`).
+//!   The grammar is the core's, shared with `NCCL_IB_HCA` ([`ibnet_core::hca`]).
 //! * Unset: every interface except `docker*` and `lo` first (`ib*` before the rest), then
 //!   `docker*`, then `lo`.
 //! * `NCCL_SOCKET_FAMILY` = `AF_INET` / `AF_INET6` restricts the address family.
@@ -11,6 +12,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use ibnet_core::hca::HcaFilter;
+
 /// One interface address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfAddr {
@@ -18,55 +21,6 @@ pub struct IfAddr {
     pub name: String,
     /// Its address (port 0; IPv6 link-local addresses carry the scope id).
     pub addr: SocketAddr,
-}
-
-/// The `NCCL_SOCKET_IFNAME` grammar, parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct IfFilter {
-    /// `^`: the list excludes.
-    pub exclude: bool,
-    /// `=`: names match exactly, not as prefixes.
-    pub exact: bool,
-    /// The names or prefixes.
-    pub names: Vec<String>,
-}
-
-impl IfFilter {
-    /// Parses `^`/`=` prefixes and the comma-separated list.
-    pub fn parse(s: &str) -> Self {
-        let mut s = s.trim();
-        let exclude = s.starts_with('^');
-        if exclude {
-            s = &s[1..];
-        }
-        let exact = s.starts_with('=');
-        if exact {
-            s = &s[1..];
-        }
-        let names = s
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(String::from)
-            .collect();
-        Self {
-            exclude,
-            exact,
-            names,
-        }
-    }
-
-    /// Whether interface `name` is selected.
-    pub fn matches(&self, name: &str) -> bool {
-        let hit = self.names.iter().any(|n| {
-            if self.exact {
-                name == n
-            } else {
-                name.starts_with(n.as_str())
-            }
-        });
-        hit != self.exclude
-    }
 }
 
 /// Every IPv4/IPv6 address of every interface that is up, in the system's order.
@@ -128,11 +82,12 @@ fn family_ok(a: &SocketAddr, family: Option<i32>) -> bool {
 pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Option<IfAddr> {
     let ok = |a: &&IfAddr| family_ok(&a.addr, family);
     if let Some(spec) = ifname.filter(|s| !s.trim().is_empty()) {
-        let f = IfFilter::parse(spec);
+        // The one grammar (ibnet_core::hca, without ports); Params validated the value.
+        let f = HcaFilter::parse_names(spec.trim()).ok()?;
         return addrs
             .iter()
             .filter(ok)
-            .find(|a| f.matches(&a.name))
+            .find(|a| f.matches_name(&a.name))
             .cloned();
     }
     let other = |a: &&IfAddr| !a.name.starts_with("docker") && !a.name.starts_with("lo");
@@ -156,15 +111,6 @@ pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Op
         .cloned()
 }
 
-/// Parses `NCCL_SOCKET_FAMILY`.
-pub fn parse_family(s: &str) -> Option<i32> {
-    match s.trim() {
-        "AF_INET" => Some(libc::AF_INET),
-        "AF_INET6" => Some(libc::AF_INET6),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,17 +120,6 @@ mod tests {
             name: name.into(),
             addr: SocketAddr::new(ip.parse().unwrap(), 0),
         }
-    }
-
-    #[test]
-    fn filter_grammar() {
-        let f = IfFilter::parse("^=eth0,lo");
-        assert!(f.exclude && f.exact);
-        assert!(!f.matches("eth0") && f.matches("eth01") && !f.matches("lo"));
-        let f = IfFilter::parse("eth");
-        assert!(f.matches("eth1") && !f.matches("ib0"));
-        let f = IfFilter::parse("=eth");
-        assert!(!f.matches("eth1"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use super::loader::{self, Verbs};
 use super::sys::*;
 use crate::env::Config;
 use crate::{info, warn};
+use ibnet_core::hca::HcaFilter;
 
 /// An opened device context shared by its ports, with its protection domain and async thread.
 pub struct Context {
@@ -170,68 +171,6 @@ impl VerbsDev {
             *last = (idx, gid);
         }
         (idx, gid)
-    }
-}
-
-/// One `NCCL_IB_HCA` entry: a device name (prefix unless exact) and an optional port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HcaEntry {
-    /// Name or prefix.
-    pub name: String,
-    /// Port, if given (`mlx5_0:1`).
-    pub port: Option<u8>,
-}
-
-/// `NCCL_IB_HCA`: `[^][=]name[:port],…`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct HcaFilter {
-    /// `^`: exclude the listed devices.
-    pub exclude: bool,
-    /// `=`: exact names.
-    pub exact: bool,
-    /// Entries.
-    pub entries: Vec<HcaEntry>,
-}
-
-impl HcaFilter {
-    /// Parses the variable.
-    pub fn parse(s: &str) -> Self {
-        let f = crate::ifaddr::IfFilter::parse(s);
-        let entries = f
-            .names
-            .iter()
-            .map(|n| match n.split_once(':') {
-                Some((d, p)) => HcaEntry {
-                    name: d.into(),
-                    port: p.parse().ok(),
-                },
-                None => HcaEntry {
-                    name: n.clone(),
-                    port: None,
-                },
-            })
-            .collect();
-        Self {
-            exclude: f.exclude,
-            exact: f.exact,
-            entries,
-        }
-    }
-
-    /// Whether `dev:port` is selected. An empty filter selects everything.
-    pub fn matches(&self, dev: &str, port: u8) -> bool {
-        if self.entries.is_empty() {
-            return true;
-        }
-        let hit = self.entries.iter().any(|e| {
-            let name_ok = if self.exact {
-                dev == e.name
-            } else {
-                dev.starts_with(e.name.as_str())
-            };
-            name_ok && e.port.is_none_or(|p| p == port)
-        });
-        hit != self.exclude
     }
 }
 
@@ -428,10 +367,11 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
     let v = loader::get().map_err(|e| format!("libibverbs not available: {e}"))?;
     // SAFETY: ibv_fork_init only sets up madvise handling; NCCL calls it the same way.
     unsafe { (v.fork_init)() };
+    // The one NCCL_IB_HCA grammar (ibnet_core::hca); Params validated the value already.
     let filter = cfg
         .ib_hca
         .as_deref()
-        .map(HcaFilter::parse)
+        .map(|s| HcaFilter::parse(s).unwrap_or_default())
         .unwrap_or_default();
     let mut n = 0;
     // SAFETY: returns an array of `n` device pointers, freed below.
@@ -675,22 +615,6 @@ mod tests {
         assert_eq!(speed_mbps(2, 128, 0), 4 * 100000); // 4x NDR
         assert_eq!(speed_mbps(2, 0, 256), 4 * 200000); // 4x XDR (active_speed_ex)
         assert_eq!(speed_mbps(1, 1, 0), 2500);
-    }
-
-    #[test]
-    fn hca_filter() {
-        let f = HcaFilter::parse("mlx5_0:1,mlx5_1");
-        assert!(
-            f.matches("mlx5_0", 1)
-                && !f.matches("mlx5_0", 2)
-                && f.matches("mlx5_1", 2)
-                && f.matches("mlx5_10", 1)
-        );
-        let f = HcaFilter::parse("=mlx5_1");
-        assert!(!f.matches("mlx5_10", 1) && f.matches("mlx5_1", 1));
-        let f = HcaFilter::parse("^mlx5_0");
-        assert!(!f.matches("mlx5_0", 1) && f.matches("mlx5_2", 1));
-        assert!(HcaFilter::default().matches("x", 1));
     }
 
     #[test]
