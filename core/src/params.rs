@@ -140,7 +140,8 @@ pub enum ProviderKind {
     Verbs,
     /// `soft`: the software provider only.
     Soft,
-    /// `auto` (default): verbs when a usable device exists, otherwise soft.
+    /// `auto` (default): verbs devices if any, else none. Never the software provider,
+    /// which serves one host only: it is used only when asked for by name.
     Auto,
 }
 
@@ -192,7 +193,8 @@ pub struct Params {
     pub ib_merge_vfs: bool,
     /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (default off).
     pub ib_sock_client_port_reuse: bool,
-    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off).
+    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off). Not implemented by the plugin: `ffi`
+    /// refuses 1 with a WARN at init.
     pub ib_sock_server_port_reuse: bool,
     /// `NCCL_IB_RETURN_ASYNC_EVENTS`: fatal async events fail the comm (default on).
     pub ib_return_async_events: bool,
@@ -504,10 +506,7 @@ impl Params {
     /// The traffic class the receiver applies to its QPs (which carry the FIFO writes): on
     /// RoCE `NCCL_IB_FIFO_TC` when set, otherwise the sender's requested `remote_tc`.
     pub fn fifo_tc(&self, link_layer: LinkLayer, remote_tc: u8) -> u8 {
-        match (link_layer, self.ib_fifo_tc) {
-            (LinkLayer::Ethernet, Some(tc)) => tc,
-            _ => remote_tc,
-        }
+        crate::comm::fifo_qp_tc(link_layer, self.ib_fifo_tc, remote_tc)
     }
 
     /// The `NCCL_IB_ADDR_RANGE` that GID auto-selection applies: NCCL parses the range in the

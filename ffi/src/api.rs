@@ -599,7 +599,8 @@ pub fn connect(
         // Connects NCCL gave up on (never called again) are dropped once past their deadline.
         map.retain(|_, c| c.deadline >= now);
         let mut c = if token == 0 {
-            let s = sock::connect_start(&h.addr).map_err(|e| sys("connect", &e))?;
+            let reuse = p.bind.filter(|_| p.cfg.sock_client_port_reuse);
+            let s = sock::connect_start_from(&h.addr, reuse).map_err(|e| sys("connect", &e))?;
             token = random_u64();
             Connecting {
                 stage: Some(ConnectStage::Tcp(s)),

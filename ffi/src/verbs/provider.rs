@@ -498,7 +498,8 @@ impl Provider for VerbsPort {
                     libc::ENOSYS,
                 ))?;
                 // Relaxed ordering for DMA-BUF too (NCCL 2.28), with the same EINVAL fallback.
-                let ro = access.relaxed_ordering && self.relaxed_ordering;
+                let ro =
+                    access.relaxed_ordering && self.relaxed_ordering && v.reg_mr_iova2.is_some();
                 let mut mr = core::ptr::null_mut();
                 if ro && self.fault_ro_einval {
                     note_ro_fallback(&self.dev.name.to_string_lossy());
