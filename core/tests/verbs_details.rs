@@ -21,6 +21,8 @@ struct Log {
     applied: Vec<(u32, u32)>,
     /// ('S' set_ece | 'C' connect_qp, local qpn), in call order.
     events: Vec<(char, u32)>,
+    /// The access of every registration the comms made themselves.
+    regs: Vec<Access>,
 }
 
 /// Loopback, recording connects, with ECE: a QP reports `OFFER` until the peer's options are
@@ -105,6 +107,7 @@ impl Provider for Rec {
         self.lo.poll_cq(cq, out)
     }
     fn reg_mr(&self, addr: u64, len: u64, access: Access, kind: RegKind) -> Result<Self::Mr> {
+        self.log.borrow_mut().regs.push(access);
         self.lo.reg_mr(addr, len, access, kind)
     }
     fn mr_keys(&self, mr: &Self::Mr) -> MrKeys {
@@ -238,4 +241,21 @@ fn ece_off_or_unsupported_sends_none() {
     assert!(s.local_info().ece.is_empty() && r.local_info().ece.is_empty());
     drop((s, r));
     one_message(&dev, CommConfig::default());
+}
+
+#[test]
+fn the_fifo_and_flush_rings_never_ask_for_relaxed_ordering() {
+    let dev = rec(false);
+    let cfg = CommConfig {
+        gdr_flush: true,
+        ..CommConfig::default()
+    };
+    let (s, r) = connect_pair(&dev, cfg).unwrap();
+    let regs = dev.log.borrow().regs.clone();
+    assert!(
+        regs.len() >= 2,
+        "the sender's FIFO and the receiver's staging/flush ring"
+    );
+    assert!(regs.iter().all(|a| !a.relaxed_ordering), "{regs:?}");
+    drop((s, r));
 }
