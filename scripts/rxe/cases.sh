@@ -78,6 +78,15 @@ t fifo-tc 120 "FAULTS_VERBOSE=1 NCCL_IB_TC=40 NCCL_IB_FIFO_TC=96 $faults data 2>
   tee /tmp/fifo-tc.log && logged fifo-tc \
   'rxe0: qpn 0x[0-9a-f]+ -> qpn 0x[0-9a-f]+ state 3 .*global 1 traffic_class 96' \
   'rxe0: qpn 0x[0-9a-f]+ -> qpn 0x[0-9a-f]+ state 3 .*global 1 traffic_class 40'"
+# GID chosen per connection: with NCCL_IB_ADDR_RANGE=10.12.0.0/24 nothing matches at init
+# (index 1, $RXE_IP, is the fallback); an address in the range added after init gives a new
+# GID, which the connections then use (logged), and every byte still moves.
+t gid-per-connection 120 "FAULTS_VERBOSE=1 NCCL_IB_ADDR_RANGE=10.12.0.0/24 \
+  FAULTS_AFTER_INIT='ip addr replace 10.12.0.1/24 dev $NETDEV && sleep 2' $faults data 2>&1 | \
+  tee /tmp/gid-per-connection.log; rc=\$?; ip addr del 10.12.0.1/24 dev $NETDEV; test \$rc -eq 0 && \
+  logged gid-per-connection 'rxe0:1 using GID index 1: ::ffff:$RXE_IP' \
+  'rxe0:1 GID for new connections: index [0-9]+ ::ffff:10.12.0.1 \(was index 1 ::ffff:$RXE_IP\)' \
+  'receiver: .* verified'"
 # NCCL_IB_SOCK_CLIENT_PORT_REUSE works (data verified); the server variant is refused at init.
 t sock-reuse 120 "FAULTS_VERBOSE=1 NCCL_IB_SOCK_CLIENT_PORT_REUSE=1 NCCL_IB_SOCK_SERVER_PORT_REUSE=1 \
   $faults data 2>&1 | tee /tmp/sock-reuse.log && logged sock-reuse \
