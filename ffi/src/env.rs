@@ -252,20 +252,20 @@ impl Config {
     }
 }
 
-/// Variables ibnet parses but does not implement: each one set to a non-default value is one
-/// WARN at init and is reset to its default, so nothing is silently ignored.
-pub const UNIMPLEMENTED: &[(&str, &str)] = &[(
-    "NCCL_IB_SOCK_SERVER_PORT_REUSE",
-    "one shared listening socket per thread is not implemented (each listen comm binds its own port)",
-)];
+/// Variables ibnet parses but does not implement. Each one set to a non-default value is one
+/// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
+/// ignored.
+pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_SOCK_SERVER_PORT_REUSE"];
 
 /// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each.
 fn refuse_unimplemented(p: &mut Params) {
-    for (name, why) in UNIMPLEMENTED {
-        if *name == "NCCL_IB_SOCK_SERVER_PORT_REUSE" && p.ib_sock_server_port_reuse {
-            crate::warn!("{name}=1 is not supported by ibnet: {why}; ignoring it");
-            p.ib_sock_server_port_reuse = false;
-        }
+    if p.ib_sock_server_port_reuse {
+        crate::warn!(
+            "NCCL_IB_SOCK_SERVER_PORT_REUSE=1 is not supported by ibnet (one shared listening \
+             socket per thread is not implemented; each listen comm binds its own port); \
+             ignoring it"
+        );
+        p.ib_sock_server_port_reuse = false;
     }
 }
 
