@@ -506,7 +506,7 @@ impl Params {
     /// The traffic class the receiver applies to its QPs (which carry the FIFO writes): on
     /// RoCE `NCCL_IB_FIFO_TC` when set, otherwise the sender's requested `remote_tc`.
     pub fn fifo_tc(&self, link_layer: LinkLayer, remote_tc: u8) -> u8 {
-        crate::comm::fifo_qp_tc(link_layer, self.ib_fifo_tc, remote_tc)
+        fifo_qp_tc(link_layer, self.ib_fifo_tc, remote_tc)
     }
 
     /// The `NCCL_IB_ADDR_RANGE` that GID auto-selection applies: NCCL parses the range in the
@@ -515,6 +515,17 @@ impl Params {
     pub fn gid_addr_range(&self) -> Option<AddrRange> {
         self.ib_addr_range
             .filter(|r| r.family == self.ib_addr_family)
+    }
+}
+
+/// The traffic class of the receiver's QPs (they post the clear-to-send writes): on RoCE
+/// `NCCL_IB_FIFO_TC` when set, else the sender's `tc`, as NCCL 2.28 sets the GRH of the
+/// QPs that carry the FIFO writes. A traffic class is a per-QP attribute in verbs, so this is
+/// the class of everything those QPs send (FIFO writes and their acks).
+pub fn fifo_qp_tc(link_layer: LinkLayer, fifo_tc: Option<u8>, tc: u8) -> u8 {
+    match (link_layer, fifo_tc) {
+        (LinkLayer::Ethernet, Some(f)) => f,
+        _ => tc,
     }
 }
 

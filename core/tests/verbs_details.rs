@@ -5,9 +5,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ibnet_core::comm::{fifo_qp_tc, CommConfig, RecvBuf};
+use ibnet_core::comm::{CommConfig, RecvBuf};
 use ibnet_core::error::Result;
-use ibnet_core::params::Params;
+use ibnet_core::params::{fifo_qp_tc, Params};
 use ibnet_core::provider::*;
 use ibnet_testkit::{connect_pair, fill_pattern, AlignedBuf, Loopback};
 

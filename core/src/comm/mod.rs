@@ -26,7 +26,7 @@ mod base;
 mod recv;
 mod send;
 
-pub use recv::{fifo_qp_tc, RecvComm};
+pub use recv::RecvComm;
 pub use send::{SendComm, MAX_MSG_SIZE};
 
 use crate::fifo::MAX_RECVS;

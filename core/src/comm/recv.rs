@@ -14,17 +14,6 @@ use crate::provider::{
 use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
-/// The traffic class of the receiver's QPs (they post the clear-to-send writes): on RoCE
-/// `NCCL_IB_FIFO_TC` when set, else the sender's `tc`, as NCCL 2.28 sets the GRH of the
-/// QPs that carry the FIFO writes. A traffic class is a per-QP attribute in verbs, so this is
-/// the class of everything those QPs send (FIFO writes and their acks).
-pub fn fifo_qp_tc(link_layer: LinkLayer, fifo_tc: Option<u8>, tc: u8) -> u8 {
-    match (link_layer, fifo_tc) {
-        (LinkLayer::Ethernet, Some(f)) => f,
-        _ => tc,
-    }
-}
-
 /// The RDMA READ flush: a loopback QP and a one-byte read into registered scratch memory.
 struct Flush<P: Provider> {
     qp: Option<P::Qp>,
@@ -88,7 +77,7 @@ impl<P: Provider> RecvComm<P> {
         // The receiver applies the sender's service level and traffic class (NCCL 2.28); on
         // RoCE its QPs, which post the clear-to-send writes, take NCCL_IB_FIFO_TC when set.
         let (sl, tc) = (remote.sl, remote.tc);
-        let qp_tc = fifo_qp_tc(base.port.link_layer, cfg.fifo_tc, tc);
+        let qp_tc = crate::params::fifo_qp_tc(base.port.link_layer, cfg.fifo_tc, tc);
         let cattr = base.connect_attr(remote, mtu, &cfg, sl, qp_tc);
         // ECE: the requester's options go on our QPs before they connect; what the QPs settled
         // on goes back in the answer.
