@@ -82,7 +82,7 @@ t fifo-tc 120 "FAULTS_VERBOSE=1 NCCL_IB_TC=40 NCCL_IB_FIFO_TC=96 $faults data 2>
 # (index 1, $RXE_IP, is the fallback); an address in the range added after init gives a new
 # GID, which the connections then use (logged), and every byte still moves.
 t gid-per-connection 120 "FAULTS_VERBOSE=1 NCCL_IB_ADDR_RANGE=10.12.0.0/24 \
-  FAULTS_AFTER_INIT='ip addr replace 10.12.0.1/24 dev $NETDEV && sleep 2' $faults data 2>&1 | \
+  env 'FAULTS_AFTER_INIT=ip addr replace 10.12.0.1/24 dev $NETDEV && sleep 2' $faults data 2>&1 | \
   tee /tmp/gid-per-connection.log; rc=\$?; ip addr del 10.12.0.1/24 dev $NETDEV; test \$rc -eq 0 && \
   logged gid-per-connection 'rxe0:1 using GID index 1: ::ffff:$RXE_IP' \
   'rxe0:1 GID for new connections: index [0-9]+ ::ffff:10.12.0.1 \(was index 1 ::ffff:$RXE_IP\)' \

@@ -8,9 +8,7 @@ use super::base::Base;
 use super::{CommConfig, Done, RecvBuf};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::provider::{
-    Access, Ece, LinkLayer, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode,
-};
+use crate::provider::{Access, Ece, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
 use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
