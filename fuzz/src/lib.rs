@@ -265,12 +265,12 @@ pub fn ring_bytes(r: &FuzzRing) -> &[u8] {
 /// The parsers of the `env` target, selected by the first input byte (modulo the count).
 pub const ENV_PARSERS: &[&str] = &[
     "core Params::set (NCCL_* and IBNET_PROVIDER)",
-    "core HcaFilter::parse/parse_names + ffi IfFilter (NCCL_IB_HCA, NCCL_SOCKET_IFNAME)",
+    "core HcaFilter::parse/parse_names, applied by ffi ifaddr::choose (NCCL_IB_HCA, NCCL_SOCKET_IFNAME)",
     "core AddrRange::parse (NCCL_IB_ADDR_RANGE)",
     "core parse_int vs hip parse_c_integer",
     "hip Env::int_param",
     "soft Config::from_lookup (IBNET_SOFT_*)",
-    "ffi Config::set (IBNET_HANDSHAKE_TIMEOUT, IBNET_FORCE_FLUSH, IBNET_FAULT_RO_EINVAL)",
+    "ffi Config::set (IBNET_HANDSHAKE_TIMEOUT, IBNET_FORCE_FLUSH, IBNET_FAULT_RO_EINVAL, IBNET_FAULT_MQP_ETIMEDOUT)",
     "ffi ifaddr::choose + parse_family (NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY)",
 ];
 
