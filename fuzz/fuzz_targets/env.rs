@@ -201,7 +201,7 @@ fn ffi_own(var: usize, v: &str) {
 }
 
 fn ifaddr(v: &str) {
-    use nccl_net_ibnet::ifaddr::{choose, parse_family, IfAddr};
+    use nccl_net_ibnet::ifaddr::{choose, IfAddr};
     let a = |name: &str, ip: &str| IfAddr {
         name: name.into(),
         addr: SocketAddr::new(ip.parse().expect("fixed address"), 0),
@@ -214,7 +214,12 @@ fn ifaddr(v: &str) {
         a("docker0", "172.17.0.1"),
         a("eth1", "2001:db8::1"),
     ];
-    let family = parse_family(v);
+    // NCCL_SOCKET_FAMILY has one parser, the core's; ffi's Config turns it into an AF_*.
+    let mut p = Params::default();
+    let family = p
+        .set("NCCL_SOCKET_FAMILY", v)
+        .ok()
+        .and_then(|_| nccl_net_ibnet::env::Config::from_params(&p).socket_family);
     for fam in [None, Some(libc_af(false)), Some(libc_af(true)), family] {
         if let Some(chosen) = choose(&all, Some(v), fam) {
             assert!(all.contains(&chosen));
