@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use crate::verbs::{Gid, WcOpcode, WcStatus};
+use crate::verbs::{DevName, Gid, WcOpcode, WcStatus};
 
 /// `Result` with the core's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -37,10 +37,15 @@ pub struct PeerId {
     pub lid: u16,
     /// The peer's first QP number.
     pub qpn: u32,
+    /// The peer's socket address (its end of the bootstrap connection), once known.
+    pub addr: Option<core::net::SocketAddr>,
 }
 
 impl fmt::Display for PeerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(a) = self.addr {
+            write!(f, "{a} ")?;
+        }
         write!(
             f,
             "gid {} lid {} qpn {:#x}",
@@ -141,8 +146,6 @@ pub enum Error {
         status: WcStatus,
         /// The completion opcode.
         opcode: WcOpcode,
-        /// Byte length reported by the completion.
-        len: u32,
         /// Vendor error code.
         vendor_err: u32,
         /// The request type the completion belongs to.
@@ -151,6 +154,13 @@ pub enum Error {
         peer: PeerId,
         /// The local GID (for RoCE diagnostics).
         local_gid: Gid,
+        /// The local device (HCA) name.
+        hca: DevName,
+        /// The local QP the completion belongs to.
+        local_qpn: u32,
+        /// The request's size: a send's size, else the completion's byte length (NCCL 2.28's
+        /// `reqSize`).
+        size: u64,
     },
     /// A completion named a request that is not live: the provider or the peer is confused.
     BogusCompletion {
@@ -242,16 +252,22 @@ impl fmt::Display for Error {
             Self::Completion {
                 status,
                 opcode,
-                len,
                 vendor_err,
                 req,
                 peer,
                 local_gid,
+                hca,
+                local_qpn,
+                size,
             } => write!(
                 f,
-                "got completion from peer {peer} with status {status} ({}), opcode {opcode:?}, \
-                 len {len}, vendor err {vendor_err} ({req}) localGid {}",
+                "got completion from peer {peer} with status={}({}) opcode={}({}) reqSize={size} \
+                 vendor_err={vendor_err} req_type={req} localGid {} hca {hca} \
+                 qpn {local_qpn:#x}",
+                status.name(),
                 *status as u32,
+                opcode.name(),
+                *opcode as u32 as i32,
                 core::net::Ipv6Addr::from(local_gid.0)
             ),
             Self::BogusCompletion { wr_id } => {

@@ -166,6 +166,7 @@ fn peer_id(i: &QpInfo) -> PeerId {
         gid: i.gid,
         lid: i.lid,
         qpn: i.qpn.first().copied().unwrap_or(0),
+        addr: None,
     }
 }
 

@@ -268,6 +268,21 @@ mod tests {
         }
     }
 
+    /// Entries are kept as written, as NCCL reads them: a space inside the list is part of the
+    /// name, and so is any non-ASCII whitespace (found by the `env` fuzz target against ffi's
+    /// since removed duplicate parser, which trimmed every entry). `Params::set` drops ASCII
+    /// whitespace at the ends of the value only (`params::tests`).
+    #[test]
+    fn entries_are_kept_as_written() {
+        let x = f("mlx5_0, mlx5_1:1");
+        assert_eq!(x.entries()[1].name.as_str(), " mlx5_1");
+        assert!(x.matches("mlx5_0", 1));
+        assert!(!x.matches("mlx5_1", 1) && x.matches(" mlx5_1", 1));
+        let i = HcaFilter::parse_names("\u{b}eth0,ib\u{a0}").unwrap();
+        assert!(i.matches_name("\u{b}eth0") && !i.matches_name("eth0"));
+        assert!(i.matches_name("ib\u{a0}0") && !i.matches_name("ib0"));
+    }
+
     #[test]
     fn socket_ifname() {
         let x = HcaFilter::parse_names("^docker,lo").unwrap();

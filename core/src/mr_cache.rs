@@ -15,6 +15,17 @@
 //! an error is the one deterministic answer). The key ignores how the memory is registered
 //! (plain, DMA-BUF), as the seed does: the first registration of a range serves every later one.
 //!
+//! # Containing registrations
+//! With [`acquire_or_contained`](MrCache::acquire_or_contained) (what the plugin uses), a range
+//! with no entry of its own is served by a live (READY) entry whose range contains it, as NCCL
+//! 2.28 does: it then returns a reference to that container
+//! (its handle, value, base and length), and releasing it releases the container. This second
+//! look scans all `N` slots (one load each, lock-free, no allocation) and runs only when the
+//! exact key missed; it takes a reference with the same generation-checked CAS as a hit, so the
+//! transitions below are unchanged. A range is registered on its own only when no live entry
+//! contains it at the time of the scan (a container published just after is harmless: two
+//! overlapping registrations may coexist; only identical ranges are kept unique).
+//!
 //! # Slots and probing
 //! A key's *home* is a 64-bit mix of `(base, pages)` modulo `N`; its *window* is the
 //! `min(N, 16)` slots from home on (wrapping). Entries live in their window only: a lookup scans
@@ -424,6 +435,24 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         N
     }
 
+    /// Like [`acquire`](Self::acquire), but when the range has no entry of its own, a live
+    /// registration that contains it serves it (NCCL 2.28's rule): the returned [`MrRef`] then
+    /// names the container (handle, value, base, length), and releasing it releases the
+    /// container. Lock-free and allocation-free; the second look costs one load per slot and
+    /// runs only when the exact key missed (module docs, "Containing registrations").
+    pub fn acquire_or_contained<F>(
+        &self,
+        addr: u64,
+        len: u64,
+        page: u64,
+        register: F,
+    ) -> Result<MrRef<M>>
+    where
+        F: FnOnce(u64, u64) -> Result<M>,
+    {
+        self.acquire_impl(addr, len, page, true, register)
+    }
+
     /// Returns a reference to the registration of the page-rounded range around
     /// `[addr, addr + len)`, registering it if it is not cached.
     ///
@@ -442,6 +471,20 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
     where
         F: FnOnce(u64, u64) -> Result<M>,
     {
+        self.acquire_impl(addr, len, page, false, register)
+    }
+
+    fn acquire_impl<F>(
+        &self,
+        addr: u64,
+        len: u64,
+        page: u64,
+        containing: bool,
+        register: F,
+    ) -> Result<MrRef<M>>
+    where
+        F: FnOnce(u64, u64) -> Result<M>,
+    {
         let (key, bytes) = Key::new(addr, len, page)?;
         let home = key.hash() as usize & (N - 1);
         let (slot, idx, gen) = loop {
@@ -452,6 +495,12 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                     continue;
                 }
                 Scan::Miss => {}
+            }
+            // No registration of exactly this range: one that contains it serves as well.
+            if containing {
+                if let Some(r) = self.scan_containing(key, page)? {
+                    return Ok(r);
+                }
             }
             let Some((pos, gen)) = self.claim(key, home)? else {
                 continue; // waited for a transient slot; look again
@@ -541,6 +590,68 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
             }
         }
         Ok(wait.map_or(Scan::Miss, |(i, s)| Scan::Wait(i, s)))
+    }
+
+    /// Scans every slot for a READY registration whose range contains `key` (pages of size
+    /// `page`), and takes a reference on the first one found. The returned [`MrRef`] names the
+    /// container: its handle, value, base and length, so releasing it releases the container.
+    ///
+    /// This is the miss path's second look (NCCL 2.28 reuses a containing registration too): it
+    /// costs one state load per slot (`N`), no lock, no allocation. Matching is the same seqlock
+    /// as in [`scan`](Self::scan): the key is read after the state and the reference CAS
+    /// re-validates the generation, so a key read from another life of the slot never hits.
+    fn scan_containing(&self, key: Key, page: u64) -> Result<Option<MrRef<M>>> {
+        // `key.pages * page` fits: `Key::new` checked the rounded length.
+        let end = key.base + key.pages * page;
+        for (idx, slot) in self.slots.iter().enumerate() {
+            // Acquire: pairs with the Release store of READY (as in `scan`).
+            let mut s = slot.state.load(Ordering::Acquire);
+            if tag_of(s) != READY {
+                continue;
+            }
+            let c = slot.key();
+            let Some(c_end) = c
+                .pages
+                .checked_mul(page)
+                .and_then(|b| c.base.checked_add(b))
+            else {
+                continue; // a key torn across two lives of the slot; the CAS would fail anyway
+            };
+            if c.base > key.base || c_end < end {
+                continue;
+            }
+            let gen = gen_of(s);
+            while gen_of(s) == gen && tag_of(s) == READY {
+                if refs_of(s) == REFS_MASK {
+                    return Err(Error::Full {
+                        what: "MR cache refcount",
+                        cap: MAX_REFS as usize,
+                    });
+                }
+                // Acquire on success: same pair as in `scan`; the CAS re-validates the
+                // generation the key was read under.
+                match slot.state.compare_exchange(
+                    s,
+                    s + ONE_REF,
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        return Ok(Some(MrRef {
+                            handle: MrHandle {
+                                idx: idx as u32,
+                                gen,
+                            },
+                            value: slot.read_value(),
+                            base: c.base,
+                            len: c_end - c.base,
+                        }))
+                    }
+                    Err(now) => s = now,
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Claims the first free slot of the window for `key` and publishes it PENDING. Returns its

@@ -140,7 +140,8 @@ pub enum ProviderKind {
     Verbs,
     /// `soft`: the software provider only.
     Soft,
-    /// `auto` (default): verbs when a usable device exists, otherwise soft.
+    /// `auto` (default): verbs devices if any, else none. Never the software provider,
+    /// which serves one host only: it is used only when asked for by name.
     Auto,
 }
 
@@ -192,7 +193,8 @@ pub struct Params {
     pub ib_merge_vfs: bool,
     /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (default off).
     pub ib_sock_client_port_reuse: bool,
-    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off).
+    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off). Not implemented by the plugin: `ffi`
+    /// refuses 1 with a WARN at init.
     pub ib_sock_server_port_reuse: bool,
     /// `NCCL_IB_RETURN_ASYNC_EVENTS`: fatal async events fail the comm (default on).
     pub ib_return_async_events: bool,
@@ -205,6 +207,9 @@ pub struct Params {
     pub ib_mqp_retry_cnt: u32,
     /// `NCCL_IB_MQP_RETRY_SLEEP_MSEC` (default 100).
     pub ib_mqp_retry_sleep_msec: u32,
+    /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` (default 1): on InfiniBand, the GID index used when
+    /// its GID carries a routable FLID, else index 0.
+    pub ib_routable_flid_gid_index: u8,
     /// `NCCL_GDR_FLUSH_DISABLE` (default off).
     pub gdr_flush_disable: bool,
     /// `NCCL_DMABUF_ENABLE` (default on).
@@ -247,6 +252,7 @@ impl Default for Params {
             ib_mqp_retry_all: false,
             ib_mqp_retry_cnt: 34,
             ib_mqp_retry_sleep_msec: 100,
+            ib_routable_flid_gid_index: 1,
             gdr_flush_disable: false,
             dmabuf_enable: true,
             socket_ifname: heapless::String::new(),
@@ -285,6 +291,7 @@ enum Field {
     IbMqpRetryAll,
     IbMqpRetryCnt,
     IbMqpRetrySleepMsec,
+    IbRoutableFlidGidIndex,
     GdrFlushDisable,
     DmabufEnable,
     SocketIfname,
@@ -293,7 +300,7 @@ enum Field {
 }
 
 /// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 31] = [
+const FIELDS: [(&str, Field); 32] = [
     ("NCCL_IB_HCA", Field::IbHca),
     ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
     ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
@@ -326,6 +333,10 @@ const FIELDS: [(&str, Field); 31] = [
     ("NCCL_IB_MQP_RETRY_ALL", Field::IbMqpRetryAll),
     ("NCCL_IB_MQP_RETRY_CNT", Field::IbMqpRetryCnt),
     ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", Field::IbMqpRetrySleepMsec),
+    (
+        "NCCL_IB_ROUTABLE_FLID_GID_INDEX",
+        Field::IbRoutableFlidGidIndex,
+    ),
     ("NCCL_GDR_FLUSH_DISABLE", Field::GdrFlushDisable),
     ("NCCL_DMABUF_ENABLE", Field::DmabufEnable),
     ("NCCL_SOCKET_IFNAME", Field::SocketIfname),
@@ -435,6 +446,9 @@ impl Params {
                 self.ib_mqp_retry_sleep_msec =
                     int(0, u32::MAX.into(), "must be in 0..=4294967295")? as u32;
             }
+            Field::IbRoutableFlidGidIndex => {
+                self.ib_routable_flid_gid_index = int(0, 255, "must be in 0..=255")? as u8;
+            }
             Field::GdrFlushDisable => self.gdr_flush_disable = flag()?,
             Field::DmabufEnable => self.dmabuf_enable = flag()?,
             Field::SocketIfname => {
@@ -492,10 +506,7 @@ impl Params {
     /// The traffic class the receiver applies to its QPs (which carry the FIFO writes): on
     /// RoCE `NCCL_IB_FIFO_TC` when set, otherwise the sender's requested `remote_tc`.
     pub fn fifo_tc(&self, link_layer: LinkLayer, remote_tc: u8) -> u8 {
-        match (link_layer, self.ib_fifo_tc) {
-            (LinkLayer::Ethernet, Some(tc)) => tc,
-            _ => remote_tc,
-        }
+        fifo_qp_tc(link_layer, self.ib_fifo_tc, remote_tc)
     }
 
     /// The `NCCL_IB_ADDR_RANGE` that GID auto-selection applies: NCCL parses the range in the
@@ -504,6 +515,17 @@ impl Params {
     pub fn gid_addr_range(&self) -> Option<AddrRange> {
         self.ib_addr_range
             .filter(|r| r.family == self.ib_addr_family)
+    }
+}
+
+/// The traffic class of the receiver's QPs (they post the clear-to-send writes): on RoCE
+/// `NCCL_IB_FIFO_TC` when set, else the sender's `tc`, as NCCL 2.28 sets the GRH of the
+/// QPs that carry the FIFO writes. A traffic class is a per-QP attribute in verbs, so this is
+/// the class of everything those QPs send (FIFO writes and their acks).
+pub fn fifo_qp_tc(link_layer: LinkLayer, fifo_tc: Option<u8>, tc: u8) -> u8 {
+    match (link_layer, fifo_tc) {
+        (LinkLayer::Ethernet, Some(f)) => f,
+        _ => tc,
     }
 }
 

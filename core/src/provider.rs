@@ -21,8 +21,8 @@
 use crate::error::Result;
 use crate::fifo::FifoRing;
 pub use crate::verbs::{
-    Access, Completion, ConnectAttr, Gid, LinkLayer, MrKeys, Mtu, PortInfo, ProviderAddr, QpAttr,
-    RegKind, SendWr, Sge, WcOpcode, WcStatus, WrOpcode, PROVIDER_ADDR_MAX,
+    Access, Completion, ConnectAttr, DevName, Ece, Gid, LinkLayer, MrKeys, Mtu, PortInfo,
+    ProviderAddr, QpAttr, RegKind, SendWr, Sge, WcOpcode, WcStatus, WrOpcode, PROVIDER_ADDR_MAX,
 };
 
 /// The verbs subset ibnet's protocol uses, for one device port and protection domain.
@@ -42,6 +42,10 @@ pub trait Provider {
 
     /// The port this provider drives.
     fn port_info(&self) -> PortInfo;
+    /// The device's name, for error messages (`mlx5_0`); empty by default.
+    fn dev_name(&self) -> DevName {
+        DevName::EMPTY
+    }
     /// Allocates a zeroed FIFO ring (control path: connect/accept only).
     fn alloc_fifo(&self) -> Result<Self::Fifo>;
     /// Creates a CQ with room for `depth` completions.
@@ -52,6 +56,18 @@ pub trait Provider {
     fn qp_num(&self, qp: &Self::Qp) -> u32;
     /// Takes the QP to RTS, connected to the remote QP described by `attr`.
     fn connect_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()>;
+    /// The QP's ECE options (`ibv_query_ece`); `Ok(None)` when the provider or device has no
+    /// ECE (the default), which is not an error.
+    fn query_ece(&self, qp: &Self::Qp) -> Result<Option<Ece>> {
+        let _ = qp;
+        Ok(None)
+    }
+    /// Applies the peer's ECE options to a QP before it is connected (`ibv_set_ece`);
+    /// `Ok(false)` when not supported (the default).
+    fn set_ece(&self, qp: &mut Self::Qp, ece: &Ece) -> Result<bool> {
+        let _ = (qp, ece);
+        Ok(false)
+    }
     /// Posts a chain of send WRs, executed in order. All or nothing: on error none was posted.
     fn post_send(&self, qp: &mut Self::Qp, wrs: &[SendWr]) -> Result<()>;
     /// Posts one zero-SGE receive (consumed by a write with immediate).

@@ -212,6 +212,18 @@ pub struct ConnectAttr {
     pub pkey_index: u16,
 }
 
+/// Enhanced connection establishment options of a QP (`struct ibv_ece`), as
+/// `ibv_query_ece` reports them and `ibv_set_ece` takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ece {
+    /// The vendor (PCI vendor id).
+    pub vendor_id: u32,
+    /// Vendor-specific option bits.
+    pub options: u32,
+    /// Must be 0 (reserved by verbs).
+    pub comp_mask: u32,
+}
+
 /// The operation of a send work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WrOpcode {
@@ -273,7 +285,7 @@ impl SendWr {
     };
 }
 
-/// Completion status, numbered as `enum ibv_wc_status`.
+/// Completion status, numbered as `enum ibv_wc_status` (every value verbs defines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum WcStatus {
@@ -283,10 +295,18 @@ pub enum WcStatus {
     LocalLengthError = 1,
     /// Local QP operation error.
     LocalQpOpError = 2,
+    /// Local EE context operation error.
+    LocalEecOpError = 3,
     /// Local protection error (bad lkey).
     LocalProtectionError = 4,
     /// Flushed: the QP was in the error state.
     WrFlushError = 5,
+    /// Memory window bind error.
+    MwBindError = 6,
+    /// Bad response.
+    BadResponseError = 7,
+    /// Local access error.
+    LocalAccessError = 8,
     /// Remote invalid request.
     RemoteInvalidRequest = 9,
     /// Remote access error (bad rkey, out of range).
@@ -297,28 +317,81 @@ pub enum WcStatus {
     RetryExceeded = 12,
     /// RNR retry counter exceeded (no receive posted at the peer).
     RnrRetryExceeded = 13,
+    /// Local RDD violation.
+    LocalRddViolation = 14,
+    /// Remote invalid RD request.
+    RemoteInvalidRdRequest = 15,
+    /// Remote aborted.
+    RemoteAbortError = 16,
+    /// Invalid EE context number.
+    InvalidEecn = 17,
+    /// Invalid EE context state.
+    InvalidEecState = 18,
     /// Fatal error.
     Fatal = 19,
-    /// General error.
+    /// Response timeout.
+    ResponseTimeout = 20,
+    /// General error (also any value verbs does not define).
     General = 21,
 }
 
 impl WcStatus {
     /// From the raw `ibv_wc_status`; unknown values map to `General`.
     pub fn from_raw(v: u32) -> Self {
-        match v {
-            0 => Self::Success,
-            1 => Self::LocalLengthError,
-            2 => Self::LocalQpOpError,
-            4 => Self::LocalProtectionError,
-            5 => Self::WrFlushError,
-            9 => Self::RemoteInvalidRequest,
-            10 => Self::RemoteAccessError,
-            11 => Self::RemoteOperationError,
-            12 => Self::RetryExceeded,
-            13 => Self::RnrRetryExceeded,
-            19 => Self::Fatal,
-            _ => Self::General,
+        use WcStatus::*;
+        const ALL: [WcStatus; 22] = [
+            Success,
+            LocalLengthError,
+            LocalQpOpError,
+            LocalEecOpError,
+            LocalProtectionError,
+            WrFlushError,
+            MwBindError,
+            BadResponseError,
+            LocalAccessError,
+            RemoteInvalidRequest,
+            RemoteAccessError,
+            RemoteOperationError,
+            RetryExceeded,
+            RnrRetryExceeded,
+            LocalRddViolation,
+            RemoteInvalidRdRequest,
+            RemoteAbortError,
+            InvalidEecn,
+            InvalidEecState,
+            Fatal,
+            ResponseTimeout,
+            General,
+        ];
+        ALL.get(v as usize).copied().unwrap_or(General)
+    }
+
+    /// The verbs name (`IBV_WC_RETRY_EXC_ERR`), as NCCL 2.28 prints it.
+    pub fn name(self) -> &'static str {
+        use WcStatus::*;
+        match self {
+            Success => "IBV_WC_SUCCESS",
+            LocalLengthError => "IBV_WC_LOC_LEN_ERR",
+            LocalQpOpError => "IBV_WC_LOC_QP_OP_ERR",
+            LocalEecOpError => "IBV_WC_LOC_EEC_OP_ERR",
+            LocalProtectionError => "IBV_WC_LOC_PROT_ERR",
+            WrFlushError => "IBV_WC_WR_FLUSH_ERR",
+            MwBindError => "IBV_WC_MW_BIND_ERR",
+            BadResponseError => "IBV_WC_BAD_RESP_ERR",
+            LocalAccessError => "IBV_WC_LOC_ACCESS_ERR",
+            RemoteInvalidRequest => "IBV_WC_REM_INV_REQ_ERR",
+            RemoteAccessError => "IBV_WC_REM_ACCESS_ERR",
+            RemoteOperationError => "IBV_WC_REM_OP_ERR",
+            RetryExceeded => "IBV_WC_RETRY_EXC_ERR",
+            RnrRetryExceeded => "IBV_WC_RNR_RETRY_EXC_ERR",
+            LocalRddViolation => "IBV_WC_LOC_RDD_VIOL_ERR",
+            RemoteInvalidRdRequest => "IBV_WC_REM_INV_RD_REQ_ERR",
+            RemoteAbortError => "IBV_WC_REM_ABORT_ERR",
+            InvalidEecn => "IBV_WC_INV_EECN_ERR",
+            InvalidEecState => "IBV_WC_INV_EEC_STATE_ERR",
+            Fatal => "IBV_WC_FATAL_ERR",
+            ResponseTimeout => "IBV_WC_RESP_TIMEOUT_ERR",
+            General => "IBV_WC_GENERAL_ERR",
         }
     }
 }
@@ -343,6 +416,72 @@ pub enum WcOpcode {
     Recv = 128,
     /// A receive consumed by an RDMA WRITE with immediate.
     RecvRdmaWithImm = 129,
+    /// Not one of the above: only in a failed completion, whose opcode verbs leaves undefined.
+    Unknown = u32::MAX,
+}
+
+impl WcOpcode {
+    /// The verbs name (`IBV_WC_RDMA_WRITE`), as NCCL 2.28 prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Send => "IBV_WC_SEND",
+            Self::RdmaWrite => "IBV_WC_RDMA_WRITE",
+            Self::RdmaRead => "IBV_WC_RDMA_READ",
+            Self::Recv => "IBV_WC_RECV",
+            Self::RecvRdmaWithImm => "IBV_WC_RECV_RDMA_WITH_IMM",
+            Self::Unknown => "UNKNOWN_OPCODE",
+        }
+    }
+}
+
+/// A device name for error messages (`mlx5_0`): up to [`DevName::MAX`] bytes, `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DevName {
+    len: u8,
+    bytes: [u8; DevName::MAX],
+}
+
+impl DevName {
+    /// Longest name kept (longer ones are cut at a character boundary).
+    pub const MAX: usize = 16;
+    /// No name.
+    pub const EMPTY: Self = Self {
+        len: 0,
+        bytes: [0; Self::MAX],
+    };
+    /// Copies `s`, cut to [`DevName::MAX`] bytes.
+    pub fn new(s: &str) -> Self {
+        let mut n = s.len().min(Self::MAX);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        let mut d = Self::EMPTY;
+        d.bytes[..n].copy_from_slice(&s.as_bytes()[..n]);
+        d.len = n as u8;
+        d
+    }
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
+    }
+}
+
+impl Default for DevName {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl fmt::Debug for DevName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for DevName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A work completion.

@@ -23,13 +23,18 @@
 //!  10   1   mtu (ibv_mtu 1..=5)
 //!  11   1   sl (0..=15)
 //!  12   1   tc
-//!  13   1   flags (bit 0: FIFO present; other bits 0)
+//!  13   1   flags (bit 0: FIFO present; bit 1: ECE present; other bits 0)
 //!  14   2   lid
 //!  16  16   gid
 //!  32   1   n = nqps (1..=MAX_QPS)
 //!  33   1   a = provider address length (≤ PROVIDER_ADDR_MAX)
 //!  34   2   reserved (0)
 //! ```
+//! With the ECE flag, `12·n` bytes follow the provider address: per QP its `ibv_ece`
+//! (`vendor_id`, `options`, `comp_mask`, 4 bytes each) for enhanced connection establishment
+//! (`NCCL_IB_ECE_ENABLE`): the connector sends what `ibv_query_ece` reported for its QPs, the
+//! acceptor answers with the options its QPs settled on.
+//!
 //! A receiver reads the fixed header first; [`QpInfo::frame_len`] validates it and says how
 //! many bytes the whole message has.
 //!
@@ -50,13 +55,13 @@
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::error::{Error, Result};
-use crate::provider::{Gid, LinkLayer, Mtu, ProviderAddr, PROVIDER_ADDR_MAX};
+use crate::provider::{Ece, Gid, LinkLayer, Mtu, ProviderAddr, PROVIDER_ADDR_MAX};
 
 /// Most QPs one comm may use (`NCCL_IB_QPS_PER_CONNECTION` ≤ 128, as NCCL's `NCCL_IB_MAX_QPS`).
 pub const MAX_QPS: usize = 128;
 
 /// The handshake wire version. Peers with another version are rejected.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 
 /// Largest QP number a verbs QP can have (24 bits).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;
@@ -70,6 +75,9 @@ const READY_MAGIC: u32 = u32::from_le_bytes(*b"IBNR");
 const HANDLE_MAGIC: u32 = u32::from_le_bytes(*b"IBNC");
 
 const FLAG_FIFO: u8 = 1;
+const FLAG_ECE: u8 = 2;
+/// Bytes of one encoded [`Ece`].
+const ECE_LEN: usize = 12;
 
 /// Where a peer may write: a registered buffer's address and rkey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,12 +111,14 @@ pub struct QpInfo {
     pub fifo: Option<RemoteBuf>,
     /// The provider's opaque address.
     pub addr: ProviderAddr,
+    /// ECE options, one per QP (same order as `qpn`), or empty: ECE off or not supported.
+    pub ece: heapless::Vec<Ece, MAX_QPS>,
 }
 
 /// Bytes of the fixed part of an encoded [`QpInfo`].
 pub const QP_INFO_HEADER_LEN: usize = 48;
 /// Largest encoded [`QpInfo`]: size stack buffers with it.
-pub const QP_INFO_MAX_LEN: usize = QP_INFO_HEADER_LEN + 4 * MAX_QPS + PROVIDER_ADDR_MAX;
+pub const QP_INFO_MAX_LEN: usize = QP_INFO_HEADER_LEN + (4 + ECE_LEN) * MAX_QPS + PROVIDER_ADDR_MAX;
 /// Bytes of an encoded [`Hello`].
 pub const HELLO_LEN: usize = 16;
 /// Bytes of an encoded ready message.
@@ -225,7 +235,9 @@ impl<'a> Rd<'a> {
 impl QpInfo {
     /// Bytes [`QpInfo::encode`] writes for this info.
     pub fn encoded_len(&self) -> usize {
-        QP_INFO_HEADER_LEN + 4 * self.qpn.len() + self.addr.as_bytes().len()
+        QP_INFO_HEADER_LEN
+            + (4 + ECE_LEN * usize::from(!self.ece.is_empty())) * self.qpn.len()
+            + self.addr.as_bytes().len()
     }
 
     /// Checks what [`QpInfo::decode`] would reject, for the local side before sending.
@@ -244,6 +256,14 @@ impl QpInfo {
         }
         if self.sl > 15 {
             return Err(range("local sl", self.sl.into(), 0, 15));
+        }
+        if !self.ece.is_empty() && self.ece.len() != self.qpn.len() {
+            return Err(range(
+                "local ECE entries (one per QP)",
+                self.ece.len() as u64,
+                self.qpn.len() as i64,
+                self.qpn.len() as i64,
+            ));
         }
         if let Some(&q) = self.qpn.iter().find(|&&q| q > MAX_QPN) {
             return Err(range("local qpn", q.into(), 0, MAX_QPN.into()));
@@ -278,7 +298,8 @@ impl QpInfo {
         w.u8(self.mtu as u8);
         w.u8(self.sl);
         w.u8(self.tc);
-        w.u8(if self.fifo.is_some() { FLAG_FIFO } else { 0 });
+        let ece = if self.ece.is_empty() { 0 } else { FLAG_ECE };
+        w.u8(if self.fifo.is_some() { FLAG_FIFO } else { 0 } | ece);
         w.u16(self.lid);
         w.put(&self.gid.0);
         w.u8(self.qpn.len() as u8);
@@ -291,6 +312,11 @@ impl QpInfo {
             w.u32(q);
         }
         w.put(self.addr.as_bytes());
+        for e in &self.ece {
+            w.u32(e.vendor_id);
+            w.u32(e.options);
+            w.u32(e.comp_mask);
+        }
         debug_assert_eq!(w.at, len);
         Ok(len)
     }
@@ -302,7 +328,8 @@ impl QpInfo {
         let mut r = Rd { b: header, at: 0 };
         r.preamble(QP_INFO_MAGIC, "QpInfo magic")?;
         let len = usize::from(r.u16()?);
-        let (Some(&nqps), Some(&alen), true) = (
+        let (Some(&flags), Some(&nqps), Some(&alen), true) = (
+            header.get(13),
             header.get(32),
             header.get(33),
             header.len() >= QP_INFO_HEADER_LEN,
@@ -315,7 +342,11 @@ impl QpInfo {
         if usize::from(alen) > PROVIDER_ADDR_MAX {
             return Err(wire("provider address length", alen));
         }
-        let want = QP_INFO_HEADER_LEN + 4 * usize::from(nqps) + usize::from(alen);
+        if flags & !(FLAG_FIFO | FLAG_ECE) != 0 {
+            return Err(wire("flags", flags));
+        }
+        let ece = if flags & FLAG_ECE != 0 { ECE_LEN } else { 0 };
+        let want = QP_INFO_HEADER_LEN + (4 + ece) * usize::from(nqps) + usize::from(alen);
         if len != want {
             return Err(wire("QpInfo length", len as u64));
         }
@@ -347,7 +378,7 @@ impl QpInfo {
         }
         let tc = r.u8()?;
         let flags = r.u8()?;
-        if flags & !FLAG_FIFO != 0 {
+        if flags & !(FLAG_FIFO | FLAG_ECE) != 0 {
             return Err(wire("flags", flags));
         }
         let lid = r.u16()?;
@@ -385,6 +416,18 @@ impl QpInfo {
         }
         let addr =
             ProviderAddr::new(r.take(alen)?).ok_or(wire("provider address length", alen as u64))?;
+        let mut ece = heapless::Vec::new();
+        if flags & FLAG_ECE != 0 {
+            for _ in 0..nqps {
+                let e = Ece {
+                    vendor_id: r.u32()?,
+                    options: r.u32()?,
+                    comp_mask: r.u32()?,
+                };
+                // Cannot fail: nqps ≤ MAX_QPS was checked by frame_len.
+                ece.push(e).map_err(|_| wire("nqps", nqps as u64))?;
+            }
+        }
         r.end()?;
         Ok(Self {
             port,
@@ -397,6 +440,7 @@ impl QpInfo {
             qpn,
             fifo,
             addr,
+            ece,
         })
     }
 }

@@ -2,6 +2,8 @@
 //! registrations) over whichever provider backs it, `verbs` (libibverbs) or `soft`
 //! (ibnet-soft, same host only), plus the per-device registration cache's types.
 
+use std::net::SocketAddr;
+
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
@@ -134,10 +136,12 @@ impl Dev {
     }
 
     /// Whether receives on this device may land in GPU memory through GPU-direct RDMA (and so
-    /// need the RDMA READ flush): only verbs devices on a host where GPU-direct is detected.
+    /// need the RDMA READ flush): verbs devices on a host where GPU-direct works through a
+    /// peer-memory module or through DMA-BUF alone (the NIC's DMA-BUF probe and the GPU side
+    /// agree), as the seed and NCCL 2.28 enable the flush.
     pub fn gpu_direct(&self) -> bool {
         match self {
-            Dev::Verbs(_) => crate::gpu::gpu_direct().gdr,
+            Dev::Verbs(p) => crate::gpu::gpu_direct().possible(p.dev.dmabuf),
             Dev::Soft(_) => false,
         }
     }
@@ -176,7 +180,12 @@ impl Dev {
 
     /// Registers memory.
     pub fn reg(&self, addr: u64, len: u64, kind: RegKind) -> Result<(AnyMr, MrKeys)> {
-        let access = Access::ALL;
+        // NCCL's buffers may use relaxed ordering (the provider applies
+        // NCCL_IB_PCI_RELAXED_ORDERING); the comms' own rings never ask for it.
+        let access = Access {
+            relaxed_ordering: true,
+            ..Access::ALL
+        };
         Ok(match self {
             Dev::Verbs(p) => {
                 let mr = p.reg_mr(addr, len, access, kind)?;
@@ -216,6 +225,10 @@ impl AnySend {
     pub fn local_info(&self) -> QpInfo {
         each!(self, c => c.local_info())
     }
+    /// See `SendComm::set_peer_addr`.
+    pub fn set_peer_addr(&mut self, a: SocketAddr) {
+        each!(self, c => c.set_peer_addr(a))
+    }
     /// QPs to RTS.
     pub fn connect(&mut self, remote: &QpInfo) -> Result<()> {
         each!(self, c => c.connect(remote))
@@ -238,6 +251,10 @@ impl AnyRecv {
     /// Our QP info for the peer.
     pub fn local_info(&self) -> QpInfo {
         each!(self, c => c.local_info())
+    }
+    /// See `RecvComm::set_peer_addr`.
+    pub fn set_peer_addr(&mut self, a: SocketAddr) {
+        each!(self, c => c.set_peer_addr(a))
     }
     /// See `RecvComm::irecv`.
     pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {

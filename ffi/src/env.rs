@@ -1,9 +1,13 @@
 //! Reads NCCL's variables (and ibnet's `IBNET_*`) once, with NCCL 2.28's defaults.
 //!
-//! NCCL's variables are parsed by the core's `Params` (one parser, NCCL 2.28's defaults and
-//! ranges); this module owns the environment access, which the core never does, and ibnet's
-//! plugin-level `IBNET_*` knobs. A malformed value produces one WARN naming the variable, and
-//! the default stands.
+//! The NCCL variables the plugin uses are parsed by the core's `Params` (NCCL 2.28's defaults
+//! and ranges; `NCCL_IB_HCA` and `NCCL_SOCKET_IFNAME` through the core's one grammar,
+//! `ibnet_core::hca`); this module owns the environment access, which the core never does, and
+//! ibnet's plugin-level `IBNET_*` knobs. A malformed value produces one WARN naming the
+//! variable, and the default stands; a variable ibnet parses but does not implement
+//! ([`UNIMPLEMENTED`]) is refused with one WARN at init. (`ibnet-hip` reads
+//! `NCCL_DMABUF_ENABLE` and `NCCL_IB_PCI_RELAXED_ORDERING` again for its GPU-side decisions,
+//! with RCCL's rules: that is the one other reader.)
 
 use std::net::IpAddr;
 
@@ -21,7 +25,7 @@ pub enum ProviderChoice {
 }
 
 /// The configuration the plugin runs with: NCCL's variables as the core's
-/// [`Params`] parsed them (the only parser of NCCL's variables), in
+/// [`Params`] parsed them, in
 /// the shapes the verbs layer uses, plus ibnet's own plugin-level knobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -80,6 +84,23 @@ pub struct Config {
     /// `IBNET_FAULT_RO_EINVAL=1` (tests only): act as if the driver refused a relaxed-ordering
     /// registration with EINVAL, exercising the fallback to a plain registration.
     pub fault_ro_einval: bool,
+    /// `IBNET_FAULT_MQP_ETIMEDOUT=N` (tests only): the first `N` `ibv_modify_qp` calls of the
+    /// process fail with ETIMEDOUT before reaching the driver, exercising the retry.
+    pub fault_mqp_etimedout: u32,
+    /// `NCCL_IB_MQP_RETRY_ALL`: retry every failed `ibv_modify_qp`, not only ETIMEDOUT.
+    pub mqp_retry_all: bool,
+    /// `NCCL_IB_MQP_RETRY_CNT`: retries after the first attempt.
+    pub mqp_retry_cnt: u32,
+    /// `NCCL_IB_MQP_RETRY_SLEEP_MSEC`: the n-th retry sleeps n times this.
+    pub mqp_retry_sleep_ms: u32,
+    /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX`.
+    pub routable_flid_gid_index: u8,
+    /// `NCCL_IB_ECE_ENABLE`.
+    pub ece_enable: bool,
+    /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE`.
+    pub sock_client_port_reuse: bool,
+    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE`.
+    pub sock_server_port_reuse: bool,
 }
 
 impl Default for Config {
@@ -93,6 +114,7 @@ pub const NAMES: &[&str] = &[
     "IBNET_HANDSHAKE_TIMEOUT",
     "IBNET_FORCE_FLUSH",
     "IBNET_FAULT_RO_EINVAL",
+    "IBNET_FAULT_MQP_ETIMEDOUT",
 ];
 
 fn family(f: AddrFamily) -> i32 {
@@ -149,6 +171,14 @@ impl Config {
             handshake_timeout_s: 60,
             force_flush: false,
             fault_ro_einval: false,
+            fault_mqp_etimedout: 0,
+            mqp_retry_all: p.ib_mqp_retry_all,
+            mqp_retry_cnt: p.ib_mqp_retry_cnt,
+            mqp_retry_sleep_ms: p.ib_mqp_retry_sleep_msec,
+            routable_flid_gid_index: p.ib_routable_flid_gid_index,
+            ece_enable: p.ib_ece_enable,
+            sock_client_port_reuse: p.ib_sock_client_port_reuse,
+            sock_server_port_reuse: p.ib_sock_server_port_reuse,
         }
     }
 
@@ -162,6 +192,13 @@ impl Config {
                     return Err("must be in 1..=86400 seconds");
                 }
                 self.handshake_timeout_s = n as u64;
+            }
+            "IBNET_FAULT_MQP_ETIMEDOUT" => {
+                let n = ibnet_core::params::parse_int(v.trim())?;
+                if !(0..=1000).contains(&n) {
+                    return Err("must be in 0..=1000 calls");
+                }
+                self.fault_mqp_etimedout = n as u32;
             }
             "IBNET_FORCE_FLUSH" | "IBNET_FAULT_RO_EINVAL" => {
                 let on = match ibnet_core::params::parse_int(v.trim())? {
@@ -180,7 +217,7 @@ impl Config {
         Ok(true)
     }
 
-    /// Reads NCCL's variables (through the core's [`Params`], the one parser) and ibnet's own
+    /// Reads NCCL's variables (through the core's [`Params`]) and ibnet's own
     /// from the process environment, once. An empty variable counts as unset, as in NCCL; a
     /// malformed one is one WARN naming it, and its default stands.
     pub fn from_env() -> (Self, Params) {
@@ -203,6 +240,7 @@ impl Config {
                 Err(e) => crate::warn!("ignoring {n}={v:?}: {e}; the default stands"),
             }
         }
+        refuse_unimplemented(&mut p);
         let mut c = Self::from_params(&p);
         for (n, v) in own {
             match c.set(n, &v) {
@@ -211,6 +249,23 @@ impl Config {
             }
         }
         (c, p)
+    }
+}
+
+/// Variables ibnet parses but does not implement. Each one set to a non-default value is one
+/// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
+/// ignored.
+pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_SOCK_SERVER_PORT_REUSE"];
+
+/// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each.
+fn refuse_unimplemented(p: &mut Params) {
+    if p.ib_sock_server_port_reuse {
+        crate::warn!(
+            "NCCL_IB_SOCK_SERVER_PORT_REUSE=1 is not supported by ibnet (one shared listening \
+             socket per thread is not implemented; each listen comm binds its own port); \
+             ignoring it"
+        );
+        p.ib_sock_server_port_reuse = false;
     }
 }
 
@@ -250,5 +305,38 @@ mod tests {
             Ok(false),
             "NCCL's variables are Params'"
         );
+        assert!(c.set("IBNET_FAULT_MQP_ETIMEDOUT", "1001").is_err());
+        assert_eq!(c.set("IBNET_FAULT_MQP_ETIMEDOUT", "3"), Ok(true));
+        assert_eq!(c.fault_mqp_etimedout, 3);
+    }
+
+    #[test]
+    fn unimplemented_variables_are_refused() {
+        let mut p = Params::default();
+        p.set("NCCL_IB_SOCK_SERVER_PORT_REUSE", "1").unwrap();
+        p.set("NCCL_IB_SOCK_CLIENT_PORT_REUSE", "1").unwrap();
+        refuse_unimplemented(&mut p);
+        assert!(!p.ib_sock_server_port_reuse, "refused");
+        assert!(p.ib_sock_client_port_reuse, "implemented: kept");
+        let c = Config::from_params(&p);
+        assert!(c.sock_client_port_reuse && !c.sock_server_port_reuse);
+    }
+
+    #[test]
+    fn every_nccl_variable_reaches_the_config() {
+        let mut p = Params::default();
+        for (n, v) in [
+            ("NCCL_IB_MQP_RETRY_ALL", "1"),
+            ("NCCL_IB_MQP_RETRY_CNT", "3"),
+            ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", "7"),
+            ("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "2"),
+            ("NCCL_IB_ECE_ENABLE", "0"),
+        ] {
+            p.set(n, v).unwrap();
+        }
+        let c = Config::from_params(&p);
+        assert!(c.mqp_retry_all && !c.ece_enable);
+        assert_eq!((c.mqp_retry_cnt, c.mqp_retry_sleep_ms), (3, 7));
+        assert_eq!(c.routable_flid_gid_index, 2);
     }
 }

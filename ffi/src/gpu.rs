@@ -23,6 +23,16 @@ pub struct GpuDirect {
     pub dmabuf_gpu_side: bool,
 }
 
+impl GpuDirect {
+    /// Whether GPU-direct RDMA is possible on a verbs device whose DMA-BUF probe said
+    /// `nic_dmabuf`: through a peer-memory module, or through DMA-BUF alone when the GPU side
+    /// allows it too. This is when receives may land in GPU memory, so the flush is enabled
+    /// (the seed and NCCL 2.28: GDR support or DMA-BUF support).
+    pub fn possible(&self, nic_dmabuf: bool) -> bool {
+        self.gdr || (nic_dmabuf && self.dmabuf_gpu_side)
+    }
+}
+
 /// Detects once, logs each decision at INFO, and returns the result.
 pub fn gpu_direct() -> &'static GpuDirect {
     static G: OnceLock<GpuDirect> = OnceLock::new();
@@ -65,4 +75,24 @@ pub fn gpu_direct() -> &'static GpuDirect {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dma_buf_alone_makes_gpu_direct_possible() {
+        let g = |gdr, dmabuf_gpu_side| GpuDirect {
+            gdr,
+            dmabuf_gpu_side,
+        };
+        assert!(g(true, false).possible(false), "peer memory");
+        assert!(g(false, true).possible(true), "DMA-BUF only: flush enabled");
+        assert!(!g(false, true).possible(false), "the NIC refused DMA-BUF");
+        assert!(
+            !g(false, false).possible(true),
+            "the GPU side refused DMA-BUF"
+        );
+    }
 }

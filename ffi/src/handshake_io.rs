@@ -212,6 +212,7 @@ mod tests {
                 rkey: 5,
             }),
             addr: ProviderAddr::EMPTY,
+            ece: heapless::Vec::new(),
         }
     }
 

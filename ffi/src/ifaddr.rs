@@ -2,6 +2,7 @@
 //!
 //! * `NCCL_SOCKET_IFNAME` set: a comma-separated list of prefixes; a leading `^` excludes the
 //!   listed interfaces instead, a leading `=` requires exact names (both may combine: `^=eth0`).
+//!   The grammar is the core's, shared with `NCCL_IB_HCA` ([`ibnet_core::hca`]).
 //! * Unset: every interface except `docker*` and `lo` first (`ib*` before the rest), then
 //!   `docker*`, then `lo`.
 //! * `NCCL_SOCKET_FAMILY` = `AF_INET` / `AF_INET6` restricts the address family.
@@ -11,6 +12,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use ibnet_core::hca::HcaFilter;
+
 /// One interface address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfAddr {
@@ -18,56 +21,6 @@ pub struct IfAddr {
     pub name: String,
     /// Its address (port 0; IPv6 link-local addresses carry the scope id).
     pub addr: SocketAddr,
-}
-
-/// The `NCCL_SOCKET_IFNAME` grammar, parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct IfFilter {
-    /// `^`: the list excludes.
-    pub exclude: bool,
-    /// `=`: names match exactly, not as prefixes.
-    pub exact: bool,
-    /// The names or prefixes.
-    pub names: Vec<String>,
-}
-
-impl IfFilter {
-    /// Parses `^`/`=` prefixes and the comma-separated list, exactly as the core's
-    /// `HcaFilter::parse_names` validated it (`Params::set`): the value is trimmed of ASCII
-    /// whitespace at its ends only; spaces inside the list are part of the names, as in NCCL.
-    pub fn parse(s: &str) -> Self {
-        let mut s = s.trim_matches(|c: char| c.is_ascii_whitespace());
-        let exclude = s.starts_with('^');
-        if exclude {
-            s = &s[1..];
-        }
-        let exact = s.starts_with('=');
-        if exact {
-            s = &s[1..];
-        }
-        let names = s
-            .split(',')
-            .filter(|n| !n.is_empty())
-            .map(String::from)
-            .collect();
-        Self {
-            exclude,
-            exact,
-            names,
-        }
-    }
-
-    /// Whether interface `name` is selected.
-    pub fn matches(&self, name: &str) -> bool {
-        let hit = self.names.iter().any(|n| {
-            if self.exact {
-                name == n
-            } else {
-                name.starts_with(n.as_str())
-            }
-        });
-        hit != self.exclude
-    }
 }
 
 /// Every IPv4/IPv6 address of every interface that is up, in the system's order.
@@ -128,12 +81,17 @@ fn family_ok(a: &SocketAddr, family: Option<i32>) -> bool {
 /// `family` (`NCCL_SOCKET_FAMILY`). `None` when nothing qualifies.
 pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Option<IfAddr> {
     let ok = |a: &&IfAddr| family_ok(&a.addr, family);
-    if let Some(spec) = ifname.filter(|s| !s.trim().is_empty()) {
-        let f = IfFilter::parse(spec);
+    // As `Params::set` stores it: ASCII whitespace at the ends dropped, the entries kept as
+    // written (a space or other Unicode whitespace inside the list is part of a name, as in
+    // NCCL).
+    let spec = ifname.map(|s| s.trim_matches(|c: char| c.is_ascii_whitespace()));
+    if let Some(spec) = spec.filter(|s| !s.is_empty()) {
+        // The one grammar (ibnet_core::hca, without ports); Params validated the value.
+        let f = HcaFilter::parse_names(spec).ok()?;
         return addrs
             .iter()
             .filter(ok)
-            .find(|a| f.matches(&a.name))
+            .find(|a| f.matches_name(&a.name))
             .cloned();
     }
     let other = |a: &&IfAddr| !a.name.starts_with("docker") && !a.name.starts_with("lo");
@@ -157,15 +115,6 @@ pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Op
         .cloned()
 }
 
-/// Parses `NCCL_SOCKET_FAMILY`.
-pub fn parse_family(s: &str) -> Option<i32> {
-    match s.trim() {
-        "AF_INET" => Some(libc::AF_INET),
-        "AF_INET6" => Some(libc::AF_INET6),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,43 +124,6 @@ mod tests {
             name: name.into(),
             addr: SocketAddr::new(ip.parse().unwrap(), 0),
         }
-    }
-
-    #[test]
-    fn filter_grammar() {
-        let f = IfFilter::parse("^=eth0,lo");
-        assert!(f.exclude && f.exact);
-        assert!(!f.matches("eth0") && f.matches("eth01") && !f.matches("lo"));
-        let f = IfFilter::parse("eth");
-        assert!(f.matches("eth1") && !f.matches("ib0"));
-        let f = IfFilter::parse("=eth");
-        assert!(!f.matches("eth1"));
-    }
-
-    /// Found by the `env` fuzz target: ffi trimmed every entry (and Unicode whitespace), so a
-    /// value the core validated with `" ib0"` as a name was applied as `"ib0"`.
-    #[test]
-    fn applies_the_list_the_core_validated() {
-        for v in ["eth0, ib0", "^= lo,eth0 ", "\u{b}eth0", "eth\u{a0},ib"] {
-            let mut p = ibnet_core::params::Params::default();
-            p.set("NCCL_SOCKET_IFNAME", v).unwrap();
-            let core = p.socket_ifname_filter().unwrap();
-            let ffi = IfFilter::parse(&p.socket_ifname);
-            for n in [
-                "eth0",
-                "ib0",
-                " ib0",
-                "lo",
-                " lo",
-                "\u{b}eth0",
-                "eth\u{a0}",
-                "ib",
-            ] {
-                assert_eq!(core.matches_name(n), ffi.matches(n), "{v:?} on {n:?}");
-            }
-        }
-        let f = IfFilter::parse(" eth0, ib0 ");
-        assert!(f.matches("eth0") && !f.matches("ib0") && f.matches(" ib0"));
     }
 
     #[test]
@@ -230,5 +142,32 @@ mod tests {
         assert_eq!(choose(&v, Some("=eth0"), None).unwrap().name, "eth0");
         assert!(choose(&v, Some("xyz"), None).is_none());
         assert!(choose(&v, None, Some(libc::AF_INET6)).is_none());
+    }
+
+    /// Found by the `env` fuzz target (against the since removed duplicate parser, which
+    /// trimmed every entry and Unicode whitespace): `choose` must apply the list exactly as
+    /// the core validated and stored it, so a name written `" ib0"` selects `" ib0"` only.
+    #[test]
+    fn applies_the_list_the_core_validated() {
+        for v in ["eth0, ib0", "^= lo,eth0 ", "\u{b}eth0", "eth\u{a0},ib"] {
+            let mut p = ibnet_core::params::Params::default();
+            p.set("NCCL_SOCKET_IFNAME", v).unwrap();
+            let core = p.socket_ifname_filter().unwrap();
+            for n in [
+                "eth0",
+                "ib0",
+                " ib0",
+                "lo",
+                " lo",
+                "\u{b}eth0",
+                "eth\u{a0}",
+                "ib",
+            ] {
+                let ffi = choose(&[a(n, "10.0.0.1")], Some(&p.socket_ifname), None).is_some();
+                assert_eq!(core.matches_name(n), ffi, "{v:?} on {n:?}");
+            }
+        }
+        let v = [a("ib0", "10.0.0.1"), a(" ib0", "10.0.0.2")];
+        assert_eq!(choose(&v, Some(" eth0, ib0 "), None).unwrap().name, " ib0");
     }
 }

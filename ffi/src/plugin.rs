@@ -114,6 +114,13 @@ extern "C" fn on_unload() {
 static ON_UNLOAD: extern "C" fn() = on_unload;
 
 fn discover(cfg: &Config) -> Vec<Dev> {
+    let qp = Arc::new(crate::verbs::qp::QpOpts {
+        retry_all: cfg.mqp_retry_all,
+        retry_cnt: cfg.mqp_retry_cnt,
+        retry_sleep_ms: cfg.mqp_retry_sleep_ms,
+        ece: cfg.ece_enable,
+        fault_timeouts: cfg.fault_mqp_etimedout.into(),
+    });
     let verbs = || match crate::verbs::device::discover(cfg) {
         Ok(v) => v
             .into_iter()
@@ -122,6 +129,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
                     dev: d,
                     relaxed_ordering: cfg.relaxed_ordering != 0,
                     fault_ro_einval: cfg.fault_ro_einval,
+                    qp: qp.clone(),
                 })
             })
             .collect(),
@@ -188,13 +196,18 @@ pub fn acquire() -> Arc<Plugin> {
     }
     let (cfg, params) = Config::from_env();
     let bind = bootstrap_addr(&cfg);
-    if bind.is_none() {
+    // No IP interface: no device either (`init` then fails, as the seed's does, and NCCL
+    // falls back to another transport) rather than devices whose `listen` would fail.
+    let devs = if bind.is_some() {
+        discover(&cfg)
+    } else {
         warn!(
-            "no usable IP interface for the bootstrap sockets (NCCL_SOCKET_IFNAME={:?})",
-            cfg.socket_ifname
+            "No IP interface found for the bootstrap sockets (NCCL_SOCKET_IFNAME={:?}, \
+             NCCL_SOCKET_FAMILY={:?}); reporting no device",
+            cfg.socket_ifname, cfg.socket_family
         );
-    }
-    let devs = discover(&cfg);
+        Vec::new()
+    };
     for d in &devs {
         if let Dev::Verbs(v) = d {
             v.dev

@@ -5,6 +5,7 @@
 //! checked; [`crate::handshake_io`] then moves whatever bytes the kernel takes or has.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
+use std::cell::Cell;
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -70,6 +71,77 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 
 /// Starts a non-blocking connect to `to`; finish it with [`connect_done`].
 pub fn connect_start(to: &SocketAddr) -> io::Result<TcpStream> {
+    connect_start_from(to, None)
+}
+
+std::thread_local! {
+    /// The local address this thread's client sockets share (`NCCL_IB_SOCK_CLIENT_PORT_REUSE`).
+    static CLIENT_ADDR: Cell<Option<SocketAddr>> = const { Cell::new(None) };
+}
+
+/// Like [`connect_start`], but with `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (`reuse_from` = the
+/// bootstrap address): every client socket of the calling thread (NCCL's proxy thread) binds
+/// the same local port, with `SO_REUSEADDR` and `SO_REUSEPORT`, as the seed's RCCL does, so
+/// a rank with many peers uses one ephemeral port instead of one per connection. A connect
+/// that would repeat a live 4-tuple (`EADDRNOTAVAIL`, the same peer address twice) or a port
+/// taken meanwhile falls back to an ephemeral port.
+pub fn connect_start_from(
+    to: &SocketAddr,
+    reuse_from: Option<SocketAddr>,
+) -> io::Result<TcpStream> {
+    let Some(from) = reuse_from.filter(|f| f.is_ipv4() == to.is_ipv4()) else {
+        return connect_fresh(to, None);
+    };
+    let local = CLIENT_ADDR.with(Cell::get).filter(|a| a.ip() == from.ip());
+    let mut first = from;
+    first.set_port(0);
+    match connect_fresh(to, Some(local.unwrap_or(first))) {
+        Ok(s) => {
+            if local.is_none() {
+                CLIENT_ADDR.with(|c| c.set(s.local_addr().ok()));
+            }
+            Ok(s)
+        }
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EADDRNOTAVAIL | libc::EADDRINUSE)
+            ) =>
+        {
+            crate::info!(
+                crate::log::NET,
+                "NCCL_IB_SOCK_CLIENT_PORT_REUSE: {} to {to} is taken ({e}); using an ephemeral port",
+                local.unwrap_or(first)
+            );
+            connect_fresh(to, None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn set_reuse(fd: i32) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    for opt in [libc::SO_REUSEADDR, libc::SO_REUSEPORT] {
+        // SAFETY: `fd` is a live socket; the option value is a c_int of the given size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &one as *const libc::c_int as *const libc::c_void,
+                core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A new non-blocking socket connecting to `to`, bound first to `bind` (with address and port
+/// reuse) when given.
+fn connect_fresh(to: &SocketAddr, bind: Option<SocketAddr>) -> io::Result<TcpStream> {
     let fam = if to.is_ipv4() {
         libc::AF_INET
     } else {
@@ -88,6 +160,14 @@ pub fn connect_start(to: &SocketAddr) -> io::Result<TcpStream> {
     }
     // SAFETY: `fd` is a fresh socket we own; the TcpStream closes it on drop.
     let s = unsafe { TcpStream::from_raw_fd(fd) };
+    if let Some(b) = bind {
+        set_reuse(fd)?;
+        let (ss, len) = sockaddr(&b);
+        // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
+        if unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     let (ss, len) = sockaddr(to);
     // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
     let rc = unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len) };
@@ -133,6 +213,38 @@ pub fn connect_done(s: &TcpStream) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn connected(c: io::Result<TcpStream>, l: &TcpListener) -> TcpStream {
+        let c = c.unwrap();
+        while !connect_done(&c).unwrap() {}
+        while try_accept(l).unwrap().is_none() {}
+        c
+    }
+
+    #[test]
+    fn client_port_reuse_shares_one_port_per_thread() {
+        std::thread::spawn(|| {
+            let from: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let (l1, l2) = (listen(from).unwrap(), listen(from).unwrap());
+            let (a1, a2) = (l1.local_addr().unwrap(), l2.local_addr().unwrap());
+            let c1 = connected(connect_start_from(&a1, Some(from)), &l1);
+            let c2 = connected(connect_start_from(&a2, Some(from)), &l2);
+            let p = c1.local_addr().unwrap().port();
+            assert_eq!(
+                c2.local_addr().unwrap().port(),
+                p,
+                "one local port for both peers"
+            );
+            // The same peer again would repeat the 4-tuple: an ephemeral port instead.
+            let c3 = connected(connect_start_from(&a1, Some(from)), &l1);
+            assert_ne!(c3.local_addr().unwrap().port(), p);
+            // Without reuse: ephemeral ports.
+            let c4 = connected(connect_start(&a2), &l2);
+            assert_ne!(c4.local_addr().unwrap().port(), p);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn refused_connect_is_error() {

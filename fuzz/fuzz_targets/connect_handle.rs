@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use ibnet_core::wire::{ConnectHandle, HANDLE_SCRATCH_OFFSET, NCCL_NET_HANDLE_MAXSIZE};
 use ibnet_core::Error;
 use libfuzzer_sys::fuzz_target;
-use nccl_net_ibnet::abi::types::ncclResult_t;
-use nccl_net_ibnet::abi::v11::ncclNetPlugin_v11 as NET;
+use nccl_net_ibnet::abi::exports::ncclNetPlugin_v11 as NET;
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 struct Env {
     ctx: usize,
@@ -106,11 +106,16 @@ fn env() -> &'static Env {
         std::env::set_var("IBNET_SOFT_WORKERS", "0");
         let mut ctx: *mut c_void = std::ptr::null_mut();
         // SAFETY: the table's init with a valid out pointer, no config, no logger.
-        let rc = unsafe { (NET.init)(&mut ctx, 0, std::ptr::null_mut(), None, None) };
+        let rc = unsafe {
+            (NET.init.expect("in the table"))(&mut ctx, 0, std::ptr::null_mut(), None, None)
+        };
         assert_eq!(rc, ncclResult_t::Success);
         let mut n = 0;
         // SAFETY: valid out pointer.
-        assert_eq!(unsafe { (NET.devices)(&mut n) }, ncclResult_t::Success);
+        assert_eq!(
+            unsafe { (NET.devices.expect("in the table"))(&mut n) },
+            ncclResult_t::Success
+        );
         if n < 1 {
             eprintln!("connect_handle: no soft device (cross-memory attach refused?): shallow run");
         }
@@ -160,7 +165,7 @@ fuzz_target!(|data: &[u8]| {
     // SAFETY: the table's connect with the context from init, a 128-byte handle and a valid
     // out pointer, as NCCL calls it.
     let rc = unsafe {
-        (NET.connect)(
+        (NET.connect.expect("in the table"))(
             e.ctx as *mut c_void,
             0,
             h.as_mut_ptr().cast(),

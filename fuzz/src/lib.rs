@@ -6,7 +6,7 @@
 //! builders share the constants here, so a seed always decodes the way its target reads it.
 
 use ibnet_core::fifo::{FifoRing, PostedRecv, MAX_RECVS};
-use ibnet_core::provider::{Gid, LinkLayer, Mtu, PortInfo, ProviderAddr};
+use ibnet_core::provider::{Ece, Gid, LinkLayer, Mtu, PortInfo, ProviderAddr};
 use ibnet_core::wire::{
     ready_bytes, ConnectHandle, Hello, QpInfo, RemoteBuf, HANDLE_SCRATCH_OFFSET,
     NCCL_NET_HANDLE_MAXSIZE, QP_INFO_MAX_LEN,
@@ -146,6 +146,7 @@ impl Side {
                 rkey: 0x42,
             }),
             addr: ProviderAddr::new(b"fuzz-local").unwrap_or(ProviderAddr::EMPTY),
+            ece: heapless::Vec::new(),
         }
     }
 }
@@ -203,7 +204,15 @@ pub fn seeds_handshake() -> Seeds {
             with(MODE_CONNECT, cfg, chunk, &ans),
         ));
     }
-    let big = peer_info(128, LinkLayer::Infiniband, Mtu::M256, true, &[7; 64]);
+    let mut big = peer_info(128, LinkLayer::Infiniband, Mtu::M256, true, &[7; 64]);
+    // Wire v2: one ECE entry per QP (the longest QpInfo).
+    for i in 0..128u32 {
+        let _ = big.ece.push(Ece {
+            vendor_id: 0x02c9,
+            options: i,
+            comp_mask: 0,
+        });
+    }
     out.push((
         "wire-qpinfo-max".into(),
         with(MODE_WIRE, 0, 0, &encode(&big)),
@@ -265,13 +274,13 @@ pub fn ring_bytes(r: &FuzzRing) -> &[u8] {
 /// The parsers of the `env` target, selected by the first input byte (modulo the count).
 pub const ENV_PARSERS: &[&str] = &[
     "core Params::set (NCCL_* and IBNET_PROVIDER)",
-    "core HcaFilter::parse/parse_names + ffi IfFilter (NCCL_IB_HCA, NCCL_SOCKET_IFNAME)",
+    "core HcaFilter::parse/parse_names, applied by ffi ifaddr::choose (NCCL_IB_HCA, NCCL_SOCKET_IFNAME)",
     "core AddrRange::parse (NCCL_IB_ADDR_RANGE)",
     "core parse_int vs hip parse_c_integer",
     "hip Env::int_param",
     "soft Config::from_lookup (IBNET_SOFT_*)",
-    "ffi Config::set (IBNET_HANDSHAKE_TIMEOUT, IBNET_FORCE_FLUSH, IBNET_FAULT_RO_EINVAL)",
-    "ffi ifaddr::choose + parse_family (NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY)",
+    "ffi Config::set (IBNET_HANDSHAKE_TIMEOUT, IBNET_FORCE_FLUSH, IBNET_FAULT_RO_EINVAL, IBNET_FAULT_MQP_ETIMEDOUT)",
+    "ffi ifaddr::choose (NCCL_SOCKET_IFNAME; NCCL_SOCKET_FAMILY through core Params and ffi Config)",
 ];
 
 /// Seeds of `env`. Input: parser byte (index into [`ENV_PARSERS`]), name byte (which variable,

@@ -53,6 +53,49 @@ t data-ro-fallback 120 "FAULTS_VERBOSE=1 IBNET_FAULT_RO_EINVAL=1 $faults data 2>
 t data-no-ro 120 "FAULTS_VERBOSE=1 NCCL_IB_PCI_RELAXED_ORDERING=0 $faults data 2>&1 | \
   tee /tmp/data-no-ro.log && logged data-no-ro 'Using .*rxe0:1/RoCE\$'"
 
+# ECE: rxe has no ECE (ibv_query_ece answers EOPNOTSUPP): logged once (by the requester, whose
+# query fails; the responder, offered nothing, asks nothing), not fatal, every byte still
+# moves; NCCL_IB_ECE_ENABLE=0 does not even ask.
+t ece-unsupported 120 "FAULTS_VERBOSE=1 $faults data 2>&1 | tee /tmp/ece-unsupported.log && \
+  logged ece-unsupported 'rxe0: ECE not available \(ibv_query_ece: EOPNOTSUPP\)' \
+  'receiver: .* verified' && test \$(grep -c 'ECE not available' /tmp/ece-unsupported.log) -eq 1"
+t ece-off 120 "FAULTS_VERBOSE=1 NCCL_IB_ECE_ENABLE=0 $faults data 2>&1 | tee /tmp/ece-off.log && \
+  ! grep -q 'ECE not available' /tmp/ece-off.log"
+# ibv_modify_qp retry (IBNET_FAULT_MQP_ETIMEDOUT: the first N calls of each process fail with
+# ETIMEDOUT before reaching the driver): retried after 1 ms, 2 ms, data verified; with too few
+# retries (NCCL_IB_MQP_RETRY_CNT=1) the connect fails with errno 110, naming the transition.
+t mqp-retry 120 "FAULTS_VERBOSE=1 IBNET_FAULT_MQP_ETIMEDOUT=2 NCCL_IB_MQP_RETRY_SLEEP_MSEC=1 \
+  $faults data 2>&1 | tee /tmp/mqp-retry.log && logged mqp-retry \
+  'rxe0: ibv_modify_qp\(INIT\) failed with errno 110 .*retrying 1/34 after 1 ms' \
+  'rxe0: ibv_modify_qp\(INIT\) failed with errno 110 .*retrying 2/34 after 2 ms' \
+  'receiver: .* verified'"
+t mqp-retry-exhausted 120 "FAULTS_DEADLINE_S=20 IBNET_FAULT_MQP_ETIMEDOUT=4 NCCL_IB_MQP_RETRY_CNT=1 \
+  NCCL_IB_MQP_RETRY_SLEEP_MSEC=1 $faults data >/tmp/mqp-retry-exhausted.log 2>&1; \
+  test \$? -ne 0 && logged mqp-retry-exhausted 'ibv_modify_qp\(INIT\) failed \(errno 110\)'"
+# NCCL_IB_FIFO_TC: the receiver's QPs (they post the clear-to-send writes) carry traffic class
+# 96, the sender's (data) NCCL_IB_TC=40: read back from the QPs with ibv_query_qp.
+t fifo-tc 120 "FAULTS_VERBOSE=1 NCCL_IB_TC=40 NCCL_IB_FIFO_TC=96 $faults data 2>&1 | \
+  tee /tmp/fifo-tc.log && logged fifo-tc \
+  'rxe0: qpn 0x[0-9a-f]+ -> qpn 0x[0-9a-f]+ state 3 .*global 1 traffic_class 96' \
+  'rxe0: qpn 0x[0-9a-f]+ -> qpn 0x[0-9a-f]+ state 3 .*global 1 traffic_class 40'"
+# GID chosen per connection: with NCCL_IB_ADDR_RANGE=10.12.0.0/24 nothing matches at init
+# (index 1, $RXE_IP, is the fallback); an address in the range added after init gives a new
+# GID, which the connections then use (logged), and every byte still moves.
+t gid-per-connection 120 "FAULTS_VERBOSE=1 NCCL_IB_ADDR_RANGE=10.12.0.0/24 \
+  env 'FAULTS_AFTER_INIT=ip addr replace 10.12.0.1/24 dev $NETDEV && sleep 2' $faults data 2>&1 | \
+  tee /tmp/gid-per-connection.log; rc=\$?; ip addr del 10.12.0.1/24 dev $NETDEV; test \$rc -eq 0 && \
+  logged gid-per-connection 'rxe0:1 using GID index 1: ::ffff:$RXE_IP' \
+  'rxe0:1 GID for new connections: index [0-9]+ ::ffff:10.12.0.1 \(was index 1 ::ffff:$RXE_IP\)' \
+  'receiver: .* verified'"
+# NCCL_IB_SOCK_CLIENT_PORT_REUSE works (data verified); the server variant is refused at init.
+t sock-reuse 120 "FAULTS_VERBOSE=1 NCCL_IB_SOCK_CLIENT_PORT_REUSE=1 NCCL_IB_SOCK_SERVER_PORT_REUSE=1 \
+  $faults data 2>&1 | tee /tmp/sock-reuse.log && logged sock-reuse \
+  'NCCL_IB_SOCK_SERVER_PORT_REUSE=1 is not supported by ibnet' 'receiver: .* verified'"
+# No IP interface for the bootstrap sockets: init fails (NCCL then falls back), no device.
+t no-ip-interface 60 "NCCL_SOCKET_IFNAME==no-such-if $faults devices 0 2>&1 | \
+  tee /tmp/no-ip-interface.log; logged no-ip-interface 'No IP interface found' \
+  'init: init called in state no IP interface found'"
+
 # NCCL_IB_HCA include / exact / exclude / no match (init + devices only)
 t hca-include 60 "NCCL_IB_HCA=rxe $faults devices 1"
 t hca-exact 60 "NCCL_IB_HCA==rxe0:1 $faults devices 1"
@@ -69,7 +112,13 @@ t ibnet-perf 180 "$BIN/ibnet-perf --plugin $SO --loopback --check --min-bytes 8 
 # ---- lifecycle and failure paths (scripts/rxe/plugin-faults.c)
 t lifecycle 120 "$faults lifecycle"
 # A short retry timeout (67 ms x 3 retries) so the dead peer is detected quickly.
-t peer-death 180 "FAULTS_GID=::ffff:$RXE_IP NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 $faults peer-death"
+# A completion error names (as NCCL 2.28, and more) the status and opcode by name, the request
+# size, the HCA, the local QP and the peer's socket address as well as its GID.
+t peer-death 180 "FAULTS_GID=::ffff:$RXE_IP NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 $faults peer-death \
+  2>&1 | tee /tmp/peer-death.log && { ! grep -q 'ncclResult_t 6' /tmp/peer-death.log || \
+  logged peer-death 'got completion from peer $RXE_IP:[0-9]+ gid ::ffff:$RXE_IP' \
+  'status=IBV_WC_[A-Z_]+\([0-9]+\) opcode=[A-Z_]+\(-?[0-9]+\) reqSize=1048576' \
+  'req_type=Send localGid ::ffff:$RXE_IP hca rxe0 qpn 0x[0-9a-f]+'; }"
 # IBNET_FORCE_FLUSH=1: flush host memory too, so iflush posts its RDMA READ on the loopback QP.
 t iflush 120 "IBNET_FORCE_FLUSH=1 $faults flush 2>&1 | tee /tmp/iflush.log && \
   logged iflush 'iflush: completed \(RDMA READ\)' 'flush: ok'"

@@ -16,6 +16,7 @@
  *
  * Each process dlopens the plugin itself, after fork: a verbs context must never cross a fork.
  * Every wait is bounded (FAULTS_DEADLINE_S, default 60 s). Exit status 0 on success.
+ * FAULTS_AFTER_INIT, when set, is a shell command each process runs right after init.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -107,6 +108,10 @@ static const ibnet_net_v11_t* load_any(const char* path, void** ctx, int* ndev) 
   ibnet_comm_config_t cfg = {-1};
   OK(n->init(ctx, 1, &cfg, logger, NULL));
   OK(n->devices(ndev));
+  /* FAULTS_AFTER_INIT: a shell command run between init and the first listen/connect (e.g. an
+   * address added, so the GID table changes after init). */
+  const char* hook = getenv("FAULTS_AFTER_INIT");
+  if (hook) CHECK(system(hook) == 0);
   return n;
 }
 static const ibnet_net_v11_t* load(const char* path, void** ctx) {

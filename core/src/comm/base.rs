@@ -6,7 +6,7 @@ use heapless::Vec;
 use super::types::{CommConfig, Done};
 use crate::error::{Error, PeerId, ReqType, Result};
 use crate::provider::{
-    Access, Completion, ConnectAttr, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
+    Access, Completion, ConnectAttr, Ece, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
     WcStatus,
 };
 use crate::request::{wr_id_lane, ReqId, RequestPool};
@@ -100,7 +100,38 @@ impl<P: Provider> Base<P> {
             qpn: self.qps.iter().map(|q| self.dev.qp_num(q)).collect(),
             fifo: None,
             addr: self.port.addr,
+            ece: Vec::new(),
         }
+    }
+
+    /// Every QP's ECE options (`ibv_query_ece`), or empty when any QP has none (the provider
+    /// or device does not support ECE): ECE is used for all QPs of a comm or for none.
+    pub fn query_ece_all(&self) -> Result<Vec<Ece, MAX_QPS>> {
+        let mut out = Vec::new();
+        for qp in &self.qps {
+            match self.dev.query_ece(qp)? {
+                // Cannot fail: one entry per QP, at most MAX_QPS.
+                Some(e) => out.push(e).map_err(|_| Error::Full {
+                    what: "ECE entries",
+                    cap: MAX_QPS,
+                })?,
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies the peer's ECE options to QP `i` for each `i` (before the QPs connect); `false`
+    /// when the peer sent none or the provider does not support ECE.
+    pub fn set_ece_all(&mut self, remote: &QpInfo) -> Result<bool> {
+        if remote.ece.len() != self.qps.len() {
+            return Ok(false);
+        }
+        let mut all = true;
+        for (qp, e) in self.qps.iter_mut().zip(remote.ece.iter()) {
+            all &= self.dev.set_ece(qp, e)?;
+        }
+        Ok(all)
     }
 
     /// Checks the peer's description against ours and remembers who the peer is.
@@ -121,6 +152,7 @@ impl<P: Provider> Base<P> {
             gid: remote.gid,
             lid: remote.lid,
             qpn: remote.qpn[0],
+            addr: self.peer.addr,
         };
         Ok(())
     }
@@ -176,6 +208,11 @@ impl<P: Provider> Base<P> {
     /// A failure was reported: later calls fail fast.
     pub fn poison(&mut self) {
         self.life = Life::Poisoned;
+    }
+
+    /// Records the peer's socket address, for error messages.
+    pub fn set_peer_addr(&mut self, addr: core::net::SocketAddr) {
+        self.peer.addr = Some(addr);
     }
 
     /// Fails fast on a poisoned comm.
@@ -255,19 +292,23 @@ impl<P: Provider> Base<P> {
         let bogus = Error::BogusCompletion { wr_id: wc.wr_id };
         let lane0 = wr_id_lane(wc.wr_id, 0);
         if wc.status != WcStatus::Success {
-            let req = self
-                .reqs
-                .by_index(lane0)
-                .and_then(|r| r.kind)
-                .unwrap_or(ReqType::Recv);
+            let r = self.reqs.by_index(lane0);
+            let req = r.as_ref().and_then(|r| r.kind).unwrap_or(ReqType::Recv);
+            // A send's size is its request's (a failed completion's byte_len is not reliable).
+            let size = match r {
+                Some(r) if r.kind == Some(ReqType::Send) => r.send.size,
+                _ => u64::from(wc.byte_len),
+            };
             return Err(Error::Completion {
                 status: wc.status,
                 opcode: wc.opcode,
-                len: wc.byte_len,
                 vendor_err: wc.vendor_err,
                 req,
                 peer: self.peer,
                 local_gid: self.port.gid,
+                hca: self.dev.dev_name(),
+                local_qpn: wc.qp_num,
+                size,
             });
         }
         let r = self.reqs.by_index(lane0).ok_or(bogus)?;

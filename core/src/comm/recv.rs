@@ -8,9 +8,9 @@ use super::base::Base;
 use super::types::{CommConfig, Done, RecvBuf};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::provider::{Access, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
+use crate::provider::{Access, Ece, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
 use crate::request::ReqId;
-use crate::wire::{QpInfo, RemoteBuf};
+use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
 /// The RDMA READ flush: a loopback QP and a one-byte read into registered scratch memory.
 struct Flush<P: Provider> {
@@ -34,6 +34,8 @@ pub struct RecvComm<P: Provider> {
     /// Sequence number of the next FIFO slot to post.
     fifo_tail: u64,
     flush: Flush<P>,
+    /// The ECE options our QPs settled on, for the answer (empty: no ECE).
+    ece: heapless::Vec<Ece, MAX_QPS>,
 }
 
 impl<P: Provider> RecvComm<P> {
@@ -70,11 +72,21 @@ impl<P: Provider> RecvComm<P> {
         let mut base = Base::new(dev, nqps, cq_depth, &attr)?;
         base.accept_peer(remote)?;
         let mtu = remote.mtu.min(base.port.mtu);
-        // The receiver applies the sender's service level and traffic class (NCCL 2.28).
+        // The receiver applies the sender's service level and traffic class (NCCL 2.28); on
+        // RoCE its QPs, which post the clear-to-send writes, take NCCL_IB_FIFO_TC when set.
         let (sl, tc) = (remote.sl, remote.tc);
-        let cattr = base.connect_attr(remote, mtu, &cfg, sl, tc);
+        let qp_tc = crate::params::fifo_qp_tc(base.port.link_layer, cfg.fifo_tc, tc);
+        let cattr = base.connect_attr(remote, mtu, &cfg, sl, qp_tc);
+        // ECE: the requester's options go on our QPs before they connect; what the QPs settled
+        // on goes back in the answer.
+        let ece_set = cfg.ece && base.set_ece_all(remote)?;
         base.connect_all(remote, &cattr)?;
         base.set_connected();
+        let ece = if ece_set {
+            base.query_ece_all()?
+        } else {
+            heapless::Vec::new()
+        };
 
         let staging = base.dev.alloc_fifo()?;
         let access = Access {
@@ -96,6 +108,7 @@ impl<P: Provider> RecvComm<P> {
             rem_fifo,
             fifo_tail: 0,
             flush: Flush { qp: None },
+            ece,
         };
         if cfg.gdr_flush {
             comm.flush.qp = Some(comm.loopback_qp()?);
@@ -128,6 +141,7 @@ impl<P: Provider> RecvComm<P> {
             qpn: core::iter::once(self.base.dev.qp_num(&qp)).collect(),
             fifo: None,
             addr: me.addr,
+            ece: heapless::Vec::new(),
         };
         let mut a = self
             .base
@@ -140,9 +154,16 @@ impl<P: Provider> RecvComm<P> {
         Ok(qp)
     }
 
+    /// Records the peer's socket address (the bootstrap connection's far end), so errors name it.
+    pub fn set_peer_addr(&mut self, addr: core::net::SocketAddr) {
+        self.base.set_peer_addr(addr);
+    }
+
     /// The answer to the connector: our QPs and the negotiated MTU.
     pub fn local_info(&self) -> QpInfo {
-        self.base.local_info(self.mtu, self.sl, self.tc)
+        let mut info = self.base.local_info(self.mtu, self.sl, self.tc);
+        info.ece = self.ece.clone();
+        info
     }
 
     /// Posts a (multi-)receive of `bufs` (1..=8 buffers).

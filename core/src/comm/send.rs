@@ -9,9 +9,9 @@ use super::base::{Base, Life};
 use super::types::{CommConfig, Done};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::provider::{Access, MrKeys, Provider, QpAttr, SendWr, Sge, WrOpcode};
+use crate::provider::{Access, Ece, MrKeys, Provider, QpAttr, SendWr, Sge, WrOpcode};
 use crate::request::{pack_wr_id, ReqId};
-use crate::wire::{QpInfo, RemoteBuf};
+use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
 /// The largest message one `isend` carries (one RDMA write; NCCL splits larger transfers).
 pub const MAX_MSG_SIZE: u64 = 1 << 30;
@@ -31,6 +31,8 @@ pub struct SendComm<P: Provider> {
     fifo_head: u64,
     /// Requests matched so far against the receives of slot `fifo_head`.
     slot_reqs: [Option<ReqId>; MAX_RECVS],
+    /// Our QPs' ECE options, sent to the peer (empty: ECE off or not supported).
+    ece: heapless::Vec<Ece, MAX_QPS>,
 }
 
 impl<P: Provider> SendComm<P> {
@@ -55,6 +57,11 @@ impl<P: Provider> SendComm<P> {
             relaxed_ordering: false,
         };
         let (mr, keys) = base.reg(fifo.base_addr(), FifoRing::<MAX_REQUESTS>::BYTES, access)?;
+        let ece = if cfg.ece {
+            base.query_ece_all()?
+        } else {
+            heapless::Vec::new()
+        };
         Ok(Self {
             base,
             cfg,
@@ -63,6 +70,7 @@ impl<P: Provider> SendComm<P> {
             fifo_keys: keys,
             fifo_head: 0,
             slot_reqs: [None; MAX_RECVS],
+            ece,
         })
     }
 
@@ -75,7 +83,13 @@ impl<P: Provider> SendComm<P> {
             addr: self.fifo.base_addr(),
             rkey: self.fifo_keys.rkey,
         });
+        info.ece = self.ece.clone();
         info
+    }
+
+    /// Records the peer's socket address (the bootstrap connection's far end), so errors name it.
+    pub fn set_peer_addr(&mut self, addr: core::net::SocketAddr) {
+        self.base.set_peer_addr(addr);
     }
 
     /// Connects the QPs to the acceptor's (whose `mtu` is the negotiated one).
@@ -87,6 +101,11 @@ impl<P: Provider> SendComm<P> {
             });
         }
         self.base.accept_peer(remote)?;
+        // The acceptor's answer carries the options its QPs settled on (NCCL 2.28 sets them on
+        // the requester's QPs before RTR); none when it or we have no ECE.
+        if self.cfg.ece && !self.ece.is_empty() {
+            self.base.set_ece_all(remote)?;
+        }
         let mtu = remote.mtu.min(self.base.port.mtu);
         let attr = self
             .base

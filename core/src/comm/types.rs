@@ -29,6 +29,11 @@ pub struct CommConfig {
     pub tc: u8,
     /// Partition key index (`NCCL_IB_PKEY`).
     pub pkey_index: u16,
+    /// Traffic class of the receiver's QPs, which post the clear-to-send (FIFO) writes, on
+    /// RoCE (`NCCL_IB_FIFO_TC`); `None`: the sender's traffic class, as for the data.
+    pub fifo_tc: Option<u8>,
+    /// Exchange and apply ECE options (`NCCL_IB_ECE_ENABLE`) where the provider has them.
+    pub ece: bool,
 }
 
 impl Default for CommConfig {
@@ -46,6 +51,8 @@ impl Default for CommConfig {
             sl: 0,
             tc: 0,
             pkey_index: 0,
+            fifo_tc: None,
+            ece: true,
         }
     }
 }
@@ -73,6 +80,8 @@ impl CommConfig {
             sl: p.sl(config_tc),
             tc: p.tc(config_tc),
             pkey_index: p.ib_pkey,
+            fifo_tc: p.ib_fifo_tc,
+            ece: p.ib_ece_enable,
         }
     }
 }

@@ -47,6 +47,7 @@ fn defaults_are_nccl_2_28() {
     assert!(!p.ib_mqp_retry_all);
     assert_eq!(p.ib_mqp_retry_cnt, 34);
     assert_eq!(p.ib_mqp_retry_sleep_msec, 100);
+    assert_eq!(p.ib_routable_flid_gid_index, 1);
     assert!(!p.gdr_flush_disable);
     assert!(p.dmabuf_enable);
     assert_eq!(p.socket_ifname.as_str(), "");
@@ -330,6 +331,22 @@ fn address_family_and_range() {
     ] {
         bad("NCCL_IB_ADDR_RANGE", b);
     }
+}
+
+/// NCCL_IB_HCA and NCCL_SOCKET_IFNAME keep their entries as written: only ASCII whitespace at
+/// the ends of the value is dropped (a vertical tab or a no-break space is part of a name), so
+/// ffi, which applies the stored value with the same grammar, selects what was validated.
+#[test]
+fn filter_lists_are_kept_as_written() {
+    let p = good("NCCL_IB_HCA", " \tmlx5_0, mlx5_1:1\n");
+    assert_eq!(p.ib_hca.as_str(), "mlx5_0, mlx5_1:1");
+    let f = p.hca_filter().unwrap();
+    assert!(!f.matches("mlx5_1", 1) && f.matches(" mlx5_1", 1));
+    let p = good("NCCL_SOCKET_IFNAME", "\u{b}eth0,ib\u{a0} ");
+    assert_eq!(p.socket_ifname.as_str(), "\u{b}eth0,ib\u{a0}");
+    let i = p.socket_ifname_filter().unwrap();
+    assert!(i.matches_name("\u{b}eth0") && !i.matches_name("eth0"));
+    assert!(i.matches_name("ib\u{a0}0") && !i.matches_name("ib0"));
 }
 
 #[test]

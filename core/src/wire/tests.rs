@@ -21,6 +21,7 @@ fn info(nqps: usize, addr: &[u8], fifo: bool) -> QpInfo {
             rkey: 0xDEAD_BEEF,
         }),
         addr: ProviderAddr::new(addr).unwrap(),
+        ece: heapless::Vec::new(),
     }
 }
 
@@ -57,14 +58,54 @@ fn qp_info_round_trips() {
     i.port = 255;
     i.qpn[1] = MAX_QPN;
     assert_eq!(QpInfo::decode(&enc(&i)), Ok(i));
-    assert_eq!(info(MAX_QPS, &[0; 64], true).encoded_len(), QP_INFO_MAX_LEN);
+    let mut full = info(MAX_QPS, &[0; 64], true);
+    for q in 0..MAX_QPS as u32 {
+        full.ece
+            .push(Ece {
+                vendor_id: 0x02c9,
+                options: q,
+                comp_mask: 0,
+            })
+            .unwrap();
+    }
+    assert_eq!(full.encoded_len(), QP_INFO_MAX_LEN);
+    assert_eq!(QpInfo::decode(&enc(&full)), Ok(full));
+}
+
+#[test]
+fn qp_info_ece_is_one_entry_per_qp() {
+    let mut i = info(2, b"ab", false);
+    let e = Ece {
+        vendor_id: 0x15b3,
+        options: 0x3000_0000,
+        comp_mask: 0,
+    };
+    i.ece.push(e).unwrap();
+    // One entry for two QPs: refused locally, never sent.
+    assert!(matches!(
+        i.encode(&mut [0u8; QP_INFO_MAX_LEN]),
+        Err(Error::OutOfRange { .. })
+    ));
+    i.ece.push(e).unwrap();
+    let b = enc(&i);
+    assert_eq!(b[13], 2, "ECE flag");
+    assert_eq!(b.len(), QP_INFO_HEADER_LEN + 2 * 4 + 2 + 2 * 12);
+    assert_eq!(&b[b.len() - 12..b.len() - 8], &0x15b3u32.to_le_bytes());
+    assert_eq!(QpInfo::decode(&b), Ok(i.clone()));
+    // The flag without the entries (or the entries without the flag) is a length error.
+    let mut no_flag = b.clone();
+    no_flag[13] = 0;
+    assert_eq!(wire_err(QpInfo::decode(&no_flag)), "QpInfo length");
+    let mut short = enc(&info(2, b"ab", false));
+    short[13] = 2;
+    assert_eq!(wire_err(QpInfo::decode(&short)), "QpInfo length");
 }
 
 #[test]
 fn qp_info_layout_is_little_endian() {
     let b = enc(&info(1, b"xy", true));
     assert_eq!(&b[..4], b"IBNQ");
-    assert_eq!(&b[4..6], &[1, 0]);
+    assert_eq!(&b[4..6], &[2, 0]);
     assert_eq!(&b[6..8], &(b.len() as u16).to_le_bytes());
     assert_eq!(&b[14..16], &[0x34, 0x12]);
     assert_eq!(&b[48..52], &0x00AB_CD00u32.to_le_bytes());
@@ -129,7 +170,7 @@ fn patched(off: usize, v: u8) -> &'static str {
 #[test]
 fn qp_info_every_field_is_validated() {
     assert_eq!(patched(0, b'X'), "QpInfo magic");
-    assert_eq!(patched(4, 2), "wire version");
+    assert_eq!(patched(4, 3), "wire version");
     assert_eq!(patched(5, 1), "wire version");
     assert_eq!(patched(6, 0), "QpInfo length");
     assert_eq!(patched(7, 1), "QpInfo length");
@@ -139,7 +180,7 @@ fn qp_info_every_field_is_validated() {
     assert_eq!(patched(10, 0), "mtu");
     assert_eq!(patched(10, 6), "mtu");
     assert_eq!(patched(11, 16), "sl");
-    assert_eq!(patched(13, 2), "flags");
+    assert_eq!(patched(13, 4), "flags");
     assert_eq!(patched(13, 0x81), "flags");
     assert_eq!(patched(32, 0), "nqps");
     assert_eq!(patched(32, MAX_QPS as u8 + 1), "nqps");

@@ -41,7 +41,10 @@ fn connect_step(
                 c.stage = Some(ConnectStage::Tcp(s));
                 return Ok(None);
             }
-            let send = Box::new(d.new_send(cfg)?);
+            let mut send = Box::new(d.new_send(cfg)?);
+            if let Ok(a) = s.peer_addr() {
+                send.set_peer_addr(a);
+            }
             let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
             (s, send, machine)
         }
@@ -104,7 +107,8 @@ pub fn connect(
         // Connects NCCL gave up on (never called again) are dropped once past their deadline.
         registry::prune(now);
         let mut c = if token == 0 {
-            let s = sock::connect_start(&h.addr).map_err(|e| sys("connect", &e))?;
+            let reuse = p.bind.filter(|_| p.cfg.sock_client_port_reuse);
+            let s = sock::connect_start_from(&h.addr, reuse).map_err(|e| sys("connect", &e))?;
             token = random_u64();
             Connecting {
                 stage: Some(ConnectStage::Tcp(s)),

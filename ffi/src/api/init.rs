@@ -43,6 +43,14 @@ pub fn init(
             None => None,
         };
         let p = state::acquire();
+        if p.bind.is_none() {
+            state::release();
+            // ncclInternalError, as the seed's "No IP interface found".
+            return Err(Error::BadState {
+                op: "init",
+                state: "no IP interface found (see NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY)",
+            });
+        }
         crate::info!(
             crate::log::INIT | crate::log::NET,
             "ibnet {} initialised: {} device(s), provider {:?}",

@@ -113,7 +113,10 @@ fn accept_step(lc: &ListenComm, a: &mut Accepting) -> Result<Option<Box<AnyRecv>
         match pump(&mut a.stream, &mut *a.machine)? {
             Some(Event::PeerInfo(info)) => {
                 let cfg = lc.plugin.comm_config(&lc.dev, -1);
-                let recv = Box::new(lc.dev.new_recv(cfg, &info)?);
+                let mut recv = Box::new(lc.dev.new_recv(cfg, &info)?);
+                if let Ok(a) = a.stream.peer_addr() {
+                    recv.set_peer_addr(a);
+                }
                 a.machine.handle_local_info(recv.local_info())?;
                 a.recv = Some(recv);
             }

@@ -87,15 +87,16 @@ pub fn reg_mr(
         };
         // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
         // covers one page.
-        let r = cache.acquire(data as u64, size.max(1), page_size(), |base, len| {
-            let (mr, keys) = d.reg(base, len, kind)?;
-            Ok(CachedMr {
-                keys,
-                raw: Box::into_raw(Box::new(mr)) as usize,
-                base,
-                len,
-            })
-        })?;
+        let r =
+            cache.acquire_or_contained(data as u64, size.max(1), page_size(), |base, len| {
+                let (mr, keys) = d.reg(base, len, kind)?;
+                Ok(CachedMr {
+                    keys,
+                    raw: Box::into_raw(Box::new(mr)) as usize,
+                    base,
+                    len,
+                })
+            })?;
         *out = mh_encode(r.handle, dev_index) as *mut c_void;
         Ok(())
     })

@@ -19,6 +19,7 @@ use super::loader::{self, Verbs};
 use super::sys::*;
 use crate::env::Config;
 use crate::{info, warn};
+use ibnet_core::hca::HcaFilter;
 
 /// An opened device context shared by its ports, with its protection domain and async thread.
 pub struct Context {
@@ -85,10 +86,14 @@ pub struct VerbsDev {
     pub lid: u16,
     /// Active MTU (`ibv_mtu`).
     pub mtu: u8,
-    /// Chosen GID index.
+    /// GID index chosen at discovery (for display; comms choose again: [`VerbsDev::current_gid`]).
     pub gid_index: u8,
-    /// The GID at that index.
+    /// The GID at that index at discovery.
     pub gid: [u8; 16],
+    /// What GID selection needs, to choose again per connection.
+    gid_sel: GidSel,
+    /// The last GID a connection used (the next choice is logged when it differs).
+    last_gid: Mutex<(u8, [u8; 16])>,
     /// Adaptive routing in effect.
     pub adaptive_routing: bool,
     /// The DMA-BUF probe succeeded.
@@ -114,65 +119,58 @@ pub fn speed_mbps(width: u8, speed: u8, speed_ex: u32) -> i32 {
     SPEEDS[first_bit(s, SPEEDS.len() - 1)] * WIDTHS[first_bit(width as u32, WIDTHS.len() - 1)]
 }
 
-/// One `NCCL_IB_HCA` entry: a device name (prefix unless exact) and an optional port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HcaEntry {
-    /// Name or prefix.
-    pub name: String,
-    /// Port, if given (`mlx5_0:1`).
-    pub port: Option<u8>,
+/// The inputs of GID selection, kept per port to choose again per connection.
+#[derive(Debug, Clone, Copy)]
+struct GidSel {
+    link_layer: u8,
+    gid_tbl_len: i32,
+    gid_index: i64,
+    flid_index: u8,
+    family: i32,
+    range: Option<(IpAddr, u8)>,
+    roce_version: i64,
 }
 
-/// `NCCL_IB_HCA`: `[^][=]name[:port],…`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct HcaFilter {
-    /// `^`: exclude the listed devices.
-    pub exclude: bool,
-    /// `=`: exact names.
-    pub exact: bool,
-    /// Entries.
-    pub entries: Vec<HcaEntry>,
-}
-
-impl HcaFilter {
-    /// Parses the variable.
-    pub fn parse(s: &str) -> Self {
-        let f = crate::ifaddr::IfFilter::parse(s);
-        let entries = f
-            .names
-            .iter()
-            .map(|n| match n.split_once(':') {
-                Some((d, p)) => HcaEntry {
-                    name: d.into(),
-                    port: p.parse().ok(),
-                },
-                None => HcaEntry {
-                    name: n.clone(),
-                    port: None,
-                },
-            })
-            .collect();
+impl GidSel {
+    fn new(pa: &ibv_port_attr, cfg: &Config) -> Self {
         Self {
-            exclude: f.exclude,
-            exact: f.exact,
-            entries,
+            link_layer: pa.link_layer,
+            gid_tbl_len: pa.gid_tbl_len,
+            gid_index: cfg.gid_index,
+            flid_index: cfg.routable_flid_gid_index,
+            family: cfg.addr_family,
+            range: cfg.addr_range,
+            roce_version: cfg.roce_version,
         }
     }
+}
 
-    /// Whether `dev:port` is selected. An empty filter selects everything.
-    pub fn matches(&self, dev: &str, port: u8) -> bool {
-        if self.entries.is_empty() {
-            return true;
+impl VerbsDev {
+    /// The GID a new connection uses, chosen now: the GID table can change after init (an
+    /// address added or moved), so each comm runs the selection again, as NCCL 2.28 does at
+    /// every connect. A choice that differs from the previous connection's is logged.
+    pub fn current_gid(&self) -> (u8, [u8; 16]) {
+        let (idx, gid) = select_port_gid(
+            self.ctx.verbs,
+            self.ctx.raw,
+            &self.ctx.name,
+            self.port,
+            &self.gid_sel,
+        );
+        let mut last = self.last_gid.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != (idx, gid) {
+            info!(
+                crate::log::NET,
+                "{}:{} GID for new connections: index {idx} {} (was index {} {})",
+                self.ctx.name,
+                self.port,
+                std::net::Ipv6Addr::from(gid),
+                last.0,
+                std::net::Ipv6Addr::from(last.1)
+            );
+            *last = (idx, gid);
         }
-        let hit = self.entries.iter().any(|e| {
-            let name_ok = if self.exact {
-                dev == e.name
-            } else {
-                dev.starts_with(e.name.as_str())
-            };
-            name_ok && e.port.is_none_or(|p| p == port)
-        });
-        hit != self.exclude
+        (idx, gid)
     }
 }
 
@@ -369,10 +367,11 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
     let v = loader::get().map_err(|e| format!("libibverbs not available: {e}"))?;
     // SAFETY: ibv_fork_init only sets up madvise handling; NCCL calls it the same way.
     unsafe { (v.fork_init)() };
+    // The one NCCL_IB_HCA grammar (ibnet_core::hca); Params validated the value already.
     let filter = cfg
         .ib_hca
         .as_deref()
-        .map(HcaFilter::parse)
+        .map(|s| HcaFilter::parse(s).unwrap_or_default())
         .unwrap_or_default();
     let mut n = 0;
     // SAFETY: returns an array of `n` device pointers, freed below.
@@ -504,7 +503,9 @@ fn open_ports(
         if !filter.matches(name, port) {
             continue;
         }
-        let (gid_index, gid) = choose_gid(v, raw, name, port, &pa, cfg);
+        let sel = GidSel::new(&pa, cfg);
+        let (gid_index, gid) = select_port_gid(v, raw, name, port, &sel);
+        log_gid(name, port, gid_index, &gid, pa.link_layer);
         let pci = pci_path(name, cfg.merge_vfs);
         if pci.is_none() {
             warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
@@ -530,8 +531,10 @@ fn open_ports(
             max_qp: attr.max_qp,
             lid: pa.lid,
             mtu: pa.active_mtu as u8,
-            gid_index: gid_index as u8,
+            gid_index,
             gid,
+            gid_sel: sel,
+            last_gid: Mutex::new((gid_index, gid)),
             adaptive_routing: ar,
             dmabuf,
         }));
@@ -553,39 +556,53 @@ fn open_ports(
     }
 }
 
-fn choose_gid(
+/// GID selection as NCCL 2.28's `ncclIbGetGidIndex`: InfiniBand takes
+/// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that GID carries a routable FLID, else index 0; RoCE
+/// takes `NCCL_IB_GID_INDEX`, or auto-selects by family, range and RoCE version.
+fn select_port_gid(
     v: &Verbs,
     raw: *mut ibv_context,
     name: &str,
     port: u8,
-    pa: &ibv_port_attr,
-    cfg: &Config,
-) -> (i32, [u8; 16]) {
+    sel: &GidSel,
+) -> (u8, [u8; 16]) {
     let query = |i: i32| {
         let mut g = ibv_gid::default();
         // SAFETY: live context, writable gid.
         (unsafe { (v.query_gid)(raw, port, i, &mut g) } == 0).then_some(g.raw)
     };
-    if pa.link_layer == IBV_LINK_LAYER_INFINIBAND {
-        let i = cfg.gid_index.max(0) as i32;
-        return (i, query(i).unwrap_or_default());
-    }
-    let idx = if cfg.gid_index >= 0 {
-        cfg.gid_index as i32
+    let idx = if sel.link_layer == IBV_LINK_LAYER_INFINIBAND {
+        let f = i32::from(sel.flid_index);
+        match query(f) {
+            Some(g) if f < sel.gid_tbl_len && super::qp::flid(&g) != 0 => f,
+            _ => 0,
+        }
+    } else if sel.gid_index >= 0 {
+        sel.gid_index as i32
     } else {
-        let gids: Vec<_> = (0..pa.gid_tbl_len.min(256))
+        let gids: Vec<_> = (0..sel.gid_tbl_len.min(256))
             .filter_map(|i| query(i).map(|g| (i, g, roce_version(name, port, i))))
             .collect();
-        select_gid(&gids, cfg.addr_family, cfg.addr_range, cfg.roce_version)
+        select_gid(&gids, sel.family, sel.range, sel.roce_version)
     };
-    let gid = query(idx).unwrap_or_default();
+    let idx = u8::try_from(idx).unwrap_or(0);
+    (idx, query(i32::from(idx)).unwrap_or_default())
+}
+
+fn log_gid(name: &str, port: u8, idx: u8, gid: &[u8; 16], link_layer: u8) {
+    let kind = if link_layer == IBV_LINK_LAYER_INFINIBAND {
+        format!("IB, FLID {:#x}", super::qp::flid(gid))
+    } else {
+        format!(
+            "RoCE v{}",
+            roce_version(name, port, i32::from(idx)).map_or("?".to_string(), |v| v.to_string())
+        )
+    };
     info!(
         crate::log::INIT | crate::log::NET,
-        "{name}:{port} using GID index {idx}: {} (RoCE v{})",
-        std::net::Ipv6Addr::from(gid),
-        roce_version(name, port, idx).map_or("?".to_string(), |v| v.to_string())
+        "{name}:{port} using GID index {idx}: {} ({kind})",
+        std::net::Ipv6Addr::from(*gid)
     );
-    (idx, gid)
 }
 
 #[cfg(test)]
@@ -598,35 +615,6 @@ mod tests {
         assert_eq!(speed_mbps(2, 128, 0), 4 * 100000); // 4x NDR
         assert_eq!(speed_mbps(2, 0, 256), 4 * 200000); // 4x XDR (active_speed_ex)
         assert_eq!(speed_mbps(1, 1, 0), 2500);
-    }
-
-    #[test]
-    fn hca_filter() {
-        let f = HcaFilter::parse("mlx5_0:1,mlx5_1");
-        assert!(
-            f.matches("mlx5_0", 1)
-                && !f.matches("mlx5_0", 2)
-                && f.matches("mlx5_1", 2)
-                && f.matches("mlx5_10", 1)
-        );
-        let f = HcaFilter::parse("=mlx5_1");
-        assert!(!f.matches("mlx5_10", 1) && f.matches("mlx5_1", 1));
-        let f = HcaFilter::parse("^mlx5_0");
-        assert!(!f.matches("mlx5_0", 1) && f.matches("mlx5_2", 1));
-        assert!(HcaFilter::default().matches("x", 1));
-    }
-
-    /// Found by the `env` fuzz target: a space inside the list is part of the name, as the
-    /// core (which validated the value) and NCCL read it.
-    #[test]
-    fn hca_filter_applies_what_the_core_validated() {
-        let v = "mlx5_0, mlx5_1:1";
-        let core = ibnet_core::hca::HcaFilter::parse(v).unwrap();
-        let f = HcaFilter::parse(v);
-        for dev in ["mlx5_0", "mlx5_1", " mlx5_1"] {
-            assert_eq!(core.matches(dev, 1), f.matches(dev, 1), "{dev:?}");
-        }
-        assert!(!f.matches("mlx5_1", 1) && f.matches(" mlx5_1", 1));
     }
 
     #[test]

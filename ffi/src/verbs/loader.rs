@@ -2,8 +2,9 @@
 //!
 //! Search order: `$IBNET_IBVERBS_PATH` (when set), `libibverbs.so.1`, `libibverbs.so`. Base calls
 //! are pinned to `IBVERBS_1.1` with `dlvsym` (the library also exports legacy `IBVERBS_1.0`
-//! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`) and `ibv_reg_dmabuf_mr`
-//! (`IBVERBS_1.12`) are optional: a missing one disables the feature, never the load.
+//! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`), `ibv_query_ece` /
+//! `ibv_set_ece` (`IBVERBS_1.10`) and `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) are optional: a
+//! missing one disables the feature, never the load.
 //!
 //! The library is resolved once per process and never unloaded (a provider library may keep
 //! threads or atexit handlers), so the function pointers stay valid for the process lifetime.
@@ -38,6 +39,8 @@ pub struct Verbs {
     pub destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    pub query_qp:
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
     pub reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
     pub dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
@@ -47,6 +50,10 @@ pub struct Verbs {
     /// `IBVERBS_1.8`; `None` on older libraries.
     pub reg_mr_iova2:
         Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut ibv_mr>,
+    /// `IBVERBS_1.10`; `None` on older libraries (ECE off).
+    pub query_ece: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_ece) -> c_int>,
+    /// `IBVERBS_1.10`; `None` on older libraries (ECE off).
+    pub set_ece: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_ece) -> c_int>,
     /// `IBVERBS_1.12`; `None` on older libraries.
     pub reg_dmabuf_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr>,
@@ -148,6 +155,7 @@ fn load() -> Result<Verbs, String> {
         destroy_cq: req!(c"ibv_destroy_cq"),
         create_qp: req!(c"ibv_create_qp"),
         modify_qp: req!(c"ibv_modify_qp"),
+        query_qp: req!(c"ibv_query_qp"),
         destroy_qp: req!(c"ibv_destroy_qp"),
         reg_mr: req!(c"ibv_reg_mr"),
         dereg_mr: req!(c"ibv_dereg_mr"),
@@ -155,6 +163,8 @@ fn load() -> Result<Verbs, String> {
         ack_async_event: req!(c"ibv_ack_async_event"),
         event_type_str: req!(c"ibv_event_type_str"),
         reg_mr_iova2: opt!(c"ibv_reg_mr_iova2", c"IBVERBS_1.8"),
+        query_ece: opt!(c"ibv_query_ece", c"IBVERBS_1.10"),
+        set_ece: opt!(c"ibv_set_ece", c"IBVERBS_1.10"),
         reg_dmabuf_mr: opt!(c"ibv_reg_dmabuf_mr", c"IBVERBS_1.12"),
     })
 }

@@ -6,9 +6,11 @@
 //! * [`device`]: discovery of ports, GIDs, speeds and PCI paths as NCCL does it.
 //! * [`events`]: async events: device-wide or per comm (by QP / CQ).
 //! * [`provider`]: the [`ibnet_core::provider::Provider`] implementation.
+//! * [`qp`]: connecting a QP (modify retry, routing, ECE).
 
 pub mod device;
 pub mod events;
 pub mod loader;
 pub mod provider;
+pub mod qp;
 pub mod sys;

@@ -4,8 +4,12 @@
 //!   GRH (RoCE, or IB with a global GID), SL/TC, pkey index, timeout and retry count.
 //! * `post_send`/`post_recv`/`poll_cq` call through `context->ops` (they are inline in verbs.h);
 //!   WR chains are built on the stack, so the hot path does not allocate.
-//! * `reg_mr` uses `ibv_reg_mr_iova2` with relaxed ordering when enabled, retrying without it on
+//! * `reg_mr` asks for relaxed ordering only for registrations that request it (NCCL's data
+//!   buffers, plain or DMA-BUF, when `NCCL_IB_PCI_RELAXED_ORDERING` allows it; never the FIFO
+//!   and flush rings), through `ibv_reg_mr_iova2` / `ibv_reg_dmabuf_mr`, retrying without it on
 //!   EINVAL (old drivers); DMA-BUF registrations honour the offset and never keep the fd.
+//! * QP connection details (modify retry, RoCE GRH / InfiniBand FLID routing, ECE) are in
+//!   [`super::qp`].
 //! * A device-fatal async event makes every later poll on the device fail; a QP or CQ error
 //!   only the polls of the comm owning it (see [`super::events`]).
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
@@ -32,6 +36,8 @@ pub struct VerbsPort {
     /// Test fault (`IBNET_FAULT_RO_EINVAL`): treat every relaxed-ordering registration as
     /// refused with EINVAL, so the fallback runs.
     pub fault_ro_einval: bool,
+    /// How QPs connect (modify retry, ECE); shared by every port of the plugin.
+    pub qp: Arc<super::qp::QpOpts>,
 }
 
 /// Logs the relaxed-ordering fallback once per process (registrations are not a hot path, but
@@ -110,7 +116,7 @@ fn wc_opcode(opcode: i32, status: WcStatus) -> Result<WcOpcode> {
         2 => WcOpcode::RdmaRead,
         128 => WcOpcode::Recv,
         129 => WcOpcode::RecvRdmaWithImm,
-        _ if status != WcStatus::Success => WcOpcode::Send,
+        _ if status != WcStatus::Success => WcOpcode::Unknown,
         _ => {
             return Err(fail(
                 "ibv_poll_cq (unknown completion opcode)",
@@ -137,12 +143,22 @@ impl VerbsPort {
         mask: i32,
         what: &'static str,
     ) -> Result<()> {
-        // SAFETY: `qp` is live (owned by a VQp); `attr` is a valid, initialised struct.
-        let rc = unsafe { (self.v().modify_qp)(qp, attr, mask) };
-        if rc != 0 {
-            return Err(fail(what, errno_or(rc)));
+        super::qp::modify(self.v(), &self.qp, &self.dev.ctx.name, qp, attr, mask, what)
+    }
+
+    /// The GID at `index` now (the table can change after init; the comm chose `index` when
+    /// it was created).
+    fn gid_at(&self, index: u8) -> [u8; 16] {
+        let mut g = ibv_gid::default();
+        // SAFETY: live context, writable gid.
+        let rc = unsafe {
+            (self.v().query_gid)(self.dev.ctx.raw, self.dev.port, i32::from(index), &mut g)
+        };
+        if rc == 0 {
+            g.raw
+        } else {
+            self.dev.gid
         }
-        Ok(())
     }
 }
 
@@ -154,6 +170,8 @@ impl Provider for VerbsPort {
 
     fn port_info(&self) -> PortInfo {
         let d = &self.dev;
+        // Chosen per connection: the GID table may have changed since init.
+        let (gid_index, gid) = d.current_gid();
         PortInfo {
             port: d.port,
             link_layer: if d.link_layer == IBV_LINK_LAYER_INFINIBAND {
@@ -162,11 +180,15 @@ impl Provider for VerbsPort {
                 LinkLayer::Ethernet
             },
             lid: d.lid,
-            gid: Gid(d.gid),
-            gid_index: d.gid_index,
+            gid: Gid(gid),
+            gid_index,
             mtu: Mtu::from_raw(d.mtu).unwrap_or(Mtu::M1024),
             addr: ProviderAddr::EMPTY,
         }
+    }
+
+    fn dev_name(&self) -> DevName {
+        DevName::new(&self.dev.ctx.name)
     }
 
     fn alloc_fifo(&self) -> Result<Self::Fifo> {
@@ -244,9 +266,17 @@ impl Provider for VerbsPort {
             port_num: self.dev.port,
             ..Default::default()
         };
-        if a.link_layer == LinkLayer::Ethernet
-            || a.remote_gid.0[..8] != self.dev.gid[..8] && a.remote_lid == 0
-        {
+        // RoCE: always a GRH, with the traffic class. InfiniBand: the LID within the subnet,
+        // the FLID and a GRH across subnets (NCCL 2.28; no traffic class there).
+        let (global, tc) = if a.link_layer == LinkLayer::Ethernet {
+            (true, a.tc)
+        } else {
+            let (dlid, global) =
+                super::qp::ib_route(&self.gid_at(a.gid_index), &a.remote_gid.0, a.remote_lid);
+            ah.dlid = dlid;
+            (global, 0)
+        };
+        if global {
             ah.is_global = 1;
             ah.grh = ibv_global_route {
                 dgid: ibv_gid {
@@ -255,7 +285,7 @@ impl Provider for VerbsPort {
                 flow_label: 0,
                 sgid_index: a.gid_index,
                 hop_limit: 255,
-                traffic_class: a.tc,
+                traffic_class: tc,
             };
         }
         let mut attr = ibv_qp_attr {
@@ -299,7 +329,23 @@ impl Provider for VerbsPort {
                 | IBV_QP_SQ_PSN
                 | IBV_QP_MAX_QP_RD_ATOMIC,
             "ibv_modify_qp(RTS)",
-        )
+        )?;
+        super::qp::log_connected(self.v(), &self.dev.ctx.name, qp.raw);
+        Ok(())
+    }
+
+    fn query_ece(&self, qp: &VQp) -> Result<Option<Ece>> {
+        if !self.qp.ece {
+            return Ok(None);
+        }
+        super::qp::query_ece(self.v(), &self.dev.ctx.name, qp.raw)
+    }
+
+    fn set_ece(&self, qp: &mut VQp, ece: &Ece) -> Result<bool> {
+        if !self.qp.ece {
+            return Ok(false);
+        }
+        super::qp::set_ece(self.v(), &self.dev.ctx.name, qp.raw, ece)
     }
 
     fn post_send(&self, qp: &mut VQp, wrs: &[SendWr]) -> Result<()> {
@@ -451,16 +497,45 @@ impl Provider for VerbsPort {
                     "ibv_reg_dmabuf_mr (libibverbs < IBVERBS_1.12)",
                     libc::ENOSYS,
                 ))?;
-                // SAFETY: the PD is live; the fd is only used during the call (never kept).
-                let mr = unsafe { f(pd, offset, len, addr, fd, flags) };
+                // Relaxed ordering for DMA-BUF too (NCCL 2.28), with the same EINVAL fallback.
+                let ro =
+                    access.relaxed_ordering && self.relaxed_ordering && v.reg_mr_iova2.is_some();
+                let mut mr = core::ptr::null_mut();
+                if ro && self.fault_ro_einval {
+                    note_ro_fallback(&self.dev.name.to_string_lossy());
+                } else if ro {
+                    // SAFETY: the PD is live; the fd is only used during the call (never kept).
+                    mr = unsafe {
+                        f(
+                            pd,
+                            offset,
+                            len,
+                            addr,
+                            fd,
+                            flags | IBV_ACCESS_RELAXED_ORDERING,
+                        )
+                    };
+                    if mr.is_null() && last_errno() != libc::EINVAL {
+                        return Err(fail("ibv_reg_dmabuf_mr", last_errno()));
+                    }
+                    if mr.is_null() {
+                        note_ro_fallback(&self.dev.name.to_string_lossy());
+                    }
+                }
+                if mr.is_null() {
+                    // SAFETY: as above, without relaxed ordering.
+                    mr = unsafe { f(pd, offset, len, addr, fd, flags) };
+                }
                 if mr.is_null() {
                     return Err(fail("ibv_reg_dmabuf_mr", last_errno()));
                 }
                 mr
             }
             RegKind::Plain => {
+                // Only registrations that ask for it (NCCL's buffers, never the FIFO/flush
+                // rings), and only when NCCL_IB_PCI_RELAXED_ORDERING allows it.
                 let ro =
-                    (access.relaxed_ordering || self.relaxed_ordering) && v.reg_mr_iova2.is_some();
+                    access.relaxed_ordering && self.relaxed_ordering && v.reg_mr_iova2.is_some();
                 let mut mr = core::ptr::null_mut();
                 if ro && self.fault_ro_einval {
                     note_ro_fallback(&self.dev.name.to_string_lossy());
@@ -557,7 +632,10 @@ mod tests {
             ));
         }
         // A failed completion's opcode is undefined: the status carries the error.
-        assert!(wc_opcode(77, WcStatus::from_raw(5)).is_ok());
+        assert_eq!(
+            wc_opcode(77, WcStatus::from_raw(5)).unwrap(),
+            WcOpcode::Unknown
+        );
     }
 
     #[test]

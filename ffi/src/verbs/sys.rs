@@ -240,6 +240,15 @@ pub struct ibv_qp_attr {
     pub rate_limit: u32,
 }
 
+/// `struct ibv_ece` (rdma-core ≥ 31, `IBVERBS_1.10`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `struct ibv_sge`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -427,6 +436,7 @@ pub const IBV_EVENT_GID_CHANGE: c_int = 18;
 pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 
 const _: () = assert!(size_of::<ibv_gid>() == 16);
+const _: () = assert!(size_of::<ibv_ece>() == 12);
 const _: () = assert!(size_of::<ibv_device_attr>() == 232);
 const _: () = assert!(PORT_ATTR_SIZE_V44 == 52 && size_of::<ibv_port_attr>() == 56);
 const _: () = assert!(size_of::<ibv_wc>() == 48);

@@ -43,7 +43,7 @@ impl<const N: usize> World<N> {
         let k = (addr == K2) as usize;
         let r = self
             .cache
-            .acquire(addr, PAGE, PAGE, |_, _| -> Result<u64> {
+            .acquire_or_contained(addr, PAGE, PAGE, |_, _| -> Result<u64> {
                 assert_eq!(
                     self.live[k].fetch_add(1, SeqCst),
                     0,
@@ -249,5 +249,63 @@ fn slot_reuse_by_another_thread() {
         w.release(first);
         t.join().unwrap();
         w.assert_drained();
+    });
+}
+
+/// A contained range is acquired while the last reference of its container is released: the
+/// acquirer either shares the container (which then stays registered until the acquirer's
+/// release; loom checks the value cell is not read while the slot is drained and reused) or,
+/// once the container is draining, registers the range on its own; never a deregistered value.
+#[test]
+fn contained_acquire_races_container_release() {
+    loom::model(|| {
+        let cache = Arc::new(MrCache::<u64, 4>::new());
+        let regs = Arc::new(AtomicUsize::new(0));
+        let dead = Arc::new([
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        ]);
+        let big = cache
+            .acquire_or_contained(K1, 4 * PAGE, PAGE, |_, _| -> Result<u64> {
+                Ok(regs.fetch_add(1, SeqCst) as u64 + 1)
+            })
+            .unwrap();
+        let (c2, d2) = (cache.clone(), dead.clone());
+        let t = thread::spawn(move || {
+            c2.release(big.handle, |v| {
+                assert!(!d2[v as usize].swap(true, SeqCst), "deregistered twice");
+                Ok(())
+            })
+            .unwrap();
+        });
+        let sub = cache
+            .acquire_or_contained(K1 + PAGE, PAGE, PAGE, |_, _| -> Result<u64> {
+                Ok(regs.fetch_add(1, SeqCst) as u64 + 1)
+            })
+            .unwrap();
+        assert!(
+            !dead[sub.value as usize].load(SeqCst),
+            "got a deregistered value"
+        );
+        if sub.value == 1 {
+            assert_eq!((sub.handle, sub.base, sub.len), (big.handle, K1, 4 * PAGE));
+        } else {
+            assert_eq!((sub.base, sub.len), (K1 + PAGE, PAGE));
+        }
+        cache
+            .release(sub.handle, |v| {
+                assert!(!dead[v as usize].swap(true, SeqCst), "deregistered twice");
+                Ok(())
+            })
+            .unwrap();
+        t.join().unwrap();
+        let n = regs.load(SeqCst);
+        assert!(n == 1 || n == 2, "{n} registrations");
+        assert!(
+            (1..=n).all(|v| dead[v].load(SeqCst)),
+            "a registration leaked"
+        );
+        assert_eq!(cache.occupied(), 0);
     });
 }
