@@ -34,7 +34,7 @@ pair rc-pingpong 90 \
 # picking index 1, the RoCE v2 IPv4-mapped GID, and ptrSupport HOST only (0x1), since rxe answers
 # the ibv_reg_dmabuf_mr(fd=-1) probe with EOPNOTSUPP (verbs-probe prints the raw answer).
 abi="ABI_TEST_VERBOSE=1 $BIN/abi_test $SO"
-t abi-default 300 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default \
+t abi-default 600 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default \
   'rxe0:1 using GID index 1: ::ffff:$RXE_IP \(RoCE v2\)' 'Using .*rxe0:1/RoCE' \
   'dev 0: rxe0 speed [0-9]+ Mbps port 1 .*ptr 0x1\$'"
 
