@@ -27,6 +27,7 @@ use super::map::{ConnectMap, Side};
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetHandle};
 use super::state::{Conn, ConnId, ProxyState};
+use super::xmap::XMap;
 use super::{Dir, MAX_RECVS, NUM_PROTOCOLS};
 use crate::error::{Error, Result};
 
@@ -255,7 +256,26 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         Ok(self.conn(id)?.res()?.map)
     }
 
-    /// What the GPU side of a connected connection uses.
+    /// The message the GPU's process maps a cross-process connection with (its
+    /// [`SetupReq::gpu_process`] differs from this proxy's
+    /// [`ProxyConfig::process_id`](super::ProxyConfig::process_id)); see
+    /// [`xmap`](super::xmap). Refused for a same-process connection, whose map holds
+    /// addresses instead.
+    pub fn export_map(&self, id: ConnId) -> Result<XMap> {
+        let c = self.conn(id)?;
+        let r = c.res()?;
+        if r.map.same_process != 0 {
+            return Err(Error::BadState {
+                op: "export_map",
+                state: "the GPU side runs in the proxy's process",
+            });
+        }
+        let sizes = core::array::from_fn(|i| r.bufs[i].map_or(0, |b| b.size as u64));
+        XMap::new(c.dir, c.req.shared, self.cfg.process_id, &r.map, sizes)
+    }
+
+    /// What the GPU side of a connected connection uses (same-process connections; the GPU
+    /// process of a cross-process one attaches to [`ProxyState::export_map`]'s message).
     pub fn device_view(&self, id: ConnId) -> Result<DeviceView> {
         let c = self.conn(id)?;
         let r = c.res()?;

@@ -32,6 +32,9 @@
 //! * [`state`]: the [`ProxyState`] (connection table, shared pools, shared comms);
 //!   [`lifecycle`]: setup/connect/free, `build` (private): a connection's resources in
 //!   stages; [`pools`]: shared buffers and shared comms;
+//! * [`export`], [`xmap`], [`attach`]: the connection map across processes (PXN): a bank's
+//!   export descriptor, the validated message the GPU's process receives, and its mapping
+//!   there;
 //! * [`op`]: a proxy operation and its sub-operations; `send` and `recv` (private): progress.
 //!
 //! # Driving it
@@ -50,8 +53,10 @@
 //! the shared memory. Nothing here allocates: memory comes from the [`MemProvider`], comms from
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
 
+pub mod attach;
 mod build;
 pub mod device;
+pub mod export;
 pub mod in_process;
 pub mod lifecycle;
 pub mod lines;
@@ -67,8 +72,11 @@ mod setup;
 pub mod shared;
 mod start;
 pub mod state;
+pub mod xmap;
 
+pub use attach::Attached;
 pub use device::{DeviceRecv, DeviceSend};
+pub use export::{BankDesc, HandleKind};
 pub use in_process::{InProcessMr, InProcessNet};
 pub use lifecycle::{DeviceView, SetupReq};
 pub use map::{Bank, ConnectMap, MapOffset};
@@ -78,6 +86,7 @@ pub use op::{OpState, Progress, ProxyOp, SubArgs};
 pub use profiler::{NoProfiler, OpEvent, Profiler, StepEvent};
 pub use shared::{ConnFifo, RecvMem, SendMem};
 pub use state::{ConnId, ProxyConfig, ProxyState};
+pub use xmap::XMap;
 
 /// Slots in a connection's ring (`NCCL_STEPS`).
 pub const STEPS: usize = 8;
