@@ -66,6 +66,8 @@ pub struct CSetup {
     pub shared: c_int,
     pub use_gdr: c_int,
     pub need_flush: c_int,
+    /// The GPU process's [`ibnet_proxy_process_id`]; 0: this process.
+    pub gpu_process: u64,
 }
 
 /// `ibnet_proxy_device_view_t`.
@@ -142,8 +144,24 @@ fn dir(d: c_int) -> Result<Dir> {
     }
 }
 
+/// This process's identity for [`CSetup::gpu_process`]: a hash of the host name and the pid
+/// (NCCL's host hash and pid hash combined), never 0.
+pub fn process_id() -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325; // FNV-1a
+    let mut eat = |b: u8| h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    let mut name = [0u8; 256];
+    // SAFETY: a writable buffer of the given length; gethostname NUL-terminates or truncates.
+    unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    name.iter().take_while(|&&b| b != 0).for_each(|&b| eat(b));
+    std::process::id().to_le_bytes().into_iter().for_each(eat);
+    h.max(1)
+}
+
 fn config(c: Option<&CConfig>) -> ProxyConfig {
-    let mut cfg = ProxyConfig::default();
+    let mut cfg = ProxyConfig {
+        process_id: process_id(),
+        ..ProxyConfig::default()
+    };
     let Some(c) = c else { return cfg };
     for (o, &v) in cfg.buff_sizes.iter_mut().zip(&c.buff_sizes) {
         if v != 0 {
@@ -240,6 +258,10 @@ pub unsafe extern "C" fn ibnet_proxy_setup(
                 need_flush: r.need_flush != 0,
                 channel: r.channel,
                 conn_index: r.conn_index,
+                gpu_process: match r.gpu_process {
+                    0 => p.px.config().process_id,
+                    g => g,
+                },
             },
         )?;
         *c = id.to_bits();

@@ -1,14 +1,17 @@
 //! Memory for the engine behind the C API: the caller's allocator (`ibnet_proxy_mem_t`
-//! callbacks), or zeroed, page-aligned host memory from this library.
+//! callbacks), or zeroed, page-aligned host memory from this library: POSIX shared memory
+//! ([`ShmBank`]), so every bank can be exported to a GPU process other than the proxy's and
+//! imported there.
 //!
 //! The engine allocates only at connect and frees at free, so a `Vec` of live allocations is
 //! fine here (never touched during progress).
 
 use core::ffi::{c_int, c_void};
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 
-use ibnet_core::proxy::{MemKind, MemProvider, Region};
+use ibnet_core::proxy::{BankDesc, MemKind, MemProvider, Region};
 use ibnet_core::{Error, Result};
+
+use super::shm::ShmBank;
 
 /// `ibnet_proxy_mem_t`: the caller's allocator. `alloc` returns zeroed, 4096-aligned memory of
 /// `kind` (0 host, 1 device) readable and writable by this process at `*cpu`, and the address
@@ -38,7 +41,8 @@ pub struct CMemTable {
 /// The engine's memory: the caller's callbacks or this library's host memory.
 pub struct ProxyMem {
     table: Option<CMemTable>,
-    live: Vec<(u64, Layout)>,
+    live: Vec<ShmBank>,
+    imported: Vec<ShmBank>,
 }
 
 impl ProxyMem {
@@ -47,6 +51,7 @@ impl ProxyMem {
         Self {
             table: None,
             live: Vec::new(),
+            imported: Vec::new(),
         }
     }
 
@@ -63,12 +68,13 @@ impl ProxyMem {
         Ok(Self {
             table: Some(t),
             live: Vec::new(),
+            imported: Vec::new(),
         })
     }
 
-    /// Live allocations from this library's host memory.
+    /// Live allocations from this library's host memory, and live imports.
     pub fn live(&self) -> usize {
-        self.live.len()
+        self.live.len() + self.imported.len()
     }
 }
 
@@ -94,23 +100,12 @@ unsafe impl MemProvider for ProxyMem {
             // SAFETY: the callback's contract (zeroed, aligned, mapped until freed).
             return Ok(unsafe { Region::new(cpu as u64, gpu, size, kind, h) });
         }
-        let l = Layout::from_size_align(size.max(8), 4096).map_err(|_| Error::OutOfRange {
-            what: "allocation size",
-            value: size as i64,
-            min: 0,
-            max: isize::MAX as i64,
-        })?;
-        // SAFETY: non-zero size.
-        let p = unsafe { alloc_zeroed(l) };
-        if p.is_null() {
-            return Err(Error::Provider {
-                call: "alloc",
-                errno: libc::ENOMEM,
-            });
-        }
-        self.live.push((p as u64, l));
-        // SAFETY: a fresh zeroed allocation of `size` bytes, 4096-aligned, live until `free`.
-        Ok(unsafe { Region::new(p as u64, p as u64, size, kind, 0) })
+        let b = ShmBank::create(size.max(8))?;
+        let a = b.addr();
+        self.live.push(b);
+        // SAFETY: a fresh zero-filled shared mapping of at least `size` bytes, page-aligned,
+        // mapped until `free` drops it.
+        Ok(unsafe { Region::new(a, a, size, kind, 0) })
     }
 
     fn free(&mut self, r: Region) -> Result<()> {
@@ -129,11 +124,41 @@ unsafe impl MemProvider for ProxyMem {
         let i = self
             .live
             .iter()
-            .position(|a| a.0 == r.cpu())
+            .position(|b| b.addr() == r.cpu())
             .ok_or(Error::Missing { what: "region" })?;
-        let (a, l) = self.live.swap_remove(i);
-        // SAFETY: allocated by `alloc` with this layout, freed once.
-        unsafe { dealloc(a as *mut u8, l) };
+        drop(self.live.swap_remove(i));
+        Ok(())
+    }
+
+    fn export(&mut self, r: &Region) -> Result<BankDesc> {
+        let b = self
+            .live
+            .iter()
+            .find(|b| b.addr() == r.cpu())
+            .ok_or(Error::Missing {
+                what: "region to export",
+            })?;
+        b.export()
+    }
+
+    fn import(&mut self, d: &BankDesc) -> Result<Region> {
+        let b = ShmBank::import(d)?;
+        let (a, n) = (b.addr(), b.len());
+        self.imported.push(b);
+        // SAFETY: a shared mapping of `n` bytes, page-aligned, mapped until `unimport`; the
+        // exporter zero-filled it at creation. Its contents follow the shared protocols.
+        Ok(unsafe { Region::new(a, a, n, MemKind::Host, 0) })
+    }
+
+    fn unimport(&mut self, r: Region) -> Result<()> {
+        let i = self
+            .imported
+            .iter()
+            .position(|b| b.addr() == r.cpu())
+            .ok_or(Error::Missing {
+                what: "imported region",
+            })?;
+        drop(self.imported.swap_remove(i));
         Ok(())
     }
 }

@@ -3,6 +3,8 @@
 //! * [`foreign_net`]: [`ForeignNet`], the engine's `Net` over a plugin loaded by
 //!   [`crate::foreign`] (from a path, or this library's own `ncclNetPlugin_v11`);
 //! * [`mem`]: the engine's memory behind the C API (the caller's allocator or host memory);
+//! * [`shm`]: POSIX shared memory for host banks (export/import across processes) and a
+//!   watch on the other process;
 //! * [`capi`]: `ibnet_proxy_*`, declared and documented with a complete example in
 //!   `include/ibnet.h`.
 #![allow(unsafe_code)]
@@ -10,7 +12,9 @@
 pub mod capi;
 pub mod foreign_net;
 pub mod mem;
+pub mod shm;
 
 pub use crate::foreign::Version;
 pub use foreign_net::{ForeignNet, Ptr};
 pub use mem::{CMemTable, ProxyMem};
+pub use shm::{PeerWatch, ShmBank};
