@@ -324,7 +324,7 @@ fn wire(proto: Protocol, payload: usize) -> usize {
 }
 
 /// The payload of op `op`, sub `s` (deterministic, 1..=max bytes).
-fn op_payload(sc: &Scenario, per_slice: usize, op: usize, s: usize) -> usize {
+pub fn op_payload(sc: &Scenario, per_slice: usize, op: usize, s: usize) -> usize {
     let max = if sc.reg {
         sc.reg_bytes
     } else {

@@ -65,7 +65,11 @@ impl Attached {
             }
             bases[i] = r.gpu();
         }
-        let at = |o| x.pointer(o, &bases).ok_or(Error::Missing { what: "bank mapping" });
+        let at = |o| {
+            x.pointer(o, &bases).ok_or(Error::Missing {
+                what: "bank mapping",
+            })
+        };
         let send_mem = at(x.send_mem)?;
         let recv_mem = at(x.recv_mem)?;
         let mut buffs = [0; NUM_PROTOCOLS];

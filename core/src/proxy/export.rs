@@ -84,7 +84,13 @@ impl BankDesc {
 
     /// A descriptor of `size` bytes at `offset` in the object `handle` of kind `kind` that
     /// process `owner` exported; the bank is filled in by the engine.
-    pub fn new(kind: HandleKind, size: u64, offset: u64, owner: u64, handle: &[u8]) -> Result<Self> {
+    pub fn new(
+        kind: HandleKind,
+        size: u64,
+        offset: u64,
+        owner: u64,
+        handle: &[u8],
+    ) -> Result<Self> {
         if handle.len() > HANDLE_BYTES {
             return Err(Error::OutOfRange {
                 what: "bank export handle bytes",
@@ -184,7 +190,10 @@ mod tests {
     #[test]
     fn checks_every_field() {
         let d = BankDesc::new(HandleKind::ProcessFd, 4096, 0, 42, &[7; 24]).unwrap();
-        assert_eq!((d.bank().unwrap(), d.kind().unwrap()), (0, HandleKind::ProcessFd));
+        assert_eq!(
+            (d.bank().unwrap(), d.kind().unwrap()),
+            (0, HandleKind::ProcessFd)
+        );
         assert!(d.with_bank(4).bank().is_err());
         assert!(BankDesc::new(HandleKind::CudaIpc, 1, 0, 1, &[0; 65]).is_err());
         assert!(BankDesc::new(HandleKind::CudaIpc, 0, 0, 1, &[]).is_err());

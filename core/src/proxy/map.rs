@@ -15,8 +15,8 @@
 //! item points at offset 0 of the shared bank, which is the per-peer pool. The fifth bank,
 //! GDR-copy memory, holds the separately mapped ring counter and is addressed directly.
 
-use super::mem::Region;
 use super::export::BankDesc;
+use super::mem::Region;
 use super::NUM_PROTOCOLS;
 use crate::error::{Error, Result};
 

@@ -296,10 +296,7 @@ mod tests {
         let mut h = d.handle;
         h[8] ^= 1; // wrong inode
         let bad = BankDesc::new(HandleKind::ProcessFd, 4096, 0, d.owner, &h).unwrap();
-        assert!(matches!(
-            ShmBank::import(&bad),
-            Err(Error::BadState { .. })
-        ));
+        assert!(matches!(ShmBank::import(&bad), Err(Error::BadState { .. })));
         let big = BankDesc::new(HandleKind::ProcessFd, 8192, 0, d.owner, &d.handle).unwrap();
         assert!(ShmBank::import(&big).is_err(), "larger than the object");
         let ipc = BankDesc::new(HandleKind::CudaIpc, 4096, 0, d.owner, &[1; 64]).unwrap();
