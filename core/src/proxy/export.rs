@@ -34,7 +34,8 @@ pub enum HandleKind {
 }
 
 impl HandleKind {
-    fn from_u8(v: u8) -> Option<Self> {
+    /// The kind numbered `v` (as `IBNET_HANDLE_*` in `ibnet.h`).
+    pub fn from_raw(v: u8) -> Option<Self> {
         Some(match v {
             1 => Self::ProcessFd,
             2 => Self::CuMemFd,
@@ -122,7 +123,7 @@ impl BankDesc {
 
     /// The handle's kind (valid descriptors only).
     pub fn kind(&self) -> Result<HandleKind> {
-        HandleKind::from_u8(self.kind).ok_or(Error::OutOfRange {
+        HandleKind::from_raw(self.kind).ok_or(Error::OutOfRange {
             what: "bank export handle kind",
             value: self.kind as i64,
             min: 1,

@@ -22,6 +22,7 @@ use ibnet_core::proxy::{
 use ibnet_core::{Error, Result};
 
 use super::foreign_net::ForeignNet;
+use super::capi_xproc::CProfiler;
 use super::mem::{CMemTable, ProxyMem};
 use crate::api::entry;
 use crate::foreign::Table;
@@ -89,7 +90,9 @@ type Engine = ProxyState<ForeignNet, ProxyMem, PROXY_CONNS>;
 /// `ibnet_proxy_t`.
 pub struct CProxy {
     tag: u64,
-    px: Engine,
+    pub(crate) px: Engine,
+    /// The caller's profiler (`ibnet_proxy_set_profiler`).
+    pub(crate) prof: Option<CProfiler>,
 }
 
 /// `ibnet_proxy_op_t`.
@@ -98,11 +101,11 @@ pub struct COp {
     op: ProxyOp<ForeignNet>,
 }
 
-fn missing(what: &'static str) -> Error {
+pub(crate) fn missing(what: &'static str) -> Error {
     Error::Missing { what }
 }
 
-fn proxy<'a>(p: *mut CProxy) -> Result<&'a mut CProxy> {
+pub(crate) fn proxy<'a>(p: *mut CProxy) -> Result<&'a mut CProxy> {
     // SAFETY: a non-NULL pointer from `ibnet_proxy_create`; the tag says it is live.
     match unsafe { p.as_mut() } {
         Some(x) if x.tag == PROXY_TAG => Ok(x),
@@ -126,7 +129,7 @@ fn op<'a>(p: *mut COp) -> Result<&'a mut COp> {
     }
 }
 
-fn out<'a, T>(p: *mut T, what: &'static str) -> Result<&'a mut T> {
+pub(crate) fn out<'a, T>(p: *mut T, what: &'static str) -> Result<&'a mut T> {
     // SAFETY: the caller passes a valid, writable pointer or NULL (rejected).
     unsafe { p.as_mut() }.ok_or(missing(what))
 }
@@ -219,6 +222,7 @@ pub unsafe extern "C" fn ibnet_proxy_create(
         let b = Box::new(CProxy {
             tag: PROXY_TAG,
             px: ProxyState::new(net, mem, cfg),
+            prof: None,
         });
         *o = Box::into_raw(b);
         Ok(())
@@ -455,7 +459,10 @@ pub unsafe extern "C" fn ibnet_proxy_progress(
         let p = proxy(px)?;
         let o = op(o)?;
         let d = out(done, "done out-pointer")?;
-        let r = p.px.progress(&mut o.op)?;
+        let r = match p.prof {
+            Some(mut c) => p.px.progress_with(&mut o.op, &mut c)?,
+            None => p.px.progress(&mut o.op)?,
+        };
         *d = r.done as c_int;
         if !idle.is_null() {
             // SAFETY: valid (checked non-NULL) and writable.

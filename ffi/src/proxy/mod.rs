@@ -6,12 +6,16 @@
 //! * [`shm`]: POSIX shared memory for host banks (export/import across processes) and a
 //!   watch on the other process;
 //! * [`capi`]: `ibnet_proxy_*`, declared and documented with a complete example in
-//!   `include/ibnet.h`.
+//!   `include/ibnet.h`; [`capi_xproc`]: its cross-process, logger and profiler functions;
+//! * `mem_hooks`: the optional callbacks of the caller's memory table (GDR copy, DMA-BUF,
+//!   export/import).
 #![allow(unsafe_code)]
 
 pub mod capi;
+pub mod capi_xproc;
 pub mod foreign_net;
 pub mod mem;
+mod mem_hooks;
 pub mod shm;
 
 pub use crate::foreign::Version;
