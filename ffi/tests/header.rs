@@ -20,13 +20,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ibnet_core::proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
-use nccl_net_ibnet::nccl::types::ncclResult_t;
-use nccl_net_ibnet::proxy::capi::*;
-use nccl_net_ibnet::nccl::types::DebugLogFn;
-use nccl_net_ibnet::proxy::capi_xproc::*;
-use nccl_net_ibnet::proxy::CMemTable;
 use ibnet_core::proxy::{HandleKind, OpEvent, StepEvent, XMap};
 use nccl_net_ibnet::log;
+use nccl_net_ibnet::nccl::types::ncclResult_t;
+use nccl_net_ibnet::nccl::types::DebugLogFn;
+use nccl_net_ibnet::proxy::capi::*;
+use nccl_net_ibnet::proxy::capi_xproc::*;
+use nccl_net_ibnet::proxy::CMemTable;
 
 /// A Rust FFI type's spelling in `ibnet.h`'s terms (a C type name usable in `__typeof__`).
 trait CType {
@@ -323,18 +323,36 @@ fn constants() -> Vec<Check> {
         k("(long long)IBNET_LOG_FLAG_ENV", log::ENV as i64),
         k("(long long)IBNET_LOG_FLAG_ALL", log::ALL as i64),
         k("IBNET_PROF_OP_SEND_POSTED", OpEvent::SendPosted as i64),
-        k("IBNET_PROF_OP_SEND_REM_FIFO_WAIT", OpEvent::SendRemFifoWait as i64),
-        k("IBNET_PROF_OP_SEND_TRANSMITTED", OpEvent::SendTransmitted as i64),
+        k(
+            "IBNET_PROF_OP_SEND_REM_FIFO_WAIT",
+            OpEvent::SendRemFifoWait as i64,
+        ),
+        k(
+            "IBNET_PROF_OP_SEND_TRANSMITTED",
+            OpEvent::SendTransmitted as i64,
+        ),
         k("IBNET_PROF_OP_SEND_DONE", OpEvent::SendDone as i64),
         k("IBNET_PROF_OP_RECV_POSTED", OpEvent::RecvPosted as i64),
         k("IBNET_PROF_OP_RECV_RECEIVED", OpEvent::RecvReceived as i64),
-        k("IBNET_PROF_OP_RECV_TRANSMITTED", OpEvent::RecvTransmitted as i64),
+        k(
+            "IBNET_PROF_OP_RECV_TRANSMITTED",
+            OpEvent::RecvTransmitted as i64,
+        ),
         k("IBNET_PROF_OP_RECV_DONE", OpEvent::RecvDone as i64),
-        k("IBNET_PROF_STEP_SEND_GPU_WAIT", StepEvent::SendGpuWait as i64),
+        k(
+            "IBNET_PROF_STEP_SEND_GPU_WAIT",
+            StepEvent::SendGpuWait as i64,
+        ),
         k("IBNET_PROF_STEP_SEND_WAIT", StepEvent::SendWait as i64),
         k("IBNET_PROF_STEP_RECV_WAIT", StepEvent::RecvWait as i64),
-        k("IBNET_PROF_STEP_RECV_FLUSH_WAIT", StepEvent::RecvFlushWait as i64),
-        k("IBNET_PROF_STEP_RECV_GPU_WAIT", StepEvent::RecvGpuWait as i64),
+        k(
+            "IBNET_PROF_STEP_RECV_FLUSH_WAIT",
+            StepEvent::RecvFlushWait as i64,
+        ),
+        k(
+            "IBNET_PROF_STEP_RECV_GPU_WAIT",
+            StepEvent::RecvGpuWait as i64,
+        ),
         k("sizeof(ibnet_properties_v11_t)", 112),
         k("offsetof(ibnet_properties_v11_t, vProps)", 64),
         k("offsetof(ibnet_properties_v11_t, maxP2pBytes)", 88),

@@ -21,8 +21,8 @@ use ibnet_core::proxy::{
 };
 use ibnet_core::{Error, Result};
 
-use super::foreign_net::ForeignNet;
 use super::capi_xproc::CProfiler;
+use super::foreign_net::ForeignNet;
 use super::mem::{CMemTable, ProxyMem};
 use crate::api::entry;
 use crate::foreign::Table;

@@ -101,7 +101,11 @@ impl Profiler for CProfiler {
         self.emit(ev(2, sub));
     }
     fn step_start(&mut self, sub: usize, from: u64, to: u64) {
-        self.emit(CEvent { from, to, ..ev(3, sub) });
+        self.emit(CEvent {
+            from,
+            to,
+            ..ev(3, sub)
+        });
     }
     fn step_state(&mut self, sub: usize, from: u64, to: u64, state: StepEvent) {
         self.emit(CEvent {
@@ -112,7 +116,11 @@ impl Profiler for CProfiler {
         });
     }
     fn step_stop(&mut self, sub: usize, from: u64, to: u64) {
-        self.emit(CEvent { from, to, ..ev(5, sub) });
+        self.emit(CEvent {
+            from,
+            to,
+            ..ev(5, sub)
+        });
     }
 }
 

@@ -211,7 +211,13 @@ unsafe impl MemProvider for ProxyMem {
     }
 
     fn import(&mut self, d: &BankDesc) -> Result<Region> {
-        if let Some(r) = self.table.as_ref().map(|t| t.import(d)).transpose()?.flatten() {
+        if let Some(r) = self
+            .table
+            .as_ref()
+            .map(|t| t.import(d))
+            .transpose()?
+            .flatten()
+        {
             return Ok(r);
         }
         // Without the caller's importMem: the library's own shared memory (host banks).

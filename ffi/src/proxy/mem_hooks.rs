@@ -59,7 +59,16 @@ impl CMemTable {
         };
         let mut fd: c_int = -1;
         // SAFETY: the caller's callback, valid out-pointer.
-        let rc = unsafe { f(self.ctx, r.cpu() as *mut c_void, r.handle(), off, len, &mut fd) };
+        let rc = unsafe {
+            f(
+                self.ctx,
+                r.cpu() as *mut c_void,
+                r.handle(),
+                off,
+                len,
+                &mut fd,
+            )
+        };
         if rc != 0 {
             return Err(failed("ibnet_proxy_mem_t dmabufFd", rc));
         }
