@@ -367,7 +367,7 @@ typedef struct {
  * dmabufFd: a DMA-BUF fd for [offset, offset + len) of the device region at cpu (*fd = -1:
  *   none, register by address); the library closes it after registering.
  * exportMem: describes the region at cpu for another process: *kind (IBNET_HANDLE_*), up to
- *   64 bytes at handleOut, *offset of the region in the exported object (4 KiB multiple).
+ *   64 bytes at handleOut, *offset of the region in the exported object (a multiple of 256).
  * importMem / unimportMem (GPU process, ibnet_proxy_attach): maps what exportMem described
  *   (owner: the exporting pid) at *cpu, *gpu for kernels, *token for unimportMem. Without
  *   importMem, IBNET_HANDLE_PROCESS_FD banks are mapped by the library. */

@@ -151,7 +151,7 @@ impl BankDesc {
     }
 
     /// Checks the fields every importer relies on: magic, version, kind, a size in
-    /// `1..=MAX_BANK_SIZE` and an offset that does not overflow with it.
+    /// `1..=MAX_BANK_SIZE` and an offset (a multiple of 256) that does not overflow with it.
     pub fn check(&self) -> Result<()> {
         if self.magic != DESC_MAGIC || self.version != XMAP_VERSION {
             return Err(Error::BadState {
@@ -169,9 +169,10 @@ impl BankDesc {
                 max: MAX_BANK_SIZE as i64,
             });
         }
-        if self.offset > MAX_BANK_SIZE || self.offset % 4096 != 0 {
+        // 256: the CUDA allocation alignment (a 4 KiB-aligned bank inside a cuMemAlloc block).
+        if self.offset > MAX_BANK_SIZE || self.offset % 256 != 0 {
             return Err(Error::OutOfRange {
-                what: "exported bank offset (4 KiB multiple)",
+                what: "exported bank offset (a multiple of 256)",
                 value: self.offset.min(i64::MAX as u64) as i64,
                 min: 0,
                 max: MAX_BANK_SIZE as i64,

@@ -256,7 +256,7 @@ mod tests {
         y.banks[0].size = 0;
         assert!(y.check().is_err());
         let mut y = x;
-        y.banks[0].offset = 5;
+        y.banks[0].offset = 100;
         assert!(y.check().is_err());
         // A missing RecvMem.
         let mut y = x;
