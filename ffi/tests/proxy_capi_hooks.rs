@@ -13,7 +13,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
-use ibnet_core::proxy::{BankDesc, XMap};
+use ibnet_core::proxy::xmap::XMap;
+use ibnet_core::proxy::BankDesc;
 use nccl_net_ibnet::nccl::types::ncclResult_t;
 use nccl_net_ibnet::proxy::capi::*;
 use nccl_net_ibnet::proxy::capi_xproc::*;

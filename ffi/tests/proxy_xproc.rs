@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use ibnet_core::proxy::{Attached, ConnId, DeviceView, Dir, Protocol, ProxyConfig, XMap};
+use ibnet_core::proxy::attach::Attached;
+use ibnet_core::proxy::xmap::XMap;
+use ibnet_core::proxy::{ConnId, DeviceView, Dir, Protocol, ProxyConfig};
 use ibnet_core::Error;
 use ibnet_soft::SoftProvider;
 use ibnet_testkit::proxy::{

@@ -74,7 +74,6 @@ mod start;
 pub mod state;
 pub mod xmap;
 
-pub use attach::Attached;
 pub use device::{DeviceRecv, DeviceSend};
 pub use export::{BankDesc, HandleKind};
 pub use in_process::{InProcessMr, InProcessNet};
@@ -86,7 +85,6 @@ pub use op::{OpState, Progress, ProxyOp, SubArgs};
 pub use profiler::{NoProfiler, OpEvent, Profiler, StepEvent};
 pub use shared::{ConnFifo, RecvMem, SendMem};
 pub use state::{ConnId, ProxyConfig, ProxyState};
-pub use xmap::XMap;
 
 /// Slots in a connection's ring (`NCCL_STEPS`).
 pub const STEPS: usize = 8;

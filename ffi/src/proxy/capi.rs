@@ -67,7 +67,7 @@ pub struct CSetup {
     pub shared: c_int,
     pub use_gdr: c_int,
     pub need_flush: c_int,
-    /// The GPU process's [`ibnet_proxy_process_id`]; 0: this process.
+    /// The GPU process's [`ibnet_proxy_process_id`](super::capi_xproc::ibnet_proxy_process_id); 0: this process.
     pub gpu_process: u64,
 }
 

@@ -14,7 +14,9 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::proxy::{Attached, ConnId, Dir, OpEvent, Profiler, StepEvent, XMap};
+use ibnet_core::proxy::attach::Attached;
+use ibnet_core::proxy::xmap::XMap;
+use ibnet_core::proxy::{ConnId, Dir, OpEvent, Profiler, StepEvent};
 use ibnet_core::Error;
 
 use super::capi::{missing, out, proxy, CDeviceView, CProxy};
