@@ -148,6 +148,42 @@ fn recv_kernel(
     Ok(bytes)
 }
 
+/// The proxy's side: `ops` send and receive operations over `s` and `r`, each progressed to
+/// completion (an error when the kernels stopped first); returns the operations done.
+fn drive(
+    px: &mut Px<'_, '_>,
+    s: ibnet_core::proxy::ConnId,
+    r: ibnet_core::proxy::ConnId,
+    ops: usize,
+    kernels_done: impl Fn() -> bool,
+) -> Result<usize, String> {
+    let e = |e: ibnet_core::Error| e.to_string();
+    for op in 0..ops {
+        let mut so = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1).map_err(e)?;
+        let mut ro = ProxyOp::new(Dir::Recv, Protocol::Simple, 1, 1).map_err(e)?;
+        let base = op as u64 * STEPS_PER_OP;
+        let n: usize = (base..base + STEPS_PER_OP).map(step_len).sum();
+        so.push(SubArgs::new(s, STEPS_PER_OP, n)).map_err(e)?;
+        ro.push(SubArgs::new(r, STEPS_PER_OP, n)).map_err(e)?;
+        let (mut sd, mut rd, mut spins) = (false, false, 0u64);
+        while !(sd && rd) {
+            sd = sd || px.progress(&mut so).map_err(e)?.done;
+            rd = rd || px.progress(&mut ro).map_err(e)?.done;
+            spins += 1;
+            if spins % 64 == 0 {
+                if kernels_done() && !(sd && rd) {
+                    return Err(format!("op {op}: the kernels stopped early"));
+                }
+                std::thread::yield_now();
+            }
+        }
+        if so.bytes(0) != n as u64 {
+            return Err(format!("op {op}: {} bytes sent, want {n}", so.bytes(0)));
+        }
+    }
+    Ok(ops)
+}
+
 /// Runs `ops` operations of [`STEPS_PER_OP`] steps on GPU `dev` (see the module doc).
 pub fn run(rt: &GpuRuntime, dev: i32, ops: usize) -> Result<ProbeReport, String> {
     let e = |e: ibnet_core::Error| e.to_string();
@@ -205,33 +241,10 @@ pub fn run(rt: &GpuRuntime, dev: i32, ops: usize) -> Result<ProbeReport, String>
         let stop = &stop;
         let gs = t.spawn(move || send_kernel(rt, dev, sv, steps, stop));
         let gr = t.spawn(move || recv_kernel(rt, dev, rv, steps, stop));
-        let drive = (|| {
-            for op in 0..ops {
-                let mut so = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1).map_err(e)?;
-                let mut ro = ProxyOp::new(Dir::Recv, Protocol::Simple, 1, 1).map_err(e)?;
-                let base = op as u64 * STEPS_PER_OP;
-                let n: usize = (base..base + STEPS_PER_OP).map(step_len).sum();
-                so.push(SubArgs::new(s, STEPS_PER_OP, n)).map_err(e)?;
-                ro.push(SubArgs::new(r, STEPS_PER_OP, n)).map_err(e)?;
-                let (mut sd, mut rd, mut spins) = (false, false, 0u64);
-                while !(sd && rd) {
-                    sd = sd || px.progress(&mut so).map_err(e)?.done;
-                    rd = rd || px.progress(&mut ro).map_err(e)?.done;
-                    spins += 1;
-                    if spins % 64 == 0 {
-                        if gs.is_finished() && gr.is_finished() && !(sd && rd) {
-                            return Err(format!("op {op}: the kernels stopped early"));
-                        }
-                        std::thread::yield_now();
-                    }
-                }
-                if so.bytes(0) != n as u64 {
-                    return Err(format!("op {op}: {} bytes sent, want {n}", so.bytes(0)));
-                }
-                report.ops += 1;
-            }
-            Ok(())
-        })();
+        let drive = drive(&mut px, s, r, ops, || gs.is_finished() && gr.is_finished());
+        if let Ok(n) = drive {
+            report.ops = n;
+        }
         if drive.is_err() {
             stop.store(true, Ordering::Relaxed);
         }

@@ -9,14 +9,17 @@
 //! ```
 //!
 //! The caller makes the topology decisions NCCL makes in `sendSetup`/`recvSetup` (net device,
-//! GPU-direct, flush, shared buffers) and hands them in a [`SetupReq`]. At connect the engine:
+//! GPU-direct, flush, shared buffers, and which process the GPU side runs in) and hands them in
+//! a [`SetupReq`]. At connect the engine:
 //! 1. obtains the net comm: `connect`/`accept`, or, for a shared-buffer connection on a net
 //!    with `max_recvs > 1` and [`ProxyConfig::shared_comms`](super::ProxyConfig), a reference
 //!    to the comm already open for (device, remote rank, channel);
 //! 2. lays out the [`ConnectMap`]: dedicated buffers per protocol (device memory for LL128 and
 //!    SIMPLE when GPU-direct on send, for every protocol on receive), or a reference to the
 //!    shared pool plus an optional dedicated LL buffer; then the `SendMem` and `RecvMem`;
-//! 3. allocates the banks through the [`MemProvider`], and GDR-copy words when available;
+//! 3. allocates the banks through the [`MemProvider`]; for a GPU side in another process
+//!    (`same_process` decided from [`SetupReq::gpu_process`]) exports each bank
+//!    ([`MemProvider::export`]); GDR-copy words when available and in the same process;
 //! 4. initialises the ring: no credits yet in shared mode (`head = -STEPS`), every
 //!    `connFifo` size -1 and mode NORMAL or OFFSET;
 //! 5. registers every protocol buffer (as a DMA-BUF when the net, the config and the memory

@@ -50,7 +50,9 @@
 //!  px.free(s)?;
 //! ```
 //! One thread drives a `ProxyState` (the proxy thread); the GPU (or its simulator) touches only
-//! the shared memory. Nothing here allocates: memory comes from the [`MemProvider`], comms from
+//! the shared memory. When the GPU runs in another process (`SetupReq::gpu_process` differs from
+//! `ProxyConfig::process_id`; NCCL's PXN), the map's banks are exported and that process maps
+//! them from [`ProxyState::export_map`]'s [`xmap::XMap`] with [`attach::Attached`]. Nothing here allocates: memory comes from the [`MemProvider`], comms from
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
 
 pub mod attach;
