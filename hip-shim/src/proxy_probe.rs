@@ -266,6 +266,60 @@ pub fn run(rt: &GpuRuntime, dev: i32, ops: usize) -> Result<ProbeReport, String>
     Ok(report)
 }
 
+/// Bytes of the IPC check's buffer.
+pub const IPC_LEN: usize = 1 << 20;
+
+/// The IPC check's exporting side: a device bank of [`IPC_LEN`] bytes on GPU `dev` filled
+/// with a pattern, and its descriptor (CUDA IPC). Keep `mem` alive (and the region allocated)
+/// until the importing process is done; free the region with `mem` afterwards.
+pub fn ipc_export(
+    mem: &mut CudaProxyMem<'_>,
+    rt: &GpuRuntime,
+) -> Result<(ibnet_core::proxy::Region, ibnet_core::proxy::BankDesc), String> {
+    use ibnet_core::proxy::{MemKind, MemProvider};
+    let r = mem
+        .alloc(MemKind::Device, IPC_LEN)
+        .map_err(|e| e.to_string())?;
+    let cp = DeviceCopier::new(rt, mem.device()).map_err(|e| e.to_string())?;
+    let done = cp
+        .write(r.cpu(), &pattern(0x1bc, IPC_LEN))
+        .map_err(|e| e.to_string())
+        .and_then(|()| mem.export(&r).map_err(|e| e.to_string()));
+    match done {
+        Ok(d) => Ok((r, d)),
+        Err(e) => {
+            let _ = mem.free(r);
+            Err(e)
+        }
+    }
+}
+
+/// The IPC check's importing side (another process, or the fake driver's): maps `d` on GPU
+/// `dev`, reads it back through the driver, compares every byte, unmaps it.
+pub fn ipc_import_and_verify(
+    rt: &GpuRuntime,
+    dev: i32,
+    d: &ibnet_core::proxy::BankDesc,
+) -> Result<(), String> {
+    use ibnet_core::proxy::MemProvider;
+    let mut mem = CudaProxyMem::new(rt, dev).map_err(|e| e.to_string())?;
+    let r = mem.import(d).map_err(|e| e.to_string())?;
+    let cp = DeviceCopier::new(rt, dev).map_err(|e| e.to_string())?;
+    let mut got = vec![0u8; IPC_LEN];
+    let read = cp.read(r.gpu(), &mut got).map_err(|e| e.to_string());
+    let unmapped = mem.unimport(r).map_err(|e| e.to_string());
+    read?;
+    unmapped?;
+    let want = pattern(0x1bc, IPC_LEN);
+    match (0..IPC_LEN).find(|&i| got[i] != want[i]) {
+        Some(i) => Err(format!(
+            "imported byte {i} is {:#x}, want {:#x}",
+            got[i], want[i]
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

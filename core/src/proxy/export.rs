@@ -116,6 +116,46 @@ impl BankDesc {
         Ok(d)
     }
 
+    /// Bytes of a descriptor.
+    pub const BYTES: usize = core::mem::size_of::<Self>();
+
+    /// The descriptor's bytes (to hand to another process on its own).
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[..4].copy_from_slice(&self.magic.to_le_bytes());
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
+        b[6] = self.bank;
+        b[7] = self.kind;
+        b[8..16].copy_from_slice(&self.size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        b[24..32].copy_from_slice(&self.owner.to_le_bytes());
+        b[32..].copy_from_slice(&self.handle);
+        b
+    }
+
+    /// Reads and checks ([`BankDesc::check`]) a descriptor from [`BankDesc::to_bytes`].
+    pub fn from_bytes(b: &[u8; Self::BYTES]) -> Result<Self> {
+        let u64_at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        let mut handle = [0u8; HANDLE_BYTES];
+        handle.copy_from_slice(&b[32..]);
+        let d = Self {
+            magic: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            version: u16::from_le_bytes([b[4], b[5]]),
+            bank: b[6],
+            kind: b[7],
+            size: u64_at(8),
+            offset: u64_at(16),
+            owner: u64_at(24),
+            handle,
+        };
+        d.check()?;
+        Ok(d)
+    }
+
     /// Whether this is [`BankDesc::NONE`].
     pub fn is_none(&self) -> bool {
         *self == Self::NONE
@@ -205,5 +245,9 @@ mod tests {
         bad.kind = 0;
         assert!(bad.check().is_err());
         assert!(BankDesc::NONE.check().is_err() && BankDesc::NONE.is_none());
+        assert_eq!(BankDesc::from_bytes(&d.to_bytes()).unwrap(), d);
+        let mut b = d.to_bytes();
+        b[7] = 9;
+        assert!(BankDesc::from_bytes(&b).is_err());
     }
 }
