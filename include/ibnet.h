@@ -451,7 +451,7 @@ ibnet_result_t ibnet_proxy_destroy(ibnet_proxy_t* proxy);
 
 /* The profiler: prof->event receives the engine's op and step events (NULL: none). */
 ibnet_result_t ibnet_proxy_set_profiler(ibnet_proxy_t* proxy, const ibnet_proxy_profiler_t* prof);
-/* The library's log lines (each starting NET/IBNET, passed as "%s") go to logger. */
+/* The library's log lines (each starting NET/IBNET, passed as "%s") go to logger (NULL: refused). */
 ibnet_result_t ibnet_proxy_set_logger(ibnet_logger_t logger);
 /* This process's identity (a hash of host name and pid) for ibnet_proxy_setup_t.gpuProcess. */
 ibnet_result_t ibnet_proxy_process_id(uint64_t* id);

@@ -147,7 +147,7 @@ pub unsafe extern "C" fn ibnet_proxy_set_profiler(
 /// subsystem flags, each starting `NET/IBNET`) go to `logger` (NCCL's `ncclDebugLogger_t`).
 ///
 /// # Safety
-/// `logger` is NULL (ignored) or a function valid for the rest of the process.
+/// `logger` is NULL (refused) or a function valid for the rest of the process.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_set_logger(logger: Option<DebugLogFn>) -> ncclResult_t {
     entry("ibnet_proxy_set_logger", || {
