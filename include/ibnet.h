@@ -145,68 +145,133 @@ extern const ibnet_net_v8_t ncclNetPlugin_v8;
  * SIMPLE, LL (16-byte lines: two {data32, flag32} halves, flag = 1 + k) and LL128 (128-byte
  * lines whose last 8 bytes are the flag 1 + k) are the NCCL protocols; see core::proxy.
  *
- * Complete example: one SIMPLE transfer of 3 steps through ibnet's own soft provider
+ * Across processes (NCCL's PXN: the GPU's process is not the proxy's): the GPU process sends
+ * its ibnet_proxy_process_id to the proxy, which puts it in ibnet_proxy_setup_t.gpuProcess;
+ * the engine then allocates exportable banks (POSIX shared memory with mem == NULL, or the
+ * caller's exportMem) and ibnet_proxy_export_map gives the IBNET_PROXY_MAP_BYTES the GPU
+ * process passes to ibnet_proxy_attach (checked in full, banks mapped there) for its
+ * ibnet_proxy_device_view_t; ibnet_proxy_detach unmaps them, ibnet_proxy_free on the proxy
+ * side frees them. GDR-copy words are used only when the GPU side is in the proxy's process.
+ *
+ * Complete example: one SIMPLE transfer of 3 steps through ibnet's own soft provider, the
+ * proxy in this process, the "GPU" (both kernels) in a forked one
  * (run with IBNET_PROVIDER=soft; link with -lnccl-net-ibnet or libibnet.a):
  *
+ *   #include <stdarg.h>
  *   #include <stdatomic.h>
  *   #include <stdio.h>
  *   #include <string.h>
+ *   #include <sys/wait.h>
+ *   #include <unistd.h>
  *   #include "ibnet.h"
  *   #define TRY(x) do { if ((x) != 0) { fprintf(stderr, "%s failed\n", #x); return 1; } } while (0)
+ *   enum { NSTEPS = 3 };
  *
- *   int main(void) {
- *     ibnet_proxy_config_t cfg = {0};            // zero fields: NCCL 2.28 defaults
- *     cfg.buffSizes[IBNET_PROTO_SIMPLE] = 8 << 16;  // 8 slots of 64 KiB
- *     ibnet_proxy_t* px;
- *     TRY(ibnet_proxy_create(NULL, &cfg, NULL, &px)); // NULL: this library's table, host memory
- *     ibnet_proxy_setup_t rq = {0}, sq = {0};
- *     rq.tpRank = 1; rq.tpRemoteRank = 0;        // rank 1 receives from rank 0
- *     sq.tpRank = 0; sq.tpRemoteRank = 1;
- *     char handle[IBNET_HANDLE_MAXSIZE];
- *     uint32_t r, s;
- *     TRY(ibnet_proxy_setup(px, IBNET_PROXY_RECV, &rq, &r, handle));
- *     TRY(ibnet_proxy_setup(px, IBNET_PROXY_SEND, &sq, &s, NULL));
- *     for (int sd = 0, rd = 0; !sd || !rd;) {    // in real use: the handle crosses processes
- *       if (!sd) TRY(ibnet_proxy_connect_send(px, s, handle, &sd));
- *       if (!rd) TRY(ibnet_proxy_connect_recv(px, r, 0, &rd));
- *     }
- *     ibnet_proxy_device_view_t sv, rv;
- *     TRY(ibnet_proxy_device_view(px, s, &sv));
- *     TRY(ibnet_proxy_device_view(px, r, &rv));
+ *   static void logger(int level, unsigned long flags, const char* file, int line,
+ *                      const char* fmt, ...) {
+ *     (void)flags; (void)file; (void)line;
+ *     if (level > IBNET_LOG_WARN) return;       // WARN lines only
+ *     va_list ap;
+ *     va_start(ap, fmt);
+ *     vfprintf(stderr, fmt, ap);
+ *     va_end(ap);
+ *     fputc('\n', stderr);
+ *   }
+ *   static void onEvent(void* ctx, const ibnet_proxy_event_t* ev) {
+ *     if (ev->kind == IBNET_PROF_STEP_STOP) *(int*)ctx += (int)(ev->to - ev->from);
+ *   }
+ *
+ *   // The GPU process: maps both connections, plays the sending and the receiving kernel.
+ *   static int gpu(int in, int out, pid_t proxy) {
+ *     uint64_t id;
+ *     TRY(ibnet_proxy_process_id(&id));
+ *     if (write(out, &id, sizeof id) != sizeof id) return 1;
+ *     char maps[2][IBNET_PROXY_MAP_BYTES];
+ *     if (read(in, maps, sizeof maps) != sizeof maps) return 1;
+ *     ibnet_proxy_attach_t *sa, *ra;
+ *     ibnet_proxy_device_view_t sv, rv;          // addresses in this process
+ *     TRY(ibnet_proxy_attach(NULL, maps[0], sizeof maps[0], &sa, &sv));
+ *     TRY(ibnet_proxy_attach(NULL, maps[1], sizeof maps[1], &ra, &rv));
  *     const size_t slot = sv.buffSizes[IBNET_PROTO_SIMPLE] / IBNET_PROXY_STEPS;
- *     ibnet_proxy_op_t *so, *ro;
- *     TRY(ibnet_proxy_op_create(IBNET_PROXY_SEND, IBNET_PROTO_SIMPLE, 1, 1, &so));
- *     TRY(ibnet_proxy_op_create(IBNET_PROXY_RECV, IBNET_PROTO_SIMPLE, 1, 1, &ro));
- *     TRY(ibnet_proxy_op_add(so, s, 3, 3 * slot, NULL));  // 3 steps through the connection
- *     TRY(ibnet_proxy_op_add(ro, r, 3, 3 * slot, NULL));
  *     _Atomic uint64_t* shead = (_Atomic uint64_t*)sv.head;
  *     _Atomic uint64_t* stail = (_Atomic uint64_t*)sv.tail;
  *     _Atomic uint64_t* rhead = (_Atomic uint64_t*)rv.head;
  *     _Atomic uint64_t* rtail = (_Atomic uint64_t*)rv.tail;
  *     ibnet_conn_fifo_t* fifo = (ibnet_conn_fifo_t*)(sv.recvMem + 64);
- *     uint64_t ks = 0, kr = 0;
- *     for (int sd = 0, rd = 0; !sd || !rd;) {
- *       // The sending "GPU": fill every credited slot, publish its size, then tail.
- *       while (ks < 3 && atomic_load(shead) + IBNET_PROXY_STEPS > ks) {
+ *     for (uint64_t ks = 0, kr = 0; kr < NSTEPS;) {
+ *       if (getppid() != proxy) return 1;        // the proxy died: never wait forever
+ *       while (ks < NSTEPS && atomic_load(shead) + IBNET_PROXY_STEPS > ks) {
  *         memset((void*)(sv.buffs[IBNET_PROTO_SIMPLE] + (ks % 8) * slot), 'a' + (int)ks, slot);
  *         atomic_store((_Atomic int64_t*)&fifo[ks % 8].size, (int64_t)slot);
  *         atomic_store(stail, ++ks);
  *       }
- *       if (!sd) TRY(ibnet_proxy_progress(px, so, &sd, NULL));
- *       if (!rd) TRY(ibnet_proxy_progress(px, ro, &rd, NULL));
- *       // The receiving "GPU": check every landed slot, then give it back.
  *       while (kr < atomic_load(rtail)) {
  *         const char* p = (const char*)(rv.buffs[IBNET_PROTO_SIMPLE] + (kr % 8) * slot);
  *         if (p[0] != 'a' + (int)kr || p[slot - 1] != 'a' + (int)kr) return 1;
  *         atomic_store(rhead, ++kr);
  *       }
  *     }
+ *     TRY(ibnet_proxy_detach(sa));
+ *     TRY(ibnet_proxy_detach(ra));
+ *     return 0;
+ *   }
+ *
+ *   int main(void) {
+ *     int up[2], down[2];
+ *     if (pipe(up) != 0 || pipe(down) != 0) return 1;
+ *     const pid_t me = getpid(), child = fork();
+ *     if (child < 0) return 1;
+ *     if (child == 0) _exit(gpu(down[0], up[1], me));
+ *     uint64_t gpuId;                            // who the GPU side is: decides sameProcess
+ *     if (read(up[0], &gpuId, sizeof gpuId) != sizeof gpuId) return 1;
+ *     TRY(ibnet_proxy_set_logger(logger));
+ *     ibnet_proxy_config_t cfg = {0};            // zero fields: NCCL 2.28 defaults
+ *     cfg.buffSizes[IBNET_PROTO_SIMPLE] = 8 << 16;  // 8 slots of 64 KiB
+ *     ibnet_proxy_t* px;
+ *     TRY(ibnet_proxy_create(NULL, &cfg, NULL, &px)); // NULL: this library's table, shared memory
+ *     int steps = 0;
+ *     ibnet_proxy_profiler_t prof = { &steps, onEvent };
+ *     TRY(ibnet_proxy_set_profiler(px, &prof));
+ *     ibnet_proxy_setup_t rq = {0}, sq = {0};
+ *     rq.tpRank = 1; rq.tpRemoteRank = 0; rq.gpuProcess = gpuId;  // rank 1 receives from rank 0
+ *     sq.tpRank = 0; sq.tpRemoteRank = 1; sq.gpuProcess = gpuId;
+ *     char handle[IBNET_HANDLE_MAXSIZE];
+ *     uint32_t r, s;
+ *     TRY(ibnet_proxy_setup(px, IBNET_PROXY_RECV, &rq, &r, handle));
+ *     TRY(ibnet_proxy_setup(px, IBNET_PROXY_SEND, &sq, &s, NULL));
+ *     for (int sd = 0, rd = 0; !sd || !rd;) {    // in real use: the handle crosses nodes
+ *       if (!sd) TRY(ibnet_proxy_connect_send(px, s, handle, &sd));
+ *       if (!rd) TRY(ibnet_proxy_connect_recv(px, r, 0, &rd));
+ *     }
+ *     char maps[2][IBNET_PROXY_MAP_BYTES];
+ *     TRY(ibnet_proxy_export_map(px, s, maps[0], sizeof maps[0]));
+ *     TRY(ibnet_proxy_export_map(px, r, maps[1], sizeof maps[1]));
+ *     if (write(down[1], maps, sizeof maps) != sizeof maps) return 1;
+ *     ibnet_proxy_device_view_t sv;
+ *     TRY(ibnet_proxy_device_view(px, s, &sv));
+ *     const size_t slot = sv.buffSizes[IBNET_PROTO_SIMPLE] / IBNET_PROXY_STEPS;
+ *     ibnet_proxy_op_t *so, *ro;
+ *     TRY(ibnet_proxy_op_create(IBNET_PROXY_SEND, IBNET_PROTO_SIMPLE, 1, 1, &so));
+ *     TRY(ibnet_proxy_op_create(IBNET_PROXY_RECV, IBNET_PROTO_SIMPLE, 1, 1, &ro));
+ *     TRY(ibnet_proxy_op_add(so, s, NSTEPS, NSTEPS * slot, NULL));
+ *     TRY(ibnet_proxy_op_add(ro, r, NSTEPS, NSTEPS * slot, NULL));
+ *     int status = 0, reaped = 0;
+ *     for (int sd = 0, rd = 0; !sd || !rd;) {
+ *       if (!sd) TRY(ibnet_proxy_progress(px, so, &sd, NULL));
+ *       if (!rd) TRY(ibnet_proxy_progress(px, ro, &rd, NULL));
+ *       if (!reaped && waitpid(child, &status, WNOHANG) == child) {
+ *         reaped = 1;                              // the GPU process ended: fine if it succeeded
+ *         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;  // never wait on it
+ *       }
+ *     }
+ *     if (!reaped && waitpid(child, &status, 0) != child) return 1;
+ *     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
  *     TRY(ibnet_proxy_op_destroy(so));
  *     TRY(ibnet_proxy_op_destroy(ro));
  *     TRY(ibnet_proxy_free(px, s));
  *     TRY(ibnet_proxy_free(px, r));
  *     TRY(ibnet_proxy_destroy(px));
- *     printf("3 steps of %zu bytes verified\n", slot);
+ *     printf("%d steps of %zu bytes verified in another process\n", steps / 2, slot);
  *     return 0;
  *   }
  */
@@ -220,6 +285,59 @@ extern const ibnet_net_v8_t ncclNetPlugin_v8;
 
 typedef struct ibnet_proxy ibnet_proxy_t;       /* an engine (connections, shared pools) */
 typedef struct ibnet_proxy_op ibnet_proxy_op_t; /* an operation: up to 16 subs */
+typedef struct ibnet_proxy_attach ibnet_proxy_attach_t; /* a connection mapped in a GPU process */
+
+/* Bytes of a cross-process connection map (ibnet_proxy_export_map, ibnet_proxy_attach). */
+#define IBNET_PROXY_MAP_BYTES 544
+/* Kinds of export handles (ibnet_proxy_mem_t exportMem / importMem). */
+#define IBNET_HANDLE_PROCESS_FD 1 /* an fd of the exporting process: int32 fd, 4 zero bytes, uint64 inode, uint64 device */
+#define IBNET_HANDLE_CUMEM_FD 2   /* a cuMem POSIX-fd shareable handle of the exporting process (same bytes) */
+#define IBNET_HANDLE_CUDA_IPC 3   /* the 64 bytes of a cudaIpcMemHandle_t */
+#define IBNET_HANDLE_PROVIDER 4   /* bytes only the caller's importMem understands */
+
+/* ibnet_logger_t levels and subsystem flags (NCCL's ncclDebugLogLevel, NCCL_INIT, NCCL_NET, ...). */
+#define IBNET_LOG_WARN 2
+#define IBNET_LOG_INFO 3
+#define IBNET_LOG_TRACE 5
+#define IBNET_LOG_FLAG_INIT 0x1UL
+#define IBNET_LOG_FLAG_NET 0x10UL
+#define IBNET_LOG_FLAG_ENV 0x80UL
+#define IBNET_LOG_FLAG_ALL (~0UL)
+
+/* Profiler events (ibnet_proxy_event_t.kind), and their states (.state; -1 when none). */
+#define IBNET_PROF_OP_START 0   /* dir, nsteps, bytes (the sub's total) */
+#define IBNET_PROF_OP_STATE 1   /* state: IBNET_PROF_OP_*; step in from (= to); bytes so far */
+#define IBNET_PROF_OP_STOP 2
+#define IBNET_PROF_STEP_START 3 /* steps [from, to) of the sub (relative to its first step) */
+#define IBNET_PROF_STEP_STATE 4 /* state: IBNET_PROF_STEP_* */
+#define IBNET_PROF_STEP_STOP 5
+#define IBNET_PROF_OP_SEND_POSTED 0      /* NCCL's ncclProfilerProxyOpSendPosted, ... */
+#define IBNET_PROF_OP_SEND_REM_FIFO_WAIT 1
+#define IBNET_PROF_OP_SEND_TRANSMITTED 2
+#define IBNET_PROF_OP_SEND_DONE 3
+#define IBNET_PROF_OP_RECV_POSTED 4
+#define IBNET_PROF_OP_RECV_RECEIVED 5
+#define IBNET_PROF_OP_RECV_TRANSMITTED 6
+#define IBNET_PROF_OP_RECV_DONE 7
+#define IBNET_PROF_STEP_SEND_GPU_WAIT 0  /* NCCL's ncclProfilerProxyStepSendGPUWait, ... */
+#define IBNET_PROF_STEP_SEND_WAIT 1
+#define IBNET_PROF_STEP_RECV_WAIT 2
+#define IBNET_PROF_STEP_RECV_FLUSH_WAIT 3
+#define IBNET_PROF_STEP_RECV_GPU_WAIT 4
+typedef struct {
+  int kind;               /* IBNET_PROF_OP_START .. IBNET_PROF_STEP_STOP */
+  int dir;                /* IBNET_PROXY_SEND / RECV on OP_START, else -1 */
+  int state;
+  uint32_t sub;           /* the sub-operation */
+  uint64_t from, to;      /* steps */
+  uint64_t bytes;
+  uint64_t nsteps;        /* OP_START */
+} ibnet_proxy_event_t;
+/* Called on the proxy thread during ibnet_proxy_progress (keep it short; it must not call the proxy). */
+typedef struct {
+  void* ctx;
+  void (*event)(void* ctx, const ibnet_proxy_event_t* ev);
+} ibnet_proxy_profiler_t;
 
 /* One slot descriptor in recvMem (NCCL's struct ncclConnFifo). */
 typedef struct { uint32_t mode; uint32_t offset; int64_t size; uint64_t ptr; } ibnet_conn_fifo_t;
@@ -234,13 +352,38 @@ typedef struct {
   size_t maxNetSize;    /* largest network piece of a registered buffer (1 GiB) */
 } ibnet_proxy_config_t;
 
-/* The caller's allocator (NULL in ibnet_proxy_create: zeroed host memory from the library).
- * alloc: kind 0 host, 1 device; returns 0 and zeroed, 4096-aligned memory mapped at *cpu for
- * this process, *gpu for kernels (same as cpu for host memory), *handle for itself. */
+/* The caller's memory (NULL in ibnet_proxy_create: zeroed host memory from the library, POSIX
+ * shared memory so a GPU process can map it). Callbacks return 0 on success.
+ * alloc: kind 0 host, 1 device; zeroed, 4096-aligned memory mapped at *cpu for this process,
+ *   *gpu for kernels (same as cpu for host memory), *handle for itself. free: gives back what
+ *   alloc or gdcAlloc returned.
+ * Optional (NULL: not offered):
+ * gdcAlloc: GDR copy (NCCL's gdcSync/gdcFlush): `words` zeroed 8-byte device words at device
+ *   address *gpu, mapped write-combined for this process at *cpu. The engine keeps the ring
+ *   counter it writes there (send: head; receive: tail, then the flush word) when the GPU side
+ *   is in this process; storeFence orders its stores (NCCL's wc_store_fence); with
+ *   gdrCopyFlush, received data is flushed by reading the flush word: flushRead (NULL: the
+ *   library reads it).
+ * dmabufFd: a DMA-BUF fd for [offset, offset + len) of the device region at cpu (*fd = -1:
+ *   none, register by address); the library closes it after registering.
+ * exportMem: describes the region at cpu for another process: *kind (IBNET_HANDLE_*), up to
+ *   64 bytes at handleOut, *offset of the region in the exported object (a multiple of 256).
+ * importMem / unimportMem (GPU process, ibnet_proxy_attach): maps what exportMem described
+ *   (owner: the exporting pid) at *cpu, *gpu for kernels, *token for unimportMem. Without
+ *   importMem, IBNET_HANDLE_PROCESS_FD banks are mapped by the library. */
 typedef struct {
   void* ctx;
   int (*alloc)(void* ctx, int kind, size_t size, void** cpu, uint64_t* gpu, uint64_t* handle);
   int (*free)(void* ctx, void* cpu, uint64_t handle);
+  int (*gdcAlloc)(void* ctx, size_t words, void** cpu, uint64_t* gpu, uint64_t* handle);
+  void (*storeFence)(void* ctx);
+  void (*flushRead)(void* ctx, const uint64_t* word);
+  int (*dmabufFd)(void* ctx, void* cpu, uint64_t handle, size_t offset, size_t len, int* fd);
+  int (*exportMem)(void* ctx, void* cpu, uint64_t handle, size_t size, int* kind,
+                   uint8_t* handleOut, uint64_t* offset);
+  int (*importMem)(void* ctx, int kind, const uint8_t* handle, uint64_t owner, size_t size,
+                   uint64_t offset, void** cpu, uint64_t* gpu, uint64_t* token);
+  int (*unimportMem)(void* ctx, void* cpu, uint64_t token);
 } ibnet_proxy_mem_t;
 
 /* What the caller decided for a connection (NCCL's setupReq). */
@@ -254,6 +397,7 @@ typedef struct {
   int shared;             /* shared buffers (p2p) */
   int useGdr;             /* buffers in device memory */
   int needFlush;          /* flush received data before the GPU reads it */
+  uint64_t gpuProcess;    /* the GPU process's ibnet_proxy_process_id; 0: this process */
 } ibnet_proxy_setup_t;
 
 /* What the GPU side of a connection uses (GPU addresses). */
@@ -304,6 +448,21 @@ ibnet_result_t ibnet_proxy_op_destroy(ibnet_proxy_op_t* op);
 ibnet_result_t ibnet_proxy_free(ibnet_proxy_t* proxy, uint32_t conn);
 /* Frees the proxy (finalizing the plugin context); every connection must be freed first. */
 ibnet_result_t ibnet_proxy_destroy(ibnet_proxy_t* proxy);
+
+/* The profiler: prof->event receives the engine's op and step events (NULL: none). */
+ibnet_result_t ibnet_proxy_set_profiler(ibnet_proxy_t* proxy, const ibnet_proxy_profiler_t* prof);
+/* The library's log lines (each starting NET/IBNET, passed as "%s") go to logger (NULL: refused). */
+ibnet_result_t ibnet_proxy_set_logger(ibnet_logger_t logger);
+/* This process's identity (a hash of host name and pid) for ibnet_proxy_setup_t.gpuProcess. */
+ibnet_result_t ibnet_proxy_process_id(uint64_t* id);
+/* A connection whose gpuProcess is another process: the map that process attaches with. */
+ibnet_result_t ibnet_proxy_export_map(ibnet_proxy_t* proxy, uint32_t conn, void* buf, size_t len);
+/* GPU process: checks and maps a map from ibnet_proxy_export_map (mem: NULL for a proxy using
+ * the library's memory, else callbacks with importMem) and writes the view in this process. */
+ibnet_result_t ibnet_proxy_attach(const ibnet_proxy_mem_t* mem, const void* map, size_t len,
+                                  ibnet_proxy_attach_t** att, ibnet_proxy_device_view_t* view);
+/* Unmaps what ibnet_proxy_attach mapped (after the kernels stopped using it). */
+ibnet_result_t ibnet_proxy_detach(ibnet_proxy_attach_t* att);
 
 #ifdef __cplusplus
 }

@@ -19,9 +19,14 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ibnet_core::proxy::xmap::XMap;
 use ibnet_core::proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
+use ibnet_core::proxy::{HandleKind, OpEvent, StepEvent};
+use nccl_net_ibnet::log;
 use nccl_net_ibnet::nccl::types::ncclResult_t;
+use nccl_net_ibnet::nccl::types::DebugLogFn;
 use nccl_net_ibnet::proxy::capi::*;
+use nccl_net_ibnet::proxy::capi_xproc::*;
 use nccl_net_ibnet::proxy::CMemTable;
 
 /// A Rust FFI type's spelling in `ibnet.h`'s terms (a C type name usable in `__typeof__`).
@@ -39,6 +44,9 @@ named! {
     usize => "size_t", ncclResult_t => "ibnet_result_t", CConfig => "ibnet_proxy_config_t",
     CSetup => "ibnet_proxy_setup_t", CDeviceView => "ibnet_proxy_device_view_t",
     CMemTable => "ibnet_proxy_mem_t", CProxy => "ibnet_proxy_t", COp => "ibnet_proxy_op_t",
+    u8 => "uint8_t", () => "void", CEvent => "ibnet_proxy_event_t",
+    CProfiler => "ibnet_proxy_profiler_t", CAttach => "ibnet_proxy_attach_t",
+    DebugLogFn => "ibnet_logger_t",
 }
 
 impl<T: CType> CType for *const T {
@@ -81,6 +89,9 @@ fn_ptr!(A, B, C);
 fn_ptr!(A, B, C, D);
 fn_ptr!(A, B, C, D, E);
 fn_ptr!(A, B, C, D, E, G);
+fn_ptr!(A, B, C, D, E, G, H);
+fn_ptr!(A, B, C, D, E, G, H, I);
+fn_ptr!(A, B, C, D, E, G, H, I, J);
 
 /// The C spelling of a value's type (used on fn pointers cast from the Rust functions).
 fn spell<T: CType>(_: T) -> String {
@@ -122,6 +133,12 @@ fn functions() -> Vec<(&'static str, String)> {
         f!(ibnet_proxy_op_destroy(_)),
         f!(ibnet_proxy_free(_, _)),
         f!(ibnet_proxy_destroy(_)),
+        f!(ibnet_proxy_set_profiler(_, _)),
+        f!(ibnet_proxy_set_logger(_)),
+        f!(ibnet_proxy_process_id(_)),
+        f!(ibnet_proxy_export_map(_, _, _, _)),
+        f!(ibnet_proxy_attach(_, _, _, _, _)),
+        f!(ibnet_proxy_detach(_)),
     ]
 }
 
@@ -209,6 +226,7 @@ fn layout() -> Vec<Check> {
             fld!(CSetup, shared => "shared"),
             fld!(CSetup, use_gdr => "useGdr"),
             fld!(CSetup, need_flush => "needFlush"),
+            fld!(CSetup, gpu_process => "gpuProcess"),
         ],
         &mut v,
     );
@@ -231,6 +249,35 @@ fn layout() -> Vec<Check> {
             fld!(CMemTable, ctx => "ctx"),
             fld!(CMemTable, alloc => "alloc"),
             fld!(CMemTable, free => "free"),
+            fld!(CMemTable, gdc_alloc => "gdcAlloc"),
+            fld!(CMemTable, store_fence => "storeFence"),
+            fld!(CMemTable, flush_read => "flushRead"),
+            fld!(CMemTable, dmabuf_fd => "dmabufFd"),
+            fld!(CMemTable, export_mem => "exportMem"),
+            fld!(CMemTable, import_mem => "importMem"),
+            fld!(CMemTable, unimport_mem => "unimportMem"),
+        ],
+        &mut v,
+    );
+    struct_checks::<CEvent>(
+        "ibnet_proxy_event_t",
+        vec![
+            fld!(CEvent, kind => "kind"),
+            fld!(CEvent, dir => "dir"),
+            fld!(CEvent, state => "state"),
+            fld!(CEvent, sub => "sub"),
+            fld!(CEvent, from => "from"),
+            fld!(CEvent, to => "to"),
+            fld!(CEvent, bytes => "bytes"),
+            fld!(CEvent, nsteps => "nsteps"),
+        ],
+        &mut v,
+    );
+    struct_checks::<CProfiler>(
+        "ibnet_proxy_profiler_t",
+        vec![
+            fld!(CProfiler, ctx => "ctx"),
+            fld!(CProfiler, event => "event"),
         ],
         &mut v,
     );
@@ -264,6 +311,49 @@ fn constants() -> Vec<Check> {
             nccl_net_ibnet::nccl::types::NCCL_NET_HANDLE_MAXSIZE as i64,
         ),
         k("sizeof(ibnet_result_t)", size_of::<ncclResult_t>() as i64),
+        k("IBNET_PROXY_MAP_BYTES", XMap::BYTES as i64),
+        k("IBNET_HANDLE_PROCESS_FD", HandleKind::ProcessFd as i64),
+        k("IBNET_HANDLE_CUMEM_FD", HandleKind::CuMemFd as i64),
+        k("IBNET_HANDLE_CUDA_IPC", HandleKind::CudaIpc as i64),
+        k("IBNET_HANDLE_PROVIDER", HandleKind::Provider as i64),
+        k("IBNET_LOG_WARN", log::Level::Warn as i64),
+        k("IBNET_LOG_INFO", log::Level::Info as i64),
+        k("IBNET_LOG_TRACE", log::Level::Trace as i64),
+        k("(long long)IBNET_LOG_FLAG_INIT", log::INIT as i64),
+        k("(long long)IBNET_LOG_FLAG_NET", log::NET as i64),
+        k("(long long)IBNET_LOG_FLAG_ENV", log::ENV as i64),
+        k("(long long)IBNET_LOG_FLAG_ALL", log::ALL as i64),
+        k("IBNET_PROF_OP_SEND_POSTED", OpEvent::SendPosted as i64),
+        k(
+            "IBNET_PROF_OP_SEND_REM_FIFO_WAIT",
+            OpEvent::SendRemFifoWait as i64,
+        ),
+        k(
+            "IBNET_PROF_OP_SEND_TRANSMITTED",
+            OpEvent::SendTransmitted as i64,
+        ),
+        k("IBNET_PROF_OP_SEND_DONE", OpEvent::SendDone as i64),
+        k("IBNET_PROF_OP_RECV_POSTED", OpEvent::RecvPosted as i64),
+        k("IBNET_PROF_OP_RECV_RECEIVED", OpEvent::RecvReceived as i64),
+        k(
+            "IBNET_PROF_OP_RECV_TRANSMITTED",
+            OpEvent::RecvTransmitted as i64,
+        ),
+        k("IBNET_PROF_OP_RECV_DONE", OpEvent::RecvDone as i64),
+        k(
+            "IBNET_PROF_STEP_SEND_GPU_WAIT",
+            StepEvent::SendGpuWait as i64,
+        ),
+        k("IBNET_PROF_STEP_SEND_WAIT", StepEvent::SendWait as i64),
+        k("IBNET_PROF_STEP_RECV_WAIT", StepEvent::RecvWait as i64),
+        k(
+            "IBNET_PROF_STEP_RECV_FLUSH_WAIT",
+            StepEvent::RecvFlushWait as i64,
+        ),
+        k(
+            "IBNET_PROF_STEP_RECV_GPU_WAIT",
+            StepEvent::RecvGpuWait as i64,
+        ),
         k("sizeof(ibnet_properties_v11_t)", 112),
         k("offsetof(ibnet_properties_v11_t, vProps)", 64),
         k("offsetof(ibnet_properties_v11_t, maxP2pBytes)", 88),

@@ -194,6 +194,7 @@ impl Eng for CEng {
             shared: req.shared as c_int,
             use_gdr: req.use_gdr as c_int,
             need_flush: req.need_flush as c_int,
+            gpu_process: 0,
         };
         let mut c = 0u32;
         let mut h: NetHandle = [0; 128];

@@ -31,6 +31,11 @@
 //! Every [`Decision`] carries a reason string so the plugin can log which path was chosen.
 //! All calls are fallible and never panic; none belongs on the data path (cache the answers).
 //!
+//! The proxy engine on a GPU: [`proxy_mem`] ([`CudaProxyMem`]: device banks with `cuMemAlloc`,
+//! pinned host banks, DMA-BUF, CUDA IPC export/import), [`copy_net`] (a loopback net copying
+//! through the driver) and [`proxy_probe`] (the engine end to end with its banks in GPU
+//! memory; the `proxy_gpu_probe` example).
+//!
 //! Environment: `NCCL_DMABUF_ENABLE` (NCCL default 1, RCCL default 0), `RCCL_FORCE_ENABLE_GDRDMA`,
 //! `NCCL_IB_PCI_RELAXED_ORDERING` (Hyper-V rule), `RCCL_ROCR_PATH` (HSA location) and ours,
 //! `IBNET_GPU` = `auto` (default) | `cuda` | `hip` | `none`, `IBNET_CUDA_LIB` / `IBNET_HIP_LIB`
@@ -38,6 +43,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod copy_net;
 pub mod decision;
 pub mod dmabuf;
 pub mod env;
@@ -46,6 +52,8 @@ pub mod host;
 pub mod kconfig;
 pub mod peermem;
 mod pointer;
+pub mod proxy_mem;
+pub mod proxy_probe;
 pub mod runtime;
 mod sys;
 
@@ -53,4 +61,5 @@ pub use decision::{Decision, PointerKind, Vendor};
 pub use env::Env;
 pub use error::{Error, Result};
 pub use host::Host;
+pub use proxy_mem::{CudaProxyMem, DeviceCopier};
 pub use runtime::{DeviceBuffer, DmaBuf, GpuRuntime};

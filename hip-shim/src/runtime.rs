@@ -295,6 +295,16 @@ impl GpuRuntime {
         }
     }
 
+    /// The CUDA driver table (for [`crate::proxy_mem`]); HIP is not supported there yet.
+    pub(crate) fn cuda(&self) -> Result<&Cuda> {
+        match &self.backend {
+            Backend::Cuda(c) => Ok(c),
+            Backend::Rocm { .. } => Err(Error::Unsupported {
+                what: "the proxy memory provider on ROCm (CUDA only)".into(),
+            }),
+        }
+    }
+
     /// Allocates `len` bytes on GPU `dev` (freed on drop). For tools and tests, not the plugin.
     pub fn alloc(&self, dev: i32, len: usize) -> Result<DeviceBuffer<'_>> {
         if len == 0 {

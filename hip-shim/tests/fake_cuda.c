@@ -181,3 +181,69 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
      : "CUDA_ERROR_UNKNOWN";
   return OK;
 }
+
+/* ---- For the proxy memory provider: memset, device-to-device copies, pinned host memory,
+ * IPC handles (the "other process" maps an allocation at the same address here). */
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  if (!inside(d, n)) return INVALID_VALUE;
+  memset((void *)(uintptr_t)d, v, n);
+  return OK;
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
+  if (!inside(d, n) || !inside(s, n)) return INVALID_VALUE;
+  memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
+  return OK;
+}
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  if (n == 0 || (flags & ~3u)) return INVALID_VALUE;
+  void *m = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+  if (!m) return 2;
+  memset(m, 0xab, n); /* not zeroed, like the real driver: the provider must zero it */
+  *p = m;
+  return OK;
+}
+CUresult cuMemFreeHost(void *p) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  free(p);
+  return OK;
+}
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  if (flags) return INVALID_VALUE;
+  *d = (CUdeviceptr)(uintptr_t)p;
+  return OK;
+}
+typedef struct { char reserved[64]; } CUipcMemHandle;
+static int ipc_open_count;
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  struct alloc *a = find(p);
+  int base = a && a->base == p;
+  pthread_mutex_unlock(&mu);
+  if (!base) return INVALID_VALUE;
+  memset(h, 0, sizeof *h);
+  memcpy(h->reserved, "fakeipc!", 8);
+  memcpy(h->reserved + 8, &p, sizeof p);
+  return OK;
+}
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *d, CUipcMemHandle h, unsigned flags) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  if (flags != 1 || memcmp(h.reserved, "fakeipc!", 8) != 0) return INVALID_VALUE;
+  CUdeviceptr p;
+  memcpy(&p, h.reserved + 8, sizeof p);
+  pthread_mutex_lock(&mu);
+  struct alloc *a = find(p);
+  pthread_mutex_unlock(&mu);
+  if (!a || a->base != p) return INVALID_VALUE;
+  __atomic_add_fetch(&ipc_open_count, 1, __ATOMIC_SEQ_CST);
+  *d = p;
+  return OK;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr d) {
+  if (cur() < 0) return INVALID_CONTEXT;
+  (void)d;
+  return __atomic_sub_fetch(&ipc_open_count, 1, __ATOMIC_SEQ_CST) >= 0 ? OK : INVALID_VALUE;
+}

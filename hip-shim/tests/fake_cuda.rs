@@ -8,10 +8,17 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::Command;
 
-use ibnet_hip::{Env, Error, GpuRuntime, Host, PointerKind, Vendor};
+use ibnet_core::proxy::{BankDesc, HandleKind, MemKind, MemProvider};
+use ibnet_hip::proxy_probe::{self, step_len, STEPS_PER_OP};
+use ibnet_hip::{CudaProxyMem, DeviceCopier, Env, Error, GpuRuntime, Host, PointerKind, Vendor};
 
-/// Compiles the fake driver into a fresh directory; returns the `.so` path.
+/// Compiles the fake driver once per test binary; returns the `.so` path.
 fn build_fake() -> PathBuf {
+    static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SO.get_or_init(build_fake_once).clone()
+}
+
+fn build_fake_once() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ibnet-hip-fakecuda-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let so = dir.join("libcuda.so.1");
@@ -186,4 +193,69 @@ fn wrong_library_is_reported_not_loaded() {
         }
         other => panic!("expected NotPresent, got {other:?}"),
     }
+}
+
+fn fake_runtime() -> GpuRuntime {
+    let so = build_fake();
+    let vars = vec![
+        ("IBNET_GPU", "cuda"),
+        ("IBNET_CUDA_LIB", so.to_str().expect("utf-8 path")),
+    ];
+    GpuRuntime::detect_on(Host::system().with_env(Env::fixed(vars))).expect("fake driver")
+}
+
+/// The GPU probe's whole path (engine, device banks, copy net, host "kernels") against the
+/// fake driver: every step verified, every allocation given back.
+#[test]
+fn proxy_probe_against_fake_driver() {
+    let rt = fake_runtime();
+    let r = proxy_probe::run(&rt, 0, 250).expect("probe");
+    let steps = 250 * STEPS_PER_OP;
+    let want: u64 = (0..steps).map(|k| step_len(k) as u64).sum();
+    assert_eq!((r.ops, r.steps, r.bytes), (250, steps, want));
+    assert_eq!(
+        r.copied, want,
+        "every byte crossed the net device to device"
+    );
+}
+
+#[test]
+fn cuda_proxy_mem_allocates_exports_and_imports() {
+    let rt = fake_runtime();
+    let mut m = CudaProxyMem::new(&rt, 0).expect("provider");
+    let d = m.alloc(MemKind::Device, 10_000).expect("device bank");
+    assert_eq!(d.cpu() % 4096, 0);
+    let mut back = vec![1u8; 10_000];
+    let cp = DeviceCopier::new(&rt, 0).unwrap();
+    cp.read(d.cpu(), &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0), "device banks are zeroed");
+    let h = m.alloc(MemKind::Host, 5000).expect("host bank");
+    assert_eq!(
+        (h.cpu() % 4096, h.gpu()),
+        (0, h.cpu()),
+        "mapped pinned memory"
+    );
+
+    let desc = m.export(&d).expect("IPC export");
+    assert_eq!(desc.kind().unwrap(), HandleKind::CudaIpc);
+    assert_eq!((desc.size, desc.offset), (10_000, 0));
+    assert!(m.export(&h).is_err(), "host banks go through shared memory");
+
+    let mut other = CudaProxyMem::new(&rt, 0).unwrap();
+    let i = other.import(&desc).expect("IPC import");
+    assert_eq!((i.cpu(), i.size()), (d.cpu(), 10_000));
+    cp.write(d.cpu() + 100, b"seen").unwrap();
+    let mut w = [0u8; 4];
+    cp.read(i.cpu() + 100, &mut w).unwrap();
+    assert_eq!(&w, b"seen");
+    assert!(other.free(i).is_err(), "an import is not freed");
+    assert!(m.unimport(d).is_err(), "an allocation is not unimported");
+    other.unimport(i).expect("unimport");
+    assert_eq!(other.live(), 0);
+    let fd = BankDesc::new(HandleKind::ProcessFd, 4096, 0, 1, &[0; 24]).unwrap();
+    assert!(other.import(&fd).is_err(), "not a CUDA IPC handle");
+
+    m.free(d).unwrap();
+    m.free(h).unwrap();
+    assert_eq!(m.live(), 0);
 }

@@ -107,8 +107,10 @@ unsafe impl MemProvider for HostMem {
 
 /// The net of the harness over provider `D`.
 pub type NetOn<D> = InProcessNet<D, 16>;
+/// The engine of the harness over provider `D` with memory from `M`.
+pub type PxWith<D, M> = ProxyState<NetOn<D>, M, 32>;
 /// The engine of the harness over provider `D`.
-pub type PxOn<D> = ProxyState<NetOn<D>, HostMem, 32>;
+pub type PxOn<D> = PxWith<D, HostMem>;
 /// The net over the loopback double.
 pub type Net = NetOn<Loopback>;
 /// The engine over the loopback double.
@@ -147,6 +149,9 @@ pub struct Scenario {
     pub reg_bytes: usize,
     /// The engine's `max_net_size` (registered buffers split at it).
     pub max_net_size: usize,
+    /// The GPU side's process ([`SetupReq::gpu_process`]; 0: the engine's own, whose
+    /// `process_id` is 0 too).
+    pub gpu_process: u64,
 }
 
 impl Scenario {
@@ -168,6 +173,7 @@ impl Scenario {
             max_slices: 12,
             reg_bytes: 0,
             max_net_size: 1 << 30,
+            gpu_process: 0,
         }
     }
 }
@@ -196,8 +202,8 @@ pub fn cfg() -> ProxyConfig {
 }
 
 /// Connects `n` send/recv connection pairs (shared comms when the scenario allows).
-pub fn connect_pairs<D: Fabric>(
-    px: &mut PxOn<D>,
+pub fn connect_pairs<D: Fabric, M: MemProvider>(
+    px: &mut PxWith<D, M>,
     sc: &Scenario,
 ) -> Result<(Vec<ConnId>, Vec<ConnId>)> {
     let mut sends = Vec::new();
@@ -208,6 +214,7 @@ pub fn connect_pairs<D: Fabric>(
             use_gdr: sc.use_gdr,
             channel: 0,
             conn_index: 1,
+            gpu_process: sc.gpu_process,
             ..SetupReq::default()
         };
         // Rank 100+i sends to rank 1 (one remote rank: one shared send comm); rank 1 receives
@@ -256,6 +263,22 @@ pub fn new_px(sc: &Scenario, comm_flush: bool) -> Px {
 
 /// An engine over `dev` for scenario `sc`.
 pub fn new_px_on<D: Fabric>(dev: D, sc: &Scenario, comm_flush: bool) -> PxOn<D> {
+    let mem = HostMem {
+        gdc: sc.gdc,
+        ..HostMem::default()
+    };
+    new_px_with(dev, mem, sc, comm_flush, cfg())
+}
+
+/// An engine over `dev` with memory `mem` for scenario `sc`, from `base` (its GDR-copy flush
+/// and `max_net_size` set from the scenario).
+pub fn new_px_with<D: Fabric, M: MemProvider>(
+    dev: D,
+    mem: M,
+    sc: &Scenario,
+    comm_flush: bool,
+    base: ProxyConfig,
+) -> PxWith<D, M> {
     let net = NetOn::new(
         dev,
         CommConfig {
@@ -268,20 +291,16 @@ pub fn new_px_on<D: Fabric>(dev: D, sc: &Scenario, comm_flush: bool) -> PxOn<D> 
         dmabuf: false,
         sizes: SizeReport::Flags,
     });
-    let mem = HostMem {
-        gdc: sc.gdc,
-        ..HostMem::default()
-    };
     let c = ProxyConfig {
         gdr_copy_flush: sc.gdc_flush,
         max_net_size: sc.max_net_size,
-        ..cfg()
+        ..base
     };
     ProxyState::new(net, mem, c)
 }
 
 /// Payload bytes one slice carries.
-fn slice_payload(sc: &Scenario, v: &DeviceView) -> usize {
+pub fn slice_payload(sc: &Scenario, v: &DeviceView) -> usize {
     let p = sc.proto.index();
     let room = if sc.shared && sc.proto == Protocol::Simple {
         cfg().p2p_chunk_size
@@ -305,7 +324,7 @@ fn wire(proto: Protocol, payload: usize) -> usize {
 }
 
 /// The payload of op `op`, sub `s` (deterministic, 1..=max bytes).
-fn op_payload(sc: &Scenario, per_slice: usize, op: usize, s: usize) -> usize {
+pub fn op_payload(sc: &Scenario, per_slice: usize, op: usize, s: usize) -> usize {
     let max = if sc.reg {
         sc.reg_bytes
     } else {
@@ -436,8 +455,9 @@ fn slot_addr(sc: &Scenario, v: &DeviceView, k: u64, offset: u32) -> u64 {
     }
 }
 
-/// The sending GPU: fills every slice of every op of every sub, round-robin, never blocking.
-fn gpu_send(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &AtomicBool) {
+/// The sending GPU: fills every slice of every op of every sub, round-robin, never blocking;
+/// returns when done or when `stop` is set.
+pub fn gpu_send(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &AtomicBool) {
     let devs: Vec<DeviceSend> = views
         .iter()
         // SAFETY: the connections stay connected until the proxy thread joins this thread.
@@ -516,8 +536,9 @@ fn gpu_send(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &Atomic
     }
 }
 
-/// The receiving GPU: waits for each slice, verifies it byte for byte, consumes it.
-fn gpu_recv(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &AtomicBool) -> u64 {
+/// The receiving GPU: waits for each slice, verifies it byte for byte, consumes it; returns
+/// the bytes verified when done or when `stop` is set.
+pub fn gpu_recv(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &AtomicBool) -> u64 {
     let devs: Vec<DeviceRecv> = views
         .iter()
         // SAFETY: as in `gpu_send`.
@@ -594,6 +615,81 @@ fn gpu_recv(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &Atomic
     verified
 }
 
+/// The connections and user buffers one operation runs over.
+#[derive(Clone, Copy)]
+pub struct OpIo<'a> {
+    /// Send connections, one per sub.
+    pub sends: &'a [ConnId],
+    /// Receive connections, one per sub.
+    pub recvs: &'a [ConnId],
+    /// Send user buffers (registered scenarios).
+    pub su: &'a [u64],
+    /// Receive user buffers (registered scenarios).
+    pub ru: &'a [u64],
+}
+
+/// Drives operation `op` of `sc` (a send op and a receive op over every sub) to completion
+/// on this thread, calling `check` every 1,024 rounds (a watch on the GPU side; its error
+/// ends the op). Checks the bytes each sub moved; returns the largest receive group.
+/// Allocates nothing.
+pub fn drive_op<D: Fabric, M: MemProvider, P: Profiler>(
+    px: &mut PxWith<D, M>,
+    sc: &Scenario,
+    op: usize,
+    per: usize,
+    io: OpIo<'_>,
+    prof: &mut P,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<usize> {
+    let mut so = ProxyOp::new(Dir::Send, sc.proto, sc.slice, sc.chunk)?;
+    let mut ro = ProxyOp::new(Dir::Recv, sc.proto, sc.slice, sc.chunk)?;
+    for s in 0..sc.nsubs {
+        let total = op_payload(sc, per, op, s);
+        if sc.reg {
+            so.push(SubArgs::registered(io.sends[s], io.su[s], total))?;
+            ro.push(SubArgs::registered(io.recvs[s], io.ru[s], total))?;
+        } else {
+            let nsteps = total.div_ceil(per) as u64 * sc.slice;
+            let nbytes = wire(sc.proto, total);
+            so.push(SubArgs::new(io.sends[s], nsteps, nbytes))?;
+            ro.push(SubArgs::new(io.recvs[s], nsteps, nbytes))?;
+        }
+    }
+    let (mut sd, mut rd) = (false, false);
+    let mut spins = 0u64;
+    while !(sd && rd) {
+        if !sd {
+            sd = px.progress_with(&mut so, prof)?.done;
+        }
+        if !rd {
+            rd = px.progress_with(&mut ro, prof)?.done;
+        }
+        spins += 1;
+        if spins & 63 == 0 {
+            std::thread::yield_now();
+        }
+        if spins & 1023 == 0 {
+            if let Err(e) = check() {
+                let _ = px.abort(&mut so);
+                let _ = px.abort(&mut ro);
+                return Err(e);
+            }
+        }
+        assert!(spins < 200_000_000, "op {op} stuck");
+    }
+    let grouped = ro.groups().iter().any(|g| g.1 > 1);
+    for s in 0..sc.nsubs {
+        if grouped && !sc.reg {
+            // A multi-receive over ibnet's comms reports 0/1 per buffer: the engine
+            // counts the posted size for a non-empty one.
+            assert!(ro.bytes(s) >= so.bytes(s), "op {op} sub {s}: bytes moved");
+        } else {
+            assert_eq!(so.bytes(s), ro.bytes(s), "op {op} sub {s}: bytes moved");
+        }
+    }
+    Ok(ro.groups().iter().map(|g| g.1).max().unwrap_or(0))
+}
+
 /// Runs a scenario end to end over the loopback double on a big-stack thread; returns what it
 /// measured.
 pub fn run(sc: Scenario) -> Report {
@@ -656,49 +752,15 @@ fn run_inner<D: Fabric, P: Profiler>(
         let gr = t.spawn(move || gpu_recv(sc, rv2, ru2, stop));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for op in 0..sc.ops {
-                let mut so = ProxyOp::new(Dir::Send, sc.proto, sc.slice, sc.chunk).unwrap();
-                let mut ro = ProxyOp::new(Dir::Recv, sc.proto, sc.slice, sc.chunk).unwrap();
-                for s in 0..sc.nsubs {
-                    let total = op_payload(&sc, per, op, s);
-                    if sc.reg {
-                        so.push(SubArgs::registered(sends[s], su[s], total))
-                            .unwrap();
-                        ro.push(SubArgs::registered(recvs[s], ru[s], total))
-                            .unwrap();
-                    } else {
-                        let nsteps = total.div_ceil(per) as u64 * sc.slice;
-                        let nbytes = wire(sc.proto, total);
-                        so.push(SubArgs::new(sends[s], nsteps, nbytes)).unwrap();
-                        ro.push(SubArgs::new(recvs[s], nsteps, nbytes)).unwrap();
-                    }
-                }
-                let (mut sd, mut rd) = (false, false);
-                let mut spins = 0u64;
-                while !(sd && rd) {
-                    if !sd {
-                        sd = px.progress_with(&mut so, prof).expect("send progress").done;
-                    }
-                    if !rd {
-                        rd = px.progress_with(&mut ro, prof).expect("recv progress").done;
-                    }
-                    spins += 1;
-                    if spins & 63 == 0 {
-                        std::thread::yield_now();
-                    }
-                    assert!(spins < 200_000_000, "op {op} stuck");
-                }
+                let io = OpIo {
+                    sends: &sends,
+                    recvs: &recvs,
+                    su: &su,
+                    ru: &ru,
+                };
+                let g = drive_op(&mut px, &sc, op, per, io, prof, &mut || Ok(())).expect("op");
                 if op == 0 {
-                    report.groups_max = ro.groups().iter().map(|g| g.1).max().unwrap_or(0);
-                }
-                let grouped = ro.groups().iter().any(|g| g.1 > 1);
-                for s in 0..sc.nsubs {
-                    if grouped && !sc.reg {
-                        // A multi-receive over ibnet's comms reports 0/1 per buffer: the engine
-                        // counts the posted size for a non-empty one.
-                        assert!(ro.bytes(s) >= so.bytes(s), "op {op} sub {s}: bytes moved");
-                    } else {
-                        assert_eq!(so.bytes(s), ro.bytes(s), "op {op} sub {s}: bytes moved");
-                    }
+                    report.groups_max = g;
                 }
                 report.ops += 1;
             }

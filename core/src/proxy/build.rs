@@ -73,7 +73,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     fn plan(&mut self, dir: Dir, req: &SetupReq, t: &mut Taken<N>) -> Result<Plan> {
         let cfg = self.cfg;
         let mut map = ConnectMap {
-            same_process: 1,
+            same_process: (req.gpu_process == cfg.process_id) as u32,
             shared: req.shared as u32,
             ..ConnectMap::default()
         };
@@ -147,7 +147,13 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         t.host = Some(host);
         map.mems[Bank::Host as usize] = MapMem::of(&host);
 
+        if map.same_process == 0 {
+            self.export_banks(map, plan.pool, t)?;
+        }
+        // GDR copy maps device words into this process only: never across processes (as
+        // NCCL, which uses it only when `sameProcess`).
         let words = match dir {
+            _ if map.same_process == 0 => 0,
             Dir::Send if cfg.gdr_copy_sync => 1,
             Dir::Recv if cfg.gdr_copy_sync || cfg.gdr_copy_flush => 2,
             _ => 0,
@@ -172,6 +178,29 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             }
         }
         Ok(w)
+    }
+
+    /// Stage 2 of a cross-process connection: every bank in use gets the descriptor the GPU's
+    /// process maps it with.
+    fn export_banks(
+        &mut self,
+        map: &mut ConnectMap,
+        pool: Option<Region>,
+        t: &Taken<N>,
+    ) -> Result<()> {
+        let banks = [
+            (Bank::Host, t.host),
+            (Bank::Device, t.dev),
+            (Bank::SharedHost, pool),
+            (Bank::SharedDevice, pool),
+        ];
+        for (b, r) in banks {
+            let m = &mut map.mems[b as usize];
+            if let (Some(r), true) = (r, m.cpu != 0) {
+                m.desc = self.mem.export(&r)?.with_bank(b as usize);
+            }
+        }
+        Ok(())
     }
 
     /// Stage 3: the resources over the allocated memory, with the ring initialised.

@@ -9,14 +9,17 @@
 //! ```
 //!
 //! The caller makes the topology decisions NCCL makes in `sendSetup`/`recvSetup` (net device,
-//! GPU-direct, flush, shared buffers) and hands them in a [`SetupReq`]. At connect the engine:
+//! GPU-direct, flush, shared buffers, and which process the GPU side runs in) and hands them in
+//! a [`SetupReq`]. At connect the engine:
 //! 1. obtains the net comm: `connect`/`accept`, or, for a shared-buffer connection on a net
 //!    with `max_recvs > 1` and [`ProxyConfig::shared_comms`](super::ProxyConfig), a reference
 //!    to the comm already open for (device, remote rank, channel);
 //! 2. lays out the [`ConnectMap`]: dedicated buffers per protocol (device memory for LL128 and
 //!    SIMPLE when GPU-direct on send, for every protocol on receive), or a reference to the
 //!    shared pool plus an optional dedicated LL buffer; then the `SendMem` and `RecvMem`;
-//! 3. allocates the banks through the [`MemProvider`], and GDR-copy words when available;
+//! 3. allocates the banks through the [`MemProvider`]; for a GPU side in another process
+//!    (`same_process` decided from [`SetupReq::gpu_process`]) exports each bank
+//!    ([`MemProvider::export`]); GDR-copy words when available and in the same process;
 //! 4. initialises the ring: no credits yet in shared mode (`head = -STEPS`), every
 //!    `connFifo` size -1 and mode NORMAL or OFFSET;
 //! 5. registers every protocol buffer (as a DMA-BUF when the net, the config and the memory
@@ -27,6 +30,7 @@ use super::map::{ConnectMap, Side};
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetHandle};
 use super::state::{Conn, ConnId, ProxyState};
+use super::xmap::XMap;
 use super::{Dir, MAX_RECVS, NUM_PROTOCOLS};
 use crate::error::{Error, Result};
 
@@ -255,7 +259,26 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         Ok(self.conn(id)?.res()?.map)
     }
 
-    /// What the GPU side of a connected connection uses.
+    /// The message the GPU's process maps a cross-process connection with (its
+    /// [`SetupReq::gpu_process`] differs from this proxy's
+    /// [`ProxyConfig::process_id`](super::ProxyConfig::process_id)); see
+    /// [`xmap`](super::xmap). Refused for a same-process connection, whose map holds
+    /// addresses instead.
+    pub fn export_map(&self, id: ConnId) -> Result<XMap> {
+        let c = self.conn(id)?;
+        let r = c.res()?;
+        if r.map.same_process != 0 {
+            return Err(Error::BadState {
+                op: "export_map",
+                state: "the GPU side runs in the proxy's process",
+            });
+        }
+        let sizes = core::array::from_fn(|i| r.bufs[i].map_or(0, |b| b.size as u64));
+        XMap::new(c.dir, c.req.shared, self.cfg.process_id, &r.map, sizes)
+    }
+
+    /// What the GPU side of a connected connection uses (same-process connections; the GPU
+    /// process of a cross-process one attaches to [`ProxyState::export_map`]'s message).
     pub fn device_view(&self, id: ConnId) -> Result<DeviceView> {
         let c = self.conn(id)?;
         let r = c.res()?;

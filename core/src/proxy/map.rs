@@ -15,6 +15,7 @@
 //! item points at offset 0 of the shared bank, which is the per-peer pool. The fifth bank,
 //! GDR-copy memory, holds the separately mapped ring counter and is addressed directly.
 
+use super::export::BankDesc;
 use super::mem::Region;
 use super::NUM_PROTOCOLS;
 use crate::error::{Error, Result};
@@ -114,6 +115,8 @@ pub struct MapMem {
     pub size: u64,
     /// The memory provider's handle for the bank.
     pub handle: u64,
+    /// How another process maps the bank ([`BankDesc::NONE`] in a same-process map).
+    pub desc: BankDesc,
 }
 
 impl MapMem {
@@ -124,11 +127,14 @@ impl MapMem {
             gpu: r.gpu(),
             size: r.size() as u64,
             handle: r.handle(),
+            desc: BankDesc::NONE,
         }
     }
 }
 
-/// Where a connection's items live.
+/// Where a connection's items live. In a cross-process map (`same_process == 0`) every bank
+/// in use carries its export descriptor; the GPU's process receives the map as an
+/// [`XMap`](super::xmap::XMap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct ConnectMap {

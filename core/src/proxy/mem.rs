@@ -11,8 +11,16 @@
 //! host memory, fencing write-combined stores with [`MemProvider::store_fence`], and, when
 //! flushing through GDR copy is enabled, flushes received data with one read of a mapped word
 //! ([`MemProvider::flush_read`]) instead of the network's `iflush`.
+//!
+//! Across processes (the GPU's process is not the proxy's, see [`super::xmap`]): the proxy's
+//! provider describes each bank it allocated with [`MemProvider::export`] (POSIX shared memory
+//! for host banks, a cuMem shareable handle or CUDA IPC handle for device banks); the GPU
+//! process's provider maps it with [`MemProvider::import`] and unmaps it with
+//! [`MemProvider::unimport`]. Freeing the region in the proxy process does not wait for the
+//! importer: each side unmaps its own mapping, and the memory goes when the last one does.
 
-use crate::error::Result;
+use super::export::BankDesc;
+use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Where a region lives.
@@ -111,6 +119,35 @@ pub unsafe trait MemProvider {
     fn gdc_alloc(&mut self, words: usize) -> Result<Option<Region>> {
         let _ = words;
         Ok(None)
+    }
+    /// Describes `region` (from [`MemProvider::alloc`]) so another process can map it.
+    /// Called at connect for every bank of a cross-process connection; must not take
+    /// resources that outlive the region (release them in [`MemProvider::free`]). The engine
+    /// fills in the bank. The default: not exportable.
+    fn export(&mut self, region: &Region) -> Result<BankDesc> {
+        let _ = region;
+        Err(Error::BadState {
+            op: "export proxy memory",
+            state: "memory provider cannot share memory across processes",
+        })
+    }
+    /// Maps a bank another process exported (in the GPU's process). The region's `cpu` is
+    /// this process's mapping, `gpu` the address its kernels use. The descriptor has passed
+    /// [`BankDesc::check`]; the provider checks its handle. The default: cannot import.
+    fn import(&mut self, desc: &BankDesc) -> Result<Region> {
+        let _ = desc;
+        Err(Error::BadState {
+            op: "import proxy memory",
+            state: "memory provider cannot share memory across processes",
+        })
+    }
+    /// Unmaps a region from [`MemProvider::import`].
+    fn unimport(&mut self, region: Region) -> Result<()> {
+        let _ = region;
+        Err(Error::BadState {
+            op: "unimport proxy memory",
+            state: "memory provider cannot share memory across processes",
+        })
     }
     /// Flushes write-combined stores to a GDR-copy mapping (NCCL's `wc_store_fence`).
     fn store_fence(&self) {}

@@ -32,6 +32,9 @@
 //! * [`state`]: the [`ProxyState`] (connection table, shared pools, shared comms);
 //!   [`lifecycle`]: setup/connect/free, `build` (private): a connection's resources in
 //!   stages; [`pools`]: shared buffers and shared comms;
+//! * [`export`], [`xmap`], [`attach`]: the connection map across processes (PXN): a bank's
+//!   export descriptor, the validated message the GPU's process receives, and its mapping
+//!   there;
 //! * [`op`]: a proxy operation and its sub-operations; `send` and `recv` (private): progress.
 //!
 //! # Driving it
@@ -48,11 +51,15 @@
 //!  px.free(s)?;
 //! ```
 //! One thread drives a `ProxyState` (the proxy thread); the GPU (or its simulator) touches only
-//! the shared memory. Nothing here allocates: memory comes from the [`MemProvider`], comms from
+//! the shared memory. When the GPU runs in another process (`SetupReq::gpu_process` differs from
+//! `ProxyConfig::process_id`; NCCL's PXN), the map's banks are exported and that process maps
+//! them from [`ProxyState::export_map`]'s [`xmap::XMap`] with [`attach::Attached`]. Nothing here allocates: memory comes from the [`MemProvider`], comms from
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
 
+pub mod attach;
 mod build;
 pub mod device;
+pub mod export;
 pub mod in_process;
 pub mod lifecycle;
 pub mod lines;
@@ -68,8 +75,10 @@ mod setup;
 pub mod shared;
 mod start;
 pub mod state;
+pub mod xmap;
 
 pub use device::{DeviceRecv, DeviceSend};
+pub use export::{BankDesc, HandleKind};
 pub use in_process::{InProcessMr, InProcessNet};
 pub use lifecycle::{DeviceView, SetupReq};
 pub use map::{Bank, ConnectMap, MapOffset};

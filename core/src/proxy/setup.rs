@@ -21,6 +21,12 @@ pub struct SetupReq {
     pub channel: u32,
     /// The connection index.
     pub conn_index: u32,
+    /// The identity of the process the GPU side runs in (NCCL compares host and pid hashes).
+    /// Equal to [`ProxyConfig::process_id`](super::ProxyConfig::process_id) (both 0 by
+    /// default): the same process, the map carries addresses. Different: the banks are
+    /// exported and the GPU process maps them from
+    /// [`ProxyState::export_map`](super::ProxyState::export_map)'s message.
+    pub gpu_process: u64,
 }
 
 impl SetupReq {

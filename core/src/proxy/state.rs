@@ -43,6 +43,10 @@ pub struct ProxyConfig {
     /// The most bytes one network operation of a registered sub carries
     /// ([`MAX_NET_SIZE`](super::MAX_NET_SIZE), 1 GiB; smaller values split sooner).
     pub max_net_size: usize,
+    /// This (the proxy's) process's identity, compared with each connection's
+    /// [`SetupReq::gpu_process`] to decide `same_process` (0 by default; a caller running
+    /// GPU processes apart sets both, e.g. to a hash of host and pid).
+    pub process_id: u64,
 }
 
 impl Default for ProxyConfig {
@@ -59,6 +63,7 @@ impl Default for ProxyConfig {
             gdr_copy_flush: false,
             dmabuf: true,
             max_net_size: super::MAX_NET_SIZE,
+            process_id: 0,
         }
     }
 }

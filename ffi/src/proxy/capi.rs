@@ -21,6 +21,7 @@ use ibnet_core::proxy::{
 };
 use ibnet_core::{Error, Result};
 
+use super::capi_xproc::CProfiler;
 use super::foreign_net::ForeignNet;
 use super::mem::{CMemTable, ProxyMem};
 use crate::api::entry;
@@ -66,6 +67,8 @@ pub struct CSetup {
     pub shared: c_int,
     pub use_gdr: c_int,
     pub need_flush: c_int,
+    /// The GPU process's [`ibnet_proxy_process_id`](super::capi_xproc::ibnet_proxy_process_id); 0: this process.
+    pub gpu_process: u64,
 }
 
 /// `ibnet_proxy_device_view_t`.
@@ -87,7 +90,9 @@ type Engine = ProxyState<ForeignNet, ProxyMem, PROXY_CONNS>;
 /// `ibnet_proxy_t`.
 pub struct CProxy {
     tag: u64,
-    px: Engine,
+    pub(crate) px: Engine,
+    /// The caller's profiler (`ibnet_proxy_set_profiler`).
+    pub(crate) prof: Option<CProfiler>,
 }
 
 /// `ibnet_proxy_op_t`.
@@ -96,11 +101,11 @@ pub struct COp {
     op: ProxyOp<ForeignNet>,
 }
 
-fn missing(what: &'static str) -> Error {
+pub(crate) fn missing(what: &'static str) -> Error {
     Error::Missing { what }
 }
 
-fn proxy<'a>(p: *mut CProxy) -> Result<&'a mut CProxy> {
+pub(crate) fn proxy<'a>(p: *mut CProxy) -> Result<&'a mut CProxy> {
     // SAFETY: a non-NULL pointer from `ibnet_proxy_create`; the tag says it is live.
     match unsafe { p.as_mut() } {
         Some(x) if x.tag == PROXY_TAG => Ok(x),
@@ -124,7 +129,7 @@ fn op<'a>(p: *mut COp) -> Result<&'a mut COp> {
     }
 }
 
-fn out<'a, T>(p: *mut T, what: &'static str) -> Result<&'a mut T> {
+pub(crate) fn out<'a, T>(p: *mut T, what: &'static str) -> Result<&'a mut T> {
     // SAFETY: the caller passes a valid, writable pointer or NULL (rejected).
     unsafe { p.as_mut() }.ok_or(missing(what))
 }
@@ -142,8 +147,24 @@ fn dir(d: c_int) -> Result<Dir> {
     }
 }
 
+/// This process's identity for [`CSetup::gpu_process`]: a hash of the host name and the pid
+/// (NCCL's host hash and pid hash combined), never 0.
+pub fn process_id() -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325; // FNV-1a
+    let mut eat = |b: u8| h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    let mut name = [0u8; 256];
+    // SAFETY: a writable buffer of the given length; gethostname NUL-terminates or truncates.
+    unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    name.iter().take_while(|&&b| b != 0).for_each(|&b| eat(b));
+    std::process::id().to_le_bytes().into_iter().for_each(eat);
+    h.max(1)
+}
+
 fn config(c: Option<&CConfig>) -> ProxyConfig {
-    let mut cfg = ProxyConfig::default();
+    let mut cfg = ProxyConfig {
+        process_id: process_id(),
+        ..ProxyConfig::default()
+    };
     let Some(c) = c else { return cfg };
     for (o, &v) in cfg.buff_sizes.iter_mut().zip(&c.buff_sizes) {
         if v != 0 {
@@ -201,6 +222,7 @@ pub unsafe extern "C" fn ibnet_proxy_create(
         let b = Box::new(CProxy {
             tag: PROXY_TAG,
             px: ProxyState::new(net, mem, cfg),
+            prof: None,
         });
         *o = Box::into_raw(b);
         Ok(())
@@ -240,6 +262,10 @@ pub unsafe extern "C" fn ibnet_proxy_setup(
                 need_flush: r.need_flush != 0,
                 channel: r.channel,
                 conn_index: r.conn_index,
+                gpu_process: match r.gpu_process {
+                    0 => p.px.config().process_id,
+                    g => g,
+                },
             },
         )?;
         *c = id.to_bits();
@@ -433,7 +459,10 @@ pub unsafe extern "C" fn ibnet_proxy_progress(
         let p = proxy(px)?;
         let o = op(o)?;
         let d = out(done, "done out-pointer")?;
-        let r = p.px.progress(&mut o.op)?;
+        let r = match p.prof {
+            Some(mut c) => p.px.progress_with(&mut o.op, &mut c)?,
+            None => p.px.progress(&mut o.op)?,
+        };
         *d = r.done as c_int;
         if !idle.is_null() {
             // SAFETY: valid (checked non-NULL) and writable.

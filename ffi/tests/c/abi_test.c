@@ -363,6 +363,41 @@ static int cycle(const char* path, int expect, int round) {
   return ndev;
 }
 
+/* The proxy API's logger: ibnet_proxy_set_logger routes the library's WARN lines (here: a refused
+ * ibnet_proxy_export_map) to the given function, at NCCL's WARN level with all subsystem flags. */
+static int g_proxy_warns;
+static void proxy_logger(int level, unsigned long flags, const char* file, int line,
+                         const char* fmt, ...) {
+  (void)file; (void)line;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (level == IBNET_LOG_WARN && flags == IBNET_LOG_FLAG_ALL &&
+      strstr(msg, "NET/IBNET") && strstr(msg, "ibnet_proxy_export_map"))
+    g_proxy_warns++;
+}
+
+static void proxy_logger_test(const char* path) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(h != NULL);
+  __typeof__(ibnet_proxy_set_logger)* set_logger = dlsym(h, "ibnet_proxy_set_logger");
+  __typeof__(ibnet_proxy_export_map)* export_map = dlsym(h, "ibnet_proxy_export_map");
+  __typeof__(ibnet_proxy_process_id)* process_id = dlsym(h, "ibnet_proxy_process_id");
+  CHECK(set_logger && export_map && process_id);
+  EXPECT_RC(set_logger(proxy_logger), 0);
+  char buf[IBNET_PROXY_MAP_BYTES];
+  CHECK(export_map(NULL, 0, buf, sizeof buf) != 0); /* no proxy: refused, one WARN */
+  CHECK(g_proxy_warns == 1);
+  CHECK(set_logger(NULL) != 0);                      /* NULL is refused (and logged) */
+  uint64_t id = 0;
+  EXPECT_RC(process_id(&id), 0);
+  CHECK(id != 0);
+  EXPECT_RC(set_logger(logger), 0);
+  printf("proxy logger: OK (%d WARN line(s) through ibnet_proxy_set_logger)\n", g_proxy_warns);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s plugin.so [expected-devices]\n", argv[0]);
@@ -383,6 +418,7 @@ int main(int argc, char** argv) {
   }
   int b = cycle(argv[1], expect, 1);
   CHECK(a == b);
+  proxy_logger_test(argv[1]);
   printf("abi_test: OK (%d device(s), %d plugin WARN line(s) for the bad-input checks)\n", a, g_warns);
   return 0;
 }

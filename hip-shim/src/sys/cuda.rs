@@ -41,6 +41,15 @@ pub(crate) const ERROR_INVALID_CONTEXT: i32 = 201;
 pub(crate) const MEMORYTYPE_DEVICE: u32 = 2;
 /// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`.
 const RANGE_HANDLE_DMA_BUF_FD: c_int = 1;
+/// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP`.
+const HOSTALLOC_PORTABLE_DEVICEMAP: c_uint = 0x1 | 0x2;
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+const IPC_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IpcHandle(pub(crate) [u8; 64]);
 
 /// Resolved driver entry points. Field types are the `cuda.h` prototypes.
 pub(crate) struct Cuda {
@@ -62,6 +71,15 @@ pub(crate) struct Cuda {
     get_handle_for_address_range:
         Option<unsafe extern "C" fn(*mut c_void, DevPtr, usize, c_int, c_ulonglong) -> CuResult>,
     get_error_name: Option<unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult>,
+    memset_d8: Option<unsafe extern "C" fn(DevPtr, u8, usize) -> CuResult>,
+    memcpy_dtod: Option<unsafe extern "C" fn(DevPtr, DevPtr, usize) -> CuResult>,
+    mem_host_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult>,
+    mem_free_host: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
+    host_get_device_pointer:
+        Option<unsafe extern "C" fn(*mut DevPtr, *mut c_void, c_uint) -> CuResult>,
+    ipc_get_mem_handle: Option<unsafe extern "C" fn(*mut IpcHandle, DevPtr) -> CuResult>,
+    ipc_open_mem_handle: Option<unsafe extern "C" fn(*mut DevPtr, IpcHandle, c_uint) -> CuResult>,
+    ipc_close_mem_handle: Option<unsafe extern "C" fn(DevPtr) -> CuResult>,
     // Declared last so it is dropped (dlclose) after nothing else can use the pointers.
     _lib: Library,
 }
@@ -94,6 +112,14 @@ impl Cuda {
             memcpy_dtoh: required!(lib, LIB, "cuMemcpyDtoH_v2"),
             get_handle_for_address_range: optional!(lib, "cuMemGetHandleForAddressRange"),
             get_error_name: optional!(lib, "cuGetErrorName"),
+            memset_d8: optional!(lib, "cuMemsetD8_v2"),
+            memcpy_dtod: optional!(lib, "cuMemcpyDtoD_v2"),
+            mem_host_alloc: optional!(lib, "cuMemHostAlloc"),
+            mem_free_host: optional!(lib, "cuMemFreeHost"),
+            host_get_device_pointer: optional!(lib, "cuMemHostGetDevicePointer_v2"),
+            ipc_get_mem_handle: optional!(lib, "cuIpcGetMemHandle"),
+            ipc_open_mem_handle: optional!(lib, "cuIpcOpenMemHandle_v2"),
+            ipc_close_mem_handle: optional!(lib, "cuIpcCloseMemHandle"),
             _lib: lib,
         })
     }
@@ -319,5 +345,101 @@ impl Current<'_> {
         self.cuda.check("cuMemcpyDtoH", unsafe {
             (self.cuda.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len())
         })
+    }
+
+    fn need<T>(&self, f: Option<T>, call: &'static str) -> Result<T> {
+        f.ok_or_else(|| Error::Unsupported {
+            what: format!("libcuda lacks {call}"),
+        })
+    }
+
+    /// `cuMemsetD8`: `len` bytes at `dst` set to `v`.
+    pub(crate) fn memset(&self, dst: DevPtr, v: u8, len: usize) -> Result<()> {
+        let f = self.need(self.cuda.memset_d8, "cuMemsetD8_v2")?;
+        // SAFETY: device addresses only; the driver validates the range.
+        self.cuda.check("cuMemsetD8", unsafe { f(dst, v, len) })
+    }
+
+    /// `cuMemcpyDtoD`: `len` bytes from device `src` to device `dst`.
+    pub(crate) fn copy_device(&self, dst: DevPtr, src: DevPtr, len: usize) -> Result<()> {
+        let f = self.need(self.cuda.memcpy_dtod, "cuMemcpyDtoD_v2")?;
+        // SAFETY: device addresses only; the driver validates both ranges.
+        self.cuda.check("cuMemcpyDtoD", unsafe { f(dst, src, len) })
+    }
+
+    /// `cuMemHostAlloc(PORTABLE | DEVICEMAP)` and `cuMemHostGetDevicePointer`: pinned host
+    /// memory (host address, device address), freed only through [`Current::free_host`].
+    pub(crate) fn alloc_host(&self, len: usize) -> Result<(HostAlloc, DevPtr)> {
+        let a = self.need(self.cuda.mem_host_alloc, "cuMemHostAlloc")?;
+        let g = self.need(
+            self.cuda.host_get_device_pointer,
+            "cuMemHostGetDevicePointer_v2",
+        )?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer.
+        self.cuda.check("cuMemHostAlloc", unsafe {
+            a(&mut p, len, HOSTALLOC_PORTABLE_DEVICEMAP)
+        })?;
+        let h = HostAlloc(p as usize);
+        let mut d: DevPtr = 0;
+        // SAFETY: `p` is pinned memory the driver just gave us; `d` is a valid out-pointer.
+        match self
+            .cuda
+            .check("cuMemHostGetDevicePointer", unsafe { g(&mut d, p, 0) })
+        {
+            Ok(()) => Ok((h, d)),
+            Err(e) => {
+                let _ = self.free_host(h);
+                Err(e)
+            }
+        }
+    }
+
+    /// `cuMemFreeHost` of memory from [`Current::alloc_host`] (consumed: freed once).
+    pub(crate) fn free_host(&self, h: HostAlloc) -> Result<()> {
+        let f = self.need(self.cuda.mem_free_host, "cuMemFreeHost")?;
+        // SAFETY: `h` came from cuMemHostAlloc and is consumed here.
+        self.cuda
+            .check("cuMemFreeHost", unsafe { f(h.0 as *mut c_void) })
+    }
+
+    /// `cuIpcGetMemHandle` of the allocation at `base`.
+    pub(crate) fn ipc_handle(&self, base: DevPtr) -> Result<IpcHandle> {
+        let f = self.need(self.cuda.ipc_get_mem_handle, "cuIpcGetMemHandle")?;
+        let mut h = IpcHandle([0; 64]);
+        // SAFETY: `h` is a writable 64-byte handle.
+        self.cuda
+            .check("cuIpcGetMemHandle", unsafe { f(&mut h, base) })?;
+        Ok(h)
+    }
+
+    /// `cuIpcOpenMemHandle` (lazy peer access): the base of another process's allocation
+    /// here, closed only through [`Current::ipc_close`].
+    pub(crate) fn ipc_open(&self, h: IpcHandle) -> Result<DevPtr> {
+        let f = self.need(self.cuda.ipc_open_mem_handle, "cuIpcOpenMemHandle_v2")?;
+        let mut d: DevPtr = 0;
+        // SAFETY: `d` is a valid out-pointer; the handle is passed by value.
+        self.cuda.check("cuIpcOpenMemHandle", unsafe {
+            f(&mut d, h, IPC_LAZY_ENABLE_PEER_ACCESS)
+        })?;
+        Ok(d)
+    }
+
+    /// `cuIpcCloseMemHandle` of a base from [`Current::ipc_open`].
+    pub(crate) fn ipc_close(&self, base: DevPtr) -> Result<()> {
+        let f = self.need(self.cuda.ipc_close_mem_handle, "cuIpcCloseMemHandle")?;
+        // SAFETY: unmaps an IPC mapping; the driver validates `base`.
+        self.cuda.check("cuIpcCloseMemHandle", unsafe { f(base) })
+    }
+}
+
+/// Pinned host memory from [`Current::alloc_host`]; not `Clone`, so it is freed at most once.
+#[derive(Debug)]
+pub(crate) struct HostAlloc(usize);
+
+impl HostAlloc {
+    /// The host address.
+    pub(crate) fn addr(&self) -> usize {
+        self.0
     }
 }
