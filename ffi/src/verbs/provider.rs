@@ -299,7 +299,23 @@ impl Provider for VerbsPort {
                 | IBV_QP_SQ_PSN
                 | IBV_QP_MAX_QP_RD_ATOMIC,
             "ibv_modify_qp(RTS)",
-        )
+        )?;
+        // Connection setup, not the hot path: one line per QP says what was negotiated.
+        crate::info!(
+            crate::log::NET,
+            "{}:{} QP {:#x} connected to peer gid {} qpn {:#x}: path MTU {} (the minimum of both \
+             ports' active MTU), local GID index {}, timeout {} retry {}",
+            self.dev.name.to_string_lossy(),
+            self.dev.port,
+            self.qp_num(qp),
+            std::net::Ipv6Addr::from(a.remote_gid.0),
+            a.remote_qpn,
+            128u32 << (a.mtu as u32).min(5),
+            a.gid_index,
+            a.timeout,
+            a.retry_cnt
+        );
+        Ok(())
     }
 
     fn post_send(&self, qp: &mut VQp, wrs: &[SendWr]) -> Result<()> {
