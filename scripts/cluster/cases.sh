@@ -29,7 +29,9 @@ pair() {
   jwait a "$sid" 40 || SRC=$?
   if [ "${PAIR_RC:-0}" = 0 ] && { [ $SRC != 0 ] || [ $CRC != 0 ]; }; then why="server rc=$SRC, client rc=$CRC"; fi
   if [ -z "$why" ] && [ -n "$check" ]; then why=$($check "$LOG_A" "$LOG_B") || why=${why:-check failed}; fi
-  case_end "$([ -z "$why" ] && echo PASS || echo FAIL)" "$why"
+  if [[ $why == KNOWN:* ]]; then case_end SKIP "$why"; else
+    case_end "$([ -z "$why" ] && echo PASS || echo FAIL)" "$why"
+  fi
 }
 
 # has LOG REGEX... — every REGEX (grep -E) is in LOG, else prints the first missing one.
@@ -44,8 +46,8 @@ since() { echo "$(now) $1" | awk '{printf "%.2f", $1 - $2}'; }
 # ---- the links themselves: plain libibverbs RC ping-pong across each rail (no ibnet)
 for r in 0 1; do
   pair "link-rxe$r" 90 \
-    "ibv_rc_pingpong -d rxe$r -g \$(gidx rxe$r ffff:0a2$((r + 1))) -p \$PORT -n 20 -s 65536 -c" \
-    "ibv_rc_pingpong -d rxe$r -g \$(gidx rxe$r ffff:0a2$((r + 1))) -p \$PORT -n 20 -s 65536 -c $A_MGMT"
+    "ibv_rc_pingpong -d rxe$r -g \$(gidx rxe$r ffff:0a1$((r + 5))) -p \$PORT -n 20 -s 65536 -c" \
+    "ibv_rc_pingpong -d rxe$r -g \$(gidx rxe$r ffff:0a1$((r + 5))) -p \$PORT -n 20 -s 65536 -c $A_MGMT"
 done
 
 # ---- ibnet-perf across the two hosts: 8 B..4 MiB, every byte verified (--check), the table
@@ -55,7 +57,7 @@ perf() { # perf NAME TIMEOUT "ENV on A" "ENV on B" "client args" [CHECK]
   pair "$1" "$2" "$3 $PERF --server --port \$PORT --timeout 120 -v" \
     "$4 $PERF --client $A_MGMT:\$PORT $5" "${6:-perf_ok}"
 }
-perf_ok() { has "$2" '│ ok' && ! grep -q 'FAIL' "$2"; }
+perf_ok() { has "$2" ' ok +│' && ! grep -q ' FAIL' "$2"; }
 perf_rail1_ok() { perf_ok "$@" && has "$2" 'device 0 rxe1' 'rxe1:1 QP .* connected'; }
 perf_qps4_ok() { # four QPs per connection: 4 data QPs connected on each side
   perf_ok "$@" && [ "$(grep -c 'rxe0:1 QP .* connected' "$2")" -ge 4 ] ||
@@ -148,6 +150,10 @@ netem_case netem-reorder "delay 5ms reorder 25% 50%"
 # NCCL_IB_TIMEOUT=14, NCCL_IB_RETRY_CNT=3: 4 * 67.1 ms = 0.27 s. Detection is measured on the
 # host, from the moment the fault is issued to the moment the survivor's job has ended (its
 # error logged, then finalize, dlclose and exit), so it is an upper bound of the detection time.
+# rxe (soft-RoCE) treats retry_cnt 7 as "retry forever" (rxe_comp.c: `if (retry_cnt != 7)
+# retry_cnt--`), unlike the InfiniBand spec and real NICs: with NCCL's default retry count the
+# transport never gives up on rxe, so that case runs with a bounded wait and is reported as a
+# known limitation when nothing fails in time.
 FPERF="--min-bytes 64M --max-bytes 64M --window 2 --iters 1000 --warmup 0 --budget 64G --max-mem 256M --timeout 900 -v"
 bound() { awk -v t="$1" -v r="$2" 'BEGIN { printf "%.2f", (r + 1) * 4.096e-6 * 2 ^ t }'; }
 # streaming: waits until B's client has connected its QPs and moved data for a while.
@@ -157,40 +163,53 @@ streaming() {
   sleep "${STREAM_S:-4}"
 }
 fault_ok() { # the survivor failed in time with a WARN naming the peer and the QP
-  local log=$1
-  [ "$SURVIVOR" = b ] && log=$2
-  local rc=$CRC
-  [ "$SURVIVOR" = a ] && rc=$SRC
+  local log=$1 rc=$SRC
+  if [ "$SURVIVOR" = b ]; then log=$2 rc=$CRC; fi
+  if [ "$FAULT_T1" = none ]; then
+    [ -n "$FAULT_KNOWN" ] && { echo "KNOWN: $FAULT_KNOWN"; return 1; }
+    echo "survivor ($SURVIVOR) did not fail within ${FAULT_WAIT}s"; return 1
+  fi
   [ "$rc" != 0 ] && [ "$rc" != 124 ] || { echo "survivor ($SURVIVOR) rc=$rc: want an error in time"; return 1; }
   grep -E 'WARN' "$log" | grep -qE 'peer gid [0-9a-f:.]+ lid [0-9]+ qpn 0x[0-9a-f]+' ||
     { echo "no WARN naming the peer GID and QP in $SURVIVOR's log"; return 1; }
-  grep -hE 'WARN|error' "$log" | cut -d' ' -f2- | head -3
+  grep -hE 'WARN.*peer gid|error' "$log" | cut -d' ' -f2- | head -3 >&2
 }
-# fault_case NAME TIMEOUT RETRY SURVIVOR(a|b) ACTION — ACTION (a function) injects the fault
-# once the transfer streams; the survivor must fail within the bound (plus process exit).
+# fault_case NAME TIMEOUT RETRY SURVIVOR(a|b) ACTION [WAIT_S] [KNOWN] — ACTION (a function)
+# injects the fault once the transfer streams; the survivor must fail within WAIT_S (default
+# 120). KNOWN: the reason reported (as SKIP) when it does not.
 fault_case() {
-  local name=$1 t=$2 r=$3 env="NCCL_IB_HCA=rxe0"
+  local name=$1 t=$2 r=$3 env="NCCL_IB_HCA=rxe0" b
   selected "$name" || return 0
-  [ -n "$t" ] && env="$env NCCL_IB_TIMEOUT=$t NCCL_IB_RETRY_CNT=$r"
-  SURVIVOR=$4 FAULT_ACTION=$5 FAULT_T0= FAULT_T1=
+  [ -n "$t" ] && env="$env NCCL_IB_TIMEOUT=$t"
+  [ -n "$r" ] && env="$env NCCL_IB_RETRY_CNT=$r"
+  SURVIVOR=$4 FAULT_ACTION=$5 FAULT_WAIT=${6:-120} FAULT_KNOWN=${7:-} FAULT_T1=
   PAIR_RC=any PAIR_DURING=fault_during perf "$name" 300 "$env" "$env" "$FPERF" fault_ok
-  local b
   b=$(bound "${t:-20}" "${r:-7}")
-  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20} default${t:+ overridden}, NCCL_IB_RETRY_CNT=${r:-7}): survivor $SURVIVOR failed ${FAULT_T1:-?} s after the fault; transport bound $b s")
-  echo "    detection: ${FAULT_T1:-?} s after the fault (bound $b s + process exit)"
+  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR ended ${FAULT_T1} s after the fault (error, finalize, dlclose, exit; 'none': not within ${FAULT_WAIT} s); transport bound $b s")
+  echo "    detection: ${FAULT_T1} s after the fault (bound $b s)"
 }
+# kill_perf VM — SIGKILLs this case's ibnet-perf on VM (found by its unique port).
+kill_perf() { job "$1" "pid=\$(pgrep -n -f -- 'ibnet-perf .*(--port |:)$((PORT - 1)) '); echo killing ibnet-perf \$pid; [ -n \"\$pid\" ] && kill -9 \$pid"; }
 fault_during() {
   local i f
   streaming
   FAULT_T0=$(now)
   $FAULT_ACTION
   f=$(jlog "$SURVIVOR" "$([ "$SURVIVOR" = a ] && echo "$SID" || echo "$CID")")
-  for i in $(seq 1500); do
-    [ -e "${f%.log}.rc" ] && break
-    sleep 0.2
+  FAULT_T1=none
+  for ((i = 0; i < FAULT_WAIT * 10; i++)); do
+    if [ -e "${f%.log}.rc" ]; then FAULT_T1=$(since "$FAULT_T0"); break; fi
+    sleep 0.1
   done
-  FAULT_T1=$(since "$FAULT_T0")
   $FAULT_UNDO
+  if [ "$FAULT_T1" = none ]; then # say where it waits, then end both sides
+    on "$SURVIVOR" 20 "p=\$(pgrep -n -f -- 'ibnet-perf .*(--port |:)$((PORT - 1)) '); grep -H . /proc/\$p/task/*/wchan" || true
+    kill_perf a; kill_perf b
+  else # the other side: 15 s to fail on its own (reported in its log), then it is ended
+    local other=a oid=$SID
+    [ "$SURVIVOR" = a ] && other=b oid=$CID
+    jwait "$other" "$oid" 15 || kill_perf "$other"
+  fi
 }
 # Link down on A's rail0 (A receives, B sends): the sender B's retries run out.
 link_down() { job a "ip link set rail0 down; echo rail0 down"; }
@@ -199,11 +218,18 @@ link_up() {
 }
 FAULT_UNDO=link_up
 fault_case linkdown-small 14 3 b link_down
-fault_case linkdown-default "" "" b link_down
+# NCCL's default timeout (20: 4.3 s per attempt) with 6 retries: a finite bound on rxe too.
+fault_case linkdown-t20 "" 6 b link_down 120
+fault_case linkdown-default "" "" b link_down 60 \
+  "rxe retries forever with NCCL_IB_RETRY_CNT=7 (rxe_comp.c: retry_cnt 7 is never decremented): no completion error, the sender stays in test() with its sends outstanding; the transfer resumes when the link comes back"
 FAULT_UNDO=:
-# The receiver process on A SIGKILLed: the sender B's retries run out (A's QPs are gone).
-kill_a() { job a "pid=\$(pgrep -f -n -- '--server --port $((PORT - 1))'); echo killing \$pid; kill -9 \$pid"; }
+# The receiving process on A SIGKILLed: the sender B's retries run out (A's QPs are gone).
+kill_a() { kill_perf a; }
 fault_case peer-kill 14 3 b kill_a
+# The sending process on B SIGKILLed: can the receiver A tell?
+kill_b() { kill_perf b; }
+fault_case peer-kill-sender 14 3 a kill_b 60 \
+  "the receiver has no operation outstanding toward the dead peer (its receives were already advertised), so no completion ever fails: it waits in test() for data that cannot come"
 # VM A stopped (qemu `stop`): B's retries run out; then A continues (its side fails too).
 stop_a() { qmp a stop; }
 FAULT_UNDO="qmp a cont"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test.sh — ibnet across two hosts: two qemu VMs (two kernels) of the rxe suite's image, joined
-# by three virtual L2 links carried over 127.0.0.1 UDP sockets, soft-RoCE on two rails, and the
+# by three virtual L2 links carried over 127.0.0.1 TCP sockets, soft-RoCE on two rails, and the
 # cases of cases.sh between them (server on VM A, client on VM B), faults included.
 #
 #   sudo scripts/cluster/test.sh        # what .ci/run calls; exit 0 only if no case failed
@@ -10,7 +10,8 @@
 # 2. the share: what scripts/rxe stages (plugin, abi_test, ibnet-perf, ...) plus guest.sh as
 #    run.sh; one read-only share for both VMs, and one read-write mailbox folder per VM,
 # 3. boots VM A and VM B (TCG) with a hard timeout; each has NICs mgmt, rail0, rail1, each an L2
-#    link to the other VM (qemu `-netdev socket,udp=127.0.0.1:…`: nothing leaves 127.0.0.1),
+#    link to the other VM (qemu `-netdev socket` over a TCP connection on 127.0.0.1: lossless,
+#    flow-controlled; nothing leaves 127.0.0.1),
 # 4. runs the cases (cases.sh, sourced here: the host drives both VMs through their mailboxes
 #    and qemu's QMP socket), 5. prints PASS/FAIL/SKIP per case, the console section of both VMs
 #    for each failed case, the timings and the summary line:
@@ -60,13 +61,13 @@ here=$rxe IBNET_RXE_TEST_PKGS='' rxe_stage "$share"
 install -m755 "$here/guest.sh" "$share/run.sh"
 t_stage=$((SECONDS - t0))
 
-# Six free UDP ports on 127.0.0.1: three for each VM's end of the three links.
+# Three free TCP ports on 127.0.0.1, one per link: VM A listens, VM B connects.
 free_ports() {
   local base p ok
   for _ in $(seq 50); do
     base=$((20000 + RANDOM % 30000)) ok=1
-    for p in $(seq "$base" $((base + 5))); do
-      ss -Hlun "sport = :$p" | grep -q . && ok=0
+    for p in $(seq "$base" $((base + 2))); do
+      ss -Hltn "sport = :$p" | grep -q . && ok=0
     done
     [ $ok = 1 ] && { echo "$base"; return; }
   done
@@ -74,12 +75,12 @@ free_ports() {
 }
 base=$(free_ports)
 
-# boot VM (a|b): index 1|2 in MACs, its UDP ports and the peer's.
+# boot VM (a|b): index 1|2 in MACs; A listens on the links' ports, B connects to them.
 boot() {
-  local v=$1 n my peer i args=()
-  if [ "$v" = a ]; then n=1 my=$base peer=$((base + 3)); else n=2 my=$((base + 3)) peer=$base; fi
+  local v=$1 n i end args=()
+  if [ "$v" = a ]; then n=1 end=listen; else n=2 end=connect; fi
   for i in 0 1 2; do
-    args+=(-netdev "socket,id=n$i,udp=127.0.0.1:$((peer + i)),localaddr=127.0.0.1:$((my + i))"
+    args+=(-netdev "socket,id=n$i,$end=127.0.0.1:$((base + i))"
            -device "virtio-net-pci,netdev=n$i,mac=52:54:00:c1:0$i:0$n")
   done
   timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
@@ -87,7 +88,7 @@ boot() {
     -serial "file:$run/$v.console" -no-reboot -nic none "${args[@]}" \
     -qmp "unix:$run/$v.qmp,server=on,wait=off" \
     -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
-    -append "console=ttyS0 root=/dev/vda ro init=/ibnet-init panic=-1 quiet loglevel=4 fsck.mode=skip ibnet_role=$v" \
+    -append "console=ttyS0 root=/dev/vda ro init=/ibnet-init panic=-1 quiet loglevel=4 fsck.mode=skip no_timer_check ibnet_role=$v" \
     -drive "file=$img/rootfs.img,format=raw,if=virtio,readonly=on,snapshot=off" \
     -virtfs "local,path=$share,mount_tag=hostshare,security_model=none,readonly=on" \
     -virtfs "local,path=$run/mbox-$v,mount_tag=mbox,security_model=none" \
@@ -110,9 +111,13 @@ for cmd in ("qmp_capabilities", sys.argv[2]):
 PY
 }
 
-step "boot VM A and VM B (qemu TCG, links on 127.0.0.1 UDP ports $base..$((base + 5)), timeout ${TIMEOUT}s)"
+step "boot VM A and VM B (qemu TCG, links on 127.0.0.1 TCP ports $base..$((base + 2)), timeout ${TIMEOUT}s)"
 t0=$SECONDS
 boot a
+for _ in $(seq 150); do # B connects to A's three ports: wait until A's qemu listens on them
+  [ "$(ss -Hltn "sport >= :$base and sport <= :$((base + 2))" | wc -l)" -ge 3 ] && break
+  sleep 0.2
+done
 boot b
 ready=
 for _ in $(seq 900); do
