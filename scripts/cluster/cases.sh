@@ -144,55 +144,65 @@ netem_case netem-loss5 "loss 5%"
 netem_case netem-delay5ms "delay 5ms"
 netem_case netem-reorder "delay 5ms reorder 25% 50%"
 
-# ---- faults during a 64 MiB transfer (ibnet-perf streaming 64 MiB messages, B sends to A).
-# The transport bound: an RC QP gives up after (retry_cnt + 1) attempts of 4.096 us * 2^timeout
-# each: NCCL_IB_TIMEOUT=20, NCCL_IB_RETRY_CNT=7 (NCCL's defaults): 8 * 4.295 s = 34.4 s;
-# NCCL_IB_TIMEOUT=14, NCCL_IB_RETRY_CNT=3: 4 * 67.1 ms = 0.27 s. Detection is measured on the
-# host, from the moment the fault is issued to the moment the survivor's job has ended (its
-# error logged, then finalize, dlclose and exit), so it is an upper bound of the detection time.
-# rxe (soft-RoCE) treats retry_cnt 7 as "retry forever" (rxe_comp.c: `if (retry_cnt != 7)
-# retry_cnt--`), unlike the InfiniBand spec and real NICs: with NCCL's default retry count the
-# transport never gives up on rxe, so that case runs with a bounded wait and is reported as a
-# known limitation when nothing fails in time.
-FPERF="--min-bytes 64M --max-bytes 64M --window 2 --iters 1000 --warmup 0 --budget 64G --max-mem 256M --timeout 900 -v"
+# ---- faults during a 64 MiB transfer: abi_test through v11, B sends 64 MiB messages to A, one
+# after the other (ABI_TEST_FAULT=1: a failing test() ends the run with close, finalize, dlclose
+# and exit status 3). The transport bound: an RC QP gives up after (retry_cnt + 1) attempts of
+# 4.096 us * 2^timeout each: NCCL_IB_TIMEOUT=20, NCCL_IB_RETRY_CNT=7 (NCCL's defaults):
+# 8 * 4.295 s = 34.4 s; NCCL_IB_TIMEOUT=14, NCCL_IB_RETRY_CNT=3: 4 * 67.1 ms = 0.27 s. Detection
+# is measured on the host, from issuing the fault to the survivor's exit status appearing in its
+# mailbox (error, close, finalize, dlclose, exit, then up to 0.2 s of mailbox polling): an upper
+# bound of the detection time. rxe (soft-RoCE) treats retry_cnt 7 as "retry forever"
+# (rxe_comp.c: `if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--;`), unlike the InfiniBand
+# spec and real NICs, so with NCCL's default retry count the transport never gives up on rxe:
+# that case runs with a bounded wait and is reported as a known limitation (SKIP).
+FABI="ABI_TEST_VERBOSE=1 ABI_TEST_FAULT=1 ABI_TEST_TABLES=11 ABI_TEST_MIN_BYTES=64M ABI_TEST_MAX_BYTES=64M ABI_TEST_BW_ITERS=1000 \$BIN/abi_test \$SO 1"
 bound() { awk -v t="$1" -v r="$2" 'BEGIN { printf "%.2f", (r + 1) * 4.096e-6 * 2 ^ t }'; }
-# streaming: waits until B's client has connected its QPs and moved data for a while.
+# streaming: true once B's QPs are connected (then 4 s more: the first 64 MiB are in flight).
 streaming() {
   local i
-  for i in $(seq 300); do grep -q 'connected to peer' "$LOG_B" 2>/dev/null && break; sleep 0.2; done
-  sleep "${STREAM_S:-4}"
+  for i in $(seq 300); do
+    grep -q 'connected to peer' "$LOG_B" 2>/dev/null && { sleep "${STREAM_S:-4}"; return 0; }
+    [ -e "${LOG_B%.log}.rc" ] && break
+    sleep 0.2
+  done
+  return 1
 }
-fault_ok() { # the survivor failed in time with a WARN naming the peer and the QP
+fault_ok() { # the survivor failed in time, named the peer and the QP, finalized and dlclosed
   local log=$1 rc=$SRC
   if [ "$SURVIVOR" = b ]; then log=$2 rc=$CRC; fi
-  if [ "$FAULT_T1" = none ]; then
-    [ -n "$FAULT_KNOWN" ] && { echo "KNOWN: $FAULT_KNOWN"; return 1; }
-    echo "survivor ($SURVIVOR) did not fail within ${FAULT_WAIT}s"; return 1
-  fi
-  [ "$rc" != 0 ] && [ "$rc" != 124 ] || { echo "survivor ($SURVIVOR) rc=$rc: want an error in time"; return 1; }
-  grep -E 'WARN' "$log" | grep -qE 'peer gid [0-9a-f:.]+ lid [0-9]+ qpn 0x[0-9a-f]+' ||
+  case $FAULT_T1 in
+    nostream) echo "the transfer never started"; return 1 ;;
+    none)
+      [ -n "$FAULT_KNOWN" ] && { echo "KNOWN: $FAULT_KNOWN"; return 1; }
+      echo "survivor ($SURVIVOR) did not fail within ${FAULT_WAIT}s"; return 1 ;;
+  esac
+  [ "$rc" = 3 ] || { echo "survivor ($SURVIVOR) rc=$rc: want 3 (error seen, then finalize + dlclose)"; return 1; }
+  has "$log" 'survivor: .*finalize and dlclose ok' || return 1
+  grep -E 'WARN' "$log" | grep -qE 'completion from peer gid [0-9a-f:.]+ lid [0-9]+ qpn 0x[0-9a-f]+' ||
     { echo "no WARN naming the peer GID and QP in $SURVIVOR's log"; return 1; }
-  grep -hE 'WARN.*peer gid|error' "$log" | cut -d' ' -f2- | head -3 >&2
+  grep -hE 'WARN.*peer gid|survivor:' "$log" | cut -d' ' -f2- | head -3 >&2
 }
 # fault_case NAME TIMEOUT RETRY SURVIVOR(a|b) ACTION [WAIT_S] [KNOWN] — ACTION (a function)
 # injects the fault once the transfer streams; the survivor must fail within WAIT_S (default
-# 120). KNOWN: the reason reported (as SKIP) when it does not.
+# 60). KNOWN: the reason reported (as SKIP) when it does not.
 fault_case() {
   local name=$1 t=$2 r=$3 env="NCCL_IB_HCA=rxe0" b
   selected "$name" || return 0
   [ -n "$t" ] && env="$env NCCL_IB_TIMEOUT=$t"
   [ -n "$r" ] && env="$env NCCL_IB_RETRY_CNT=$r"
-  SURVIVOR=$4 FAULT_ACTION=$5 FAULT_WAIT=${6:-120} FAULT_KNOWN=${7:-} FAULT_T1=
-  PAIR_RC=any PAIR_DURING=fault_during perf "$name" 300 "$env" "$env" "$FPERF" fault_ok
+  SURVIVOR=$4 FAULT_ACTION=$5 FAULT_WAIT=${6:-60} FAULT_KNOWN=${7:-} FAULT_T1=
+  PAIR_RC=any PAIR_DURING=fault_during pair "$name" 300 "$env $FABI --server \$PORT" \
+    "$env $FABI --client $A_MGMT:\$PORT" fault_ok
   b=$(bound "${t:-20}" "${r:-7}")
-  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR ended ${FAULT_T1} s after the fault (error, finalize, dlclose, exit; 'none': not within ${FAULT_WAIT} s); transport bound $b s")
-  echo "    detection: ${FAULT_T1} s after the fault (bound $b s)"
+  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR done ${FAULT_T1} s after the fault (error, close, finalize, dlclose, exit; 'none': nothing within ${FAULT_WAIT} s); transport bound $b s")
+  echo "    survivor $SURVIVOR: ${FAULT_T1} s after the fault (transport bound $b s)"
 }
-# kill_perf VM — SIGKILLs this case's ibnet-perf on VM (found by its unique port).
-kill_perf() { job "$1" "pid=\$(pgrep -n -f -- 'ibnet-perf .*(--port |:)$((PORT - 1)) '); echo killing ibnet-perf \$pid; [ -n \"\$pid\" ] && kill -9 \$pid"; }
+# kill_test VM — SIGKILLs this case's abi_test on VM (found by its unique port).
+kill_test() { job "$1" "pid=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); echo killing abi_test \$pid; [ -n \"\$pid\" ] && kill -9 \$pid"; }
 fault_during() {
-  local i f
-  streaming
+  local i f other=a oid=$SID
+  [ "$SURVIVOR" = a ] && other=b oid=$CID
+  streaming || { FAULT_T1=nostream; kill_test a; kill_test b; return; }
   FAULT_T0=$(now)
   $FAULT_ACTION
   f=$(jlog "$SURVIVOR" "$([ "$SURVIVOR" = a ] && echo "$SID" || echo "$CID")")
@@ -201,17 +211,16 @@ fault_during() {
     if [ -e "${f%.log}.rc" ]; then FAULT_T1=$(since "$FAULT_T0"); break; fi
     sleep 0.1
   done
-  $FAULT_UNDO
-  if [ "$FAULT_T1" = none ]; then # say where it waits, then end both sides
-    on "$SURVIVOR" 20 "p=\$(pgrep -n -f -- 'ibnet-perf .*(--port |:)$((PORT - 1)) '); grep -H . /proc/\$p/task/*/wchan" || true
-    kill_perf a; kill_perf b
-  else # the other side: 15 s to fail on its own (reported in its log), then it is ended
-    local other=a oid=$SID
-    [ "$SURVIVOR" = a ] && other=b oid=$CID
-    jwait "$other" "$oid" 15 || kill_perf "$other"
+  if [ "$FAULT_T1" = none ]; then # say where it waits (threads' wchan), then end both sides
+    on "$SURVIVOR" 20 "p=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); grep -H . /proc/\$p/task/*/wchan" || true
+    $FAULT_UNDO
+    kill_test a; kill_test b
+  else # the other side: 15 s to end on its own (its log says how), then it is ended
+    $FAULT_UNDO
+    jwait "$other" "$oid" 15 || kill_test "$other"
   fi
 }
-# Link down on A's rail0 (A receives, B sends): the sender B's retries run out.
+# Link down on A's rail0 during the transfer: B (sending) must see its retries run out.
 link_down() { job a "ip link set rail0 down; echo rail0 down"; }
 link_up() {
   on a 60 "ip link set rail0 up; for i in \$(seq 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && break; sleep 0.2; done; cat /sys/class/infiniband/rxe0/ports/1/state" || true
@@ -219,18 +228,18 @@ link_up() {
 FAULT_UNDO=link_up
 fault_case linkdown-small 14 3 b link_down
 # NCCL's default timeout (20: 4.3 s per attempt) with 6 retries: a finite bound on rxe too.
-fault_case linkdown-t20 "" 6 b link_down 120
+fault_case linkdown-t20 "" 6 b link_down 90
 fault_case linkdown-default "" "" b link_down 60 \
-  "rxe retries forever with NCCL_IB_RETRY_CNT=7 (rxe_comp.c: retry_cnt 7 is never decremented): no completion error, the sender stays in test() with its sends outstanding; the transfer resumes when the link comes back"
+  "on rxe NCCL_IB_RETRY_CNT=7 means retry forever (rxe_comp.c never decrements 7): no completion error within 60 s (bound on a spec-conforming NIC: 34.4 s); the sender stays in test() with its send outstanding"
 FAULT_UNDO=:
-# The receiving process on A SIGKILLed: the sender B's retries run out (A's QPs are gone).
-kill_a() { kill_perf a; }
+# The receiving process on A SIGKILLed: its QPs are gone, B's retries run out.
+kill_a() { kill_test a; }
 fault_case peer-kill 14 3 b kill_a
-# The sending process on B SIGKILLed: can the receiver A tell?
-kill_b() { kill_perf b; }
-fault_case peer-kill-sender 14 3 a kill_b 60 \
-  "the receiver has no operation outstanding toward the dead peer (its receives were already advertised), so no completion ever fails: it waits in test() for data that cannot come"
-# VM A stopped (qemu `stop`): B's retries run out; then A continues (its side fails too).
+# The sending process on B SIGKILLed: the receiver A has nothing outstanding toward B.
+kill_b() { kill_test b; }
+fault_case peer-kill-sender 14 3 a kill_b 30 \
+  "a receiver whose receive is already advertised to the peer has no operation on the wire: nothing fails, test() polls an empty CQ forever (ibnet has no keepalive or peer-liveness check)"
+# VM A frozen (QMP stop): B's retries run out; then A runs again.
 stop_a() { qmp a stop; }
 FAULT_UNDO="qmp a cont"
 fault_case peer-vm-stop 14 3 b stop_a

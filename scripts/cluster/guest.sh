@@ -49,6 +49,14 @@ setup() {
     ip addr add 10.31.0.$N/24 dev rail0 &&
     ip addr add 10.22.0.$N/24 dev rail1 && ip -6 addr add fd22::$N/64 dev rail1 nodad || return 1
   for d in mgmt rail0 rail1; do ip link set $d up || return 1; done
+  # Static neighbours: the peer's MACs are known, so no ARP/ND round trip can time out under
+  # TCG (rxe resolves the peer's MAC when a QP goes to RTR and gives up after about a second).
+  i=0
+  for name in mgmt rail0 rail1; do
+    for ip in 10.2$i.0.$P fd2$i::$P; do ip neigh replace $ip lladdr 52:54:00:c1:0$i:0$P dev $name nud permanent; done
+    i=$((i + 1))
+  done
+  ip neigh replace 10.31.0.$P lladdr 52:54:00:c1:01:0$P dev rail0 nud permanent
   rdma link add rxe0 type rxe netdev rail0 && rdma link add rxe1 type rxe netdev rail1 || return 1
   for i in $(seq 100); do
     grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null &&

@@ -23,7 +23,10 @@
  *    its connect for up to 60 s); the server receives, the client sends. Run it with
  *    IBNET_PROVIDER=soft on a host without RDMA NICs (one host only).
  * 5. A second load-use-unload cycle in this process.
- * ABI_TEST_BW_ITERS (default 50): timed messages per size after the 10 verified ones.
+ * ABI_TEST_BW_ITERS (default 50): timed messages per size after the 10 verified ones;
+ * ABI_TEST_MIN_BYTES (default 0): leave out the smaller sizes. ABI_TEST_FAULT=1: a failing
+ * test() (a fault injected from outside) ends the run: close the comm, finalize, dlclose, say so,
+ * exit status 3.
  * Any hang is turned into a failure by alarm() (ABI_TEST_ALARM_S, default 600).
  * Exit status 0 on success. Writes its report to stdout (the plugin itself never does).
  */
@@ -257,10 +260,29 @@ static int net_irecv(net_t* n, void* c, int k, void** d, const size_t* sz, int* 
                      : n->n6->irecv(c, k, d, isz, tags, mh, req);
 }
 
+/* ABI_TEST_FAULT=1 (two hosts): a failing test() is the expected end (the peer or the link was
+ * killed): close the comm, finalize and dlclose like NCCL would, report, exit 3. */
+static void* g_comm;
+static int g_comm_is_send;
+static void net_unload(net_t* n);
+static void fault_exit(net_t* n, int rc) {
+  printf("fault: test() returned ncclResult_t %d; closing the %s comm\n", rc, g_comm_is_send ? "send" : "recv");
+  fflush(stdout);
+  int crc = g_comm_is_send ? CALL(n, closeSend, g_comm) : CALL(n, closeRecv, g_comm);
+  net_unload(n); /* finalize (v11) and dlclose: must not hang or fail */
+  printf("survivor: close returned %d, finalize and dlclose ok after the fault\n", crc);
+  fflush(stdout);
+  exit(3);
+}
+
 static void wait_done(net_t* n, void* req, int* sizes) {
   int done = 0;
+  static int fault = -1;
+  if (fault < 0) fault = getenv("ABI_TEST_FAULT") != NULL;
   while (!done) {
-    EXPECT_RC(CALL(n, test, req, &done, sizes), 0);
+    int rc = CALL(n, test, req, &done, sizes);
+    if (rc != 0 && fault) fault_exit(n, rc);
+    EXPECT_RC(rc, 0);
     if (!done) sched_yield(); /* leave CPU to the provider's copy threads on small hosts */
   }
 }
@@ -280,18 +302,22 @@ static size_t env_size(const char* name, size_t dflt) {
 static const size_t kSizes[] = {0, 1, 8, 4096, 65536, 1u << 20, 4u << 20, 16u << 20};
 #define MAXSIZES (sizeof kSizes / sizeof kSizes[0] + 1)
 #define ITERS 10
-static size_t g_max, g_sizes[MAXSIZES], g_nsizes;
+static size_t g_max, g_slot, g_sizes[MAXSIZES], g_nsizes;
 static const char* g_mode = "two-process"; /* or "two-host" */
 static int g_bw_iters;
 static void sizes_init(void) {
   g_max = env_size("ABI_TEST_MAX_BYTES", 16u << 20);
   CHECK(g_max >= 16 && g_max <= (64u << 20));
   g_bw_iters = (int)env_size("ABI_TEST_BW_ITERS", 50);
+  size_t min = env_size("ABI_TEST_MIN_BYTES", 0);
+  g_slot = g_max < (16u << 20) ? g_max : (16u << 20); /* one multi-receive slot */
   g_nsizes = 0;
-  for (size_t i = 0; i < sizeof kSizes / sizeof kSizes[0] && kSizes[i] <= g_max; i++) g_sizes[g_nsizes++] = kSizes[i];
-  if (g_sizes[g_nsizes - 1] != g_max) g_sizes[g_nsizes++] = g_max;
+  for (size_t i = 0; i < sizeof kSizes / sizeof kSizes[0] && kSizes[i] <= g_max; i++)
+    if (kSizes[i] >= min) g_sizes[g_nsizes++] = kSizes[i];
+  if (g_nsizes == 0 || g_sizes[g_nsizes - 1] != g_max) g_sizes[g_nsizes++] = g_max;
 }
-static size_t multi_len(int i) { return (size_t)i * (g_max / 16); }
+static size_t multi_len(int i) { return (size_t)i * (g_slot / 16); }
+static size_t buf_len(void) { return 8 * g_slot > g_max ? 8 * g_slot : g_max; }
 
 /* Receiver. The peer (a pipe pair or one socket) gets the handle on wfd and acks on rfd. */
 static void run_recv(net_t* n, int wfd, int rfd) {
@@ -302,9 +328,10 @@ static void run_recv(net_t* n, int wfd, int rfd) {
   CHECK(lc != NULL);
   CHECK(write(wfd, handle, sizeof handle) == (ssize_t)sizeof handle);
   while (rc == NULL) EXPECT_RC(net_accept(n, lc, &rc), 0);
-  unsigned char* buf = aligned_alloc(4096, 8 * g_max);
+  unsigned char* buf = aligned_alloc(4096, buf_len());
   CHECK(buf);
-  EXPECT_RC(net_regmr(n, rc, buf, 8 * g_max, &mh), 0);
+  EXPECT_RC(net_regmr(n, rc, buf, buf_len(), &mh), 0);
+  g_comm = rc, g_comm_is_send = 0;
   for (size_t s = 0; s < g_nsizes; s++) {
     double t0 = 0;
     for (int it = 0; it < ITERS + g_bw_iters; it++) {
@@ -336,8 +363,8 @@ static void run_recv(net_t* n, int wfd, int rfd) {
     int tags[8], got[8];
     void* mhs[8];
     for (int i = 0; i < 8; i++) {
-      data[i] = buf + (size_t)i * g_max;
-      sz[i] = g_max;
+      data[i] = buf + (size_t)i * g_slot;
+      sz[i] = g_slot;
       tags[i] = i;
       mhs[i] = mh;
       memset(data[i], 0xee, multi_len(i));
@@ -385,9 +412,10 @@ static void run_send(net_t* n, int rfd, int wfd) {
     got_h += (size_t)r;
   }
   while (sc == NULL) EXPECT_RC(net_connect(n, handle, &sc), 0);
-  unsigned char* buf = aligned_alloc(4096, 8 * g_max);
+  unsigned char* buf = aligned_alloc(4096, buf_len());
   CHECK(buf);
-  EXPECT_RC(net_regmr(n, sc, buf, 8 * g_max, &mh), 0);
+  EXPECT_RC(net_regmr(n, sc, buf, buf_len(), &mh), 0);
+  g_comm = sc, g_comm_is_send = 1;
   for (size_t s = 0; s < g_nsizes; s++)
     for (int it = 0; it < ITERS + g_bw_iters; it++) {
       void* req = NULL;
@@ -400,7 +428,7 @@ static void run_send(net_t* n, int rfd, int wfd) {
   {
     void* reqs[8];
     for (int i = 0; i < 8; i++) {
-      unsigned char* p = buf + (size_t)i * g_max;
+      unsigned char* p = buf + (size_t)i * g_slot;
       fill(p, multi_len(i), 900 + i);
       reqs[i] = NULL;
       do EXPECT_RC(net_isend(n, sc, p, multi_len(i), i, mh, &reqs[i]), 0); while (reqs[i] == NULL);
