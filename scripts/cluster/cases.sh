@@ -121,7 +121,10 @@ if selected mtu; then on b 30 "ip link set rail0 mtu 1500" || true; fi
 # throughput of the largest size next to the clean link's. NCCL_IB_TIMEOUT=14 (67 ms per
 # retransmission timeout instead of 4.3 s) keeps a lost tail packet from stalling CI.
 NPERF="--min-bytes 64K --max-bytes 1M --check --window 4 --iters 4 --warmup 1 --budget 4M --timeout 300 -v"
-netem_bw() { grep -E '│ 1MiB' "$2" | awk -F'│' '{print $2}' | awk '{print $4 " GB/s (p50 " $2 " us)"}'; }
+netem_bw() { # the 1 MiB row: streaming bandwidth, and one message's p50 latency as MB/s
+  grep -E '│ 1MiB' "$2" | awk -F'│' '{print $2}' |
+    awk '{printf "stream %s GB/s, p50 %.0f ms per 1 MiB (%.2f MB/s)", $4, $2 / 1000, 1048576 / $2}'
+}
 netem_case() { # netem_case NAME "netem args" (empty: the clean link)
   local bw
   selected "$1" || return 0
@@ -194,24 +197,38 @@ fault_case() {
   PAIR_RC=any PAIR_DURING=fault_during pair "$name" 300 "$env $FABI --server \$PORT" \
     "$env $FABI --client $A_MGMT:\$PORT" fault_ok
   b=$(bound "${t:-20}" "${r:-7}")
-  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR done ${FAULT_T1} s after the fault (error, close, finalize, dlclose, exit; 'none': nothing within ${FAULT_WAIT} s); transport bound $b s")
-  echo "    survivor $SURVIVOR: ${FAULT_T1} s after the fault (transport bound $b s)"
+  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR: error WARN ${FAULT_T1} s after the fault, process done (close, finalize, dlclose, exit) ${FAULT_T2:-none} s; transport bound $b s ('none': nothing within ${FAULT_WAIT} s)")
+  echo "    survivor $SURVIVOR: error ${FAULT_T1} s, done ${FAULT_T2:-none} s after the fault (transport bound $b s)"
 }
 # kill_test VM — SIGKILLs this case's abi_test on VM (found by its unique port).
-kill_test() { job "$1" "pid=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); echo killing abi_test \$pid; [ -n \"\$pid\" ] && kill -9 \$pid"; }
+kill_test() { FAULT_VM=$1; job "$1" "pid=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); [ -n \"\$pid\" ] && kill -9 \$pid && echo \"abi_test \$pid killed: fault injected\""; }
+# fault_during — PAIR_DURING of a fault case: waits for the stream, injects the fault, times
+# the survivor. Times are taken on the host from the two VMs' job logs as they arrive through the
+# mailboxes (polled every 0.1 s): T0 when the fault job's line saying it acted appears (or the
+# QMP command returned), T1 when the survivor's WARN of the failed completion appears, T2 when
+# its exit status appears (after close, finalize, dlclose and exit).
 fault_during() {
-  local i f other=a oid=$SID
+  local i f other=a oid=$SID fjob=
   [ "$SURVIVOR" = a ] && other=b oid=$CID
   streaming || { FAULT_T1=nostream; kill_test a; kill_test b; return; }
+  JID=
   FAULT_T0=$(now)
   $FAULT_ACTION
+  if [ -n "$JID" ]; then # a job acted: T0 is when its "done" line shows up
+    fjob=$(jlog "$FAULT_VM" "$JID")
+    for ((i = 0; i < 300; i++)); do grep -q 'fault injected' "$fjob" 2>/dev/null && break; sleep 0.1; done
+    FAULT_T0=$(now)
+  fi
   f=$(jlog "$SURVIVOR" "$([ "$SURVIVOR" = a ] && echo "$SID" || echo "$CID")")
-  FAULT_T1=none
+  FAULT_T1=none FAULT_T2=none
   for ((i = 0; i < FAULT_WAIT * 10; i++)); do
-    if [ -e "${f%.log}.rc" ]; then FAULT_T1=$(since "$FAULT_T0"); break; fi
+    if [ "$FAULT_T1" = none ] && grep -q 'WARN.*completion from peer' "$f" 2>/dev/null; then FAULT_T1=$(since "$FAULT_T0"); fi
+    if [ -e "${f%.log}.rc" ]; then FAULT_T2=$(since "$FAULT_T0"); break; fi
     sleep 0.1
   done
-  if [ "$FAULT_T1" = none ]; then # say where it waits (threads' wchan), then end both sides
+  if [ "$FAULT_T2" != none ] && [ "$FAULT_T1" = none ]; then FAULT_T1="(no WARN)"; fi
+  if [ "$FAULT_T2" = none ]; then # say where it waits (threads' wchan), then end both sides
+    FAULT_T1=none
     on "$SURVIVOR" 20 "p=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); grep -H . /proc/\$p/task/*/wchan" || true
     $FAULT_UNDO
     kill_test a; kill_test b
@@ -221,7 +238,7 @@ fault_during() {
   fi
 }
 # Link down on A's rail0 during the transfer: B (sending) must see its retries run out.
-link_down() { job a "ip link set rail0 down; echo rail0 down"; }
+link_down() { FAULT_VM=a; job a "ip link set rail0 down && echo 'rail0 down: fault injected'"; }
 link_up() {
   on a 60 "ip link set rail0 up; for i in \$(seq 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && break; sleep 0.2; done; cat /sys/class/infiniband/rxe0/ports/1/state" || true
 }
@@ -240,7 +257,7 @@ kill_b() { kill_test b; }
 fault_case peer-kill-sender 14 3 a kill_b 30 \
   "a receiver whose receive is already advertised to the peer has no operation on the wire: nothing fails, test() polls an empty CQ forever (ibnet has no keepalive or peer-liveness check)"
 # VM A frozen (QMP stop): B's retries run out; then A runs again.
-stop_a() { qmp a stop; }
+stop_a() { qmp a stop; JID=; }
 FAULT_UNDO="qmp a cont"
 fault_case peer-vm-stop 14 3 b stop_a
 FAULT_UNDO=:
