@@ -99,7 +99,7 @@ gid_mismatch_ok() {
     { echo "want both to fail in time: server rc=$SRC client rc=$CRC"; return 1; }
   cat "$1" "$2" | grep -E 'WARN' | grep -E '::ffff:10\.21\.0\.1' | grep -qE 'fd21::2' ||
     { echo "no WARN naming both ::ffff:10.21.0.1 and fd21::2"; return 1; }
-  grep -hE 'WARN.*fd21::2|error' "$1" "$2" | cut -d' ' -f2- | head -4
+  grep -hE 'WARN.*fd21::2|error' "$1" "$2" | cut -d' ' -f2- | head -4 >&2
 }
 PAIR_RC=any perf gid-mismatch 240 "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3" \
   "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 NCCL_IB_ADDR_FAMILY=AF_INET6" \
