@@ -10,7 +10,7 @@
 # 2. the share: what scripts/rxe stages (plugin, abi_test, ibnet-perf, ...) plus guest.sh as
 #    run.sh; one read-only share for both VMs, and one read-write mailbox folder per VM,
 # 3. boots VM A and VM B (TCG) with a hard timeout; each has NICs mgmt, rail0, rail1, each an L2
-#    link to the other VM (qemu `-netdev socket` over a TCP connection on 127.0.0.1: lossless,
+#    link to the other VM (qemu `-netdev stream` over a TCP connection on 127.0.0.1: lossless,
 #    flow-controlled; nothing leaves 127.0.0.1),
 # 4. runs the cases (cases.sh, sourced here: the host drives both VMs through their mailboxes
 #    and qemu's QMP socket), 5. prints PASS/FAIL/SKIP per case, the console section of both VMs
@@ -77,10 +77,10 @@ base=$(free_ports)
 
 # boot VM (a|b): index 1|2 in MACs; A listens on the links' ports, B connects to them.
 boot() {
-  local v=$1 n i end args=()
-  if [ "$v" = a ]; then n=1 end=listen; else n=2 end=connect; fi
+  local v=$1 n i srv args=()
+  if [ "$v" = a ]; then n=1 srv=on; else n=2 srv=off; fi
   for i in 0 1 2; do
-    args+=(-netdev "socket,id=n$i,$end=127.0.0.1:$((base + i))"
+    args+=(-netdev "stream,id=n$i,server=$srv,addr.type=inet,addr.host=127.0.0.1,addr.port=$((base + i))"
            -device "virtio-net-pci,netdev=n$i,mac=52:54:00:c1:0$i:0$n")
   done
   timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
