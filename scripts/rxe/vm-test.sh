@@ -23,21 +23,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 CACHE=${IBNET_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ibnet-rxe-vm}
 TIMEOUT=${IBNET_RXE_TIMEOUT:-480}
-target=${CARGO_TARGET_DIR:-$repo/target}
 trap 'echo "rxe: FAILED at vm-test.sh line $LINENO: $BASH_COMMAND" >&2' ERR
 step() { printf '\n---- rxe: %s (%s)\n' "$*" "$(date +%T)"; }
 t_start=$SECONDS
 
+# shellcheck source-path=SCRIPTDIR source=common.sh
+. "$here/common.sh"
+
 step "host packages"
-need=()
-for p in qemu-system-x86 debootstrap e2fsprogs gcc libibverbs-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] || { echo "rxe: missing packages (run as root to install): ${need[*]}"; exit 1; }
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+rxe_host_packages
 
 step "VM image"
 t0=$SECONDS
@@ -49,49 +43,11 @@ t0=$SECONDS
 mkdir -p "$CACHE"
 share=$(mktemp -d "$CACHE/share.XXXXXX")
 trap 'rm -rf "$share"' EXIT
-mkdir -p "$share/bin" "$share/lib" "$share/rust"
 install -m755 "$here/guest.sh" "$share/run.sh"
 install -m644 "${IBNET_RXE_CASES:-$here/cases.sh}" "$share/cases.sh"
 printf 'IBNET_RXE_ONLY=%q\nIBNET_RXE_CASE_TIMEOUT=%q\n' \
   "${IBNET_RXE_ONLY:-}" "${IBNET_RXE_CASE_TIMEOUT:-120}" >"$share/config"
-gcc -O2 -Wall -Wextra -Werror -o "$share/bin/verbs-probe" "$here/verbs-probe.c" -libverbs
-
-profile=${IBNET_RXE_PROFILE:-release}
-pkgs=$(cargo metadata --no-deps --format-version 1 --manifest-path "$repo/Cargo.toml" 2>/dev/null |
-       grep -o '"name":"ibnet-[a-z-]*","version"' | cut -d'"' -f4 || true)
-has_pkg() { grep -qx "$1" <<<"$pkgs"; }
-if [ "${IBNET_RXE_BUILD:-1}" != 0 ]; then
-  pflag=(); [ "$profile" = release ] && pflag=(--release)
-  has_pkg ibnet-ffi && (cd "$repo" && cargo build -q -p ibnet-ffi "${pflag[@]}")
-  # Tools in debug: `cargo test --workspace` has built them already.
-  has_pkg ibnet-tools && (cd "$repo" && cargo build -q -p ibnet-tools --bins)
-  # Test executables (debug, as `cargo test` builds them) whose target name matches the regex.
-  for p in ${IBNET_RXE_TEST_PKGS:-ibnet-ffi}; do
-    has_pkg "$p" || continue
-    (cd "$repo" && cargo test -q -p "$p" --no-run --message-format=json) |
-      sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2/p' |
-      while read -r name exe; do
-        if [[ $name =~ ${IBNET_RXE_RUST_TESTS:-^verbs} ]]; then install -m755 "$exe" "$share/rust/$name"; fi
-      done
-  done
-fi
-# The plugin under the name NCCL loads, and the C ABI test that dlopens it like NCCL does.
-so=$target/$profile/libnccl_net_ibnet.so
-if has_pkg ibnet-ffi && [ -f "$so" ]; then install -m755 "$so" "$share/lib/libnccl-net-ibnet.so"; fi
-if [ -f "$repo/ffi/tests/c/abi_test.c" ]; then
-  cc -O2 -Wall -Wextra -o "$share/bin/abi_test" "$repo/ffi/tests/c/abi_test.c" -ldl
-fi
-# Our own fault/lifecycle program (plugin-faults.c) needs the plugin's C header.
-if [ -f "$repo/include/ibnet.h" ]; then
-  cc -O2 -Wall -Wextra -Werror -I"$repo/include" -o "$share/bin/plugin-faults" \
-    "$here/plugin-faults.c" -ldl
-fi
-tools=()
-has_pkg ibnet-tools && tools=("$target/debug/ibnet-info" "$target/debug/ibnet-perf")
-for f in "${tools[@]}" ${IBNET_RXE_EXTRA:-}; do
-  if [ -f "$f" ]; then install -m755 "$f" "$share/bin/"; fi
-done
-echo "staged: $(cd "$share" && find bin lib rust -type f | sort | tr '\n' ' ')"
+rxe_stage "$share"
 t_stage=$((SECONDS - t0))
 
 step "boot + suite (qemu TCG, timeout ${TIMEOUT}s)"

@@ -162,6 +162,32 @@ impl VerbsPort {
     }
 }
 
+impl VerbsPort {
+    /// Names both GIDs when a QP cannot reach RTR (on RoCE usually because the two sides chose
+    /// GIDs of different address families), next to the API's WARN of the error itself.
+    fn warn_rtr(&self, qp: &VQp, a: &ConnectAttr) {
+        let v4 = |g: [u8; 16]| std::net::Ipv6Addr::from(g).to_ipv4_mapped().is_some();
+        let hint = if a.link_layer == LinkLayer::Ethernet && v4(self.dev.gid) != v4(a.remote_gid.0)
+        {
+            ": the two GIDs are of different address families (IPv4-mapped and IPv6); \
+             choose the same NCCL_IB_ADDR_FAMILY / NCCL_IB_GID_INDEX on both sides"
+        } else {
+            ""
+        };
+        crate::warn!(
+            "{}:{} QP {:#x} cannot connect to peer gid {} qpn {:#x} from local GID index {} \
+             ({}){hint}",
+            self.dev.name.to_string_lossy(),
+            self.dev.port,
+            self.qp_num(qp),
+            std::net::Ipv6Addr::from(a.remote_gid.0),
+            a.remote_qpn,
+            a.gid_index,
+            std::net::Ipv6Addr::from(self.dev.gid)
+        );
+    }
+}
+
 impl Provider for VerbsPort {
     type Cq = VCq;
     type Qp = VQp;
@@ -309,7 +335,8 @@ impl Provider for VerbsPort {
                 | IBV_QP_MAX_DEST_RD_ATOMIC
                 | IBV_QP_MIN_RNR_TIMER,
             "ibv_modify_qp(RTR)",
-        )?;
+        )
+        .inspect_err(|_| self.warn_rtr(qp, a))?;
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_RTS,
             timeout: a.timeout,
@@ -330,6 +357,21 @@ impl Provider for VerbsPort {
                 | IBV_QP_MAX_QP_RD_ATOMIC,
             "ibv_modify_qp(RTS)",
         )?;
+        // Connection setup, not the hot path: one line per QP says what was negotiated.
+        crate::info!(
+            crate::log::NET,
+            "{}:{} QP {:#x} connected to peer gid {} qpn {:#x}: path MTU {} (the minimum of both \
+             ports' active MTU), local GID index {}, timeout {} retry {}",
+            self.dev.name.to_string_lossy(),
+            self.dev.port,
+            self.qp_num(qp),
+            std::net::Ipv6Addr::from(a.remote_gid.0),
+            a.remote_qpn,
+            128u32 << (a.mtu as u32).min(5),
+            a.gid_index,
+            a.timeout,
+            a.retry_cnt
+        );
         super::qp::log_connected(self.v(), &self.dev.ctx.name, qp.raw);
         Ok(())
     }

@@ -1,36 +1,53 @@
 /*
  * ABI test for libnccl-net-ibnet.so, loading it exactly as NCCL does (dlopen RTLD_NOW|RTLD_LOCAL).
  *
- *   abi_test <plugin.so> [expect-devices=N|any]
+ *   abi_test <plugin.so> [expect-devices=N|any]                      one host (fork)
+ *   abi_test <plugin.so> <expect-devices|any> --server PORT          two hosts: the receiver
+ *   abi_test <plugin.so> <expect-devices|any> --client HOST:PORT     two hosts: the sender
  *
  * 1. Resolves ncclNetPlugin_v11 and, separately, ncclNetPlugin_v8; checks the name "IBNet".
  * 2. v11: init, devices, getProperties of every device; bad input (NULL pointers, dev out of
  *    range, n > 8, a foreign handle, a corrupt progress token) returns the right ncclResult_t and
  *    always writes *request; finalize (twice, and NULL).
  * 3. dlclose.
- * 4. With at least one device: a two-process data test, once through the v11 table and once
- *    through the v8 table (fork before loading; each process dlopens, inits, and at the end
- *    finalizes (v11) and dlcloses; the parent receives, the child sends): single receives of
- *    0 B .. 16 MiB and an 8-way multi-receive, data verified byte for byte, then a send larger
- *    than its posted receive (the sender gets an error ncclResult_t and a WARN). Prints sizes and
- *    GB/s. Run it with IBNET_PROVIDER=soft on a host without RDMA NICs.
+ * 4. With at least one device: a two-process data test through each table of ABI_TEST_TABLES
+ *    (default "11,8"; any of 6,7,8,9,10,11, in the order given). Each process dlopens the table's
+ *    symbol, inits through it (v11: ctx/commId/config, v10: logger + profiler, v6..v9: logger),
+ *    moves the data, then finalizes (v11) and dlcloses. The receiver listens, the sender
+ *    connects: single receives of 0 B .. ABI_TEST_MAX_BYTES (default 16 MiB) and an 8-way
+ *    multi-receive, data verified byte for byte, then a send larger than its posted receive
+ *    (the sender gets an error ncclResult_t and a WARN). Prints sizes and GB/s.
+ *    One host: fork before loading; the handle and the final ack travel over pipes.
+ *    Two hosts (--server/--client): the same test between processes on two hosts; the handle and
+ *    the ack travel over one TCP connection (the server accepts one client; the client retries
+ *    its connect for up to 60 s); the server receives, the client sends. Run it with
+ *    IBNET_PROVIDER=soft on a host without RDMA NICs (one host only).
  * 5. A second load-use-unload cycle in this process.
- * Any hang is turned into a failure by alarm().
+ * ABI_TEST_BW_ITERS (default 50): timed messages per size after the 10 verified ones;
+ * ABI_TEST_MIN_BYTES (default 0): leave out the smaller sizes. ABI_TEST_FAULT=1: a failing
+ * test() (a fault injected from outside) ends the run: close the comm, finalize, dlclose, say so,
+ * exit status 3.
+ * Any hang is turned into a failure by alarm() (ABI_TEST_ALARM_S, default 600).
  * Exit status 0 on success. Writes its report to stdout (the plugin itself never does).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../../../include/ibnet.h"
+#include "net_tables_v6_v10.h"
 
 #define CHECK(c)                                                          \
   do {                                                                    \
@@ -115,113 +132,242 @@ static int verify(const unsigned char* b, size_t len, unsigned seed) {
   return 1;
 }
 
-/* One loaded plugin, through either table: the pair test runs the same code over v11 and v8. */
+/* One loaded plugin, through any table v6..v11: the pair test runs the same code over each. */
 typedef struct {
   void* dl;
-  const ibnet_net_v11_t* n11;
+  int ver;
+  const ibnet_net_v6_t* n6;
+  const ibnet_net_v7_t* n7;
   const ibnet_net_v8_t* n8;
+  const ibnet_net_v9_t* n9;
+  const ibnet_net_v10_t* n10;
+  const ibnet_net_v11_t* n11;
   void* ctx;
 } net_t;
 
+static void* table(net_t* n, int ver) {
+  char sym[32];
+  snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", ver);
+  void* t = dlsym(n->dl, sym);
+  if (!t) fprintf(stderr, "FAIL: %s not exported\n", sym);
+  CHECK(t);
+  CHECK(strcmp(*(const char* const*)t, "IBNet") == 0); /* every table starts with its name */
+  return t;
+}
+
 static void net_load(net_t* n, const char* path, int ver) {
   memset(n, 0, sizeof *n);
+  n->ver = ver;
   n->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!n->dl) {
     fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
     exit(1);
   }
-  if (ver == 11) {
-    n->n11 = dlsym(n->dl, "ncclNetPlugin_v11");
-    CHECK(n->n11);
-    ibnet_comm_config_t cfg = {-1};
-    EXPECT_RC(n->n11->init(&n->ctx, 7, &cfg, logger, NULL), 0);
-  } else {
-    n->n8 = dlsym(n->dl, "ncclNetPlugin_v8");
-    CHECK(n->n8);
-    EXPECT_RC(n->n8->init(logger), 0);
-  }
   int ndev = 0;
-  EXPECT_RC(n->n11 ? n->n11->devices(&ndev) : n->n8->devices(&ndev), 0);
+  ibnet_comm_config_t cfg = {-1};
+  switch (ver) {
+    case 6: n->n6 = table(n, 6); EXPECT_RC(n->n6->init(logger), 0); EXPECT_RC(n->n6->devices(&ndev), 0); break;
+    case 7: n->n7 = table(n, 7); EXPECT_RC(n->n7->init(logger), 0); EXPECT_RC(n->n7->devices(&ndev), 0); break;
+    case 8: n->n8 = table(n, 8); EXPECT_RC(n->n8->init(logger), 0); EXPECT_RC(n->n8->devices(&ndev), 0); break;
+    case 9: n->n9 = table(n, 9); EXPECT_RC(n->n9->init(logger), 0); EXPECT_RC(n->n9->devices(&ndev), 0); break;
+    case 10:
+      n->n10 = table(n, 10);
+      EXPECT_RC(n->n10->init(logger, NULL), 0);
+      EXPECT_RC(n->n10->devices(&ndev), 0);
+      break;
+    case 11:
+      n->n11 = table(n, 11);
+      EXPECT_RC(n->n11->init(&n->ctx, 7, &cfg, logger, NULL), 0);
+      EXPECT_RC(n->n11->devices(&ndev), 0);
+      break;
+    default: fprintf(stderr, "FAIL: no table v%d\n", ver); exit(1);
+  }
   CHECK(ndev >= 1);
 }
 
-/* v11: finalize (NCCL 2.28 does, then dlclose). v8 has no finalize: the library's destructor
- * stops the provider's threads at dlclose. */
+/* v11: finalize (NCCL 2.28 does, then dlclose). v6..v10 have no finalize: the library's
+ * destructor stops the provider's threads at dlclose. */
 static void net_unload(net_t* n) {
   if (n->n11) EXPECT_RC(n->n11->finalize(n->ctx), 0);
   CHECK(dlclose(n->dl) == 0);
 }
 
-#define CALL(n, f, ...) ((n)->n11 ? (n)->n11->f(__VA_ARGS__) : (n)->n8->f(__VA_ARGS__))
+/* A member every table has with the same signature. */
+#define CALL(n, f, ...)                                                     \
+  ((n)->n11 ? (n)->n11->f(__VA_ARGS__) : (n)->n10 ? (n)->n10->f(__VA_ARGS__) \
+   : (n)->n9 ? (n)->n9->f(__VA_ARGS__) : (n)->n8 ? (n)->n8->f(__VA_ARGS__)   \
+   : (n)->n7 ? (n)->n7->f(__VA_ARGS__) : (n)->n6->f(__VA_ARGS__))
+
+static int net_listen(net_t* n, void* handle, void** lc) {
+  if (n->n11) return n->n11->listen(n->ctx, 0, handle, lc);
+  return n->n10 ? n->n10->listen(0, handle, lc) : n->n9 ? n->n9->listen(0, handle, lc)
+       : n->n8 ? n->n8->listen(0, handle, lc) : n->n7 ? n->n7->listen(0, handle, lc)
+               : n->n6->listen(0, handle, lc);
+}
+
+static int net_connect(net_t* n, void* handle, void** sc) {
+  ibnet_comm_config_t cfg = {-1};
+  ibnet_device_handle_t* dh = NULL;
+  switch (n->ver) {
+    case 11: return n->n11->connect(n->ctx, 0, handle, sc, &dh);
+    case 10: return n->n10->connect(0, &cfg, handle, sc, &dh);
+    case 9: return n->n9->connect(0, handle, sc, &dh);
+    case 8: return n->n8->connect(0, handle, sc, &dh);
+    case 7: return n->n7->connect(0, handle, sc, &dh);
+    default: return n->n6->connect(0, handle, sc);
+  }
+}
+
+static int net_accept(net_t* n, void* lc, void** rc) {
+  ibnet_device_handle_t* dh = NULL;
+  return n->n11 ? n->n11->accept(lc, rc, &dh) : n->n10 ? n->n10->accept(lc, rc, &dh)
+       : n->n9 ? n->n9->accept(lc, rc, &dh) : n->n8 ? n->n8->accept(lc, rc, &dh)
+       : n->n7 ? n->n7->accept(lc, rc, &dh) : n->n6->accept(lc, rc);
+}
+
+static int net_regmr(net_t* n, void* c, void* d, size_t sz, void** mh) {
+  if (n->n6 || n->n7) {
+    CHECK(sz <= 0x7fffffff);
+    return n->n6 ? n->n6->regMr(c, d, (int)sz, IBNET_PTR_HOST, mh) : n->n7->regMr(c, d, (int)sz, IBNET_PTR_HOST, mh);
+  }
+  return n->n11 ? n->n11->regMr(c, d, sz, IBNET_PTR_HOST, mh) : n->n10 ? n->n10->regMr(c, d, sz, IBNET_PTR_HOST, mh)
+       : n->n9 ? n->n9->regMr(c, d, sz, IBNET_PTR_HOST, mh) : n->n8->regMr(c, d, sz, IBNET_PTR_HOST, mh);
+}
 
 static int net_isend(net_t* n, void* c, void* d, size_t sz, int tag, void* mh, void** req) {
-  return n->n11 ? n->n11->isend(c, d, sz, tag, mh, NULL, req) : n->n8->isend(c, d, (int)sz, tag, mh, req);
+  switch (n->ver) {
+    case 11: return n->n11->isend(c, d, sz, tag, mh, NULL, req);
+    case 10: return n->n10->isend(c, d, sz, tag, mh, NULL, req);
+    case 9: return n->n9->isend(c, d, sz, tag, mh, req);
+    case 8: return n->n8->isend(c, d, (int)sz, tag, mh, req);
+    case 7: return n->n7->isend(c, d, (int)sz, tag, mh, req);
+    default: return n->n6->isend(c, d, (int)sz, tag, mh, req);
+  }
 }
 
 static int net_irecv(net_t* n, void* c, int k, void** d, const size_t* sz, int* tags, void** mh, void** req) {
-  if (n->n11) return n->n11->irecv(c, k, d, (size_t*)sz, tags, mh, NULL, req);
+  if (n->ver >= 9) {
+    size_t s[8];
+    memcpy(s, sz, (size_t)k * sizeof *s);
+    if (n->ver == 11) return n->n11->irecv(c, k, d, s, tags, mh, NULL, req);
+    if (n->ver == 10) return n->n10->irecv(c, k, d, s, tags, mh, NULL, req);
+    return n->n9->irecv(c, k, d, s, tags, mh, req);
+  }
   int isz[8];
   for (int i = 0; i < k; i++) isz[i] = (int)sz[i];
-  return n->n8->irecv(c, k, d, isz, tags, mh, req);
+  return n->ver == 8 ? n->n8->irecv(c, k, d, isz, tags, mh, req)
+       : n->ver == 7 ? n->n7->irecv(c, k, d, isz, tags, mh, req)
+                     : n->n6->irecv(c, k, d, isz, tags, mh, req);
+}
+
+/* ABI_TEST_FAULT=1 (two hosts): a failing test() is the expected end (the peer or the link was
+ * killed): close the comm, finalize and dlclose like NCCL would, report, exit 3. */
+static void* g_comm;
+static int g_comm_is_send;
+static void net_unload(net_t* n);
+static void fault_exit(net_t* n, int rc) {
+  printf("fault: test() returned ncclResult_t %d; closing the %s comm\n", rc, g_comm_is_send ? "send" : "recv");
+  fflush(stdout);
+  int crc = g_comm_is_send ? CALL(n, closeSend, g_comm) : CALL(n, closeRecv, g_comm);
+  net_unload(n); /* finalize (v11) and dlclose: must not hang or fail */
+  printf("survivor: close returned %d, finalize and dlclose ok after the fault\n", crc);
+  fflush(stdout);
+  exit(3);
 }
 
 static void wait_done(net_t* n, void* req, int* sizes) {
   int done = 0;
+  static int fault = -1;
+  if (fault < 0) fault = getenv("ABI_TEST_FAULT") != NULL;
   while (!done) {
-    EXPECT_RC(CALL(n, test, req, &done, sizes), 0);
+    int rc = CALL(n, test, req, &done, sizes);
+    if (rc != 0 && fault) fault_exit(n, rc);
+    EXPECT_RC(rc, 0);
     if (!done) sched_yield(); /* leave CPU to the provider's copy threads on small hosts */
   }
 }
 
-#define MAXSZ (16u << 20)
-static const size_t kSizes[] = {0, 1, 8, 4096, 65536, 1u << 20, 4u << 20, MAXSZ};
-#define NSIZES (sizeof kSizes / sizeof kSizes[0])
-#define ITERS 10
-#define BW_ITERS 50
+static size_t env_size(const char* name, size_t dflt) {
+  const char* s = getenv(name);
+  if (!s || !*s) return dflt;
+  char* end;
+  size_t v = strtoull(s, &end, 0);
+  if (*end == 'K' || *end == 'k') v <<= 10;
+  if (*end == 'M' || *end == 'm') v <<= 20;
+  return v;
+}
 
-/* Receiver. */
-static void run_recv(net_t* n, int ver, int wfd, int rfd) {
+/* The message sizes: 0, 1, 8, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 16 MiB up to ABI_TEST_MAX_BYTES (itself
+ * included). The 8-way multi-receive moves i * max/16 bytes with tag i (0..7 MiB at 16 MiB). */
+static const size_t kSizes[] = {0, 1, 8, 4096, 65536, 1u << 20, 4u << 20, 16u << 20};
+#define MAXSIZES (sizeof kSizes / sizeof kSizes[0] + 1)
+#define ITERS 10
+static size_t g_max, g_slot, g_sizes[MAXSIZES], g_nsizes;
+static const char* g_mode = "two-process"; /* or "two-host" */
+static int g_bw_iters;
+static void sizes_init(void) {
+  g_max = env_size("ABI_TEST_MAX_BYTES", 16u << 20);
+  CHECK(g_max >= 16 && g_max <= (64u << 20));
+  g_bw_iters = (int)env_size("ABI_TEST_BW_ITERS", 50);
+  size_t min = env_size("ABI_TEST_MIN_BYTES", 0);
+  g_slot = g_max < (16u << 20) ? g_max : (16u << 20); /* one multi-receive slot */
+  g_nsizes = 0;
+  for (size_t i = 0; i < sizeof kSizes / sizeof kSizes[0] && kSizes[i] <= g_max; i++)
+    if (kSizes[i] >= min) g_sizes[g_nsizes++] = kSizes[i];
+  if (g_nsizes == 0 || g_sizes[g_nsizes - 1] != g_max) g_sizes[g_nsizes++] = g_max;
+}
+static size_t multi_len(int i) { return (size_t)i * (g_slot / 16); }
+static size_t buf_len(void) { return 8 * g_slot > g_max ? 8 * g_slot : g_max; }
+
+/* Receiver. The peer (a pipe pair or one socket) gets the handle on wfd and acks on rfd. */
+static void run_recv(net_t* n, int wfd, int rfd) {
   char handle[IBNET_HANDLE_MAXSIZE] = {0};
   void *lc = NULL, *rc = NULL, *mh = NULL;
-  EXPECT_RC(n->n11 ? n->n11->listen(n->ctx, 0, handle, &lc) : n->n8->listen(0, handle, &lc), 0);
+  const int ver = n->ver;
+  EXPECT_RC(net_listen(n, handle, &lc), 0);
   CHECK(lc != NULL);
   CHECK(write(wfd, handle, sizeof handle) == (ssize_t)sizeof handle);
-  while (rc == NULL) EXPECT_RC(CALL(n, accept, lc, &rc, NULL), 0);
-  unsigned char* buf = aligned_alloc(4096, 8 * (size_t)MAXSZ);
+  while (rc == NULL) EXPECT_RC(net_accept(n, lc, &rc), 0);
+  unsigned char* buf = aligned_alloc(4096, buf_len());
   CHECK(buf);
-  EXPECT_RC(CALL(n, regMr, rc, buf, 8 * (size_t)MAXSZ, IBNET_PTR_HOST, &mh), 0);
-  for (size_t s = 0; s < NSIZES; s++) {
+  EXPECT_RC(net_regmr(n, rc, buf, buf_len(), &mh), 0);
+  g_comm = rc, g_comm_is_send = 0;
+  for (size_t s = 0; s < g_nsizes; s++) {
     double t0 = 0;
-    for (int it = 0; it < ITERS + BW_ITERS; it++) {
-      /* ITERS verified transfers, then BW_ITERS timed ones (no fill, clear or verify). */
+    for (int it = 0; it < ITERS + g_bw_iters; it++) {
+      /* ITERS verified transfers, then g_bw_iters timed ones (no fill, clear or verify). */
       if (it == ITERS) t0 = now_s();
       void* data = buf;
-      size_t sz = kSizes[s];
+      size_t sz = g_sizes[s];
       int tag = 7, got = -1;
-      void* req = (void*)0x1; /* v11: NCCL's optional-completion hint; always overwritten */
+      /* v9+: NCCL's optional-completion hint reaches the plugin; always overwritten. v6..v8:
+       * NCCL's adapter passes NULL. */
+      void* req = ver >= 9 ? (void*)0x1 : NULL;
       if (it < ITERS) memset(buf, 0, sz);
       do EXPECT_RC(net_irecv(n, rc, 1, &data, &sz, &tag, &mh, &req), 0); while (req == NULL);
       CHECK(req != (void*)0x1);
       wait_done(n, req, &got);
-      CHECK(got == (int)kSizes[s]);
-      if (it < ITERS) CHECK(verify(buf, kSizes[s], (unsigned)(s * 100 + it)));
+      CHECK(got == (int)g_sizes[s]);
+      if (it < ITERS) CHECK(verify(buf, g_sizes[s], (unsigned)(s * 100 + it)));
     }
     double dt = now_s() - t0;
-    printf("v%d two-process %9zu B: %d verified; %d timed: %8.3f GB/s, %7.1f us/msg\n", ver,
-           kSizes[s], ITERS, BW_ITERS, kSizes[s] * (double)BW_ITERS / dt / 1e9, dt / BW_ITERS * 1e6);
+    printf("v%d %s %9zu B: %d verified; %d timed: %8.3f GB/s, %7.1f us/msg\n", ver, g_mode,
+           g_sizes[s], ITERS, g_bw_iters, g_sizes[s] * (double)g_bw_iters / dt / 1e9,
+           dt / (g_bw_iters ? g_bw_iters : 1) * 1e6);
+    fflush(stdout);
   }
-  /* 8-way multi-receive: tags 0..7, different sizes (0 B .. 7 MiB). */
+  /* 8-way multi-receive: tags 0..7, different sizes. */
   {
     void* data[8];
     size_t sz[8];
     int tags[8], got[8];
     void* mhs[8];
     for (int i = 0; i < 8; i++) {
-      data[i] = buf + (size_t)i * MAXSZ;
-      sz[i] = (size_t)MAXSZ;
+      data[i] = buf + (size_t)i * g_slot;
+      sz[i] = g_slot;
       tags[i] = i;
       mhs[i] = mh;
-      memset(data[i], 0xee, (size_t)i << 20);
+      memset(data[i], 0xee, multi_len(i));
     }
     void* req = NULL;
     double t0 = now_s();
@@ -230,14 +376,14 @@ static void run_recv(net_t* n, int ver, int wfd, int rfd) {
     double dt = now_s() - t0;
     size_t total = 0;
     for (int i = 0; i < 8; i++) {
-      size_t len = (size_t)i << 20;
+      size_t len = multi_len(i);
       total += len;
       /* The seed's multi-receive reports one bit per receive (data or not), not the size. */
       CHECK(got[i] == (int)len || got[i] == (len > 0 ? 1 : 0));
       CHECK(verify(data[i], len, 900 + i));
     }
-    printf("v%d two-process multi-recv 8-way (0..7 MiB, %zu B): verified, %.3f GB/s\n", ver, total,
-           total / dt / 1e9);
+    printf("v%d %s multi-recv 8-way (0..%zu B, %zu B): verified, %.3f GB/s\n", ver, g_mode,
+           multi_len(7), total, total / dt / 1e9);
   }
   /* A receive smaller than the peer's send: the sender must fail; we just post it. */
   {
@@ -259,28 +405,33 @@ static void run_recv(net_t* n, int ver, int wfd, int rfd) {
 static void run_send(net_t* n, int rfd, int wfd) {
   char handle[IBNET_HANDLE_MAXSIZE];
   void *sc = NULL, *mh = NULL;
-  CHECK(read(rfd, handle, sizeof handle) == (ssize_t)sizeof handle);
-  while (sc == NULL)
-    EXPECT_RC(n->n11 ? n->n11->connect(n->ctx, 0, handle, &sc, NULL) : n->n8->connect(0, handle, &sc, NULL), 0);
-  unsigned char* buf = aligned_alloc(4096, 8 * (size_t)MAXSZ);
+  size_t got_h = 0;
+  while (got_h < sizeof handle) {
+    ssize_t r = read(rfd, handle + got_h, sizeof handle - got_h);
+    CHECK(r > 0);
+    got_h += (size_t)r;
+  }
+  while (sc == NULL) EXPECT_RC(net_connect(n, handle, &sc), 0);
+  unsigned char* buf = aligned_alloc(4096, buf_len());
   CHECK(buf);
-  EXPECT_RC(CALL(n, regMr, sc, buf, 8 * (size_t)MAXSZ, IBNET_PTR_HOST, &mh), 0);
-  for (size_t s = 0; s < NSIZES; s++)
-    for (int it = 0; it < ITERS + BW_ITERS; it++) {
+  EXPECT_RC(net_regmr(n, sc, buf, buf_len(), &mh), 0);
+  g_comm = sc, g_comm_is_send = 1;
+  for (size_t s = 0; s < g_nsizes; s++)
+    for (int it = 0; it < ITERS + g_bw_iters; it++) {
       void* req = NULL;
       int got = -1;
-      if (it < ITERS) fill(buf, kSizes[s], (unsigned)(s * 100 + it));
-      do EXPECT_RC(net_isend(n, sc, buf, kSizes[s], 7, mh, &req), 0); while (req == NULL);
+      if (it < ITERS) fill(buf, g_sizes[s], (unsigned)(s * 100 + it));
+      do EXPECT_RC(net_isend(n, sc, buf, g_sizes[s], 7, mh, &req), 0); while (req == NULL);
       wait_done(n, req, &got);
-      CHECK(got == (int)kSizes[s]);
+      CHECK(got == (int)g_sizes[s]);
     }
   {
     void* reqs[8];
     for (int i = 0; i < 8; i++) {
-      unsigned char* p = buf + (size_t)i * MAXSZ;
-      fill(p, (size_t)i << 20, 900 + i);
+      unsigned char* p = buf + (size_t)i * g_slot;
+      fill(p, multi_len(i), 900 + i);
       reqs[i] = NULL;
-      do EXPECT_RC(net_isend(n, sc, p, (size_t)i << 20, i, mh, &reqs[i]), 0); while (reqs[i] == NULL);
+      do EXPECT_RC(net_isend(n, sc, p, multi_len(i), i, mh, &reqs[i]), 0); while (reqs[i] == NULL);
     }
     for (int i = 0; i < 8; i++) wait_done(n, reqs[i], NULL);
   }
@@ -291,7 +442,7 @@ static void run_send(net_t* n, int rfd, int wfd) {
     while (rc == 0 && !done) rc = CALL(n, test, req, &done, NULL);
     CHECK(rc == 4 || rc == 5 || rc == 6);
     CHECK(g_warns > warns);
-    printf("send of 4096 B into a posted 16 B receive: ncclResult_t %d and a WARN\n", rc);
+    printf("v%d: send of 4096 B into a posted 16 B receive: ncclResult_t %d and a WARN\n", n->ver, rc);
     fflush(stdout);
     CHECK(write(wfd, "x", 1) == 1);
   }
@@ -318,11 +469,87 @@ static void pair_test(const char* path, int ver) {
     _exit(0);
   }
   net_load(&n, path, ver);
-  run_recv(&n, ver, p2c[1], c2p[0]);
+  run_recv(&n, p2c[1], c2p[0]);
   int st = 0;
   CHECK(waitpid(pid, &st, 0) == pid);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   net_unload(&n);
+}
+
+/* The tables to move data through: ABI_TEST_TABLES, e.g. "6,7,8,9,10,11" (default "11,8"). */
+static int tables(int* out) {
+  const char* s = getenv("ABI_TEST_TABLES");
+  if (!s || !*s) s = "11,8";
+  int k = 0;
+  for (char* end; *s && k < 16; s = *end ? end + 1 : end) {
+    long v = strtol(s, &end, 10);
+    if (end == s || v < 6 || v > 11) {
+      fprintf(stderr, "FAIL: ABI_TEST_TABLES: not a table version 6..11 at \"%s\"\n", s);
+      exit(2);
+    }
+    out[k++] = (int)v;
+  }
+  return k;
+}
+
+/* Two hosts: the server (receiver) accepts one TCP client on `port`; the client (sender)
+ * connects to host:port, retrying for up to 60 s. Then the same test, table after table, with
+ * the handle and the ack on that connection. */
+static int tcp_server(int port) {
+  int l = socket(AF_INET6, SOCK_STREAM, 0), one = 1, zero = 0;
+  CHECK(l >= 0);
+  CHECK(setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
+  CHECK(setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0);
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
+  CHECK(bind(l, (struct sockaddr*)&a, sizeof a) == 0 && listen(l, 1) == 0);
+  printf("server: listening on port %d\n", port);
+  fflush(stdout);
+  int s = accept(l, NULL, NULL);
+  CHECK(s >= 0);
+  close(l);
+  return s;
+}
+
+static int tcp_client(const char* hostport) {
+  char host[256];
+  snprintf(host, sizeof host, "%s", hostport);
+  char* colon = strrchr(host, ':');
+  CHECK(colon);
+  *colon = 0;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+  CHECK(getaddrinfo(host, colon + 1, &hints, &ai) == 0);
+  double end = now_s() + 60;
+  for (;;) {
+    int s = socket(ai->ai_family, SOCK_STREAM, 0);
+    CHECK(s >= 0);
+    if (connect(s, ai->ai_addr, ai->ai_addrlen) == 0) {
+      freeaddrinfo(ai);
+      return s;
+    }
+    close(s);
+    CHECK(now_s() < end);
+    usleep(200000);
+  }
+}
+
+static void host_test(const char* path, int server, const char* where) {
+  int vers[16], k = tables(vers);
+  g_mode = "two-host";
+  int s = server ? tcp_server(atoi(where)) : tcp_client(where);
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  for (int i = 0; i < k; i++) {
+    net_t n;
+    double t0 = now_s();
+    net_load(&n, path, vers[i]);
+    if (server) run_recv(&n, s, s);
+    else run_send(&n, s, s);
+    net_unload(&n);
+    printf("v%d two-host %s: verified, finalize%s + dlclose ok (%.1f s)\n", vers[i],
+           server ? "receiver" : "sender", vers[i] == 11 ? "" : " (none in this table)", now_s() - t0);
+    fflush(stdout);
+  }
+  close(s);
 }
 
 static int cycle(const char* path, int expect, int round) {
@@ -400,21 +627,31 @@ static void proxy_logger_test(const char* path) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s plugin.so [expected-devices]\n", argv[0]);
+    fprintf(stderr, "usage: %s plugin.so [expected-devices|any] [--server PORT | --client HOST:PORT]\n", argv[0]);
     return 2;
   }
-  alarm(600); /* a hang is a failure */
-  int expect = argc > 2 ? atoi(argv[2]) : -1;
+  alarm((unsigned)env_size("ABI_TEST_ALARM_S", 600)); /* a hang is a failure */
+  sizes_init();
+  int expect = argc > 2 && strcmp(argv[2], "any") != 0 ? atoi(argv[2]) : -1;
+  int server = argc > 4 && strcmp(argv[3], "--server") == 0;
+  int client = argc > 4 && strcmp(argv[3], "--client") == 0;
+  if (argc > 3 && !server && !client) {
+    fprintf(stderr, "usage: %s plugin.so [expected-devices|any] [--server PORT | --client HOST:PORT]\n", argv[0]);
+    return 2;
+  }
   int a = cycle(argv[1], expect, 0);
   if (a == 0 && g_cma_refused) {
     printf("\n!!!!!!!! IBNET_PROVIDER=soft: cross-memory attach is NOT PERMITTED on this host: "
            "0 devices, two-process data test NOT RUN (see the plugin WARN above) !!!!!!!!\n\n");
   }
-  if (a > 0) {
-    pair_test(argv[1], 11);
-    pair_test(argv[1], 8);
+  if (a > 0 && (server || client)) {
+    host_test(argv[1], server, argv[4]);
+  } else if (a > 0) {
+    int vers[16], k = tables(vers);
+    for (int i = 0; i < k; i++) pair_test(argv[1], vers[i]);
   } else {
     printf("0 devices: two-process data test not run\n");
+    if (server || client) return 1;
   }
   int b = cycle(argv[1], expect, 1);
   CHECK(a == b);

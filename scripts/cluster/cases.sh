@@ -1,0 +1,265 @@
+# cases.sh — the cluster suite's cases, sourced by test.sh on the host (bash). The host drives
+# both VMs: `job VM SCRIPT` queues a script in a VM's mailbox, `jwait`/`jlog` wait for it and
+# read its output, `on VM SECONDS SCRIPT` runs one and waits, `qmp VM CMD` talks to a VM's qemu.
+# Server on VM A (10.20.0.1 on mgmt), client on VM B; both through the plugin with
+# IBNET_PROVIDER=verbs and NCCL_SOCKET_IFNAME=mgmt.
+# Keep it lean: under TCG a process start costs seconds and rxe moves ~10 MB/s between the VMs.
+# shellcheck shell=bash
+
+PORT=18600
+A_MGMT=10.20.0.1
+NOTES=() # lines for the closing report: netem throughputs, detection times
+
+# pair NAME TIMEOUT "SERVER on A" "CLIENT on B" [CHECK] — starts the server, then the client once
+# the server listens on $PORT (this case's TCP port, exported to both), waits for both. PASS when
+# both exit 0 and CHECK (a function, given the server's and the client's log) passes. With
+# PAIR_RC=any the exit statuses are left to CHECK ($SRC, $CRC; 124 means still running).
+pair() {
+  local name=$1 to=$2 srv=$3 cli=$4 check=${5:-} port=$((PORT++)) sid why=
+  selected "$name" || return 0
+  case_begin "$name"
+  SRC=0 CRC=0
+  job a "export PORT=$port; timeout -k 5 $to bash -o pipefail -c $(printf %q "$srv")"; sid=$JID
+  job a "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; sleep 0.2; done; exit 1"
+  jwait a "$JID" 90 || true
+  job b "export PORT=$port; timeout -k 5 $to bash -o pipefail -c $(printf %q "$cli")"; CID=$JID SID=$sid
+  LOG_A=$(jlog a "$sid") LOG_B=$(jlog b "$CID")
+  if [ -n "${PAIR_DURING:-}" ]; then $PAIR_DURING; fi
+  jwait b "$CID" $((to + 30)) || CRC=$?
+  jwait a "$sid" 40 || SRC=$?
+  if [ "${PAIR_RC:-0}" = 0 ] && { [ $SRC != 0 ] || [ $CRC != 0 ]; }; then why="server rc=$SRC, client rc=$CRC"; fi
+  if [ -z "$why" ] && [ -n "$check" ]; then why=$($check "$LOG_A" "$LOG_B") || why=${why:-check failed}; fi
+  if [[ $why == KNOWN:* ]]; then case_end SKIP "$why"; else
+    case_end "$([ -z "$why" ] && echo PASS || echo FAIL)" "$why"
+  fi
+}
+
+# has LOG REGEX... — every REGEX (grep -E) is in LOG, else prints the first missing one.
+has() {
+  local f=$1 p
+  shift
+  for p in "$@"; do grep -qE -- "$p" "$f" || { echo "not in the ${f##*/mbox-} log: $p"; return 1; }; done
+}
+now() { date +%s.%N; }
+since() { echo "$(now) $1" | awk '{printf "%.2f", $1 - $2}'; }
+
+# ---- the links themselves: plain libibverbs RC ping-pong across each rail (no ibnet)
+for r in 0 1; do
+  pair "link-rxe$r" 90 \
+    "ibv_rc_pingpong -d rxe$r -g \$(gidx rxe$r ffff:0a1$((r + 5))) -p \$PORT -n 20 -s 65536 -c" \
+    "ibv_rc_pingpong -d rxe$r -g \$(gidx rxe$r ffff:0a1$((r + 5))) -p \$PORT -n 20 -s 65536 -c $A_MGMT"
+done
+
+# ---- ibnet-perf across the two hosts: 8 B..4 MiB, every byte verified (--check), the table
+PERF="\$BIN/ibnet-perf --plugin \$SO"
+perf_args="--check --window 4 --iters 4 --warmup 1 --budget 8M --timeout 120 -v"
+perf() { # perf NAME TIMEOUT "ENV on A" "ENV on B" "client args" [CHECK]
+  pair "$1" "$2" "$3 $PERF --server --port \$PORT --timeout 120 -v" \
+    "$4 $PERF --client $A_MGMT:\$PORT $5" "${6:-perf_ok}"
+}
+perf_ok() { has "$2" ' ok +│' && ! grep -q ' FAIL' "$2"; }
+perf_rail1_ok() { perf_ok "$@" && has "$2" 'device 0 rxe1' 'rxe1:1 QP .* connected'; }
+perf_qps4_ok() { # four QPs per connection: 4 data QPs connected on each side
+  perf_ok "$@" && [ "$(grep -c 'rxe0:1 QP .* connected' "$2")" -ge 4 ] ||
+    { echo "fewer than 4 QPs connected on B"; return 1; }
+}
+perf perf 400 "" "" "--min-bytes 8 --max-bytes 4M $perf_args"
+perf perf-rail1 400 "NCCL_IB_HCA=rxe1" "NCCL_IB_HCA=rxe1" "--min-bytes 8 --max-bytes 4M $perf_args" perf_rail1_ok
+perf perf-qps4 400 "NCCL_IB_QPS_PER_CONNECTION=4" "NCCL_IB_QPS_PER_CONNECTION=4" \
+  "--min-bytes 8 --max-bytes 4M $perf_args" perf_qps4_ok
+
+# ---- ffi's C ABI test across the hosts through every exported table, v6 .. v11: each table
+# loaded, inited, data 0 B..4 MiB + 8-way multi-receive verified byte for byte, the oversized
+# send refused, finalize (v11) and dlclose; both sides on rxe0.
+abi_ok() {
+  local v
+  for v in 6 7 8 9 10 11; do
+    has "$1" "v$v two-host receiver: verified" && has "$2" "v$v two-host sender: verified" || return 1
+  done
+  has "$1" 'abi_test: OK' && has "$2" 'abi_test: OK'
+}
+ABI="ABI_TEST_TABLES=6,7,8,9,10,11 ABI_TEST_MAX_BYTES=4M ABI_TEST_BW_ITERS=2 NCCL_IB_HCA=rxe0 \$BIN/abi_test \$SO 1"
+pair abi-all-tables 900 "$ABI --server \$PORT" "$ABI --client $A_MGMT:\$PORT" abi_ok
+
+# ---- GID selection on a real link: each side's chosen GID and the peer's, data verified
+GPERF="--min-bytes 8 --max-bytes 64K $perf_args"
+gid_case() { # gid_case NAME "ENV" GID_A GID_B
+  eval "gid_check_$1() { perf_ok \"\$@\" && has \"\$1\" 'rxe0:1 using GID index [0-9]+: $3 ' 'connected to peer gid $4 ' &&
+    has \"\$2\" 'rxe0:1 using GID index [0-9]+: $4 ' 'connected to peer gid $3 '; }"
+  perf "$1" 300 "NCCL_IB_HCA=rxe0 $2" "NCCL_IB_HCA=rxe0 $2" "$GPERF" "gid_check_$1"
+}
+gid_case gid-default "" '::ffff:10\.21\.0\.1' '::ffff:10\.21\.0\.2'
+gid_case gid-inet6 "NCCL_IB_ADDR_FAMILY=AF_INET6" 'fd21::1' 'fd21::2'
+gid_case gid-range "NCCL_IB_ADDR_RANGE=10.31.0.0/24" '::ffff:10\.31\.0\.1' '::ffff:10\.31\.0\.2'
+gid_case gid-index "NCCL_IB_GID_INDEX=\$(gidx rxe0 ^fd21:)" 'fd21::1' 'fd21::2'
+# A IPv4, B IPv6: both must fail (not hang) with a WARN naming both GIDs. Short retry values
+# (NCCL_IB_TIMEOUT=14: 67 ms, 3 retries) keep the failure quick.
+gid_mismatch_ok() {
+  [ "$SRC" != 0 ] && [ "$SRC" != 124 ] && [ "$CRC" != 0 ] && [ "$CRC" != 124 ] ||
+    { echo "want both to fail in time: server rc=$SRC client rc=$CRC"; return 1; }
+  cat "$1" "$2" | grep -E 'WARN' | grep -E '::ffff:10\.21\.0\.1' | grep -qE 'fd21::2' ||
+    { echo "no WARN naming both ::ffff:10.21.0.1 and fd21::2"; return 1; }
+  grep -hE 'WARN.*fd21::2|error' "$1" "$2" | cut -d' ' -f2- | head -4 >&2
+}
+PAIR_RC=any perf gid-mismatch 240 "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3" \
+  "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 NCCL_IB_ADDR_FAMILY=AF_INET6" \
+  "$GPERF" gid_mismatch_ok
+
+# ---- MTU mismatch: rail0 MTU 1500 on A (rxe active MTU 1024), 9000 on B (4096)
+mtu_ok() {
+  perf_ok "$@" && has "$1" 'rxe0:1 QP .* path MTU 1024 ' && has "$2" 'rxe0:1 QP .* path MTU 1024 '
+}
+if selected mtu; then
+  on a 30 "ip link set rail0 mtu 1500; ibv_devinfo -d rxe0 | grep -E 'max_mtu|active_mtu'" || true
+  on b 30 "ip link set rail0 mtu 9000; for i in \$(seq 50); do ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*4096' && break; sleep 0.2; done
+           ibv_devinfo -d rxe0 | grep -E 'max_mtu|active_mtu'" || true
+fi
+perf mtu 300 "NCCL_IB_HCA=rxe0" "NCCL_IB_HCA=rxe0" "$GPERF" mtu_ok
+if selected mtu; then on b 30 "ip link set rail0 mtu 1500" || true; fi
+
+# ---- lossy and slow links: netem on rail0 of both VMs (both directions), every byte verified,
+# throughput of the largest size next to the clean link's. NCCL_IB_TIMEOUT=14 (67 ms per
+# retransmission timeout instead of 4.3 s) keeps a lost tail packet from stalling CI.
+NPERF="--min-bytes 64K --max-bytes 1M --check --window 4 --iters 4 --warmup 1 --budget 4M --timeout 300 -v"
+netem_bw() { # the 1 MiB row: streaming bandwidth, and one message's p50 latency as MB/s
+  grep -E '│ 1MiB' "$2" | awk -F'│' '{print $2}' |
+    awk '{printf "stream %s GB/s, p50 %.0f ms per 1 MiB (%.2f MB/s)", $4, $2 / 1000, 1048576 / $2}'
+}
+netem_case() { # netem_case NAME "netem args" (empty: the clean link)
+  local bw
+  selected "$1" || return 0
+  if [ -n "$2" ]; then
+    on a 20 "tc qdisc replace dev rail0 root netem $2 && tc qdisc show dev rail0" >/dev/null || true
+    on b 20 "tc qdisc replace dev rail0 root netem $2 && tc qdisc show dev rail0" >/dev/null || true
+  fi
+  perf "$1" 600 "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14" "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14" "$NPERF"
+  bw=$(netem_bw "$LOG_A" "$LOG_B")
+  NOTES+=("netem ${2:-none (clean link)}: 1 MiB ${bw:-n/a}")
+  echo "    1 MiB: ${bw:-n/a}"
+  if [ -n "$2" ]; then
+    on a 20 "tc qdisc del dev rail0 root" >/dev/null || true
+    on b 20 "tc qdisc del dev rail0 root" >/dev/null || true
+  fi
+}
+netem_case netem-clean ""
+netem_case netem-loss1 "loss 1%"
+netem_case netem-loss5 "loss 5%"
+netem_case netem-delay5ms "delay 5ms"
+netem_case netem-reorder "delay 5ms reorder 25% 50%"
+
+# ---- faults during a 64 MiB transfer: abi_test through v11, B sends 64 MiB messages to A, one
+# after the other (ABI_TEST_FAULT=1: a failing test() ends the run with close, finalize, dlclose
+# and exit status 3). The transport bound: an RC QP gives up after (retry_cnt + 1) attempts of
+# 4.096 us * 2^timeout each: NCCL_IB_TIMEOUT=20, NCCL_IB_RETRY_CNT=7 (NCCL's defaults):
+# 8 * 4.295 s = 34.4 s; NCCL_IB_TIMEOUT=14, NCCL_IB_RETRY_CNT=3: 4 * 67.1 ms = 0.27 s. Detection
+# is measured on the host, from issuing the fault to the survivor's exit status appearing in its
+# mailbox (error, close, finalize, dlclose, exit, then up to 0.2 s of mailbox polling): an upper
+# bound of the detection time. rxe (soft-RoCE) treats retry_cnt 7 as "retry forever"
+# (rxe_comp.c: `if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--;`), unlike the InfiniBand
+# spec and real NICs, so with NCCL's default retry count the transport never gives up on rxe:
+# that case runs with a bounded wait and is reported as a known limitation (SKIP).
+FABI="ABI_TEST_VERBOSE=1 ABI_TEST_FAULT=1 ABI_TEST_TABLES=11 ABI_TEST_MIN_BYTES=64M ABI_TEST_MAX_BYTES=64M ABI_TEST_BW_ITERS=1000 \$BIN/abi_test \$SO 1"
+bound() { awk -v t="$1" -v r="$2" 'BEGIN { printf "%.2f", (r + 1) * 4.096e-6 * 2 ^ t }'; }
+# streaming: true once B's QPs are connected (then 4 s more: the first 64 MiB are in flight).
+streaming() {
+  local i
+  for i in $(seq 300); do
+    grep -q 'connected to peer' "$LOG_B" 2>/dev/null && { sleep "${STREAM_S:-4}"; return 0; }
+    [ -e "${LOG_B%.log}.rc" ] && break
+    sleep 0.2
+  done
+  return 1
+}
+fault_ok() { # the survivor failed in time, named the peer and the QP, finalized and dlclosed
+  local log=$1 rc=$SRC
+  if [ "$SURVIVOR" = b ]; then log=$2 rc=$CRC; fi
+  case $FAULT_T1 in
+    nostream) echo "the transfer never started"; return 1 ;;
+    none)
+      [ -n "$FAULT_KNOWN" ] && { echo "KNOWN: $FAULT_KNOWN"; return 1; }
+      echo "survivor ($SURVIVOR) did not fail within ${FAULT_WAIT}s"; return 1 ;;
+  esac
+  [ "$rc" = 3 ] || { echo "survivor ($SURVIVOR) rc=$rc: want 3 (error seen, then finalize + dlclose)"; return 1; }
+  has "$log" 'survivor: .*finalize and dlclose ok' || return 1
+  grep -E 'WARN' "$log" | grep -qE 'completion from peer gid [0-9a-f:.]+ lid [0-9]+ qpn 0x[0-9a-f]+' ||
+    { echo "no WARN naming the peer GID and QP in $SURVIVOR's log"; return 1; }
+  grep -hE 'WARN.*peer gid|survivor:' "$log" | cut -d' ' -f2- | head -3 >&2
+}
+# fault_case NAME TIMEOUT RETRY SURVIVOR(a|b) ACTION [WAIT_S] [KNOWN] — ACTION (a function)
+# injects the fault once the transfer streams; the survivor must fail within WAIT_S (default
+# 60). KNOWN: the reason reported (as SKIP) when it does not.
+fault_case() {
+  local name=$1 t=$2 r=$3 env="NCCL_IB_HCA=rxe0" b
+  selected "$name" || return 0
+  [ -n "$t" ] && env="$env NCCL_IB_TIMEOUT=$t"
+  [ -n "$r" ] && env="$env NCCL_IB_RETRY_CNT=$r"
+  SURVIVOR=$4 FAULT_ACTION=$5 FAULT_WAIT=${6:-60} FAULT_KNOWN=${7:-} FAULT_T1=
+  PAIR_RC=any PAIR_DURING=fault_during pair "$name" 300 "$env $FABI --server \$PORT" \
+    "$env $FABI --client $A_MGMT:\$PORT" fault_ok
+  b=$(bound "${t:-20}" "${r:-7}")
+  NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR: error WARN ${FAULT_T1} s after the fault, process done (close, finalize, dlclose, exit) ${FAULT_T2:-none} s; transport bound $b s ('none': nothing within ${FAULT_WAIT} s)")
+  echo "    survivor $SURVIVOR: error ${FAULT_T1} s, done ${FAULT_T2:-none} s after the fault (transport bound $b s)"
+}
+# kill_test VM — SIGKILLs this case's abi_test on VM (found by its unique port).
+kill_test() { FAULT_VM=$1; job "$1" "pid=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); [ -n \"\$pid\" ] && kill -9 \$pid && echo \"abi_test \$pid killed: fault injected\""; }
+# fault_during — PAIR_DURING of a fault case: waits for the stream, injects the fault, times
+# the survivor. Times are taken on the host from the two VMs' job logs as they arrive through the
+# mailboxes (polled every 0.1 s): T0 when the fault job's line saying it acted appears (or the
+# QMP command returned), T1 when the survivor's WARN of the failed completion appears, T2 when
+# its exit status appears (after close, finalize, dlclose and exit).
+fault_during() {
+  local i f other=a oid=$SID fjob=
+  [ "$SURVIVOR" = a ] && other=b oid=$CID
+  streaming || { FAULT_T1=nostream; kill_test a; kill_test b; return; }
+  JID=
+  FAULT_T0=$(now)
+  $FAULT_ACTION
+  if [ -n "$JID" ]; then # a job acted: T0 is when its "done" line shows up
+    fjob=$(jlog "$FAULT_VM" "$JID")
+    for ((i = 0; i < 300; i++)); do grep -q 'fault injected' "$fjob" 2>/dev/null && break; sleep 0.1; done
+    FAULT_T0=$(now)
+  fi
+  f=$(jlog "$SURVIVOR" "$([ "$SURVIVOR" = a ] && echo "$SID" || echo "$CID")")
+  FAULT_T1=none FAULT_T2=none
+  for ((i = 0; i < FAULT_WAIT * 10; i++)); do
+    if [ "$FAULT_T1" = none ] && grep -q 'WARN.*completion from peer' "$f" 2>/dev/null; then FAULT_T1=$(since "$FAULT_T0"); fi
+    if [ -e "${f%.log}.rc" ]; then FAULT_T2=$(since "$FAULT_T0"); break; fi
+    sleep 0.1
+  done
+  if [ "$FAULT_T2" != none ] && [ "$FAULT_T1" = none ]; then FAULT_T1="(no WARN)"; fi
+  if [ "$FAULT_T2" = none ]; then # say where it waits (threads' wchan), then end both sides
+    FAULT_T1=none
+    on "$SURVIVOR" 20 "p=\$(pgrep -n -f -- 'abi_test .*(--server |:)$((PORT - 1))\$'); grep -H . /proc/\$p/task/*/wchan" || true
+    $FAULT_UNDO
+    kill_test a; kill_test b
+  else # the other side: 15 s to end on its own (its log says how), then it is ended
+    $FAULT_UNDO
+    jwait "$other" "$oid" 15 || kill_test "$other"
+  fi
+}
+# Link down on A's rail0 during the transfer: B (sending) must see its retries run out.
+link_down() { FAULT_VM=a; job a "ip link set rail0 down && echo 'rail0 down: fault injected'"; }
+link_up() {
+  on a 60 "ip link set rail0 up; for i in \$(seq 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && break; sleep 0.2; done; cat /sys/class/infiniband/rxe0/ports/1/state" || true
+}
+FAULT_UNDO=link_up
+fault_case linkdown-small 14 3 b link_down
+# NCCL's default timeout (20: 4.3 s per attempt) with 6 retries: a finite bound on rxe too.
+fault_case linkdown-t20 "" 6 b link_down 90
+fault_case linkdown-default "" "" b link_down 60 \
+  "on rxe NCCL_IB_RETRY_CNT=7 means retry forever (rxe_comp.c never decrements 7): no completion error within 60 s (bound on a spec-conforming NIC: 34.4 s); the sender stays in test() with its send outstanding"
+FAULT_UNDO=:
+# The receiving process on A SIGKILLed: its QPs are gone, B's retries run out.
+kill_a() { kill_test a; }
+fault_case peer-kill 14 3 b kill_a
+# The sending process on B SIGKILLed: the receiver A has nothing outstanding toward B.
+kill_b() { kill_test b; }
+fault_case peer-kill-sender 14 3 a kill_b 30 \
+  "a receiver whose receive is already advertised to the peer has no operation on the wire: nothing fails, test() polls an empty CQ forever (ibnet has no keepalive or peer-liveness check)"
+# VM A frozen (QMP stop): B's retries run out; then A runs again.
+stop_a() { qmp a stop; JID=; }
+FAULT_UNDO="qmp a cont"
+fault_case peer-vm-stop 14 3 b stop_a
+FAULT_UNDO=:
+
+for n in "${NOTES[@]}"; do echo "note: $n"; done
