@@ -9,22 +9,34 @@ use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 
-/// Binds a non-blocking listener on `ip` with a kernel-chosen port.
+/// Binds a non-blocking listener on `ip` with a kernel-chosen port and the system's largest
+/// backlog (`SOMAXCONN`): a burst of stray connections must not fill the queue ahead of the
+/// legitimate peer (accept drops them; see `api::accepting`).
 pub fn listen(ip: SocketAddr) -> io::Result<TcpListener> {
     let mut a = ip;
     a.set_port(0);
     let l = TcpListener::bind(a)?;
+    // SAFETY: plain listen(2) on our listening socket; Linux updates the backlog of a socket
+    // that already listens.
+    if unsafe { libc::listen(l.as_raw_fd(), libc::SOMAXCONN) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     l.set_nonblocking(true)?;
     Ok(l)
 }
 
 /// Accepts one queued connection, if any; the stream is non-blocking with `TCP_NODELAY`.
 pub fn try_accept(l: &TcpListener) -> io::Result<Option<TcpStream>> {
+    Ok(try_accept_from(l)?.map(|(s, _)| s))
+}
+
+/// [`try_accept`], with the peer's address.
+pub fn try_accept_from(l: &TcpListener) -> io::Result<Option<(TcpStream, SocketAddr)>> {
     match l.accept() {
-        Ok((s, _)) => {
+        Ok((s, a)) => {
             s.set_nonblocking(true)?;
             s.set_nodelay(true)?;
-            Ok(Some(s))
+            Ok(Some((s, a)))
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
             Ok(None)

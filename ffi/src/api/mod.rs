@@ -4,7 +4,9 @@
 //!  entry     catch_unwind, one WARN, error kind → ncclResult_t; a caught panic poisons its comm
 //!  common    argument checks, the plugin and its devices
 //!  init      init / finalize (v11 contexts), devices, properties, makeVDevice, setNetAttr
-//!  listen    listen, accept (the acceptor side of the bootstrap handshake), closeListen
+//!  listen    listen, accept, closeListen
+//!  accepting the acceptor side of the handshake: all queued connections concurrently, bad
+//!            ones dropped (never failing accept), the nonce single-use
 //!  connect   connect (the connector side; progress parked in crate::connect_registry)
 //!  comm      comm boxes behind crate::handles tokens, closeSend / closeRecv
 //!  mr        regMr / regMrDmaBuf / deregMr through the device's registration cache
@@ -52,6 +54,7 @@
 //! (`PeerGone`); one that stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either
 //! drops the half-built comm.
 
+mod accepting;
 pub mod comm;
 pub mod common;
 pub mod connect;
