@@ -6,7 +6,7 @@ use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::QpInfo;
-use ibnet_core::Result;
+use ibnet_core::{Error, Result};
 
 use ibnet_soft::{SoftMr, SoftProvider};
 
@@ -164,6 +164,34 @@ impl Dev {
             Dev::Verbs(p) => AnySend::Verbs(SendComm::new(p.clone(), cfg)?),
             Dev::Soft(p) => AnySend::Soft(SendComm::new(p.clone(), cfg)?),
         })
+    }
+
+    /// Refuses a peer address that cannot name a provider we may reach, before any attach is
+    /// tried (so a bogus handshake is named as such, not as a host permission problem). Soft:
+    /// the address must decode and name this process or a live process of our own user.
+    pub fn check_peer(&self, remote: &QpInfo) -> Result<()> {
+        let Dev::Soft(_) = self else { return Ok(()) };
+        let a = ibnet_soft::SoftAddr::decode(&remote.addr).ok_or(Error::Wire {
+            what: "soft peer address (undecodable)",
+            value: 0,
+        })?;
+        if a.pid as u32 == std::process::id() {
+            return Ok(());
+        }
+        use std::os::unix::fs::MetadataExt;
+        let bogus = |what| Error::Wire {
+            what,
+            value: a.pid as u64,
+        };
+        let m = std::fs::metadata(format!("/proc/{}", a.pid))
+            .map_err(|_| bogus("soft peer address names no live process (pid)"))?;
+        let me = std::fs::metadata("/proc/self").map_or(m.uid(), |s| s.uid());
+        if m.uid() != me {
+            return Err(bogus(
+                "soft peer address names a process of another user (pid; bogus handshake?)",
+            ));
+        }
+        Ok(())
     }
 
     /// Creates a receive comm connected to `remote`.

@@ -114,7 +114,23 @@ extern "C" fn on_unload() {
 static ON_UNLOAD: extern "C" fn() = on_unload;
 
 fn discover(cfg: &Config) -> Vec<Dev> {
+    // IBNET_PROVIDER=verbs asked for verbs devices: none is worth one WARN (auto: INFO).
+    let asked = cfg.provider == ProviderChoice::Verbs;
+    let none = |why: &dyn core::fmt::Display| {
+        if asked {
+            warn!("IBNET_PROVIDER=verbs: no verbs device ({why}); reporting 0 devices");
+        } else {
+            info!(
+                crate::log::INIT | crate::log::NET,
+                "no verbs devices: {why}; reporting 0 devices"
+            );
+        }
+    };
     let verbs = || match crate::verbs::device::discover(cfg) {
+        Ok(v) if v.is_empty() => {
+            none(&"libibverbs lists no usable port");
+            Vec::new()
+        }
         Ok(v) => v
             .into_iter()
             .map(|d| {
@@ -126,10 +142,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
             })
             .collect(),
         Err(why) => {
-            info!(
-                crate::log::INIT | crate::log::NET,
-                "no verbs devices: {why}; reporting 0 devices"
-            );
+            none(&why);
             Vec::new()
         }
     };

@@ -28,7 +28,7 @@ use ibnet_core::handshake::{Acceptor, Event};
 use ibnet_core::Error;
 
 use crate::dev::{AnyRecv, Dev};
-use crate::handshake_io::{pump, stalled};
+use crate::handshake_io::{pump, stalled, AtPeer, Where};
 use crate::plugin::Plugin;
 
 /// Most handshakes in progress on one listen comm.
@@ -41,6 +41,8 @@ const DROP_LOG_EVERY: Duration = Duration::from_secs(1);
 pub(super) struct Accepting {
     stream: TcpStream,
     peer: SocketAddr,
+    /// The machine's state before the current step (the state an error happened in).
+    state: &'static str,
     machine: Box<Acceptor>,
     /// Created at the connector's `PeerInfo`; handed to NCCL at `Done`.
     recv: Option<Box<AnyRecv>>,
@@ -84,6 +86,7 @@ impl Pending {
         self.conns.push(Accepting {
             stream,
             peer,
+            state: "RecvHello",
             machine: Box::new(Acceptor::new(nonce, &dev.port_info())),
             recv: None,
             deadline: Instant::now() + Duration::from_secs(timeout),
@@ -172,8 +175,11 @@ impl Pending {
     /// Drops `a` (its socket and half-built comm), logging at most one line per
     /// [`DROP_LOG_EVERY`].
     fn dropped(&mut self, a: Accepting, why: &Error) {
-        let state = a.machine.state_name();
-        let (peer, had_comm) = (a.peer, a.recv.is_some());
+        let at = Where {
+            peer: a.peer,
+            state: a.state,
+        };
+        let had_comm = a.recv.is_some();
         if let Some(r) = a.recv {
             let _ = r.close();
         }
@@ -182,9 +188,11 @@ impl Pending {
             return;
         }
         crate::warn!(
-            "accept: dropped the connection from {peer} in state {state}{}: {why}; still \
-             accepting ({} other connection(s) dropped since the last such message)",
+            "accept: dropped the connection from {}{}: {}; still accepting ({} other \
+             connection(s) dropped since the last such message)",
+            at.peer,
             if had_comm { " (its comm closed)" } else { "" },
+            AtPeer(why, at),
             self.quiet_drops
         );
         self.quiet_drops = 0;
@@ -204,11 +212,14 @@ fn step(
         value: nonce,
     };
     loop {
+        a.state = a.machine.state_name();
         match pump(&mut a.stream, &mut *a.machine)? {
             Some(Event::PeerInfo(info)) => {
+                a.state = a.machine.state_name();
                 if spent {
                     return Err(replay);
                 }
+                dev.check_peer(&info)?;
                 let cfg = plugin.comm_config(dev, -1);
                 let recv = Box::new(dev.new_recv(cfg, &info)?);
                 a.machine.handle_local_info(recv.local_info())?;

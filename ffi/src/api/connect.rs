@@ -15,20 +15,22 @@ use ibnet_core::Error;
 
 use super::comm::publish;
 use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
-use super::entry::entry;
+use super::entry::entry_at;
 use super::init::ctx_tc;
 use crate::connect_registry::{self as registry, ConnectStage, Connecting};
 use crate::dev::{AnySend, Dev};
 use crate::handles::Kind;
-use crate::handshake_io::{pump, stalled};
+use crate::handshake_io::{pump, stalled, Where};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::sock;
 
 /// One step of a connect; `Ok(Some(comm))` when done.
+/// `state` follows the machine (the state an error happened in, for its message).
 fn connect_step(
     c: &mut Connecting,
     d: &Dev,
     cfg: CommConfig,
+    state: &mut &'static str,
 ) -> Result<Option<Box<AnySend>>, Error> {
     let stage = c.stage.take().ok_or(Error::BadState {
         op: "connect",
@@ -43,23 +45,30 @@ fn connect_step(
             }
             let send = Box::new(d.new_send(cfg)?);
             let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
+            *state = machine.state_name();
             (s, send, machine)
         }
         ConnectStage::Shake {
             stream,
             send,
             machine,
-        } => (stream, send, machine),
+        } => {
+            *state = machine.state_name();
+            (stream, send, machine)
+        }
     };
     loop {
         match pump(&mut stream, &mut *machine)? {
             Some(Event::PeerInfo(info)) => {
+                *state = machine.state_name();
+                d.check_peer(&info)?;
                 send.connect(&info)?;
                 machine.handle_qps_connected()?;
             }
             Some(Event::Done) => return Ok(Some(send)),
             None => break,
         }
+        *state = machine.state_name();
     }
     stalled(c.deadline, machine.state_name())?;
     c.stage = Some(ConnectStage::Shake {
@@ -82,13 +91,17 @@ pub fn connect(
     send_comm: *mut *mut c_void,
     tc: Option<i32>,
 ) -> ncclResult_t {
-    entry("connect", || {
+    entry_at("connect", core::ptr::null_mut(), |at| {
         let out = out_ptr(send_comm, "sendComm")?;
         *out = core::ptr::null_mut();
         let hp = handle as *mut [u8; NCCL_NET_HANDLE_MAXSIZE];
         // SAFETY: NCCL passes its NCCL_NET_HANDLE_MAXSIZE handle buffer or NULL (rejected).
         let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
         let h = ConnectHandle::decode(&hb[..])?;
+        *at = Some(Where {
+            peer: h.addr,
+            state: "TcpConnect",
+        });
         let p = plugin()?;
         let d = device(&p, dev)?;
         if h.provider != d.provider_tag() {
@@ -101,21 +114,35 @@ pub fn connect(
         let cfg = p.comm_config(&d, tc);
         let mut token = registry::token(hb);
         let now = Instant::now();
-        // Connects NCCL gave up on (never called again) are dropped once past their deadline.
-        registry::prune(now);
+        let timeout = Duration::from_secs(p.cfg.handshake_timeout_s);
         let mut c = if token == 0 {
             let s = sock::connect_start(&h.addr).map_err(|e| sys("connect", &e))?;
             token = random_u64();
             Connecting {
                 stage: Some(ConnectStage::Tcp(s)),
                 nonce: h.nonce,
-                deadline: now + Duration::from_secs(p.cfg.handshake_timeout_s),
+                deadline: now + timeout,
             }
         } else {
             registry::take(token)?
         };
+        // Connects NCCL gave up on (never called again) are dropped a timeout past their
+        // deadline; one still called reports its own timeout (naming its peer) first.
+        if let Some(before) = now.checked_sub(timeout) {
+            registry::prune(before);
+        }
         registry::set_token(hb, 0);
-        match connect_step(&mut c, &d, cfg)? {
+        let mut state = if matches!(c.stage, Some(ConnectStage::Tcp(_))) {
+            "TcpConnect"
+        } else {
+            "SendInfo"
+        };
+        let step = connect_step(&mut c, &d, cfg, &mut state);
+        *at = Some(Where {
+            peer: h.addr,
+            state,
+        });
+        match step? {
             Some(send) => {
                 let at = (d, dev as u8, dev_cache(&p, dev)?);
                 *out = publish(Kind::Send, at, *send, AnySend::close)?;

@@ -52,7 +52,9 @@
 //! writes into the scratch area of the handle (NCCL keeps the handle between calls); an
 //! unknown token is a corrupt handle. A peer that closes mid-handshake is an error
 //! (`PeerGone`); one that stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either
-//! drops the half-built comm.
+//! drops the half-built comm; its WARN names the peer's socket address and the handshake state
+//! (`handshake_io::AtPeer`: "timed out waiting for <addr> in state …"). On the accepting side
+//! such a connection is dropped and `accept` goes on (see `accepting`).
 
 mod accepting;
 pub mod comm;
@@ -69,7 +71,7 @@ mod tests;
 pub use comm::{close_recv, close_send, CommBox, RecvCommBox, SendCommBox};
 pub use connect::connect;
 pub use data::{iflush, irecv, isend, test, Sizes};
-pub use entry::{entry, entry_on, to_nccl};
+pub use entry::{entry, entry_at, entry_on, to_nccl};
 pub use init::{devices, finalize, init, make_vdevice, properties, set_net_attr, NetCtx};
 pub use listen::{accept, close_listen, listen, ListenComm};
 pub use mr::{dereg_mr, reg_mr};

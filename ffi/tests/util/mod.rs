@@ -17,7 +17,8 @@ pub type Handle = [u8; NCCL_NET_HANDLE_MAXSIZE];
 
 static LINES: Mutex<Vec<(Level, String)>> = Mutex::new(Vec::new());
 
-fn sink(l: Level, s: &str) {
+/// The log sink the tests install (records every line).
+pub fn note(l: Level, s: &str) {
     LINES.lock().unwrap().push((l, s.to_string()));
     if std::env::var_os("IBNET_TEST_LOG").is_some() {
         eprintln!("{s}");
@@ -40,7 +41,7 @@ pub fn init_soft(env: &[(&str, &str)]) -> bool {
         eprintln!("SKIP: soft provider unavailable ({u:?})");
         return false;
     }
-    nccl_net_ibnet::log::set_sink(sink);
+    nccl_net_ibnet::log::set_sink(note);
     assert_eq!(api::init(None, -1, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
