@@ -97,7 +97,7 @@ fn listen_comm(l: *mut c_void) -> Result<&'static mut ListenComm, Error> {
 }
 
 /// `accept`: takes every queued connection and steps all handshakes in progress (see
-/// [`super::accepting`]); returns the first comm completed. A connection that fails is dropped
+/// `api::accepting`); returns the first comm completed. A connection that fails is dropped
 /// with a WARN and never fails the call; only a bad listen comm or argument does.
 pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t {
     entry_on("accept", listen, || {
