@@ -53,7 +53,7 @@
 //! unknown token is a corrupt handle. A peer that closes mid-handshake is an error
 //! (`PeerGone`); one that stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either
 //! drops the half-built comm; its WARN names the peer's socket address and the handshake state
-//! (`handshake_io::AtPeer`: "timed out waiting for <addr> in state …"). On the accepting side
+//! (`handshake_io::AtPeer`: "timed out waiting for ADDR in state …"). On the accepting side
 //! such a connection is dropped and `accept` goes on (see `accepting`).
 
 mod accepting;
