@@ -171,6 +171,9 @@ pub struct Where {
     pub state: &'static str,
 }
 
+/// [`Where::state`] of a connected comm (its data-path errors name the peer only).
+pub const CONNECTED: &str = "connected";
+
 /// A handshake error as one line that names the peer by socket address (the core's errors
 /// know no address; a peer that is gone before its QPs are known has no GID to name).
 pub struct AtPeer<'a>(pub &'a Error, pub Where);
@@ -179,6 +182,7 @@ impl fmt::Display for AtPeer<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Where { peer, state } = self.1;
         match *self.0 {
+            ref e if state == CONNECTED => write!(f, "{e} (peer {peer})"),
             Error::Provider {
                 errno: libc::ETIMEDOUT,
                 ..

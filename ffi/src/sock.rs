@@ -142,6 +142,37 @@ pub fn connect_done(s: &TcpStream) -> io::Result<bool> {
     Ok(true)
 }
 
+/// TCP keepalive on a kept bootstrap socket: after `idle_s` seconds without traffic, `cnt`
+/// probes `intvl_s` apart; no answer makes the socket fail (`ETIMEDOUT`), so a silent (dead
+/// or partitioned) host is noticed within `idle_s + cnt × intvl_s` seconds.
+/// `TCP_USER_TIMEOUT` bounds unacknowledged data the same way.
+pub fn keepalive(s: &TcpStream, idle_s: i32, intvl_s: i32, cnt: i32) -> io::Result<()> {
+    let user_ms = (idle_s + cnt * intvl_s) * 1000;
+    let opts = [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_s),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, intvl_s),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, cnt),
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_ms),
+    ];
+    for (level, name, v) in opts {
+        // SAFETY: setsockopt on our socket with a valid c_int of the stated size.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                name,
+                &v as *const libc::c_int as *const libc::c_void,
+                core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

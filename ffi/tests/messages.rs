@@ -40,14 +40,57 @@ fn has(log: &[String], what: &str) -> bool {
     log.iter().any(|l| l.contains(what))
 }
 
+/// A live receiver that never posts: no error, but after IBNET_STALL_WARN (1 s here) one WARN
+/// naming the peer's address and GID, the tag and what is awaited.
+fn a_stalled_peer_is_named_once() {
+    let (mut h, l) = listen();
+    let to = addr(&h);
+    let (s, r, _) = establish(&mut h, l, Duration::from_secs(20));
+    let _ = take_log();
+    let mut b = vec![0u8; 64];
+    let mut mh = core::ptr::null_mut();
+    let p = b.as_mut_ptr() as *mut core::ffi::c_void;
+    assert_eq!(
+        nccl_net_ibnet::api::reg_mr(s, p, 64, 0, None, &mut mh),
+        ncclResult_t::Success
+    );
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(2500) {
+        let mut req = core::ptr::null_mut();
+        let rc = nccl_net_ibnet::api::isend(s, p, 64, 0x2a, mh, &mut req);
+        assert_eq!(rc, ncclResult_t::Success, "a stall is no error");
+        assert!(req.is_null());
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let log: Vec<String> = take_log().into_iter().map(|(_, l)| l).collect();
+    let stalls: Vec<_> = log
+        .iter()
+        .filter(|l| l.contains("IBNET_STALL_WARN"))
+        .collect();
+    assert_eq!(stalls.len(), 1, "{log:?}");
+    let w = stalls[0];
+    assert!(
+        w.contains(&format!("peer {to}")) || w.contains("peer 127.0.0.1:"),
+        "{w}"
+    );
+    assert!(
+        w.contains("gid ") && w.contains("tag 0x2a") && w.contains("clear-to-send"),
+        "{w}"
+    );
+    assert_eq!(nccl_net_ibnet::api::dereg_mr(s, mh), ncclResult_t::Success);
+    close(s, r, l);
+}
+
 #[test]
 fn bootstrap_errors_name_the_peer() {
     if !init_soft(&[
         ("IBNET_HANDSHAKE_TIMEOUT", "1"),
+        ("IBNET_STALL_WARN", "1"),
         ("NCCL_SOCKET_IFNAME", "lo"),
     ]) {
         return;
     }
+    a_stalled_peer_is_named_once();
     let (h, l) = listen();
     let to = addr(&h);
 

@@ -24,12 +24,14 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use ibnet_core::error::PeerId;
 use ibnet_core::handshake::{Acceptor, Event};
 use ibnet_core::Error;
 
 use crate::dev::{AnyRecv, Dev};
 use crate::handshake_io::{pump, stalled, AtPeer, Where};
 use crate::plugin::Plugin;
+use crate::watch::Watch;
 
 /// Most handshakes in progress on one listen comm.
 pub const MAX_PENDING: usize = 1024;
@@ -46,6 +48,8 @@ pub(super) struct Accepting {
     machine: Box<Acceptor>,
     /// Created at the connector's `PeerInfo`; handed to NCCL at `Done`.
     recv: Option<Box<AnyRecv>>,
+    /// The connector (GID, LID, QP), from its `PeerInfo`.
+    remote: PeerId,
     deadline: Instant,
 }
 
@@ -64,6 +68,9 @@ enum Step {
     Waiting,
     Done(Box<AnyRecv>),
 }
+
+/// A finished accept: the comm and the watch of its peer (the kept bootstrap socket).
+pub(super) type Accepted = (Box<AnyRecv>, Watch);
 
 impl Pending {
     pub(super) fn new() -> Self {
@@ -89,6 +96,7 @@ impl Pending {
             state: "RecvHello",
             machine: Box::new(Acceptor::new(nonce, &dev.port_info())),
             recv: None,
+            remote: PeerId::default(),
             deadline: Instant::now() + Duration::from_secs(timeout),
         });
     }
@@ -120,12 +128,7 @@ impl Pending {
     }
 
     /// Steps every connection; returns the first comm completed. Failed ones are dropped.
-    pub(super) fn step_all(
-        &mut self,
-        dev: &Dev,
-        plugin: &Plugin,
-        nonce: u64,
-    ) -> Option<Box<AnyRecv>> {
+    pub(super) fn step_all(&mut self, dev: &Dev, plugin: &Plugin, nonce: u64) -> Option<Accepted> {
         let mut i = 0;
         while i < self.conns.len() {
             match step(&mut self.conns[i], dev, plugin, nonce, self.spent) {
@@ -138,7 +141,8 @@ impl Pending {
                         "accept: connection from {} handshaken",
                         a.peer
                     );
-                    return Some(r);
+                    let w = Watch::new(a.stream, a.peer, a.remote, plugin.cfg.stall_warn_s);
+                    return Some((r, w));
                 }
                 Err(e) => {
                     let a = self.conns.swap_remove(i);
@@ -220,6 +224,7 @@ fn step(
                     return Err(replay);
                 }
                 dev.check_peer(&info)?;
+                a.remote = super::connect::peer_id(&info);
                 let cfg = plugin.comm_config(dev, -1);
                 let recv = Box::new(dev.new_recv(cfg, &info)?);
                 a.machine.handle_local_info(recv.local_info())?;

@@ -6,11 +6,13 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::{c_int, c_void};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use ibnet_core::comm::CommConfig;
+use ibnet_core::error::PeerId;
 use ibnet_core::handshake::{Connector, Event};
-use ibnet_core::wire::ConnectHandle;
+use ibnet_core::wire::{ConnectHandle, QpInfo};
 use ibnet_core::Error;
 
 use super::comm::publish;
@@ -23,20 +25,24 @@ use crate::handles::Kind;
 use crate::handshake_io::{pump, stalled, Where};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::sock;
+use crate::watch::Watch;
 
-/// One step of a connect; `Ok(Some(comm))` when done.
+/// A finished connect: the comm, its bootstrap socket (kept to watch the peer) and the peer.
+type Connected = (Box<AnySend>, TcpStream, PeerId);
+
+/// One step of a connect; `Ok(Some(..))` when done.
 /// `state` follows the machine (the state an error happened in, for its message).
 fn connect_step(
     c: &mut Connecting,
     d: &Dev,
     cfg: CommConfig,
     state: &mut &'static str,
-) -> Result<Option<Box<AnySend>>, Error> {
+) -> Result<Option<Connected>, Error> {
     let stage = c.stage.take().ok_or(Error::BadState {
         op: "connect",
         state: "failed earlier",
     })?;
-    let (mut stream, mut send, mut machine) = match stage {
+    let (mut stream, mut send, mut machine, mut remote) = match stage {
         ConnectStage::Tcp(s) => {
             if !sock::connect_done(&s).map_err(|e| sys("connect", &e))? {
                 stalled(c.deadline, "TcpConnect")?;
@@ -46,15 +52,16 @@ fn connect_step(
             let send = Box::new(d.new_send(cfg)?);
             let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
             *state = machine.state_name();
-            (s, send, machine)
+            (s, send, machine, PeerId::default())
         }
         ConnectStage::Shake {
             stream,
             send,
             machine,
+            remote,
         } => {
             *state = machine.state_name();
-            (stream, send, machine)
+            (stream, send, machine, remote)
         }
     };
     loop {
@@ -62,10 +69,11 @@ fn connect_step(
             Some(Event::PeerInfo(info)) => {
                 *state = machine.state_name();
                 d.check_peer(&info)?;
+                remote = peer_id(&info);
                 send.connect(&info)?;
                 machine.handle_qps_connected()?;
             }
-            Some(Event::Done) => return Ok(Some(send)),
+            Some(Event::Done) => return Ok(Some((send, stream, remote))),
             None => break,
         }
         *state = machine.state_name();
@@ -75,8 +83,18 @@ fn connect_step(
         stream,
         send,
         machine,
+        remote,
     });
     Ok(None)
+}
+
+/// The peer's identity in error messages (GID, LID, first QP number).
+pub(super) fn peer_id(info: &QpInfo) -> PeerId {
+    PeerId {
+        gid: info.gid,
+        lid: info.lid,
+        qpn: info.qpn.first().copied().unwrap_or(0),
+    }
 }
 
 /// `connect`. `tc` is the traffic class from the v10 config or the v11 ctx (-1: undefined).
@@ -143,9 +161,10 @@ pub fn connect(
             state,
         });
         match step? {
-            Some(send) => {
+            Some((send, stream, remote)) => {
                 let at = (d, dev as u8, dev_cache(&p, dev)?);
-                *out = publish(Kind::Send, at, *send, AnySend::close)?;
+                let w = Watch::new(stream, h.addr, remote, p.cfg.stall_warn_s);
+                *out = publish(Kind::Send, at, *send, Some(w), AnySend::close)?;
             }
             None => {
                 registry::park(token, c);

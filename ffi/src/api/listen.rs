@@ -116,9 +116,9 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
                 }
             }
         }
-        if let Some(recv) = lc.pending.step_all(&lc.dev, &lc.plugin, lc.nonce) {
+        if let Some((recv, w)) = lc.pending.step_all(&lc.dev, &lc.plugin, lc.nonce) {
             let at = (lc.dev.clone(), lc.dev_index, lc.cache.clone());
-            *out = publish(Kind::Recv, at, *recv, AnyRecv::close)?;
+            *out = publish(Kind::Recv, at, *recv, Some(w), AnyRecv::close)?;
         }
         Ok(())
     })

@@ -25,7 +25,7 @@ fn soft_send() -> Option<(ibnet_soft::SoftProvider, *mut c_void)> {
     let cfg = CommConfig::from_params(&Params::default(), LinkLayer::Ethernet, None, false);
     let s = d.new_send(cfg).unwrap();
     let at = (d, 0, Arc::new(MrCacheT::new()));
-    let tok = publish(handles::Kind::Send, at, s, AnySend::close).unwrap();
+    let tok = publish(handles::Kind::Send, at, s, None, AnySend::close).unwrap();
     Some((sp, tok))
 }
 
