@@ -6,7 +6,7 @@
 //!  comm token     [63..48] COMM_MARK  [47..16] slot generation (32 bits)  [15..0] slot index
 //!  request token  [63..56] REQ_MARK   [55..40] slot index  [39..24] generation (low 16 bits)
 //!                 [23..0]  the core's ReqId (request slot index + its own generation)
-//!  mhandle        [63..52] MH_MARK  [51..44] device index  [43..12] generation  [11..0] cache slot
+//!  mhandle        [63..54] MH_MARK  [53..46] device index  [45..14] generation  [13..0] cache slot
 //!
 //!  SLOTS[i] = { state: generation << 8 | life, ptr: the comm's box }
 //! ```
@@ -309,9 +309,10 @@ pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Err
 /// device (NCCL passed a handle registered on another device's comm), or whose entry is gone
 /// (stale; the cache's lookup) is rejected.
 const MH_MARK: u64 = 0x1b3;
-const MH_MARK_SHIFT: u32 = 52;
-const MH_IDX_BITS: u32 = 12;
-const MH_DEV_SHIFT: u32 = 44;
+const MH_MARK_SHIFT: u32 = 54;
+const MH_IDX_BITS: u32 = 14;
+const MH_DEV_SHIFT: u32 = 46;
+const _: () = assert!(MH_MARK < 1 << (64 - MH_MARK_SHIFT));
 const _: () = assert!(crate::dev::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
 const _: () = assert!(MH_IDX_BITS + 32 <= MH_DEV_SHIFT && MH_DEV_SHIFT + 8 <= MH_MARK_SHIFT);
 

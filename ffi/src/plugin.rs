@@ -191,6 +191,25 @@ fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
     Some(a.addr)
 }
 
+/// A device's registration cache, built in place on the heap (1 MiB: never on the stack).
+#[allow(unsafe_code)]
+pub fn new_mr_cache() -> Arc<MrCacheT> {
+    let mut a = Arc::<MrCacheT>::new_uninit();
+    let p = Arc::get_mut(&mut a).map(|m| m.as_mut_ptr());
+    match p {
+        Some(p) => {
+            // SAFETY: `p` points into the fresh, unshared allocation of `a`, valid and aligned
+            // for one MrCacheT; `init_in_place` initialises all of it.
+            unsafe {
+                MrCacheT::init_in_place(p);
+                a.assume_init()
+            }
+        }
+        // Unreachable (a fresh Arc is unique); the plain constructor is still correct.
+        None => Arc::new(MrCacheT::new()),
+    }
+}
+
 /// Takes a reference, initialising the plugin on the first one.
 pub fn acquire() -> Arc<Plugin> {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
@@ -216,7 +235,7 @@ pub fn acquire() -> Arc<Plugin> {
                 .set_return_events(params.ib_return_async_events);
         }
     }
-    let caches = devs.iter().map(|_| Arc::new(MrCacheT::new())).collect();
+    let caches = devs.iter().map(|_| new_mr_cache()).collect();
     let p = Arc::new(Plugin {
         cfg,
         params,
