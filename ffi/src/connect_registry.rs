@@ -95,6 +95,11 @@ pub fn park(token: u64, c: Connecting) {
     with(|m| m.insert(token, c));
 }
 
+/// Whether no connect is in progress.
+pub fn is_empty() -> bool {
+    with(|m| m.is_empty())
+}
+
 /// Drops every connect in progress (the last `finalize`), closing their comms and sockets.
 pub fn drop_all() {
     let old = CONNECTING.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -32,7 +32,7 @@
 //! the same comm. NCCL never does that (close comes after the last test of the comm), and it
 //! is outside the plugin contract, as for every NCCL net plugin.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ibnet_core::mr_cache::MrHandle;
@@ -143,6 +143,15 @@ static SLOTS: [Slot; CAPACITY] = [const {
 /// Where the next free-slot search starts (control path, under the mutex).
 static ALLOC: Mutex<usize> = Mutex::new(0);
 
+/// Slots in use (changed under `ALLOC`).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many comms (listen, send, receive) are open.
+pub fn live() -> usize {
+    // Relaxed: a count for `plugin::idle`, which needs no ordering with the slots (see there).
+    LIVE.load(Ordering::Relaxed)
+}
+
 fn gen_of(state: u64) -> u32 {
     (state >> LIFE_BITS) as u32
 }
@@ -171,6 +180,8 @@ pub fn insert(kind: Kind, ptr: *mut ()) -> Result<usize, Error> {
             Ordering::Release,
         );
         *next = idx + 1;
+        // Relaxed: changed under ALLOC only.
+        LIVE.fetch_add(1, Ordering::Relaxed);
         return Ok(comm_token(idx, gen_of(st)));
     }
     Err(Error::Full {
@@ -300,6 +311,8 @@ pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Err
     // Release pairs with the Acquire loads in `lookup*`: they see the new generation.
     s.state
         .store((gen.wrapping_add(1) as u64) << LIFE_BITS, Ordering::Release);
+    // Relaxed: changed under ALLOC only.
+    LIVE.fetch_sub(1, Ordering::Relaxed);
     Ok(p)
 }
 

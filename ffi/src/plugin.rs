@@ -215,9 +215,23 @@ pub fn acquire() -> Arc<Plugin> {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
     s.refs += 1;
-    if let Some(p) = &s.plugin {
-        return p.clone();
+    s.get_or_create()
+}
+
+impl State {
+    /// The plugin, created if there is none (the first `init`, or after [`idle`] stopped it).
+    fn get_or_create(&mut self) -> Arc<Plugin> {
+        if let Some(p) = &self.plugin {
+            return p.clone();
+        }
+        let p = create();
+        self.plugin = Some(p.clone());
+        self.pid = std::process::id();
+        p
     }
+}
+
+fn create() -> Arc<Plugin> {
     let (cfg, params) = Config::from_env();
     let bind = bootstrap_addr(&cfg);
     if bind.is_none() {
@@ -236,19 +250,35 @@ pub fn acquire() -> Arc<Plugin> {
         }
     }
     let caches = devs.iter().map(|_| new_mr_cache()).collect();
-    let p = Arc::new(Plugin {
+    Arc::new(Plugin {
         cfg,
         params,
         devs,
         caches,
         bind,
-    });
-    s.plugin = Some(p.clone());
-    s.pid = std::process::id();
-    p
+    })
 }
 
-/// Drops a reference; the last one releases the devices.
+/// Stops the plugin's threads once nothing uses it: no comm or listen comm open
+/// ([`crate::handles::live`]), no connect in progress, and no call holding the plugin. The
+/// v6–v10 tables have no `finalize`, so without this their threads would outlive the last
+/// comm and (their thread-locals pinning the library) keep `dlclose` from unloading it. The
+/// references `init` took stay: the next call that needs the plugin creates it again.
+pub fn idle() {
+    let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    s.forget_if_forked();
+    let unused = s.plugin.as_ref().is_some_and(|p| Arc::strong_count(p) == 1);
+    // Every comm-creating call holds a plugin clone until its comm is in the table, so with
+    // the count at 1 (ours) under the lock, no comm can appear meanwhile.
+    if !unused || crate::handles::live() != 0 || !crate::connect_registry::is_empty() {
+        return;
+    }
+    let p = s.plugin.take();
+    drop(s);
+    shut_down(p);
+}
+
+/// Drops a reference; the last one stops the plugin.
 pub fn release() {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
@@ -263,9 +293,9 @@ pub fn release() {
     }
 }
 
-/// The current plugin, if initialised.
+/// The current plugin, if initialised (created again if [`idle`] stopped it).
 pub fn current() -> Option<Arc<Plugin>> {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
-    s.plugin.clone()
+    (s.refs > 0).then(|| s.get_or_create())
 }

@@ -211,7 +211,10 @@ fn close<C>(
         // SAFETY: a slot of `kind` holds a `CommBox<C>` we leaked (the callers below pair
         // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
         let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
-        close(b.comm.into_inner())
+        let r = close(b.comm.into_inner());
+        // The last comm closed: stop the plugin's threads (v6–v10 have no finalize).
+        crate::plugin::idle();
+        r
     })
 }
 

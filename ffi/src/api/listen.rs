@@ -134,6 +134,7 @@ pub fn close_listen(listen: *mut c_void) -> ncclResult_t {
         // SAFETY: the slot held a ListenComm box we leaked; removing it from the table made
         // this the only owner, so it is freed once.
         drop(unsafe { Box::from_raw(p as *mut ListenComm) });
+        crate::plugin::idle();
         Ok(())
     })
 }
