@@ -59,6 +59,7 @@ pub mod log;
 pub mod nccl;
 pub mod plugin;
 pub mod proxy;
+pub mod slot;
 pub mod sock;
 pub mod verbs;
 pub mod watch;
