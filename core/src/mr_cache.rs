@@ -430,6 +430,25 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         }
     }
 
+    /// Makes `*p` an empty cache in place, slot by slot, so that a large `N` never passes
+    /// through the stack (the caller owns the allocation; the core never allocates).
+    ///
+    /// # Safety
+    /// `p` is valid for writes of `Self` and properly aligned; any previous value is
+    /// overwritten without being dropped.
+    #[cfg(not(loom))]
+    pub unsafe fn init_in_place(p: *mut Self) {
+        let () = Self::CHECK;
+        // SAFETY: `p` is valid and aligned (caller); `slots` is the only field, and each
+        // element is written once through a raw pointer, never read before.
+        unsafe {
+            let slots = core::ptr::addr_of_mut!((*p).slots) as *mut Slot<M>;
+            for i in 0..N {
+                slots.add(i).write(Slot::new());
+            }
+        }
+    }
+
     /// The capacity `N`.
     pub const fn capacity(&self) -> usize {
         N

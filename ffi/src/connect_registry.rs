@@ -17,6 +17,7 @@ use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use ibnet_core::error::PeerId;
 use ibnet_core::handshake::Connector;
 use ibnet_core::wire::{HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::Error;
@@ -42,6 +43,8 @@ pub enum ConnectStage {
         send: Box<AnySend>,
         /// The core's connector machine.
         machine: Box<Connector>,
+        /// The peer (GID, LID, QP), once its QP info arrived.
+        remote: PeerId,
     },
 }
 
@@ -90,6 +93,11 @@ pub fn take(token: u64) -> Result<Connecting, Error> {
 /// Parks `c` under `token` until the next `connect` call.
 pub fn park(token: u64, c: Connecting) {
     with(|m| m.insert(token, c));
+}
+
+/// Whether no connect is in progress.
+pub fn is_empty() -> bool {
+    with(|m| m.is_empty())
 }
 
 /// Drops every connect in progress (the last `finalize`), closing their comms and sockets.

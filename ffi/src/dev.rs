@@ -8,7 +8,7 @@ use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::QpInfo;
-use ibnet_core::Result;
+use ibnet_core::{Error, Result};
 
 use ibnet_soft::{SoftMr, SoftProvider};
 
@@ -47,8 +47,14 @@ pub enum AnyMr {
     Soft(SoftProvider, SoftMr),
 }
 
-/// Registrations cached per device (properties say `regIsGlobal = 1`).
-pub const MR_CACHE_CAPACITY: usize = 4096;
+/// Slots of a device's registration cache (properties say `regIsGlobal = 1`): 1 MiB. A
+/// range may live only in the probe window of [`PROBE`](ibnet_core::mr_cache::PROBE) slots
+/// around its hash, so the cache is sized at four times what it promises,
+/// [`MR_CACHE_LIVE`], keeping a full window rare (and honestly reported when it happens).
+pub const MR_CACHE_CAPACITY: usize = 16384;
+
+/// Live registrations a device's cache holds at least (checked by the `capacity` test).
+pub const MR_CACHE_LIVE: usize = 4096;
 
 /// What the registration cache keeps per range: the keys, and the provider's registration,
 /// boxed and held as a raw pointer (the cache's values are `Copy`), reclaimed by the
@@ -79,17 +85,29 @@ pub const PROVIDER_TAG_SOFT: u8 = 2;
 /// Nominal speed reported for `soft0` (Mbps): a same-host memory copy, faster than any NIC port
 /// NCCL would compare it with.
 const SOFT_SPEED_MBPS: i32 = 100_000;
-/// Comms reported for `soft0` (its segment has 2048 QP slots; a comm uses at least one, plus
-/// one for a flush QP it never needs).
-const SOFT_MAX_COMMS: i32 = 1024;
+/// QPs one `soft0` provider can hold at once: ibnet-soft's segment has 2048 QP slots, slot 0
+/// reserved (checked by the test `soft_qp_budget_is_real`, which fills the table).
+pub const SOFT_QP_BUDGET: i32 = 2047;
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
 pub use crate::nccl::props::Props;
 
 impl Dev {
-    /// Properties.
-    pub fn props(&self) -> Props {
+    /// `maxComms`: send and receive comms together that fit in the device's QP budget (verbs:
+    /// `max_qp` of the device; soft: [`SOFT_QP_BUDGET`]), each taking `cfg.nqps` QPs plus a
+    /// flush QP where `cfg.gdr_flush` (receive comms only; counted for all, to stay true).
+    pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
+        let budget = match self {
+            Dev::Verbs(p) => p.dev.max_qp,
+            Dev::Soft(_) => SOFT_QP_BUDGET,
+        };
+        let per_comm = i32::from(cfg.nqps.max(1)) + i32::from(cfg.gdr_flush);
+        (budget / per_comm).max(1)
+    }
+
+    /// Properties; `maxComms` for comms made with `cfg` ([`Self::max_comms`]).
+    pub fn props(&self, cfg: &CommConfig) -> Props {
         match self {
             Dev::Verbs(p) => {
                 let d = &p.dev;
@@ -113,7 +131,7 @@ impl Dev {
                     speed: d.speed,
                     port: d.port as i32 + d.real_port,
                     latency: 0.0,
-                    max_comms: d.max_qp,
+                    max_comms: self.max_comms(cfg),
                     max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                     force_flush: false,
                 }
@@ -128,7 +146,7 @@ impl Dev {
                 speed: SOFT_SPEED_MBPS,
                 port: 1,
                 latency: 0.0,
-                max_comms: SOFT_MAX_COMMS,
+                max_comms: self.max_comms(cfg),
                 max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                 force_flush: false,
             },
@@ -168,6 +186,34 @@ impl Dev {
             Dev::Verbs(p) => AnySend::Verbs(SendComm::new(p.clone(), cfg)?),
             Dev::Soft(p) => AnySend::Soft(SendComm::new(p.clone(), cfg)?),
         })
+    }
+
+    /// Refuses a peer address that cannot name a provider we may reach, before any attach is
+    /// tried (so a bogus handshake is named as such, not as a host permission problem). Soft:
+    /// the address must decode and name this process or a live process of our own user.
+    pub fn check_peer(&self, remote: &QpInfo) -> Result<()> {
+        let Dev::Soft(_) = self else { return Ok(()) };
+        let a = ibnet_soft::SoftAddr::decode(&remote.addr).ok_or(Error::Wire {
+            what: "soft peer address (undecodable)",
+            value: 0,
+        })?;
+        if a.pid as u32 == std::process::id() {
+            return Ok(());
+        }
+        use std::os::unix::fs::MetadataExt;
+        let bogus = |what| Error::Wire {
+            what,
+            value: a.pid as u64,
+        };
+        let m = std::fs::metadata(format!("/proc/{}", a.pid))
+            .map_err(|_| bogus("soft peer address names no live process (pid)"))?;
+        let me = std::fs::metadata("/proc/self").map_or(m.uid(), |s| s.uid());
+        if m.uid() != me {
+            return Err(bogus(
+                "soft peer address names a process of another user (pid; bogus handshake?)",
+            ));
+        }
+        Ok(())
     }
 
     /// Creates a receive comm connected to `remote`.

@@ -78,6 +78,10 @@ pub struct Config {
     /// Seconds a started handshake may stall before connect/accept fail
     /// (`IBNET_HANDSHAKE_TIMEOUT`, default 60).
     pub handshake_timeout_s: u64,
+    /// Seconds a data-path call may wait on a live peer before one WARN names it (peer,
+    /// comm, tag, what is awaited); 0: never (`IBNET_STALL_WARN`, default 60). A stall is no
+    /// error: the wait goes on.
+    pub stall_warn_s: u64,
     /// `IBNET_FORCE_FLUSH=1` (test and diagnosis): receive comms flush with an RDMA READ even
     /// when no GPU-direct is in use, so `iflush` can be exercised on host memory.
     pub force_flush: bool,
@@ -112,6 +116,7 @@ impl Default for Config {
 /// The variables only ffi reads (everything else is in [`Params::NAMES`]).
 pub const NAMES: &[&str] = &[
     "IBNET_HANDSHAKE_TIMEOUT",
+    "IBNET_STALL_WARN",
     "IBNET_FORCE_FLUSH",
     "IBNET_FAULT_RO_EINVAL",
     "IBNET_FAULT_MQP_ETIMEDOUT",
@@ -169,6 +174,7 @@ impl Config {
             socket_ifname: nonempty(&p.socket_ifname),
             socket_family: p.socket_family.map(family),
             handshake_timeout_s: 60,
+            stall_warn_s: 60,
             force_flush: false,
             fault_ro_einval: false,
             fault_mqp_etimedout: 0,
@@ -199,6 +205,13 @@ impl Config {
                     return Err("must be in 0..=1000 calls");
                 }
                 self.fault_mqp_etimedout = n as u32;
+            }
+            "IBNET_STALL_WARN" => {
+                let n = ibnet_core::params::parse_int(v.trim())?;
+                if !(0..=86_400 * 365).contains(&n) {
+                    return Err("must be in 0..=31536000 seconds (0: never warn)");
+                }
+                self.stall_warn_s = n as u64;
             }
             "IBNET_FORCE_FLUSH" | "IBNET_FAULT_RO_EINVAL" => {
                 let on = match ibnet_core::params::parse_int(v.trim())? {
@@ -300,6 +313,10 @@ mod tests {
         assert_eq!(c.handshake_timeout_s, 60);
         assert_eq!(c.set("IBNET_HANDSHAKE_TIMEOUT", "5"), Ok(true));
         assert_eq!(c.handshake_timeout_s, 5);
+        assert_eq!(c.stall_warn_s, 60);
+        assert!(c.set("IBNET_STALL_WARN", "-1").is_err());
+        assert_eq!(c.set("IBNET_STALL_WARN", "0"), Ok(true));
+        assert_eq!(c.stall_warn_s, 0);
         assert_eq!(
             c.set("NCCL_IB_TIMEOUT", "5"),
             Ok(false),

@@ -6,7 +6,7 @@
 //!  comm token     [63..48] COMM_MARK  [47..16] slot generation (32 bits)  [15..0] slot index
 //!  request token  [63..56] REQ_MARK   [55..40] slot index  [39..24] generation (low 16 bits)
 //!                 [23..0]  the core's ReqId (request slot index + its own generation)
-//!  mhandle        [63..52] MH_MARK  [51..44] device index  [43..12] generation  [11..0] cache slot
+//!  mhandle        [63..54] MH_MARK  [53..46] device index  [45..14] generation  [13..0] cache slot
 //!
 //!  SLOTS[i] = { state: generation << 8 | life, ptr: the comm's box }
 //! ```
@@ -32,7 +32,7 @@
 //! the same comm. NCCL never does that (close comes after the last test of the comm), and it
 //! is outside the plugin contract, as for every NCCL net plugin.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ibnet_core::mr_cache::MrHandle;
@@ -44,70 +44,8 @@ const _: () = assert!(usize::BITS == 64, "tokens are 64-bit values");
 /// Slots in the table: the most comms (listen + send + receive) open at once per process.
 pub const CAPACITY: usize = 1 << 16;
 
-/// What a slot holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Kind {
-    /// A listen comm.
-    Listen = 1,
-    /// A send comm.
-    Send = 2,
-    /// A receive comm.
-    Recv = 3,
-}
-
-/// A slot's lifecycle (see the module doc): the low byte of its state word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Life {
-    /// No comm.
-    Free,
-    /// A comm of this kind, usable.
-    Live(Kind),
-    /// A comm of this kind on which a panic was caught: only close works.
-    Poisoned(Kind),
-}
-
-const POISONED: u64 = 0x80;
-const LIFE_BITS: u32 = 8;
-const LIFE_MASK: u64 = (1 << LIFE_BITS) - 1;
-
-impl Life {
-    fn from_state(st: u64) -> Self {
-        let kind = match st & 0x3 {
-            1 => Kind::Listen,
-            2 => Kind::Send,
-            3 => Kind::Recv,
-            _ => return Life::Free,
-        };
-        match st & POISONED {
-            0 => Life::Live(kind),
-            _ => Life::Poisoned(kind),
-        }
-    }
-
-    fn bits(self) -> u64 {
-        match self {
-            Life::Free => 0,
-            Life::Live(k) => k as u64,
-            Life::Poisoned(k) => k as u64 | POISONED,
-        }
-    }
-
-    fn kind(self) -> Option<Kind> {
-        match self {
-            Life::Free => None,
-            Life::Live(k) | Life::Poisoned(k) => Some(k),
-        }
-    }
-
-    /// `Ok` for a live comm; `Poisoned { op }` for a poisoned one.
-    pub fn check(self, op: &'static str) -> Result<(), Error> {
-        match self {
-            Life::Poisoned(_) => Err(Error::Poisoned { op }),
-            _ => Ok(()),
-        }
-    }
-}
+use crate::slot::Slot;
+pub use crate::slot::{Kind, Life};
 
 /// A comm found by a lookup: its box, kind and lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,25 +64,18 @@ const REQ_MARK: u64 = 0x5e;
 const REQ_MARK_SHIFT: u32 = 56;
 const _: () = assert!(CAPACITY == 1 << 16, "a token's index field is 16 bits");
 
-struct Slot {
-    /// `generation << 8 | life` ([`Life`]; 0 is a free slot).
-    state: AtomicU64,
-    /// The comm's box while the slot is in use.
-    ptr: AtomicPtr<()>,
-}
-
-static SLOTS: [Slot; CAPACITY] = [const {
-    Slot {
-        state: AtomicU64::new(0),
-        ptr: AtomicPtr::new(core::ptr::null_mut()),
-    }
-}; CAPACITY];
+static SLOTS: [Slot; CAPACITY] = [const { Slot::new() }; CAPACITY];
 
 /// Where the next free-slot search starts (control path, under the mutex).
 static ALLOC: Mutex<usize> = Mutex::new(0);
 
-fn gen_of(state: u64) -> u32 {
-    (state >> LIFE_BITS) as u32
+/// Slots in use (changed under `ALLOC`).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many comms (listen, send, receive) are open.
+pub fn live() -> usize {
+    // Relaxed: a count for `plugin::idle`, which needs no ordering with the slots (see there).
+    LIVE.load(Ordering::Relaxed)
 }
 
 fn comm_token(idx: usize, gen: u32) -> usize {
@@ -156,22 +87,14 @@ pub fn insert(kind: Kind, ptr: *mut ()) -> Result<usize, Error> {
     let mut next = ALLOC.lock().unwrap_or_else(|e| e.into_inner());
     for k in 0..CAPACITY {
         let idx = (*next + k) % CAPACITY;
-        let s = &SLOTS[idx];
-        // Relaxed: a slot becomes or stops being Free only under ALLOC, which we hold (`poison`
-        // changes Live slots only, without it).
-        let st = s.state.load(Ordering::Relaxed);
-        if Life::from_state(st) != Life::Free {
+        // A slot becomes or stops being Free only under ALLOC, which we hold.
+        let Some(gen) = SLOTS[idx].publish(kind, ptr) else {
             continue;
-        }
-        // Relaxed: published by the Release store of `state` just below.
-        s.ptr.store(ptr, Ordering::Relaxed);
-        // Release pairs with the Acquire load in `lookup`: a matching state implies `ptr`.
-        s.state.store(
-            (st & !LIFE_MASK) | Life::Live(kind).bits(),
-            Ordering::Release,
-        );
+        };
         *next = idx + 1;
-        return Ok(comm_token(idx, gen_of(st)));
+        // Relaxed: changed under ALLOC only.
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        return Ok(comm_token(idx, gen));
     }
     Err(Error::Full {
         what: "ibnet comm table (open comms per process)",
@@ -195,16 +118,10 @@ fn decode_comm(token: usize) -> Option<(usize, u32)> {
 /// dereferences anything for a stale or foreign token.
 pub fn lookup(token: usize, kinds: &[Kind], op: &'static str) -> Result<Found, Error> {
     let (idx, gen) = decode_comm(token).ok_or(bad(op))?;
-    let s = &SLOTS[idx];
-    // Acquire pairs with the Release stores in `insert` (makes `ptr` visible) and `poison`.
-    let st = s.state.load(Ordering::Acquire);
-    let life = Life::from_state(st);
-    let kind = life.kind().ok_or(bad(op))?;
-    if gen_of(st) != gen || !kinds.contains(&kind) {
+    let (ptr, kind, life) = SLOTS[idx].lookup(gen, u32::MAX).ok_or(bad(op))?;
+    if !kinds.contains(&kind) {
         return Err(bad(op));
     }
-    // Relaxed: ordered after the Acquire load above.
-    let ptr = s.ptr.load(Ordering::Relaxed);
     Ok(Found { ptr, kind, life })
 }
 
@@ -229,14 +146,8 @@ pub fn lookup_request(token: usize) -> Result<(Found, ReqId), Error> {
         });
     }
     let (idx, gen16) = decode_request(v);
-    let s = &SLOTS[idx];
-    // Acquire pairs with the Release stores in `insert` (makes `ptr` visible) and `poison`.
-    let st = s.state.load(Ordering::Acquire);
-    let life = Life::from_state(st);
-    match life.kind() {
-        Some(kind @ (Kind::Send | Kind::Recv)) if gen_of(st) & 0xffff == gen16 => {
-            // Relaxed: ordered after the Acquire load above.
-            let ptr = s.ptr.load(Ordering::Relaxed);
+    match SLOTS[idx].lookup(gen16, 0xffff) {
+        Some((ptr, kind @ (Kind::Send | Kind::Recv), life)) => {
             let found = Found { ptr, kind, life };
             Ok((found, ReqId::from_bits((v & 0xff_ffff) as u32)))
         }
@@ -264,27 +175,7 @@ pub fn poison(token: usize) {
         }
         None => return,
     };
-    let s = &SLOTS[idx];
-    // Relaxed: the compare-exchange below validates what this read saw.
-    let mut st = s.state.load(Ordering::Relaxed);
-    loop {
-        let Life::Live(kind) = Life::from_state(st) else {
-            return;
-        };
-        if gen_of(st) & gen_mask != gen {
-            return;
-        }
-        let new = (st & !LIFE_MASK) | Life::Poisoned(kind).bits();
-        // Release pairs with the Acquire loads in `lookup*`: they see the comm poisoned.
-        // Relaxed on failure: the loop re-checks the state it read.
-        match s
-            .state
-            .compare_exchange(st, new, Ordering::Release, Ordering::Relaxed)
-        {
-            Ok(_) => return,
-            Err(cur) => st = cur,
-        }
-    }
+    SLOTS[idx].poison(gen, gen_mask);
 }
 
 /// Frees the slot of a comm token of `kind`, returning its box for the caller to drop. The
@@ -293,13 +184,9 @@ pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Err
     let _g = ALLOC.lock().unwrap_or_else(|e| e.into_inner());
     let p = lookup(token, &[kind], op)?.ptr;
     let (idx, gen) = decode_comm(token).ok_or(bad(op))?;
-    let s = &SLOTS[idx];
-    // Relaxed: the box is handed back to the caller (this thread); no reader may use it after
-    // close (plugin contract), and a later lookup fails on the state below.
-    s.ptr.store(core::ptr::null_mut(), Ordering::Relaxed);
-    // Release pairs with the Acquire loads in `lookup*`: they see the new generation.
-    s.state
-        .store((gen.wrapping_add(1) as u64) << LIFE_BITS, Ordering::Release);
+    SLOTS[idx].free(gen);
+    // Relaxed: changed under ALLOC only.
+    LIVE.fetch_sub(1, Ordering::Relaxed);
     Ok(p)
 }
 
@@ -309,9 +196,10 @@ pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Err
 /// device (NCCL passed a handle registered on another device's comm), or whose entry is gone
 /// (stale; the cache's lookup) is rejected.
 const MH_MARK: u64 = 0x1b3;
-const MH_MARK_SHIFT: u32 = 52;
-const MH_IDX_BITS: u32 = 12;
-const MH_DEV_SHIFT: u32 = 44;
+const MH_MARK_SHIFT: u32 = 54;
+const MH_IDX_BITS: u32 = 14;
+const MH_DEV_SHIFT: u32 = 46;
+const _: () = assert!(MH_MARK < 1 << (64 - MH_MARK_SHIFT));
 const _: () = assert!(crate::dev::MR_CACHE_CAPACITY <= 1 << MH_IDX_BITS);
 const _: () = assert!(MH_IDX_BITS + 32 <= MH_DEV_SHIFT && MH_DEV_SHIFT + 8 <= MH_MARK_SHIFT);
 

@@ -18,8 +18,9 @@
 //! `handle_eof`; a socket error is an [`Error::Provider`] naming the call. A stalled peer is
 //! the caller's deadline to enforce.
 
+use std::fmt;
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
 use ibnet_core::handshake::{Acceptor, Connector, Event};
@@ -160,6 +161,49 @@ fn timeout_call(state: &str) -> &'static str {
     }
 }
 
+/// Where a handshake stands, for its error message: the peer's socket address and the state
+/// the machine was in when the error happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Where {
+    /// The peer's socket address (the listener's for a connect, the connector's for accept).
+    pub peer: SocketAddr,
+    /// The handshake state (`TcpConnect` before the TCP connect completed).
+    pub state: &'static str,
+}
+
+/// [`Where::state`] of a connected comm (its data-path errors name the peer only).
+pub const CONNECTED: &str = "connected";
+
+/// A handshake error as one line that names the peer by socket address (the core's errors
+/// know no address; a peer that is gone before its QPs are known has no GID to name).
+pub struct AtPeer<'a>(pub &'a Error, pub Where);
+
+impl fmt::Display for AtPeer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Where { peer, state } = self.1;
+        match *self.0 {
+            ref e if state == CONNECTED => write!(f, "{e} (peer {peer})"),
+            Error::Provider {
+                errno: libc::ETIMEDOUT,
+                ..
+            } => write!(
+                f,
+                "timed out waiting for {peer} in state {state} (IBNET_HANDSHAKE_TIMEOUT)"
+            ),
+            Error::PeerGone { .. } => write!(
+                f,
+                "peer {peer} closed the bootstrap connection in state {state}"
+            ),
+            Error::Provider { call, errno } => write!(
+                f,
+                "{call} with {peer} failed in state {state} (errno {errno}: {})",
+                std::io::Error::from_raw_os_error(errno)
+            ),
+            ref e => write!(f, "{e} (peer {peer}, handshake state {state})"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// A stalled handshake is one error naming its state (the caller's WARN is the only one).
@@ -178,6 +222,43 @@ mod tests {
         assert!(e.to_string().contains("in state RecvReady"), "{e}");
         let future = Instant::now() + Duration::from_secs(60);
         assert!(super::stalled(future, "RecvReady").is_ok());
+    }
+
+    /// Handshake errors name the peer's socket address and the state.
+    #[test]
+    fn errors_name_the_peer_address() {
+        let w = Where {
+            peer: "10.1.2.3:4567".parse().unwrap(),
+            state: "RecvInfo",
+        };
+        let t = super::stalled(
+            Instant::now() - std::time::Duration::from_secs(1),
+            "RecvInfo",
+        );
+        let s = AtPeer(&t.unwrap_err(), w).to_string();
+        assert_eq!(
+            s,
+            "timed out waiting for 10.1.2.3:4567 in state RecvInfo (IBNET_HANDSHAKE_TIMEOUT)"
+        );
+        let gone = Error::PeerGone {
+            peer: Default::default(),
+        };
+        let s = AtPeer(&gone, w).to_string();
+        assert!(s.contains("peer 10.1.2.3:4567 closed"), "{s}");
+        assert!(!s.contains("gid"), "{s}");
+        let refused = Error::Provider {
+            call: "connect",
+            errno: libc::ECONNREFUSED,
+        };
+        let s = AtPeer(
+            &refused,
+            Where {
+                state: "TcpConnect",
+                ..w
+            },
+        )
+        .to_string();
+        assert!(s.starts_with("connect with 10.1.2.3:4567 failed"), "{s}");
     }
 
     use super::*;

@@ -12,6 +12,7 @@
 //!      ├── connect_registry  connects in progress between NCCL's connect calls
 //!      ├── handshake_io      the socket I/O and deadline of the core's handshake machines
 //!      ├── sock, ifaddr      non-blocking TCP bootstrap on NCCL's interface
+//!      ├── watch             a connected comm's peer liveness (its kept bootstrap socket)
 //!  plugin        init/finalize refcount, device discovery, bootstrap address
 //!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv, AnyMr, registration cache types
 //!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
@@ -58,5 +59,7 @@ pub mod log;
 pub mod nccl;
 pub mod plugin;
 pub mod proxy;
+pub mod slot;
 pub mod sock;
 pub mod verbs;
+pub mod watch;

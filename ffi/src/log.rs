@@ -37,6 +37,15 @@ pub const ALL: c_ulong = !0;
 /// The current logger as a `usize` (0: none).
 static LOGGER: AtomicUsize = AtomicUsize::new(0);
 
+/// A Rust sink for every line (0: none), for tests and tools that have no C-variadic logger.
+static SINK: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs a Rust sink that receives every line (with its level) besides NCCL's logger.
+pub fn set_sink(f: fn(Level, &str)) {
+    // Release pairs with the Acquire in `emit`, as for the logger.
+    SINK.store(f as usize, Ordering::Release);
+}
+
 /// Installs NCCL's logger (NULL leaves the current one in place).
 pub fn set_logger(l: Option<Logger>) {
     if let Some(l) = l {
@@ -57,6 +66,13 @@ pub fn emit(
     // Acquire pairs with the Release in `set_logger`.
     let l = LOGGER.load(Ordering::Acquire);
     let text = format!("NET/IBNET : {msg}");
+    // Acquire pairs with the Release in `set_sink`.
+    let sink = SINK.load(Ordering::Acquire);
+    if sink != 0 {
+        // SAFETY: `sink` was stored from a valid `fn(Level, &str)` in `set_sink`.
+        let f = unsafe { core::mem::transmute::<usize, fn(Level, &str)>(sink) };
+        f(level, &text);
+    }
     if l == 0 {
         if std::env::var_os("IBNET_LOG_STDERR").is_some_and(|v| v == "1") {
             eprintln!("{text}");

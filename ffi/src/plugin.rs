@@ -121,7 +121,23 @@ fn discover(cfg: &Config) -> Vec<Dev> {
         ece: cfg.ece_enable,
         fault_timeouts: cfg.fault_mqp_etimedout.into(),
     });
+    // IBNET_PROVIDER=verbs asked for verbs devices: none is worth one WARN (auto: INFO).
+    let asked = cfg.provider == ProviderChoice::Verbs;
+    let none = |why: &dyn core::fmt::Display| {
+        if asked {
+            warn!("IBNET_PROVIDER=verbs: no verbs device ({why}); reporting 0 devices");
+        } else {
+            info!(
+                crate::log::INIT | crate::log::NET,
+                "no verbs devices: {why}; reporting 0 devices"
+            );
+        }
+    };
     let verbs = || match crate::verbs::device::discover(cfg) {
+        Ok(v) if v.is_empty() => {
+            none(&"libibverbs lists no usable port");
+            Vec::new()
+        }
         Ok(v) => v
             .into_iter()
             .map(|d| {
@@ -134,10 +150,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
             })
             .collect(),
         Err(why) => {
-            info!(
-                crate::log::INIT | crate::log::NET,
-                "no verbs devices: {why}; reporting 0 devices"
-            );
+            none(&why);
             Vec::new()
         }
     };
@@ -186,14 +199,47 @@ fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
     Some(a.addr)
 }
 
+/// A device's registration cache, built in place on the heap (1 MiB: never on the stack).
+#[allow(unsafe_code)]
+pub fn new_mr_cache() -> Arc<MrCacheT> {
+    let mut a = Arc::<MrCacheT>::new_uninit();
+    let p = Arc::get_mut(&mut a).map(|m| m.as_mut_ptr());
+    match p {
+        Some(p) => {
+            // SAFETY: `p` points into the fresh, unshared allocation of `a`, valid and aligned
+            // for one MrCacheT; `init_in_place` initialises all of it.
+            unsafe {
+                MrCacheT::init_in_place(p);
+                a.assume_init()
+            }
+        }
+        // Unreachable (a fresh Arc is unique); the plain constructor is still correct.
+        None => Arc::new(MrCacheT::new()),
+    }
+}
+
 /// Takes a reference, initialising the plugin on the first one.
 pub fn acquire() -> Arc<Plugin> {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
     s.refs += 1;
-    if let Some(p) = &s.plugin {
-        return p.clone();
+    s.get_or_create()
+}
+
+impl State {
+    /// The plugin, created if there is none (the first `init`, or after [`idle`] stopped it).
+    fn get_or_create(&mut self) -> Arc<Plugin> {
+        if let Some(p) = &self.plugin {
+            return p.clone();
+        }
+        let p = create();
+        self.plugin = Some(p.clone());
+        self.pid = std::process::id();
+        p
     }
+}
+
+fn create() -> Arc<Plugin> {
     let (cfg, params) = Config::from_env();
     let bind = bootstrap_addr(&cfg);
     // No IP interface: no device either (`init` then fails, as the seed's does, and NCCL
@@ -216,20 +262,36 @@ pub fn acquire() -> Arc<Plugin> {
                 .set_return_events(params.ib_return_async_events);
         }
     }
-    let caches = devs.iter().map(|_| Arc::new(MrCacheT::new())).collect();
-    let p = Arc::new(Plugin {
+    let caches = devs.iter().map(|_| new_mr_cache()).collect();
+    Arc::new(Plugin {
         cfg,
         params,
         devs,
         caches,
         bind,
-    });
-    s.plugin = Some(p.clone());
-    s.pid = std::process::id();
-    p
+    })
 }
 
-/// Drops a reference; the last one releases the devices.
+/// Stops the plugin's threads once nothing uses it: no comm or listen comm open
+/// ([`crate::handles::live`]), no connect in progress, and no call holding the plugin. The
+/// v6–v10 tables have no `finalize`, so without this their threads would outlive the last
+/// comm and (their thread-locals pinning the library) keep `dlclose` from unloading it. The
+/// references `init` took stay: the next call that needs the plugin creates it again.
+pub fn idle() {
+    let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    s.forget_if_forked();
+    let unused = s.plugin.as_ref().is_some_and(|p| Arc::strong_count(p) == 1);
+    // Every comm-creating call holds a plugin clone until its comm is in the table, so with
+    // the count at 1 (ours) under the lock, no comm can appear meanwhile.
+    if !unused || crate::handles::live() != 0 || !crate::connect_registry::is_empty() {
+        return;
+    }
+    let p = s.plugin.take();
+    drop(s);
+    shut_down(p);
+}
+
+/// Drops a reference; the last one stops the plugin.
 pub fn release() {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
@@ -244,9 +306,9 @@ pub fn release() {
     }
 }
 
-/// The current plugin, if initialised.
+/// The current plugin, if initialised (created again if [`idle`] stopped it).
 pub fn current() -> Option<Arc<Plugin>> {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
-    s.plugin.clone()
+    (s.refs > 0).then(|| s.get_or_create())
 }

@@ -10,22 +10,34 @@ use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 
-/// Binds a non-blocking listener on `ip` with a kernel-chosen port.
+/// Binds a non-blocking listener on `ip` with a kernel-chosen port and the system's largest
+/// backlog (`SOMAXCONN`): a burst of stray connections must not fill the queue ahead of the
+/// legitimate peer (accept drops them; see `api::accepting`).
 pub fn listen(ip: SocketAddr) -> io::Result<TcpListener> {
     let mut a = ip;
     a.set_port(0);
     let l = TcpListener::bind(a)?;
+    // SAFETY: plain listen(2) on our listening socket; Linux updates the backlog of a socket
+    // that already listens.
+    if unsafe { libc::listen(l.as_raw_fd(), libc::SOMAXCONN) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     l.set_nonblocking(true)?;
     Ok(l)
 }
 
 /// Accepts one queued connection, if any; the stream is non-blocking with `TCP_NODELAY`.
 pub fn try_accept(l: &TcpListener) -> io::Result<Option<TcpStream>> {
+    Ok(try_accept_from(l)?.map(|(s, _)| s))
+}
+
+/// [`try_accept`], with the peer's address.
+pub fn try_accept_from(l: &TcpListener) -> io::Result<Option<(TcpStream, SocketAddr)>> {
     match l.accept() {
-        Ok((s, _)) => {
+        Ok((s, a)) => {
             s.set_nonblocking(true)?;
             s.set_nodelay(true)?;
-            Ok(Some(s))
+            Ok(Some((s, a)))
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
             Ok(None)
@@ -208,6 +220,37 @@ pub fn connect_done(s: &TcpStream) -> io::Result<bool> {
         return Err(io::Error::from(ErrorKind::ConnectionRefused));
     }
     Ok(true)
+}
+
+/// TCP keepalive on a kept bootstrap socket: after `idle_s` seconds without traffic, `cnt`
+/// probes `intvl_s` apart; no answer makes the socket fail (`ETIMEDOUT`), so a silent (dead
+/// or partitioned) host is noticed within `idle_s + cnt × intvl_s` seconds.
+/// `TCP_USER_TIMEOUT` bounds unacknowledged data the same way.
+pub fn keepalive(s: &TcpStream, idle_s: i32, intvl_s: i32, cnt: i32) -> io::Result<()> {
+    let user_ms = (idle_s + cnt * intvl_s) * 1000;
+    let opts = [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_s),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, intvl_s),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, cnt),
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_ms),
+    ];
+    for (level, name, v) in opts {
+        // SAFETY: setsockopt on our socket with a valid c_int of the stated size.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                name,
+                &v as *const libc::c_int as *const libc::c_void,
+                core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

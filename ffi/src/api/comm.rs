@@ -7,6 +7,7 @@
 
 use core::ffi::c_void;
 use std::cell::UnsafeCell;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ibnet_core::request::ReqId;
@@ -16,7 +17,9 @@ use super::common::missing;
 use super::entry::entry;
 use crate::dev::{AnyRecv, AnySend, Dev, MrCacheT};
 use crate::handles::{self, Kind};
+use crate::handshake_io::{Where, CONNECTED};
 use crate::nccl::types::ncclResult_t;
+use crate::watch::Watch;
 
 /// A send or receive comm handed to NCCL (as a [`crate::handles`] token, whose slot also
 /// holds the comm's lifecycle).
@@ -29,7 +32,11 @@ pub struct CommBox<C> {
     /// The plugin device index (low 8 bits), carried by this device's mhandles.
     pub(crate) dev_index: u8,
     pub(crate) cache: Arc<MrCacheT>,
+    /// The peer's bootstrap socket address (None: a comm made without a handshake, in tests).
+    pub(crate) addr: Option<SocketAddr>,
     comm: UnsafeCell<C>,
+    /// The peer's liveness (data-path state, borrowed like `comm`).
+    watch: UnsafeCell<Option<Watch>>,
 }
 
 /// A send comm.
@@ -38,12 +45,37 @@ pub type SendCommBox = CommBox<AnySend>;
 pub type RecvCommBox = CommBox<AnyRecv>;
 
 impl<C> CommBox<C> {
-    fn new(dev: Dev, dev_index: u8, cache: Arc<MrCacheT>, comm: C) -> Box<Self> {
+    fn new(
+        (dev, dev_index, cache): (Dev, u8, Arc<MrCacheT>),
+        comm: C,
+        watch: Option<Watch>,
+    ) -> Box<Self> {
         Box::new(Self {
             dev,
             dev_index,
             cache,
+            addr: watch.as_ref().map(|w| w.addr),
             comm: UnsafeCell::new(comm),
+            watch: UnsafeCell::new(watch),
+        })
+    }
+
+    /// The provider comm and its peer watch, for a data-path call.
+    ///
+    /// # Safety
+    /// As [`Self::comm_mut`].
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn parts_mut(&self) -> (&mut C, Option<&mut Watch>) {
+        // SAFETY: exclusive by the caller's contract (see `comm_mut`); the two cells are
+        // distinct, so the two references do not alias.
+        unsafe { (&mut *self.comm.get(), (*self.watch.get()).as_mut()) }
+    }
+
+    /// Where this comm's peer is, for a data-path error message.
+    pub(crate) fn at(&self) -> Option<Where> {
+        self.addr.map(|peer| Where {
+            peer,
+            state: CONNECTED,
         })
     }
 
@@ -64,11 +96,12 @@ impl<C> CommBox<C> {
 /// `dev` (index `dev_index`) and returns its token; a full table closes the comm.
 pub(crate) fn publish<C>(
     kind: Kind,
-    (dev, dev_index, cache): (Dev, u8, Arc<MrCacheT>),
+    at: (Dev, u8, Arc<MrCacheT>),
     comm: C,
+    watch: Option<Watch>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> Result<*mut c_void, Error> {
-    let raw = Box::into_raw(CommBox::new(dev, dev_index, cache, comm));
+    let raw = Box::into_raw(CommBox::new(at, comm, watch));
     match handles::insert(kind, raw as *mut ()) {
         Ok(t) => Ok(t as *mut c_void),
         Err(e) => {
@@ -178,7 +211,10 @@ fn close<C>(
         // SAFETY: a slot of `kind` holds a `CommBox<C>` we leaked (the callers below pair
         // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
         let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
-        close(b.comm.into_inner())
+        let r = close(b.comm.into_inner());
+        // The last comm closed: stop the plugin's threads (v6–v10 have no finalize).
+        crate::plugin::idle();
+        r
     })
 }
 

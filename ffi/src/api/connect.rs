@@ -6,35 +6,43 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::{c_int, c_void};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use ibnet_core::comm::CommConfig;
+use ibnet_core::error::PeerId;
 use ibnet_core::handshake::{Connector, Event};
-use ibnet_core::wire::ConnectHandle;
+use ibnet_core::wire::{ConnectHandle, QpInfo};
 use ibnet_core::Error;
 
 use super::comm::publish;
 use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
-use super::entry::entry;
+use super::entry::entry_at;
 use super::init::ctx_tc;
 use crate::connect_registry::{self as registry, ConnectStage, Connecting};
 use crate::dev::{AnySend, Dev};
 use crate::handles::Kind;
-use crate::handshake_io::{pump, stalled};
+use crate::handshake_io::{pump, stalled, Where};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::sock;
+use crate::watch::Watch;
 
-/// One step of a connect; `Ok(Some(comm))` when done.
+/// A finished connect: the comm, its bootstrap socket (kept to watch the peer) and the peer.
+type Connected = (Box<AnySend>, TcpStream, PeerId);
+
+/// One step of a connect; `Ok(Some(..))` when done.
+/// `state` follows the machine (the state an error happened in, for its message).
 fn connect_step(
     c: &mut Connecting,
     d: &Dev,
     cfg: CommConfig,
-) -> Result<Option<Box<AnySend>>, Error> {
+    state: &mut &'static str,
+) -> Result<Option<Connected>, Error> {
     let stage = c.stage.take().ok_or(Error::BadState {
         op: "connect",
         state: "failed earlier",
     })?;
-    let (mut stream, mut send, mut machine) = match stage {
+    let (mut stream, mut send, mut machine, mut remote) = match stage {
         ConnectStage::Tcp(s) => {
             if !sock::connect_done(&s).map_err(|e| sys("connect", &e))? {
                 stalled(c.deadline, "TcpConnect")?;
@@ -46,31 +54,51 @@ fn connect_step(
                 send.set_peer_addr(a);
             }
             let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
-            (s, send, machine)
+            *state = machine.state_name();
+            (s, send, machine, PeerId::default())
         }
         ConnectStage::Shake {
             stream,
             send,
             machine,
-        } => (stream, send, machine),
+            remote,
+        } => {
+            *state = machine.state_name();
+            (stream, send, machine, remote)
+        }
     };
     loop {
         match pump(&mut stream, &mut *machine)? {
             Some(Event::PeerInfo(info)) => {
+                *state = machine.state_name();
+                d.check_peer(&info)?;
+                remote = peer_id(&info, stream.peer_addr().ok());
                 send.connect(&info)?;
                 machine.handle_qps_connected()?;
             }
-            Some(Event::Done) => return Ok(Some(send)),
+            Some(Event::Done) => return Ok(Some((send, stream, remote))),
             None => break,
         }
+        *state = machine.state_name();
     }
     stalled(c.deadline, machine.state_name())?;
     c.stage = Some(ConnectStage::Shake {
         stream,
         send,
         machine,
+        remote,
     });
     Ok(None)
+}
+
+/// The peer's identity in error messages (socket address, GID, LID, first QP number).
+pub(super) fn peer_id(info: &QpInfo, addr: Option<std::net::SocketAddr>) -> PeerId {
+    PeerId {
+        gid: info.gid,
+        lid: info.lid,
+        qpn: info.qpn.first().copied().unwrap_or(0),
+        addr,
+    }
 }
 
 /// `connect`. `tc` is the traffic class from the v10 config or the v11 ctx (-1: undefined).
@@ -85,13 +113,17 @@ pub fn connect(
     send_comm: *mut *mut c_void,
     tc: Option<i32>,
 ) -> ncclResult_t {
-    entry("connect", || {
+    entry_at("connect", core::ptr::null_mut(), |at| {
         let out = out_ptr(send_comm, "sendComm")?;
         *out = core::ptr::null_mut();
         let hp = handle as *mut [u8; NCCL_NET_HANDLE_MAXSIZE];
         // SAFETY: NCCL passes its NCCL_NET_HANDLE_MAXSIZE handle buffer or NULL (rejected).
         let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
         let h = ConnectHandle::decode(&hb[..])?;
+        *at = Some(Where {
+            peer: h.addr,
+            state: "TcpConnect",
+        });
         let p = plugin()?;
         let d = device(&p, dev)?;
         if h.provider != d.provider_tag() {
@@ -104,8 +136,7 @@ pub fn connect(
         let cfg = p.comm_config(&d, tc);
         let mut token = registry::token(hb);
         let now = Instant::now();
-        // Connects NCCL gave up on (never called again) are dropped once past their deadline.
-        registry::prune(now);
+        let timeout = Duration::from_secs(p.cfg.handshake_timeout_s);
         let mut c = if token == 0 {
             let reuse = p.bind.filter(|_| p.cfg.sock_client_port_reuse);
             let s = sock::connect_start_from(&h.addr, reuse).map_err(|e| sys("connect", &e))?;
@@ -113,16 +144,32 @@ pub fn connect(
             Connecting {
                 stage: Some(ConnectStage::Tcp(s)),
                 nonce: h.nonce,
-                deadline: now + Duration::from_secs(p.cfg.handshake_timeout_s),
+                deadline: now + timeout,
             }
         } else {
             registry::take(token)?
         };
+        // Connects NCCL gave up on (never called again) are dropped a timeout past their
+        // deadline; one still called reports its own timeout (naming its peer) first.
+        if let Some(before) = now.checked_sub(timeout) {
+            registry::prune(before);
+        }
         registry::set_token(hb, 0);
-        match connect_step(&mut c, &d, cfg)? {
-            Some(send) => {
+        let mut state = if matches!(c.stage, Some(ConnectStage::Tcp(_))) {
+            "TcpConnect"
+        } else {
+            "SendInfo"
+        };
+        let step = connect_step(&mut c, &d, cfg, &mut state);
+        *at = Some(Where {
+            peer: h.addr,
+            state,
+        });
+        match step? {
+            Some((send, stream, remote)) => {
                 let at = (d, dev as u8, dev_cache(&p, dev)?);
-                *out = publish(Kind::Send, at, *send, AnySend::close)?;
+                let w = Watch::new(stream, h.addr, remote, p.cfg.stall_warn_s);
+                *out = publish(Kind::Send, at, *send, Some(w), AnySend::close)?;
             }
             None => {
                 registry::park(token, c);

@@ -7,19 +7,21 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::comm::RecvBuf;
+use ibnet_core::comm::{Done, RecvBuf};
 use ibnet_core::fifo::MAX_RECVS;
 use ibnet_core::Error;
 
 use super::comm::{recv_comm, request, send_comm, CommRef};
 use super::common::{missing, out_ptr};
-use super::entry::entry_on;
+use super::entry::entry_at;
 use super::mr::{covers, mr_get};
 use crate::dev::MrCacheT;
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
+use crate::watch::Watch;
 
-/// `isend`.
+/// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
+/// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.
 pub fn isend(
     comm: *mut c_void,
     data: *mut c_void,
@@ -28,18 +30,35 @@ pub fn isend(
     mhandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry_on("isend", comm, || {
+    entry_at("isend", comm, |at| {
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let s = send_comm(comm, "isend")?;
+        *at = s.at();
         let m = mr_get(&s.cache, s.dev_index, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
         covers(&m, data as u64, size)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
-        let c = unsafe { s.comm_mut() };
-        if let Some(id) = c.isend(data as u64, size, tag as u32, m.keys)? {
+        let (c, w) = unsafe { s.parts_mut() };
+        let mut post = || c.isend(data as u64, size, tag as u32, m.keys);
+        let id = match (post()?, w) {
+            (Some(id), w) => {
+                w.map(Watch::progress);
+                Some(id)
+            }
+            (None, None) => None,
+            (None, Some(w)) => {
+                w.tag = tag as u32;
+                match w.waiting("clear-to-send (a matching irecv)", comm as usize) {
+                    Ok(()) => None,
+                    // Dead: one more try, in case the last message raced the close.
+                    Err(e) => Some(post()?.ok_or(e)?),
+                }
+            }
+        };
+        if let Some(id) = id {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
@@ -133,16 +152,21 @@ pub fn irecv(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry_on("irecv", comm, || {
+    entry_at("irecv", comm, |at| {
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let r = recv_comm(comm, "irecv")?;
+        *at = r.at();
         if tags.is_null() {
             return Err(missing("tags"));
         }
         let (bufs, n) = gather(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
-        if let Some(id) = unsafe { r.comm_mut() }.irecv(&bufs[..n])? {
+        let (c, w) = unsafe { r.parts_mut() };
+        if let Some(w) = w {
+            w.tag = bufs[0].tag;
+        }
+        if let Some(id) = c.irecv(&bufs[..n])? {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
@@ -158,10 +182,11 @@ pub fn iflush(
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    entry_on("iflush", comm, || {
+    entry_at("iflush", comm, |at| {
         let out = out_ptr(request, "request")?;
         *out = core::ptr::null_mut();
         let r = recv_comm(comm, "iflush")?;
+        *at = r.at();
         let no_tags = core::ptr::null();
         let (bufs, n) = gather(
             &r.cache,
@@ -181,9 +206,10 @@ pub fn iflush(
 }
 
 /// `test`. `sizes` may be NULL. The request token names its comm's slot and the core's
-/// request id: nothing is dereferenced for a stale or foreign token.
+/// request id: nothing is dereferenced for a stale or foreign token. A request not done yet
+/// is a wait on the peer, watched ([`crate::watch`]): a dead peer is an error.
 pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult_t {
-    entry_on("test", req, || {
+    entry_at("test", req, |at| {
         // SAFETY: valid or NULL (rejected).
         let done = unsafe { done.as_mut() }.ok_or(missing("done"))?;
         *done = 0;
@@ -191,10 +217,18 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
             return Err(missing("request"));
         }
         let res = match request(req, "test")? {
-            // SAFETY (both arms): a data-path call; see `CommBox::comm_mut`.
-            (CommRef::Send(b), id) => unsafe { b.comm_mut() }.test(id),
-            // SAFETY: as above.
-            (CommRef::Recv(b), id) => unsafe { b.comm_mut() }.test(id),
+            (CommRef::Send(b), id) => {
+                *at = b.at();
+                // SAFETY: a data-path call; see `CommBox::comm_mut`.
+                let (c, w) = unsafe { b.parts_mut() };
+                watched(|| c.test(id), w, "the send's completion", req)
+            }
+            (CommRef::Recv(b), id) => {
+                *at = b.at();
+                // SAFETY: as above.
+                let (c, w) = unsafe { b.parts_mut() };
+                watched(|| c.test(id), w, "data (a matching isend)", req)
+            }
         };
         let Some(d) = res? else {
             return Ok(());
@@ -208,4 +242,24 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
         }
         Ok(())
     })
+}
+
+/// `test` of one request, its wait watched by `w`: a dead peer is an error unless one more
+/// test finds the request done (its last completion raced the close).
+fn watched(
+    mut test: impl FnMut() -> Result<Option<Done>, Error>,
+    w: Option<&mut Watch>,
+    what: &str,
+    req: *mut c_void,
+) -> Result<Option<Done>, Error> {
+    let r = test()?;
+    let Some(w) = w else { return Ok(r) };
+    if r.is_some() {
+        w.progress();
+        return Ok(r);
+    }
+    match w.waiting(what, req as usize) {
+        Ok(()) => Ok(None),
+        Err(e) => Ok(Some(test()?.ok_or(e)?)),
+    }
 }

@@ -6,6 +6,7 @@ use core::ffi::c_void;
 use ibnet_core::{Error, ErrorKind};
 
 use crate::handles;
+use crate::handshake_io::{AtPeer, Where};
 use crate::nccl::types::ncclResult_t;
 use crate::warn;
 
@@ -25,6 +26,28 @@ pub fn entry(name: &str, f: impl FnOnce() -> Result<(), Error>) -> ncclResult_t 
     entry_on(name, core::ptr::null_mut(), f)
 }
 
+/// [`entry`] for a bootstrap call (`connect`, `accept`): `f` notes where its handshake stands
+/// in the [`Where`] it is given, and a failure's WARN names that peer and state
+/// ([`AtPeer`]).
+pub fn entry_at(
+    name: &str,
+    on: *mut c_void,
+    f: impl FnOnce(&mut Option<Where>) -> Result<(), Error>,
+) -> ncclResult_t {
+    let mut at = None;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut at))) {
+        Ok(Ok(())) => ncclResult_t::Success,
+        Ok(Err(e)) => {
+            match at {
+                Some(w) => warn!("{name}: {}", AtPeer(&e, w)),
+                None => warn!("{name}: {e}"),
+            }
+            to_nccl(e.kind())
+        }
+        Err(_) => panicked(name, on),
+    }
+}
+
 /// [`entry`] for a call on the comm (or request) token `on`: a panic caught there poisons that
 /// comm ([`handles::poison`]), since its state may be half-updated; later calls on it fail
 /// with `Poisoned`.
@@ -39,12 +62,15 @@ pub fn entry_on(
             warn!("{name}: {e}");
             to_nccl(e.kind())
         }
-        Err(_) => {
-            if !on.is_null() {
-                handles::poison(on as usize);
-            }
-            warn!("{name}: internal panic caught at the plugin boundary (comm poisoned)");
-            ncclResult_t::InternalError
-        }
+        Err(_) => panicked(name, on),
     }
+}
+
+/// A panic was caught in `name` on `on`: poisons that comm, one WARN.
+fn panicked(name: &str, on: *mut c_void) -> ncclResult_t {
+    if !on.is_null() {
+        handles::poison(on as usize);
+    }
+    warn!("{name}: internal panic caught at the plugin boundary (comm poisoned)");
+    ncclResult_t::InternalError
 }

@@ -127,7 +127,8 @@ pub fn devices(ndev: *mut c_int) -> ncclResult_t {
 /// `getProperties`, version-agnostic; each shim copies into its struct.
 pub fn properties(dev: c_int) -> Result<Props, Error> {
     let p = plugin()?;
-    Ok(device(&p, dev)?.props())
+    let d = device(&p, dev)?;
+    Ok(d.props(&p.comm_config(&d, -1)))
 }
 
 /// `makeVDevice` for single-device vNICs (what NCCL 2.28 asks when it does not fuse NICs):

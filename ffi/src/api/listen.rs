@@ -5,20 +5,18 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::{c_int, c_void};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use ibnet_core::handshake::{Acceptor, Event};
 use ibnet_core::wire::ConnectHandle;
 use ibnet_core::Error;
 
+use super::accepting::Pending;
 use super::comm::publish;
 use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
 use super::entry::{entry, entry_on};
 use crate::dev::{AnyRecv, Dev, MrCacheT};
 use crate::handles::{self, Kind};
-use crate::handshake_io::{pump, stalled};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::plugin::Plugin;
 use crate::sock;
@@ -32,16 +30,7 @@ pub struct ListenComm {
     plugin: Arc<Plugin>,
     listener: TcpListener,
     nonce: u64,
-    pending: Option<Accepting>,
-}
-
-/// One accepted connection being handshaken.
-struct Accepting {
-    stream: TcpStream,
-    machine: Box<Acceptor>,
-    /// Created at the connector's `PeerInfo`; handed to NCCL at `Done`.
-    recv: Option<Box<AnyRecv>>,
-    deadline: Instant,
+    pending: Pending,
 }
 
 /// `listen`.
@@ -80,7 +69,7 @@ pub fn listen(
             plugin: p,
             listener: l,
             nonce,
-            pending: None,
+            pending: Pending::new(),
         });
         let raw = Box::into_raw(lc);
         match handles::insert(Kind::Listen, raw as *mut ()) {
@@ -107,64 +96,29 @@ fn listen_comm(l: *mut c_void) -> Result<&'static mut ListenComm, Error> {
     Ok(lc)
 }
 
-/// One step of an accept; `Ok(Some(comm))` when done.
-fn accept_step(lc: &ListenComm, a: &mut Accepting) -> Result<Option<Box<AnyRecv>>, Error> {
-    loop {
-        match pump(&mut a.stream, &mut *a.machine)? {
-            Some(Event::PeerInfo(info)) => {
-                let cfg = lc.plugin.comm_config(&lc.dev, -1);
-                let mut recv = Box::new(lc.dev.new_recv(cfg, &info)?);
-                if let Ok(a) = a.stream.peer_addr() {
-                    recv.set_peer_addr(a);
-                }
-                a.machine.handle_local_info(recv.local_info())?;
-                a.recv = Some(recv);
-            }
-            Some(Event::Done) => {
-                return a.recv.take().map(Some).ok_or(Error::BadState {
-                    op: "accept",
-                    state: "handshake done without a receive comm",
-                })
-            }
-            None => break,
-        }
-    }
-    stalled(a.deadline, a.machine.state_name())?;
-    Ok(None)
-}
-
-/// `accept`. Any error drops the pending connection (socket and comm); the listener stays
-/// usable for the next one.
+/// `accept`: takes every queued connection and steps all handshakes in progress (see
+/// `api::accepting`); returns the first comm completed. A connection that fails is dropped
+/// with a WARN and never fails the call; only a bad listen comm or argument does.
 pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t {
     entry_on("accept", listen, || {
         let out = out_ptr(recv_comm, "recvComm")?;
         *out = core::ptr::null_mut();
         let lc = listen_comm(listen)?;
-        if lc.pending.is_none() {
-            match sock::try_accept(&lc.listener).map_err(|e| sys("accept", &e))? {
-                Some(s) => {
-                    let deadline =
-                        Instant::now() + Duration::from_secs(lc.plugin.cfg.handshake_timeout_s);
-                    lc.pending = Some(Accepting {
-                        stream: s,
-                        machine: Box::new(Acceptor::new(lc.nonce, &lc.dev.port_info())),
-                        recv: None,
-                        deadline,
-                    });
+        let timeout = lc.plugin.cfg.handshake_timeout_s;
+        while lc.pending.has_room() {
+            match sock::try_accept_from(&lc.listener) {
+                Ok(Some(c)) => lc.pending.add(c, &lc.dev, lc.nonce, timeout),
+                Ok(None) => break,
+                // ECONNABORTED, EMFILE, …: nothing to hand a handshake; serve the others.
+                Err(e) => {
+                    lc.pending.accept_failed(&sys("accept", &e));
+                    break;
                 }
-                None => return Ok(()),
             }
         }
-        let mut a = lc.pending.take().ok_or(Error::BadState {
-            op: "accept",
-            state: "no pending connection",
-        })?;
-        match accept_step(lc, &mut a)? {
-            Some(recv) => {
-                let at = (lc.dev.clone(), lc.dev_index, lc.cache.clone());
-                *out = publish(Kind::Recv, at, *recv, AnyRecv::close)?;
-            }
-            None => lc.pending = Some(a),
+        if let Some((recv, w)) = lc.pending.step_all(&lc.dev, &lc.plugin, lc.nonce) {
+            let at = (lc.dev.clone(), lc.dev_index, lc.cache.clone());
+            *out = publish(Kind::Recv, at, *recv, Some(w), AnyRecv::close)?;
         }
         Ok(())
     })
@@ -180,6 +134,7 @@ pub fn close_listen(listen: *mut c_void) -> ncclResult_t {
         // SAFETY: the slot held a ListenComm box we leaked; removing it from the table made
         // this the only owner, so it is freed once.
         drop(unsafe { Box::from_raw(p as *mut ListenComm) });
+        crate::plugin::idle();
         Ok(())
     })
 }

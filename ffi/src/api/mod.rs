@@ -4,7 +4,9 @@
 //!  entry     catch_unwind, one WARN, error kind → ncclResult_t; a caught panic poisons its comm
 //!  common    argument checks, the plugin and its devices
 //!  init      init / finalize (v11 contexts), devices, properties, makeVDevice, setNetAttr
-//!  listen    listen, accept (the acceptor side of the bootstrap handshake), closeListen
+//!  listen    listen, accept, closeListen
+//!  accepting the acceptor side of the handshake: all queued connections concurrently, bad
+//!            ones dropped (never failing accept), the nonce single-use
 //!  connect   connect (the connector side; progress parked in crate::connect_registry)
 //!  comm      comm boxes behind crate::handles tokens, closeSend / closeRecv
 //!  mr        regMr / regMrDmaBuf / deregMr through the device's registration cache
@@ -50,8 +52,11 @@
 //! writes into the scratch area of the handle (NCCL keeps the handle between calls); an
 //! unknown token is a corrupt handle. A peer that closes mid-handshake is an error
 //! (`PeerGone`); one that stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either
-//! drops the half-built comm.
+//! drops the half-built comm; its WARN names the peer's socket address and the handshake state
+//! (`handshake_io::AtPeer`: "timed out waiting for ADDR in state …"). On the accepting side
+//! such a connection is dropped and `accept` goes on (see `accepting`).
 
+mod accepting;
 pub mod comm;
 pub mod common;
 pub mod connect;
@@ -66,7 +71,7 @@ mod tests;
 pub use comm::{close_recv, close_send, CommBox, RecvCommBox, SendCommBox};
 pub use connect::connect;
 pub use data::{iflush, irecv, isend, test, Sizes};
-pub use entry::{entry, entry_on, to_nccl};
+pub use entry::{entry, entry_at, entry_on, to_nccl};
 pub use init::{devices, finalize, init, make_vdevice, properties, set_net_attr, NetCtx};
 pub use listen::{accept, close_listen, listen, ListenComm};
 pub use mr::{dereg_mr, reg_mr};

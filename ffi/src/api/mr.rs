@@ -9,6 +9,10 @@ use core::ffi::{c_int, c_void};
 
 use ibnet_core::provider::{MrKeys, RegKind};
 use ibnet_core::Error;
+const _: () = assert!(
+    crate::dev::MR_CACHE_CAPACITY == 16384 && ibnet_core::mr_cache::PROBE == 16,
+    "update the probe-window message in reg_mr"
+);
 
 use super::comm::{comm_ref, CommRef};
 use super::common::{missing, out_ptr};
@@ -87,8 +91,8 @@ pub fn reg_mr(
         };
         // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
         // covers one page.
-        let r =
-            cache.acquire_or_contained(data as u64, size.max(1), page_size(), |base, len| {
+        let r = cache
+            .acquire_or_contained(data as u64, size.max(1), page_size(), |base, len| {
                 let (mr, keys) = d.reg(base, len, kind)?;
                 Ok(CachedMr {
                     keys,
@@ -96,6 +100,17 @@ pub fn reg_mr(
                     base,
                     len,
                 })
+            })
+            .map_err(|e| match e {
+                // The cache's own Full names its slot count; what is full is one range's window.
+                Error::Full {
+                    what: "MR cache", ..
+                } => Error::Full {
+                    what: "MR cache probe window of this range (16 of the device cache's 16384 \
+                       slots; too many live registrations hash near it)",
+                    cap: ibnet_core::mr_cache::PROBE,
+                },
+                e => e,
             })?;
         *out = mh_encode(r.handle, dev_index) as *mut c_void;
         Ok(())

@@ -1,7 +1,6 @@
 //! Tokens across the API: stale and foreign ones are errors, a caught panic poisons its comm.
 
 use core::ffi::c_void;
-use std::sync::Arc;
 
 use ibnet_core::comm::CommConfig;
 use ibnet_core::mr_cache::MrHandle;
@@ -12,7 +11,7 @@ use ibnet_core::Error;
 use super::comm::{publish, send_comm};
 use super::mr::mr_get;
 use super::*;
-use crate::dev::{AnySend, Dev, MrCacheT};
+use crate::dev::{AnySend, Dev};
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
 
@@ -24,8 +23,8 @@ fn soft_send() -> Option<(ibnet_soft::SoftProvider, *mut c_void)> {
     let d = Dev::Soft(sp.clone());
     let cfg = CommConfig::from_params(&Params::default(), LinkLayer::Ethernet, None, false);
     let s = d.new_send(cfg).unwrap();
-    let at = (d, 0, Arc::new(MrCacheT::new()));
-    let tok = publish(handles::Kind::Send, at, s, AnySend::close).unwrap();
+    let at = (d, 0, crate::plugin::new_mr_cache());
+    let tok = publish(handles::Kind::Send, at, s, None, AnySend::close).unwrap();
     Some((sp, tok))
 }
 
@@ -80,7 +79,7 @@ fn stale_and_foreign_tokens_are_errors_not_dereferenced() {
 fn mhandles_of_another_device_are_not_looked_up() {
     let h = MrHandle::from_bits((5u64 << 32) | 17);
     let m0 = handles::mh_encode(h, 0) as *mut c_void;
-    let cache = MrCacheT::new();
+    let cache = crate::plugin::new_mr_cache();
     assert!(mr_get(&cache, 1, m0).is_err());
 }
 

@@ -22,6 +22,8 @@
  *    the ack travel over one TCP connection (the server accepts one client; the client retries
  *    its connect for up to 60 s); the server receives, the client sends. Run it with
  *    IBNET_PROVIDER=soft on a host without RDMA NICs (one host only).
+ *    After close and dlclose, each process has as many threads as before loading (v8 too:
+ *    the plugin stops its threads when the last comm closes).
  * 5. A second load-use-unload cycle in this process.
  * ABI_TEST_BW_ITERS (default 50): timed messages per size after the 10 verified ones;
  * ABI_TEST_MIN_BYTES (default 0): leave out the smaller sizes. ABI_TEST_FAULT=1: a failing
@@ -31,6 +33,7 @@
  * Exit status 0 on success. Writes its report to stdout (the plugin itself never does).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -451,6 +454,34 @@ static void run_send(net_t* n, int rfd, int wfd) {
   free(buf);
 }
 
+/* Threads of this process (entries of /proc/self/task). */
+static int nthreads(void) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  CHECK(d);
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* After everything is closed and the library unloaded, the thread count is back to `base`
+ * (joined threads may linger in /proc for a moment: up to 2 s). v6-v10 have no finalize: the
+ * plugin stops its threads when the last comm closes. */
+static void check_threads(int base, int ver, const char* who) {
+  int n = nthreads();
+  for (int i = 0; i < 200 && n != base; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    n = nthreads();
+  }
+  if (n != base) {
+    fprintf(stderr, "FAIL v%d %s: %d thread(s) after dlclose, %d before load\n", ver, who, n, base);
+    exit(1);
+  }
+  printf("v%d %s: threads back to %d after close + dlclose\n", ver, who, base);
+}
+
 /* Two processes, each loading the plugin itself (fork before any load: the plugin's state is
  * per process), through table `ver`. */
 static void pair_test(const char* path, int ver) {
@@ -462,18 +493,22 @@ static void pair_test(const char* path, int ver) {
   net_t n;
   if (pid == 0) {
     alarm(300);
+    int base = nthreads();
     net_load(&n, path, ver);
     run_send(&n, p2c[0], c2p[1]);
     net_unload(&n);
+    check_threads(base, ver, "sender");
     fflush(stdout);
     _exit(0);
   }
+  int base = nthreads();
   net_load(&n, path, ver);
   run_recv(&n, p2c[1], c2p[0]);
   int st = 0;
   CHECK(waitpid(pid, &st, 0) == pid);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   net_unload(&n);
+  check_threads(base, ver, "receiver");
 }
 
 /* The tables to move data through: ABI_TEST_TABLES, e.g. "6,7,8,9,10,11" (default "11,8"). */

@@ -1,0 +1,158 @@
+//! Zero allocations at the plugin boundary (issue 13): after warm-up, the exported C entry
+//! points `isend`, `irecv` and `test` (through the `ncclNetPlugin_v9` table, as NCCL calls
+//! them) allocate nothing on the calling thread, over the soft provider. A counting global
+//! allocator counts the allocations of the thread that is armed.
+
+mod util;
+
+use core::ffi::{c_int, c_void};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nccl_net_ibnet::abi::exports::ncclNetPlugin_v9 as NET;
+use nccl_net_ibnet::nccl::types::ncclResult_t;
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note() {
+    if ARMED.with(Cell::get) {
+        // Relaxed: a counter read after the measured calls on the same thread.
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards to the system allocator; counting has no effect on the memory returned.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// One transfer of `len` bytes from `s` to `r` through the table's isend/irecv/test.
+fn transfer(
+    s: *mut c_void,
+    r: *mut c_void,
+    bufs: (*mut c_void, *mut c_void),
+    mhs: (*mut c_void, *mut c_void),
+    len: usize,
+) {
+    let (isend, irecv, test) = (NET.isend.unwrap(), NET.irecv.unwrap(), NET.test.unwrap());
+    let mut data = [bufs.1];
+    let mut sizes = [len];
+    let mut tags = [5 as c_int];
+    let mut mh = [mhs.1];
+    let mut rreq: *mut c_void = core::ptr::null_mut();
+    // SAFETY (all calls): valid comms, buffers registered with these handles, arrays of 1.
+    let rc = unsafe {
+        irecv(
+            r,
+            1,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            tags.as_mut_ptr(),
+            mh.as_mut_ptr(),
+            &mut rreq,
+        )
+    };
+    assert_eq!(rc, ncclResult_t::Success);
+    let mut sreq: *mut c_void = core::ptr::null_mut();
+    let t0 = Instant::now();
+    while sreq.is_null() {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        // SAFETY: as above.
+        let rc = unsafe { isend(s, bufs.0, len, 5, mhs.0, &mut sreq) };
+        assert_eq!(rc, ncclResult_t::Success);
+    }
+    let (mut sd, mut rd) = (0, 0);
+    let mut got: c_int = 0;
+    while sd == 0 || rd == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        if sd == 0 {
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { test(sreq, &mut sd, core::ptr::null_mut()) },
+                ncclResult_t::Success
+            );
+        }
+        if rd == 0 {
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { test(rreq, &mut rd, &mut got) },
+                ncclResult_t::Success
+            );
+        }
+    }
+    assert_eq!(got as usize, len);
+}
+
+#[test]
+fn isend_irecv_test_allocate_nothing() {
+    if !util::init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
+        return;
+    }
+    let (mut h, l) = util::listen();
+    let (s, r, _) = util::establish(&mut h, l, Duration::from_secs(20));
+    let len = 1 << 16;
+    let mut src = vec![0x3cu8; len];
+    let mut dst = vec![0u8; len];
+    let reg = |c: *mut c_void, b: &mut [u8]| {
+        let mut mh = core::ptr::null_mut();
+        let rc = nccl_net_ibnet::api::reg_mr(
+            c,
+            b.as_mut_ptr() as *mut c_void,
+            b.len() as u64,
+            0,
+            None,
+            &mut mh,
+        );
+        assert_eq!(rc, ncclResult_t::Success);
+        mh
+    };
+    let (ms, mr) = (reg(s, &mut src), reg(r, &mut dst));
+    let bufs = (
+        src.as_mut_ptr() as *mut c_void,
+        dst.as_mut_ptr() as *mut c_void,
+    );
+    for _ in 0..100 {
+        transfer(s, r, bufs, (ms, mr), len);
+    }
+    ARMED.with(|a| a.set(true));
+    for i in 0..1000 {
+        transfer(s, r, bufs, (ms, mr), if i % 2 == 0 { len } else { 8 });
+    }
+    ARMED.with(|a| a.set(false));
+    // Relaxed: written by this thread only (armed).
+    let n = ALLOCS.load(Ordering::Relaxed);
+    assert_eq!(n, 0, "{n} allocation(s) in 1000 isend/irecv/test transfers");
+    assert_eq!(dst, src);
+    assert_eq!(nccl_net_ibnet::api::dereg_mr(s, ms), ncclResult_t::Success);
+    assert_eq!(nccl_net_ibnet::api::dereg_mr(r, mr), ncclResult_t::Success);
+    util::close(s, r, l);
+}
