@@ -111,7 +111,7 @@ pub use probe::{probe, probe_with, ptrace_scope, Unavailable};
 use crate::engine::Engine;
 use crate::peer::{Monitor, Peer};
 use crate::qp::{QpShared, Remote};
-use crate::segment::{Segment, MR_SLOTS, QP_SLOTS, RING};
+use crate::segment::{Segment, MR_SLOTS, QP_IDX_BITS, QP_SLOTS, RING};
 
 /// The device name.
 pub const DEVICE_NAME: &str = "soft0";
@@ -121,8 +121,15 @@ pub const MAX_SEND_WR: u32 = 1 << 16;
 pub const MAX_RECV_WR: u32 = RING as u32;
 /// Largest `max_inline`.
 pub const MAX_INLINE: u32 = 1024;
+/// QPs one provider holds at once: 2 × 1024 comms (the plugin's `maxComms`, send and receive
+/// comms) × 129 QPs each (`NCCL_IB_QPS_PER_CONNECTION` ≤ 128, plus a flush QP). An idle QP
+/// costs ~1 KiB of heap and a 192-byte head in the segment; its 16 KiB receive ring only once
+/// used.
+pub const MAX_QPS: usize = QP_SLOTS - 1;
 /// Largest CQ depth.
 pub const MAX_CQ_DEPTH: u32 = 1 << 20;
+/// Generations of a QP slot (5 bits above the index: QP numbers stay within 24 bits).
+const QP_GEN_MASK: u8 = (1 << (24 - QP_IDX_BITS)) - 1;
 /// How long `dereg_mr` waits for peers' in-flight copies.
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
@@ -208,12 +215,14 @@ impl std::fmt::Debug for SoftProvider {
 pub struct SoftQp {
     sh: Arc<QpShared>,
     qps: Arc<Mutex<IdxAlloc>>,
+    seg: Arc<Segment>,
 }
 
 impl Drop for SoftQp {
     fn drop(&mut self) {
         self.sh.destroy();
         self.sh.cq.detach(&self.sh);
+        self.seg.clear_ring(self.sh.idx); // its memory goes back to the system
         let mut a = self.qps.lock().unwrap_or_else(|e| e.into_inner());
         a.free(self.sh.idx as u32);
     }
@@ -352,7 +361,7 @@ impl SoftProvider {
         {
             return Ok(p);
         }
-        let p = peer::resolve(a)?;
+        let p = peer::resolve(a, self.inner.seg.nonce)?;
         self.inner.monitor.watch(&p)?;
         peers.push(Arc::downgrade(&p));
         Ok(p)
@@ -412,17 +421,16 @@ impl Provider for SoftProvider {
             let mut a = i.qps.lock().unwrap_or_else(|e| e.into_inner());
             let idx = a.alloc("soft QP table")?;
             let g = &mut a.gens[idx as usize];
-            *g = g.wrapping_add(1).max(1);
+            *g = (g.wrapping_add(1) & QP_GEN_MASK).max(1);
             (idx, *g)
         };
-        let qpn = ((gen as u32) << 16) | idx;
+        let qpn = ((gen as u32) << QP_IDX_BITS) | idx;
         let b = i.seg.qp_block(idx as usize);
         // Relaxed: published by the Release store of `state` below.
         b.recv_posted.store(0, Ordering::Relaxed);
-        for e in &b.ring {
-            e.seq.store(0, Ordering::Relaxed);
-        }
-        // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
+        b.error.store(0, Ordering::Relaxed);
+        i.seg.clear_ring(idx as usize); // reads as zeros; no page touched
+                                        // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
         b.state.store(qpn as u64, Ordering::Release);
         let sh = Arc::new(QpShared::new(
             qpn,
@@ -437,6 +445,7 @@ impl Provider for SoftProvider {
         Ok(SoftQp {
             sh,
             qps: i.qps.clone(),
+            seg: i.seg.clone(),
         })
     }
 
@@ -462,7 +471,7 @@ impl Provider for SoftProvider {
                 value: attr.link_layer as u64,
             });
         }
-        let block = (attr.remote_qpn & 0xffff) as usize;
+        let block = (attr.remote_qpn & ((1 << QP_IDX_BITS) - 1)) as usize;
         if block == 0 || block >= QP_SLOTS || attr.remote_qpn >> 24 != 0 {
             return Err(Error::Wire {
                 what: "remote QP number",

@@ -49,6 +49,8 @@ use crate::segment::{
 };
 use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
 
+mod responder;
+
 /// Where a connected QP sends to.
 pub struct Remote {
     /// The peer provider.
@@ -180,6 +182,7 @@ impl QpShared {
                 self.set_fail(WcStatus::RetryExceeded);
             }
         }
+        self.check_responder();
     }
 
     /// Destroys: flushes nothing (outstanding WRs are dropped), stops workers' copies, frees
@@ -293,6 +296,7 @@ impl QpShared {
             if let Err((st, v)) = self.copy(&w, off, n) {
                 e.set_err(st, v);
                 self.err_seq.note(seq);
+                self.mark_responder(st);
             }
         }
     }
@@ -329,7 +333,6 @@ impl QpShared {
         let own = Arc::ptr_eq(&r.peer.seg, &self.own);
         let rl = r
             .peer
-            .seg
             .lease(w.rkey, ra, n, rneed, own)
             .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
         segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize).map_err(|e| {

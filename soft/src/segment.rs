@@ -6,10 +6,15 @@
 //! the owner's mapping). Layout (fixed by [`VERSION`]; a peer never trusts sizes it reads):
 //!
 //! ```text
-//!  offset 0        Header   magic, version, pid, nonce
+//!  offset 0        Header   magic, version, pid, nonce, lease lanes
 //!  HDR_BYTES       MrSlot × MR_SLOTS      registration table (key = gen << 16 | index)
-//!  QP_OFF          QpBlock × QP_SLOTS     per QP: recv_posted, inbound ring
+//!  QP_OFF          QpHead × QP_SLOTS      per QP: state, responder error, recv_posted
+//!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (16 KiB, page aligned)
 //! ```
+//! The segment is sparse: a page costs memory only once touched. A QP's ring pages are
+//! punched out (`MADV_REMOVE`) when the QP is created and destroyed, so an idle or closed QP
+//! costs only its 192-byte head, and the table can be as large as the plugin advertises
+//! ([`QP_SLOTS`]).
 //!
 //! ## Registration leases (initiator checks, owner deregisters)
 //! An initiator copies into (or out of) a peer's memory only under a *lease* on the slot the
@@ -17,15 +22,25 @@
 //! ```text
 //!  initiator                                   owner (dereg)
 //!  busy.fetch_add(1)            (SeqCst)       state.store(invalid) (SeqCst)
-//!  (busy_remote for peers, busy_local for the owner's own copies: separate cache lines)
-//!  state.load() == key's gen?   (SeqCst)       while busy.load() != 0 (SeqCst) { wait ≤ 1 s }
+//!  (busy_remote[lane] for peers, busy_local for the owner's own copies: separate lines)
+//!  state.load() == key's gen?   (SeqCst)       while any busy.load() != 0 (SeqCst) { wait ≤ 1 s }
 //!  check range/access, copy                    slot reusable
 //!  busy.fetch_sub(1)            (Release) ───▶ (Acquire) sees 0: the copy is complete
 //! ```
 //! In the single total order of the SeqCst operations either the initiator sees the slot
-//! invalid, or the owner sees `busy > 0` and waits. A lease that is never released (a peer
-//! killed mid-copy, or stopped) makes `dereg` give up after 1 s and quarantine the slot (never
-//! reused); `dereg_mr` then fails with `EBUSY` and the memory must not be reused.
+//! invalid, or the owner sees `busy > 0` and waits.
+//!
+//! **Lanes.** Each peer provider counts its leases in a lane of its own: at connect it claims
+//! one of the `LANES - 1` entries of the owner's header lane table (`pid << 32 | nonce`, by
+//! CAS; lane 0 is shared by peers that found the table full). A lease held by a process that
+//! has exited (killed mid-copy) can never be released by it; `dereg` therefore looks, while it
+//! waits, at the process of every busy lane (pidfd: exited or reaped) and zeroes the lane's
+//! count in this slot once that process is gone: no copy of a dead process can be in flight, so
+//! its leases are void, and `dereg_mr` succeeds at once. Only a live process that holds a lease
+//! past the deadline (stopped, stuck in a copy), or a dead one counted in the shared lane 0,
+//! still makes `dereg` give up after 1 s and quarantine the slot (never reused); `dereg_mr` then
+//! fails with `EBUSY` and the memory must not be reused. Lanes are not recycled while the owner
+//! lives (a dead process's stale counts may remain in slots not yet deregistered).
 //!
 //! ## Inbound ring (WRITE_WITH_IMM delivery)
 //! ```text
@@ -54,21 +69,30 @@ use std::time::{Duration, Instant};
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Magic at offset 0.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IBNSOFT1");
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
 pub const MR_SLOTS: usize = 1 << 16;
-/// QP slots (index 0 unused). QP numbers carry a 16-bit index and an 8-bit generation.
-pub const QP_SLOTS: usize = 2048;
+/// Bits of a QP number that hold its slot index; the 5 bits above hold a generation (QP numbers
+/// stay within RC's 24 bits).
+pub const QP_IDX_BITS: u32 = 19;
+/// QP slots (index 0 unused): 2 × 1024 comms (the plugin's `maxComms`, send and receive) × 129
+/// QPs (128 = `NCCL_IB_QPS_PER_CONNECTION`'s maximum, plus a flush QP), and the unused slot 0.
+pub const QP_SLOTS: usize = 2 * 1024 * 129 + 1;
+const _: () = assert!(QP_SLOTS <= 1 << QP_IDX_BITS);
+/// Lease lanes per registration slot (lane 0 shared, see the module doc).
+pub const LANES: usize = 16;
 /// Entries of a QP's inbound ring: the most receives a QP may have posted.
 pub const RING: usize = 1024;
 
 const HDR_BYTES: usize = 4096;
 const MR_OFF: usize = HDR_BYTES;
 const QP_OFF: usize = MR_OFF + MR_SLOTS * std::mem::size_of::<MrSlot>();
+const RING_BYTES: usize = RING * std::mem::size_of::<RingEntry>();
+const RING_OFF: usize = (QP_OFF + QP_SLOTS * std::mem::size_of::<QpHead>() + 4095) & !4095;
 /// Total bytes of a segment (virtual; pages are allocated as they are touched).
-pub const BYTES: usize = QP_OFF + QP_SLOTS * std::mem::size_of::<QpBlock>();
+pub const BYTES: usize = RING_OFF + QP_SLOTS * RING_BYTES;
 
 /// Access bits stored in a slot.
 pub const ACC_LOCAL_WRITE: u32 = 1;
@@ -83,6 +107,9 @@ struct Header {
     version: AtomicU32,
     pid: AtomicU32,
     nonce: AtomicU64,
+    /// Lease lanes: `pid << 32 | nonce & 0xffff_ffff` of the peer provider that claimed each
+    /// (0: free; entry 0 stays free: the shared lane).
+    lanes: [AtomicU64; LANES],
 }
 
 /// One registration slot: a read-mostly line, then the lease counters of this process and of
@@ -96,26 +123,39 @@ pub struct MrSlot {
     len: AtomicU64,
     access: AtomicU32,
     _p0: [u32; 9],
-    /// Leases held by peers right now.
-    busy_remote: AtomicU32,
-    _p1: [u32; 15],
+    /// Leases held by peers right now, one count per lane.
+    busy_remote: [AtomicU32; LANES],
     /// Leases held by the owner's own copies right now.
     busy_local: AtomicU32,
     _p2: [u32; 15],
 }
 
-/// The receive side of one QP.
+/// The head of one QP's receive side.
 #[repr(C, align(64))]
-pub struct QpBlock {
+pub struct QpHead {
     /// The QP number while the QP lives, 0 when free.
-    pub state: AtomicU64,
-    _p0: [u64; 7],
+    state: AtomicU64,
+    /// `qpn << 32 | status`: an initiator's WR hit a responder error (remote access) on this
+    /// QP, which must move to the error state (as RC does); 0: none. Written by initiators.
+    error: AtomicU64,
+    _p0: [u64; 6],
     /// Receives posted so far (written by the owner).
-    pub recv_posted: AtomicU64,
+    recv_posted: AtomicU64,
     _p1: [u64; 7],
     _p3: [u64; 8],
+}
+
+/// The receive side of one QP: its head and its inbound ring (two places of the segment).
+#[derive(Clone, Copy)]
+pub struct QpBlock<'a> {
+    /// The QP number while the QP lives, 0 when free.
+    pub state: &'a AtomicU64,
+    /// Responder error mark (see [`QpHead`]).
+    pub error: &'a AtomicU64,
+    /// Receives posted so far (written by the owner).
+    pub recv_posted: &'a AtomicU64,
     /// One entry per delivery `t`, at `t % RING`.
-    pub ring: [RingEntry; RING],
+    pub ring: &'a [RingEntry; RING],
 }
 
 /// One write-with-immediate delivery.
@@ -128,6 +168,8 @@ pub struct RingEntry {
 }
 
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
+const _: () = assert!(std::mem::size_of::<QpHead>() == 192);
+const _: () = assert!(RING_BYTES % 4096 == 0);
 const _: () = assert!(std::mem::size_of::<Header>() <= HDR_BYTES);
 const _: () = assert!(QP_OFF % 64 == 0);
 
@@ -257,23 +299,78 @@ impl Segment {
         }
     }
 
-    /// The QP block `idx` (must be < [`QP_SLOTS`]).
-    pub fn qp_block(&self, idx: usize) -> &QpBlock {
+    fn qp_head(&self, idx: usize) -> &QpHead {
         debug_assert!(idx < QP_SLOTS);
         let idx = idx % QP_SLOTS;
-        // SAFETY: in bounds, 64-byte aligned (QP_OFF and the block size are 64-multiples);
-        // atomics and padding only, valid for any bit pattern; lives as long as `self`.
+        // SAFETY: in bounds (idx < QP_SLOTS), 64-byte aligned (QP_OFF and the head size are
+        // 64-multiples); atomics and padding only, valid for any bit pattern; lives as long as
+        // `self`.
         unsafe {
             &*(self
                 .map
                 .as_ptr()
-                .add(QP_OFF + idx * std::mem::size_of::<QpBlock>())
-                as *const QpBlock)
+                .add(QP_OFF + idx * std::mem::size_of::<QpHead>()) as *const QpHead)
         }
     }
 
+    fn ring_ptr(&self, idx: usize) -> *mut u8 {
+        debug_assert!(idx < QP_SLOTS);
+        // SAFETY: `RING_OFF + (idx % QP_SLOTS) * RING_BYTES + RING_BYTES <= BYTES`: inside the
+        // mapping.
+        unsafe {
+            self.map
+                .as_ptr()
+                .add(RING_OFF + (idx % QP_SLOTS) * RING_BYTES)
+        }
+    }
+
+    /// The QP block `idx` (must be < [`QP_SLOTS`]).
+    #[inline]
+    pub fn qp_block(&self, idx: usize) -> QpBlock<'_> {
+        let h = self.qp_head(idx);
+        // SAFETY: the ring of slot `idx` lies inside the mapping (`ring_ptr`), page aligned;
+        // atomics only, valid for any bit pattern (a punched-out page reads as zeros); lives as
+        // long as `self`.
+        let ring = unsafe { &*(self.ring_ptr(idx) as *const [RingEntry; RING]) };
+        QpBlock {
+            state: &h.state,
+            error: &h.error,
+            recv_posted: &h.recv_posted,
+            ring,
+        }
+    }
+
+    /// Owner: zeroes QP slot `idx`'s inbound ring and gives its pages back to the system
+    /// (`MADV_REMOVE`; by atomic stores where the kernel refuses). Control path (create and
+    /// destroy of a QP).
+    pub fn clear_ring(&self, idx: usize) {
+        if sys::punch(self.ring_ptr(idx), RING_BYTES).is_err() {
+            for e in self.qp_block(idx).ring {
+                // Relaxed: published by the Release store of the QP's `state` at create.
+                e.seq.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Peer: claims a lease lane in this (the owner's) segment for the provider `(pid,
+    /// nonce)` of this process; returns it (0, the shared lane, when the table is full).
+    pub fn claim_lane(&self, pid: i32, nonce: u64) -> u8 {
+        let tag = (pid as u32 as u64) << 32 | (nonce & 0xffff_ffff).max(1);
+        let lanes = &self.header().lanes;
+        for (i, l) in lanes.iter().enumerate().skip(1) {
+            // AcqRel/Acquire: claims are ordered among claimants; no data hangs on the tag.
+            match l.compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return i as u8,
+                Err(t) if t == tag => return i as u8,
+                Err(_) => {}
+            }
+        }
+        0
+    }
+
     /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`;
-    /// `own` says the lease is taken by the owner process itself (its local SGE).
+    /// `own` says the lease is taken by the owner process itself (its local SGE), else it is
+    /// counted in the shared lane 0 (see [`Segment::lease_lane`]).
     #[inline]
     pub fn lease(
         &self,
@@ -283,15 +380,29 @@ impl Segment {
         need: u32,
         own: bool,
     ) -> Result<Lease<'_>, LeaseError> {
+        self.lease_lane(key, addr, len, need, if own { OWN_LANE } else { 0 })
+    }
+
+    /// [`Segment::lease`] counted in `lane` ([`OWN_LANE`]: the owner's own copies; else a
+    /// lane of [`Segment::claim_lane`]).
+    #[inline]
+    pub fn lease_lane(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        lane: u8,
+    ) -> Result<Lease<'_>, LeaseError> {
         let idx = (key & 0xffff) as usize;
         if idx == 0 {
             return Err(LeaseError::Key);
         }
         let slot = self.mr(idx);
-        let busy = if own {
+        let busy = if lane == OWN_LANE {
             &slot.busy_local
         } else {
-            &slot.busy_remote
+            &slot.busy_remote[lane as usize % LANES]
         };
         // SeqCst: the Dekker pair with `dereg` (store state, load busy); see the module doc.
         busy.fetch_add(1, Ordering::SeqCst);
@@ -331,8 +442,9 @@ impl Segment {
         ((gen as u32) << 16) | idx as u32
     }
 
-    /// Owner: invalidates slot `idx` and waits (≤ `timeout`) for leases to drain. Returns
-    /// `false` when a lease was still held at the deadline (the slot must be quarantined).
+    /// Owner: invalidates slot `idx` and waits (≤ `timeout`) for leases to drain; leases of
+    /// exited processes are voided (see "Lanes" in the module doc). Returns `false` when a
+    /// lease was still held at the deadline (the slot must be quarantined).
     pub fn dereg(&self, idx: usize, timeout: Duration) -> bool {
         let slot = self.mr(idx);
         // Relaxed: only the owner writes `state`.
@@ -341,10 +453,7 @@ impl Segment {
         slot.state.store(st & !1, Ordering::SeqCst);
         let start = Instant::now();
         let mut spins = 0u32;
-        // SeqCst: see above; it also acquires the Release of every dropped lease.
-        while slot.busy_remote.load(Ordering::SeqCst) != 0
-            || slot.busy_local.load(Ordering::SeqCst) != 0
-        {
+        while !self.drained(slot) {
             if start.elapsed() >= timeout {
                 return false;
             }
@@ -352,12 +461,47 @@ impl Segment {
             if spins < 64 {
                 std::hint::spin_loop();
             } else {
+                if spins % 16 == 0 {
+                    self.void_dead_lanes(slot); // a few µs of syscalls, every ~1 ms
+                }
                 std::thread::sleep(Duration::from_micros(50));
+            }
+            if spins == 1 {
+                self.void_dead_lanes(slot); // at once: a dead peer costs no wait
             }
         }
         true
     }
+
+    fn drained(&self, slot: &MrSlot) -> bool {
+        // SeqCst (all): see `dereg`; they also acquire the Release of every dropped lease.
+        slot.busy_local.load(Ordering::SeqCst) == 0
+            && slot
+                .busy_remote
+                .iter()
+                .all(|b| b.load(Ordering::SeqCst) == 0)
+    }
+
+    /// Zeroes the counts of `slot`'s lanes whose process has exited (lane 0 is shared: kept).
+    fn void_dead_lanes(&self, slot: &MrSlot) {
+        let lanes = &self.header().lanes;
+        for (b, l) in slot.busy_remote.iter().zip(lanes).skip(1) {
+            // Relaxed (both): a hint; the decision rests on the process having exited.
+            if b.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let pid = (l.load(Ordering::Relaxed) >> 32) as i32;
+            if pid > 0 && pid != self.pid && sys::pid_exited(pid) {
+                // SeqCst: like the loads in `drained`. An exited process runs no copy and
+                // never touches the count again, so nothing it did is lost.
+                b.store(0, Ordering::SeqCst);
+            }
+        }
+    }
 }
+
+/// The lane of the owner's own copies (`busy_local`).
+pub const OWN_LANE: u8 = u8::MAX;
 
 /// A zeroed FIFO ring on the heap (128 KiB: too large to build on the stack).
 pub fn zeroed_fifo() -> Box<ibnet_core::fifo::FifoRing> {

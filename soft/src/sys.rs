@@ -382,3 +382,26 @@ pub fn pid_alive(pid: i32) -> bool {
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
+
+/// `madvise(MADV_REMOVE)`: frees the pages of `[ptr, ptr + len)` of a shared file mapping
+/// (the memfd segment); they read as zeros afterwards, in every process that maps the file.
+pub fn punch(ptr: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller passes a page-aligned range of one of its own shared mappings, whose
+    // contents are atomics only (zero is a valid value for each); no mapping changes.
+    cvt(unsafe { libc::madvise(ptr.cast(), len, libc::MADV_REMOVE) }).map(drop)
+}
+
+/// Has process `pid` exited (a zombie, or reaped)? `false` when that cannot be told (no
+/// permission): the caller then keeps waiting, as before.
+pub fn pid_exited(pid: i32) -> bool {
+    match pidfd_open(pid) {
+        // A pidfd turns readable when the process exits (also while it is a zombie).
+        Ok(fd) => {
+            let mut ready = Vec::with_capacity(1);
+            poll_readable(&[fd.as_raw_fd()], &mut ready).is_ok_and(|_| ready[0])
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => true,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => !pid_alive(pid),
+        Err(_) => false,
+    }
+}
