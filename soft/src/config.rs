@@ -6,12 +6,15 @@
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | a large WR is split into chunks of this size across the workers |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
+//! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
 //!
 //! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
 //! sign, then decimal, `0x` hexadecimal or leading-`0` octal; surrounding whitespace ignored).
 
 use ibnet_core::params::parse_int;
 use ibnet_core::Error;
+
+use crate::faults::{self, Faults};
 
 /// Provider tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +27,8 @@ pub struct Config {
     pub chunk: u64,
     /// Allow any same-user process to attach (Yama `ptrace_scope = 1`).
     pub set_ptracer: bool,
+    /// Armed fault injection (`IBNET_SOFT_FAULTS`; [`Faults::OFF`] by default).
+    pub faults: Faults,
 }
 
 impl Default for Config {
@@ -34,6 +39,7 @@ impl Default for Config {
             direct_max: 64 << 10,
             chunk: 256 << 10,
             set_ptracer: true,
+            faults: Faults::OFF,
         }
     }
 }
@@ -81,6 +87,12 @@ impl Config {
         if let Some(n) = num("IBNET_SOFT_PTRACER", 0, 1) {
             c.set_ptracer = n == 1;
         }
+        if let Some(v) = get(faults::VAR) {
+            match Faults::parse(&v) {
+                Ok(f) => c.faults = f,
+                Err(e) => errs.push(e), // refused: no fault is armed
+            }
+        }
         (c, errs)
     }
 }
@@ -116,6 +128,23 @@ mod tests {
                 name: "IBNET_SOFT_PTRACER",
                 reason: "not a number; default used",
             }
+        ));
+    }
+
+    #[test]
+    fn faults_are_off_by_default_parsed_when_set_and_refused_when_malformed() {
+        assert_eq!(Config::from_lookup(|_| None).0.faults, Faults::OFF);
+        let (c, e) = Config::from_lookup(|k| (k == faults::VAR).then(|| "reg_fail=2".into()));
+        assert!(e.is_empty());
+        assert_eq!(c.faults.reg_fail, 2);
+        let (c, e) = Config::from_lookup(|k| (k == faults::VAR).then(|| "wr_fail=0.5".into()));
+        assert_eq!(c.faults, Faults::OFF, "refused: nothing armed");
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: "IBNET_SOFT_FAULTS",
+                ..
+            }]
         ));
     }
 

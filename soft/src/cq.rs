@@ -14,6 +14,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::inject::Inject;
 
 use ibnet_core::provider::Completion;
 use ibnet_core::{Error, Result};
@@ -95,10 +98,12 @@ pub struct SoftCq {
     qps: Vec<Source>,
     ver: u64,
     rr: usize,
+    /// Armed `IBNET_SOFT_FAULTS` (delay, reorder), and when the next batch may go out.
+    faults: Option<(Arc<Inject>, Option<Instant>)>,
 }
 
 impl SoftCq {
-    pub(crate) fn new(depth: u32) -> Self {
+    pub(crate) fn new(depth: u32, inject: Option<Arc<Inject>>) -> Self {
         Self {
             sh: Arc::new(CqShared {
                 depth,
@@ -109,6 +114,9 @@ impl SoftCq {
             qps: Vec::new(),
             ver: u64::MAX,
             rr: 0,
+            faults: inject
+                .filter(|f| f.spec.cq_delay_us != 0 || f.spec.reorder)
+                .map(|f| (f, None)),
         }
     }
 
@@ -131,6 +139,9 @@ impl SoftCq {
         if nq == 0 {
             return 0;
         }
+        if self.faults.is_some() {
+            return self.poll_faulty(out);
+        }
         let mut n = 0;
         for i in 0..nq {
             let q = &self.qps[(self.rr + i) % nq];
@@ -140,6 +151,48 @@ impl SoftCq {
             }
         }
         self.rr = (self.rr + 1) % nq;
+        n
+    }
+
+    /// `poll` with `cq_delay_us` / `reorder` armed (see [`crate::faults`]).
+    #[cold]
+    fn poll_faulty(&mut self, out: &mut [Completion]) -> usize {
+        let Some((f, hold)) = &mut self.faults else {
+            return 0;
+        };
+        if hold.is_some_and(|t| Instant::now() < t) {
+            return 0;
+        }
+        let nq = self.qps.len();
+        let mut n = 0;
+        if f.spec.reorder {
+            // Rounds over the QPs in a random order, one completion of each per round.
+            loop {
+                let before = n;
+                let (start, step) = (f.rand() as usize % nq, 1 + f.rand() as usize % nq);
+                for i in 0..nq {
+                    if n == out.len() {
+                        break;
+                    }
+                    // A step coprime to nq visits every QP; otherwise some twice (harmless).
+                    let q = &self.qps[(start + i * step) % nq];
+                    n += q.poll_into(&mut out[n..n + 1]);
+                }
+                if n == before || n == out.len() {
+                    break;
+                }
+            }
+        } else {
+            for q in &self.qps {
+                n += q.poll_into(&mut out[n..]);
+                if n == out.len() {
+                    break;
+                }
+            }
+        }
+        if n > 0 && f.spec.cq_delay_us != 0 {
+            *hold = Some(Instant::now() + Duration::from_micros(f.spec.cq_delay_us));
+        }
         n
     }
 

@@ -40,10 +40,15 @@
 //! unmapped range, or one without the access asked for, fails with `Error::Provider` and
 //! `EFAULT`. Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
 //! taken from the owners' registration tables in shared memory (see `segment`): key, range and
-//! access are checked before any byte moves, and deregistration waits until no lease is held
-//! (bounded: 1 s, after which the slot is quarantined and `dereg_mr` fails with `EBUSY`: the
-//! memory must then never be reused, since a stopped peer may still write into it). A failed check completes the WR with
-//! `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state.
+//! access are checked before any byte moves, and deregistration waits until no lease is held.
+//! Leases of a peer process that has exited (killed mid-copy) are void: `dereg_mr` finds the
+//! process gone (pidfd) and succeeds at once. A live peer holding a lease past 1 s (stopped,
+//! stuck) makes the slot quarantined and `dereg_mr` fail with `EBUSY`: the memory must then
+//! never be reused, since that peer may still write into it. A failed check completes the WR
+//! with `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state; a
+//! failure on the target's side (remote access: stale or deregistered rkey, range, access)
+//! moves the target's QP to the error state too, as RC does: its posted receives complete with
+//! `WrFlushError`.
 //! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
 //! copies of up to 16 KiB use atomic word stores, larger ones and all cross-process copies go
 //! through the kernel. Registered memory must stay mapped until it is deregistered (as with
@@ -68,6 +73,17 @@
 //! first cross-process peer. [`SoftProvider::shutdown`] joins all of them; dropping the last
 //! handle does the same. Objects (QPs, MRs) release their resources on drop.
 //!
+//! ## Capacity
+//! [`MAX_QPS`] QPs per provider (2 × 1024 comms × 129 QPs: the plugin's `maxComms` as send
+//! and receive comms at `NCCL_IB_QPS_PER_CONNECTION=128`, plus a flush QP each); 65,535 memory
+//! registrations. The segment is sparse: an idle QP costs its 192-byte head there (and ~1 KiB
+//! of heap), its 16 KiB receive ring only once used, and nothing after it is destroyed.
+//!
+//! ## Fault injection
+//! `IBNET_SOFT_FAULTS` (off by default) arms seeded faults for tests: failed WRs with a chosen
+//! status, delayed or reordered completions, corrupted FIFO elements, failed registrations,
+//! and a process that kills itself; see [`faults`] for the grammar and what each fault does.
+//!
 //! ## Not supported
 //! DMA-BUF registrations (host memory only), other hosts, sends/receives with SGEs (only
 //! zero-SGE receives consumed by writes with immediate, as ibnet uses).
@@ -78,6 +94,8 @@ mod addr;
 mod config;
 mod cq;
 mod engine;
+pub mod faults;
+mod inject;
 mod peer;
 mod probe;
 mod qp;
@@ -179,6 +197,8 @@ struct Inner {
     monitor: Monitor,
     peers: Mutex<Vec<std::sync::Weak<Peer>>>,
     shut: AtomicBool,
+    /// Armed `IBNET_SOFT_FAULTS`, if any.
+    inject: Option<Arc<inject::Inject>>,
 }
 
 impl Inner {
@@ -319,6 +339,7 @@ impl SoftProvider {
                 monitor: Monitor::default(),
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
+                inject: inject::Inject::new(cfg.faults),
             }),
         })
     }
@@ -408,7 +429,7 @@ impl Provider for SoftProvider {
     fn create_cq(&self, depth: u32) -> Result<Self::Cq> {
         self.check_open("create_cq")?;
         range("CQ depth", depth, 1, MAX_CQ_DEPTH)?;
-        Ok(SoftCq::new(depth))
+        Ok(SoftCq::new(depth, self.inner.inject.clone()))
     }
 
     fn create_qp(&self, cq: &Self::Cq, attr: &QpAttr) -> Result<Self::Qp> {
@@ -432,15 +453,18 @@ impl Provider for SoftProvider {
         i.seg.clear_ring(idx as usize); // reads as zeros; no page touched
                                         // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
         b.state.store(qpn as u64, Ordering::Release);
-        let sh = Arc::new(QpShared::new(
-            qpn,
-            idx as usize,
-            i.seg.clone(),
-            cq.sh.clone(),
-            attr,
-            i.cfg.direct_max,
-            i.cfg.chunk,
-        ));
+        let sh = Arc::new(
+            QpShared::new(
+                qpn,
+                idx as usize,
+                i.seg.clone(),
+                cq.sh.clone(),
+                attr,
+                i.cfg.direct_max,
+                i.cfg.chunk,
+            )
+            .with_faults(i.inject.clone()),
+        );
         cq.sh.attach(sh.clone());
         Ok(SoftQp {
             sh,
@@ -544,6 +568,14 @@ impl Provider for SoftProvider {
                 e,
             )
         })?;
+        if let Some(f) = &self.inner.inject {
+            if f.reg_fails() {
+                return Err(Error::Provider {
+                    call: "reg_mr (fault injected: IBNET_SOFT_FAULTS reg_fail)",
+                    errno: libc::ENOMEM,
+                });
+            }
+        }
         let idx = self
             .inner
             .mrs

@@ -49,6 +49,7 @@ use crate::segment::{
 };
 use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
 
+mod faulty;
 mod responder;
 
 /// Where a connected QP sends to.
@@ -103,6 +104,8 @@ pub struct QpShared {
     destroyed: AtomicBool,
     direct_max: u64,
     chunk: u64,
+    /// Armed `IBNET_SOFT_FAULTS` (None: the normal case).
+    faults: Option<Arc<crate::inject::Inject>>,
 }
 
 fn status_of(v: u32) -> WcStatus {
@@ -150,7 +153,14 @@ impl QpShared {
             destroyed: AtomicBool::new(false),
             direct_max,
             chunk: chunk.max(4096),
+            faults: None,
         }
+    }
+
+    /// Arms `IBNET_SOFT_FAULTS` on this QP (before it is shared).
+    pub fn with_faults(mut self, faults: Option<Arc<crate::inject::Inject>>) -> Self {
+        self.faults = faults;
+        self
     }
 
     fn entry(&self, seq: u64) -> &SqEntry {
@@ -250,6 +260,8 @@ impl QpShared {
             e.store(w);
             if failed {
                 e.set_err(WcStatus::WrFlushError, 0);
+            } else if self.faults.is_some() && self.inject_post(seq, e) {
+                // an injected fault failed the WR (IBNET_SOFT_FAULTS)
             } else if w.sge.len > 0 {
                 self.execute(seq, e, w.sge.len as u64, engine);
             }
@@ -335,7 +347,14 @@ impl QpShared {
             .peer
             .lease(w.rkey, ra, n, rneed, own)
             .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
-        segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize).map_err(|e| {
+        let injected = match self.faults {
+            Some(_) if dir == Dir::Write => self.inject_copy(r, &rl, la, ra, n),
+            _ => None,
+        };
+        let moved = injected.unwrap_or_else(|| {
+            segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize)
+        });
+        moved.map_err(|e| {
             let errno = e.raw_os_error().unwrap_or(0);
             match errno {
                 libc::ESRCH => {

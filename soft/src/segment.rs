@@ -565,6 +565,26 @@ unsafe fn in_proc_copy(dst: u64, src: u64, len: usize) -> io::Result<usize> {
     Ok(len)
 }
 
+/// Writes `src` (a buffer of this process) to `raddr` in the peer, covered by the lease passed
+/// in: like [`copy_leased`] for a write whose bytes come from outside any registration (the
+/// fault injector's corrupted FIFO element).
+pub fn write_leased(fabric: Fabric, _remote: &Lease<'_>, raddr: u64, src: &[u8]) -> io::Result<()> {
+    let n = match fabric {
+        // SAFETY: the destination is inside a live registration (the lease) that the owner
+        // keeps mapped until deregistered; the source is `src`, borrowed for the call.
+        Fabric::InProc => unsafe { in_proc_copy(raddr, src.as_ptr() as u64, src.len()) }?,
+        // SAFETY: the local range is `src` (read only); the kernel checks the remote range.
+        Fabric::Cross { pid } => {
+            unsafe { sys::vm_copy(Dir::Write, pid, src.as_ptr() as u64, raddr, src.len()) }?
+        }
+    };
+    if n == src.len() {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EFAULT))
+    }
+}
+
 /// Copies `len` bytes between `laddr` (this process) and `raddr` (the peer), both covered by
 /// the leases passed in (which keep the owners from deregistering them meanwhile). Never
 /// faults on a range the kernel can check (cross-process, and in-process above

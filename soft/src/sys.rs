@@ -405,3 +405,29 @@ pub fn pid_exited(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Reads `out.len()` bytes at `addr` of this process through the kernel
+/// (`process_vm_readv` on our own pid): an unmapped address fails with `EFAULT`, never faults.
+pub fn read_self(addr: u64, out: &mut [u8]) -> io::Result<()> {
+    // SAFETY: the local side is `out`, exclusive for the call; the kernel validates `addr`.
+    let n = unsafe {
+        vm_copy(
+            Dir::Read,
+            getpid(),
+            out.as_mut_ptr() as u64,
+            addr,
+            out.len(),
+        )
+    }?;
+    if n == out.len() {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EFAULT))
+    }
+}
+
+/// `kill(getpid(), SIGKILL)`: the fault injector's "kill the peer" (never returns normally).
+pub fn kill_self() {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+}
