@@ -10,15 +10,16 @@
 //!
 //! The CQ's QP list changes only on `create_qp`/`destroy_qp` (control path, under a mutex);
 //! `poll_cq` keeps its own copy and refreshes it when the list's version moves, so the hot path
-//! takes no lock.
+//! takes no lock. The loom model (`tests/loom_seg.rs`) runs the reservation under every
+//! interleaving (the atomics come from `ibnet_core::sync`).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::inject::Inject;
 
 use ibnet_core::provider::Completion;
+use ibnet_core::sync::{AtomicU32, AtomicU64, Ordering};
 use ibnet_core::{Error, Result};
 
 /// What a CQ harvests completions from (a QP, in `qp.rs`).
@@ -39,6 +40,16 @@ pub struct CqShared {
 }
 
 impl CqShared {
+    /// A CQ of `depth` slots with no QP.
+    pub fn new(depth: u32) -> Self {
+        Self {
+            depth,
+            reserved: AtomicU32::new(0),
+            list: Mutex::new(Vec::new()),
+            ver: AtomicU64::new(0),
+        }
+    }
+
     /// Reserves `n` completion slots.
     pub fn reserve(&self, n: u32) -> Result<()> {
         if n == 0 {
@@ -105,12 +116,7 @@ pub struct SoftCq {
 impl SoftCq {
     pub(crate) fn new(depth: u32, inject: Option<Arc<Inject>>) -> Self {
         Self {
-            sh: Arc::new(CqShared {
-                depth,
-                reserved: AtomicU32::new(0),
-                list: Mutex::new(Vec::new()),
-                ver: AtomicU64::new(0),
-            }),
+            sh: Arc::new(CqShared::new(depth)),
             qps: Vec::new(),
             ver: u64::MAX,
             rr: 0,

@@ -92,10 +92,19 @@
 
 mod addr;
 mod config;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod cq;
+#[cfg(not(loom))]
 mod cq;
 mod engine;
 pub mod faults;
 mod inject;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod lease;
+#[cfg(not(loom))]
+mod lease;
 mod peer;
 mod probe;
 mod qp;

@@ -63,15 +63,15 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::lease::{Header, MrSlot};
+pub use crate::lease::{Lease, LeaseError, MAGIC, OWN_LANE};
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
 pub const VERSION: u32 = 2;
-/// Magic at offset 0.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"IBNSOFT1");
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
 pub const MR_SLOTS: usize = 1 << 16;
 /// Bits of a QP number that hold its slot index; the 5 bits above hold a generation (QP numbers
@@ -81,8 +81,7 @@ pub const QP_IDX_BITS: u32 = 19;
 /// QPs (128 = `NCCL_IB_QPS_PER_CONNECTION`'s maximum, plus a flush QP), and the unused slot 0.
 pub const QP_SLOTS: usize = 2 * 1024 * 129 + 1;
 const _: () = assert!(QP_SLOTS <= 1 << QP_IDX_BITS);
-/// Lease lanes per registration slot (lane 0 shared, see the module doc).
-pub const LANES: usize = 16;
+
 /// Entries of a QP's inbound ring: the most receives a QP may have posted.
 pub const RING: usize = 1024;
 
@@ -100,35 +99,6 @@ pub const ACC_LOCAL_WRITE: u32 = 1;
 pub const ACC_REMOTE_WRITE: u32 = 2;
 /// Peers may read.
 pub const ACC_REMOTE_READ: u32 = 4;
-
-#[repr(C)]
-struct Header {
-    magic: AtomicU64,
-    version: AtomicU32,
-    pid: AtomicU32,
-    nonce: AtomicU64,
-    /// Lease lanes: `pid << 32 | nonce & 0xffff_ffff` of the peer provider that claimed each
-    /// (0: free; entry 0 stays free: the shared lane).
-    lanes: [AtomicU64; LANES],
-}
-
-/// One registration slot: a read-mostly line, then the lease counters of this process and of
-/// peers on lines of their own (so leases from both sides of a ping-pong never share a line,
-/// and never invalidate the read-mostly line).
-#[repr(C, align(64))]
-pub struct MrSlot {
-    /// `gen << 1 | valid`.
-    state: AtomicU64,
-    addr: AtomicU64,
-    len: AtomicU64,
-    access: AtomicU32,
-    _p0: [u32; 9],
-    /// Leases held by peers right now, one count per lane.
-    busy_remote: [AtomicU32; LANES],
-    /// Leases held by the owner's own copies right now.
-    busy_local: AtomicU32,
-    _p2: [u32; 15],
-}
 
 /// The head of one QP's receive side.
 #[repr(C, align(64))]
@@ -167,35 +137,13 @@ pub struct RingEntry {
     pub meta: AtomicU64,
 }
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
 const _: () = assert!(std::mem::size_of::<QpHead>() == 192);
 const _: () = assert!(RING_BYTES % 4096 == 0);
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= HDR_BYTES);
 const _: () = assert!(QP_OFF % 64 == 0);
-
-/// Why a lease was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseError {
-    /// Bad index, stale generation or deregistered.
-    Key,
-    /// The range leaves the registration.
-    Range,
-    /// The registration lacks the access right.
-    Access,
-}
-
-/// A held lease on a registration: while it lives, the owner's `dereg` waits.
-pub struct Lease<'a> {
-    busy: &'a AtomicU32,
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        // Release: pairs with the SeqCst/Acquire `busy` loads in `dereg`: our copy happened
-        // before the owner sees the lease gone.
-        self.busy.fetch_sub(1, Ordering::Release);
-    }
-}
 
 /// A mapped segment: this provider's own, or a peer's.
 pub struct Segment {
@@ -227,14 +175,7 @@ impl Segment {
             nonce,
             pid,
         };
-        let h = s.header();
-        // Relaxed: peers only map the segment after receiving our address over the control
-        // path, which happens-after this store (socket / thread hand-off).
-        h.version.store(VERSION, Ordering::Relaxed);
-        h.pid.store(pid as u32, Ordering::Relaxed);
-        h.nonce.store(nonce, Ordering::Relaxed);
-        // Release: publishes the header fields above; pairs with the Acquire in `attach`.
-        h.magic.store(MAGIC, Ordering::Release);
+        s.header().publish(VERSION, pid, nonce);
         Ok(s)
     }
 
@@ -254,13 +195,7 @@ impl Segment {
             nonce,
             pid,
         };
-        let h = s.header();
-        // Acquire: pairs with the Release store of `magic` in `create`.
-        let ok = h.magic.load(Ordering::Acquire) == MAGIC
-            && h.version.load(Ordering::Relaxed) == VERSION
-            && h.pid.load(Ordering::Relaxed) == pid as u32
-            && h.nonce.load(Ordering::Relaxed) == nonce;
-        if !ok {
+        if !s.header().is(VERSION, pid, nonce) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "peer segment identity",
@@ -355,17 +290,7 @@ impl Segment {
     /// Peer: claims a lease lane in this (the owner's) segment for the provider `(pid,
     /// nonce)` of this process; returns it (0, the shared lane, when the table is full).
     pub fn claim_lane(&self, pid: i32, nonce: u64) -> u8 {
-        let tag = (pid as u32 as u64) << 32 | (nonce & 0xffff_ffff).max(1);
-        let lanes = &self.header().lanes;
-        for (i, l) in lanes.iter().enumerate().skip(1) {
-            // AcqRel/Acquire: claims are ordered among claimants; no data hangs on the tag.
-            match l.compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return i as u8,
-                Err(t) if t == tag => return i as u8,
-                Err(_) => {}
-            }
-        }
-        0
+        self.header().claim_lane(pid, nonce)
     }
 
     /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`;
@@ -398,48 +323,12 @@ impl Segment {
         if idx == 0 {
             return Err(LeaseError::Key);
         }
-        let slot = self.mr(idx);
-        let busy = if lane == OWN_LANE {
-            &slot.busy_local
-        } else {
-            &slot.busy_remote[lane as usize % LANES]
-        };
-        // SeqCst: the Dekker pair with `dereg` (store state, load busy); see the module doc.
-        busy.fetch_add(1, Ordering::SeqCst);
-        let lease = Lease { busy };
-        // SeqCst: see above; also acquires the fields written before `reg`'s Release store.
-        let st = slot.state.load(Ordering::SeqCst);
-        if st != (((key >> 16) as u64) << 1) | 1 {
-            return Err(LeaseError::Key);
-        }
-        // Relaxed: ordered after the state load above (which synchronised with `reg`).
-        let (a, l) = (
-            slot.addr.load(Ordering::Relaxed),
-            slot.len.load(Ordering::Relaxed),
-        );
-        let end = addr.checked_add(len).ok_or(LeaseError::Range)?;
-        if addr < a || end > a.saturating_add(l) {
-            return Err(LeaseError::Range);
-        }
-        // Relaxed: as `addr`/`len` above.
-        if slot.access.load(Ordering::Relaxed) & need != need {
-            return Err(LeaseError::Access);
-        }
-        Ok(lease)
+        self.mr(idx).lease(key, addr, len, need, lane)
     }
 
     /// Owner: fills free slot `idx` and makes it valid; returns the key.
     pub fn reg(&self, idx: usize, addr: u64, len: u64, access: u32) -> u32 {
-        let slot = self.mr(idx);
-        // Relaxed: only the owner writes `state`.
-        let gen = (((slot.state.load(Ordering::Relaxed) >> 1) + 1) & 0xffff).max(1);
-        // Relaxed: published by the Release store of `state` below.
-        slot.addr.store(addr, Ordering::Relaxed);
-        slot.len.store(len, Ordering::Relaxed);
-        slot.access.store(access, Ordering::Relaxed);
-        // Release: pairs with the SeqCst (acquiring) state load in `lease`.
-        slot.state.store((gen << 1) | 1, Ordering::Release);
-        ((gen as u32) << 16) | idx as u32
+        self.mr(idx).reg(idx, addr, len, access)
     }
 
     /// Owner: invalidates slot `idx` and waits (≤ `timeout`) for leases to drain; leases of
@@ -447,13 +336,10 @@ impl Segment {
     /// lease was still held at the deadline (the slot must be quarantined).
     pub fn dereg(&self, idx: usize, timeout: Duration) -> bool {
         let slot = self.mr(idx);
-        // Relaxed: only the owner writes `state`.
-        let st = slot.state.load(Ordering::Relaxed);
-        // SeqCst: the Dekker pair with `lease` (see the module doc).
-        slot.state.store(st & !1, Ordering::SeqCst);
+        slot.invalidate();
         let start = Instant::now();
         let mut spins = 0u32;
-        while !self.drained(slot) {
+        while !slot.drained() {
             if start.elapsed() >= timeout {
                 return false;
             }
@@ -473,35 +359,17 @@ impl Segment {
         true
     }
 
-    fn drained(&self, slot: &MrSlot) -> bool {
-        // SeqCst (all): see `dereg`; they also acquire the Release of every dropped lease.
-        slot.busy_local.load(Ordering::SeqCst) == 0
-            && slot
-                .busy_remote
-                .iter()
-                .all(|b| b.load(Ordering::SeqCst) == 0)
-    }
-
     /// Zeroes the counts of `slot`'s lanes whose process has exited (lane 0 is shared: kept).
     fn void_dead_lanes(&self, slot: &MrSlot) {
-        let lanes = &self.header().lanes;
-        for (b, l) in slot.busy_remote.iter().zip(lanes).skip(1) {
-            // Relaxed (both): a hint; the decision rests on the process having exited.
-            if b.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let pid = (l.load(Ordering::Relaxed) >> 32) as i32;
+        let h = self.header();
+        for lane in slot.busy_lanes() {
+            let pid = h.lane_pid(lane);
             if pid > 0 && pid != self.pid && sys::pid_exited(pid) {
-                // SeqCst: like the loads in `drained`. An exited process runs no copy and
-                // never touches the count again, so nothing it did is lost.
-                b.store(0, Ordering::SeqCst);
+                slot.void_lane(lane);
             }
         }
     }
 }
-
-/// The lane of the owner's own copies (`busy_local`).
-pub const OWN_LANE: u8 = u8::MAX;
 
 /// A zeroed FIFO ring on the heap (128 KiB: too large to build on the stack).
 pub fn zeroed_fifo() -> Box<ibnet_core::fifo::FifoRing> {
