@@ -110,7 +110,8 @@ pub struct SoftCq {
     ver: u64,
     rr: usize,
     /// Armed `IBNET_SOFT_FAULTS` (delay, reorder), and when the next batch may go out.
-    faults: Option<(Arc<Inject>, Option<Instant>)>,
+    /// Boxed: one pointer in the (common) case of no fault.
+    faults: Option<Box<(Arc<Inject>, Option<Instant>)>>,
 }
 
 impl SoftCq {
@@ -122,7 +123,7 @@ impl SoftCq {
             rr: 0,
             faults: inject
                 .filter(|f| f.spec.cq_delay_us != 0 || f.spec.reorder)
-                .map(|f| (f, None)),
+                .map(|f| Box::new((f, None))),
         }
     }
 
@@ -163,9 +164,10 @@ impl SoftCq {
     /// `poll` with `cq_delay_us` / `reorder` armed (see [`crate::faults`]).
     #[cold]
     fn poll_faulty(&mut self, out: &mut [Completion]) -> usize {
-        let Some((f, hold)) = &mut self.faults else {
+        let Some(b) = &mut self.faults else {
             return 0;
         };
+        let (f, hold) = &mut **b;
         if hold.is_some_and(|t| Instant::now() < t) {
             return 0;
         }

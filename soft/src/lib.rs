@@ -244,14 +244,12 @@ impl std::fmt::Debug for SoftProvider {
 pub struct SoftQp {
     sh: Arc<QpShared>,
     qps: Arc<Mutex<IdxAlloc>>,
-    seg: Arc<Segment>,
 }
 
 impl Drop for SoftQp {
     fn drop(&mut self) {
         self.sh.destroy();
         self.sh.cq.detach(&self.sh);
-        self.seg.clear_ring(self.sh.idx); // its memory goes back to the system
         let mut a = self.qps.lock().unwrap_or_else(|e| e.into_inner());
         a.free(self.sh.idx as u32);
     }
@@ -478,7 +476,6 @@ impl Provider for SoftProvider {
         Ok(SoftQp {
             sh,
             qps: i.qps.clone(),
-            seg: i.seg.clone(),
         })
     }
 

@@ -216,6 +216,7 @@ impl QpShared {
         let signaled = (h..t).filter(|&s| self.entry(s).load().signaled).count() as u32;
         let recvs = self.rq_posted.load(Ordering::Acquire) - self.rq_head.load(Ordering::Acquire);
         self.cq.release(signaled + recvs as u32);
+        self.own.clear_ring(self.idx); // the ring's pages go back to the system
     }
 
     // ---------------------------------------------------------------- posting
