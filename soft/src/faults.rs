@@ -13,7 +13,8 @@
 //!  fifo_corrupt=N      each clear-to-send FIFO element this provider writes to a peer (the
 //!                      peer's incoming element) is corrupted with probability 1/N: it arrives
 //!                      whole and consistent but with a stale rkey, so the peer's data write
-//!                      fails with RemoteAccessError (and our receive is flushed)
+//!                      fails with RemoteAccessError (and our receive is flushed); on every
+//!                      path: in-process, and into a peer's FIFO ring in its shared segment
 //!  reg_fail=N          every N-th `reg_mr` fails (ENOMEM)
 //!  kill_after_wrs=N    the process kills itself (SIGKILL) at its N-th posted send WR
 //! ```

@@ -268,19 +268,79 @@ fn fault_helper_entry() {
                 break id;
             }
         };
-        while s.test(id).unwrap().is_none() {}
+        loop {
+            match s.test(id) {
+                Ok(Some(_)) => break,
+                Ok(None) => {}
+                Err(e) => {
+                    // Report, then live on until the parent closes our input (so that our
+                    // exit is never what the parent's comm reports).
+                    write_line(&mut out, &format!("SENDERR {e:?}"));
+                    let mut l = String::new();
+                    while std::io::BufRead::read_line(&mut inp, &mut l).unwrap_or(0) > 0 {
+                        l.clear();
+                    }
+                    return;
+                }
+            }
+        }
     }
+}
+
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `fifo_corrupt` across processes: our clear-to-send goes into the peer's FIFO ring, which lives
+/// in the peer's shared segment and is written with word stores through our mapping of it (no
+/// syscall); the injected corruption still reaches it: the peer's write fails with a remote
+/// access error and our receive is flushed.
+#[test]
+fn fifo_corrupt_reaches_a_peer_fifo_in_shared_memory() {
+    let p = provider("seed=3,fifo_corrupt=1");
+    let mut child = Reap(spawn_helper("fault_helper_entry", "sender", ""));
+    let mut cin = child.0.stdin.take().unwrap();
+    let mut cout = BufReader::new(child.0.stdout.take().unwrap());
+    let si = read_line_with(&mut cout, parse_info);
+    let mut r = R::new(p.clone(), CommConfig::default(), &si).unwrap();
+    write_line(&mut cin, &info_line(&r.local_info()));
+    let dst = Region::new(64);
+    let (_m, k) = reg(&p, &dst);
+    let buf = RecvBuf {
+        addr: dst.addr(),
+        size: 64,
+        tag: 0,
+        mr: k,
+    };
+    let id = r.irecv(&[buf]).unwrap().expect("irecv: not yet");
+    let t = Instant::now();
+    let e = loop {
+        assert!(t.elapsed() < DEADLINE, "the receive never settled");
+        match r.test(id) {
+            Ok(Some(d)) => panic!("the receive succeeded: {d:?}"),
+            Ok(None) => std::thread::yield_now(),
+            Err(e) => break Err(e),
+        }
+    };
+    assert_eq!(
+        completion(&e),
+        Some((WcStatus::WrFlushError, ReqType::Recv)),
+        "{e:?}"
+    );
+    let sent = read_line_with(&mut cout, |l| l.strip_prefix("SENDERR ").map(String::from));
+    assert!(
+        sent.contains("RemoteAccessError") && sent.contains("Send"),
+        "the peer's send: {sent}"
+    );
 }
 
 #[test]
 fn kill_after_wrs_kills_the_peer_and_our_receive_fails() {
-    struct Reap(std::process::Child);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let p = provider("");
     let mut child = Reap(spawn_helper(
         "fault_helper_entry",
