@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use ibnet_core::fifo::FifoRing;
 
+use crate::idx::IdxAlloc;
 use crate::segment::{self, Segment};
-use crate::IdxAlloc;
 
 /// A FIFO ring of the soft provider.
 pub struct SoftFifo(Place);

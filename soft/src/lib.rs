@@ -101,6 +101,7 @@ mod cq;
 mod engine;
 pub mod faults;
 mod fifo;
+mod idx;
 mod inject;
 #[cfg(loom)]
 #[doc(hidden)]
@@ -118,7 +119,6 @@ pub mod sq;
 mod sq;
 mod sys;
 
-use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -134,6 +134,7 @@ pub use addr::SoftAddr;
 pub use config::Config;
 pub use cq::SoftCq;
 pub use fifo::SoftFifo;
+use idx::IdxAlloc;
 pub use peer::CMA_REFUSED;
 pub use probe::{probe, probe_with, ptrace_scope, Unavailable};
 
@@ -161,41 +162,6 @@ pub const MAX_CQ_DEPTH: u32 = 1 << 20;
 const QP_GEN_MASK: u8 = (1 << (24 - QP_IDX_BITS)) - 1;
 /// How long `dereg_mr` waits for peers' in-flight copies.
 const DEREG_WAIT: Duration = Duration::from_secs(1);
-
-/// Free-list of slot indices (1-based; FIFO reuse keeps stale handles far from new ones).
-pub(crate) struct IdxAlloc {
-    free: VecDeque<u32>,
-    next: u32,
-    cap: u32,
-    gens: Vec<u8>,
-}
-
-impl IdxAlloc {
-    fn new(cap: usize) -> Self {
-        Self {
-            free: VecDeque::new(),
-            next: 1,
-            cap: cap as u32,
-            gens: vec![0; cap],
-        }
-    }
-    fn alloc(&mut self, what: &'static str) -> Result<u32> {
-        if let Some(i) = self.free.pop_front() {
-            return Ok(i);
-        }
-        if self.next >= self.cap {
-            return Err(Error::Full {
-                what,
-                cap: self.cap as usize - 1,
-            });
-        }
-        self.next += 1;
-        Ok(self.next - 1)
-    }
-    fn free(&mut self, i: u32) {
-        self.free.push_back(i);
-    }
-}
 
 struct Inner {
     seg: Arc<Segment>,

@@ -21,7 +21,7 @@ use ibnet_core::proxy::{
 };
 use ibnet_core::{Error, Result};
 
-use super::capi_xproc::CProfiler;
+use super::cprofiler::CProfiler;
 use super::foreign_net::ForeignNet;
 use super::mem::{CMemTable, ProxyMem};
 use crate::api::entry;

@@ -13,6 +13,7 @@
 
 pub mod capi;
 pub mod capi_xproc;
+pub mod cprofiler;
 pub mod foreign_net;
 pub mod mem;
 mod mem_hooks;
