@@ -52,9 +52,10 @@
 //! `WrFlushError`.
 //! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
 //! copies of up to 16 KiB and writes into a peer's FIFO rings (which live in its shared segment)
-//! use atomic word stores, all other copies go through the kernel. Registered memory must stay mapped until it is deregistered (as with
-//! verbs, where an MR pins the pages): a kernel copy over memory unmapped meanwhile fails with
-//! `EFAULT` (`RemoteAccessError`), but a small in-process copy would fault.
+//! use atomic word stores, all other copies go through the kernel. Registered memory must stay
+//! mapped until it is deregistered (as with verbs, where an MR pins the pages): a kernel copy
+//! over memory unmapped meanwhile fails with `EFAULT` (`RemoteAccessError`), but a small
+//! in-process copy would fault.
 //!
 //! ## Liveness
 //! A monitor thread polls the pidfds of cross-process peers every 50 ms. Once a peer is dead

@@ -1,5 +1,5 @@
-//! The shared-memory segment every provider publishes: its registration table and the receive
-//! side of its QPs.
+//! The shared-memory segment every provider publishes: its registration table, the receive
+//! side of its QPs, and its comms' FIFO rings.
 //!
 //! One segment per provider instance: a memfd mapped by the owner and, read-write, by every
 //! peer process that connects a QP to it (through `/proc/<pid>/fd/<fd>`; in-process peers use
@@ -26,7 +26,8 @@
 //! at post time in the posting thread: after every earlier WR of the QP that the posting thread
 //! copied (all up to `direct_max`; larger ones are copied eagerly by workers, as before, and
 //! ordered only by immediates), and before any later immediate (the combiner delivers it after
-//! the write). Errors complete the WR as any other copy's do. The owner reads its ring
+//! the write). Errors complete the WR as any other copy's do. The fault injector's corrupted
+//! element (`IBNET_SOFT_FAULTS` `fifo_corrupt`) takes the same path ([`write_leased`]). The owner reads its ring
 //! with Acquire loads, as it would after a NIC's write. A released FIFO slot is zeroed with
 //! `fallocate(PUNCH_HOLE)` (its pages are freed too).
 //!
