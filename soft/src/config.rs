@@ -7,12 +7,15 @@
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into about `workers + 1` chunks of at least 32 KiB, copied by the posting thread and the workers) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
+//! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
 //!
 //! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
 //! sign, then decimal, `0x` hexadecimal or leading-`0` octal; surrounding whitespace ignored).
 
 use ibnet_core::params::parse_int;
 use ibnet_core::Error;
+
+use crate::faults::{self, Faults};
 
 /// Provider tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +30,8 @@ pub struct Config {
     pub spin_us: u64,
     /// Allow any same-user process to attach (Yama `ptrace_scope = 1`).
     pub set_ptracer: bool,
+    /// Armed fault injection (`IBNET_SOFT_FAULTS`; [`Faults::OFF`] by default).
+    pub faults: Faults,
 }
 
 impl Default for Config {
@@ -38,6 +43,7 @@ impl Default for Config {
             chunk: 256 << 10,
             spin_us: if cores >= 8 { 50 } else { 0 },
             set_ptracer: true,
+            faults: Faults::OFF,
         }
     }
 }
@@ -88,6 +94,12 @@ impl Config {
         if let Some(n) = num("IBNET_SOFT_PTRACER", 0, 1) {
             c.set_ptracer = n == 1;
         }
+        if let Some(v) = get(faults::VAR) {
+            match Faults::parse(&v) {
+                Ok(f) => c.faults = f,
+                Err(e) => errs.push(e), // refused: no fault is armed
+            }
+        }
         (c, errs)
     }
 }
@@ -123,6 +135,23 @@ mod tests {
                 name: "IBNET_SOFT_PTRACER",
                 reason: "not a number; default used",
             }
+        ));
+    }
+
+    #[test]
+    fn faults_are_off_by_default_parsed_when_set_and_refused_when_malformed() {
+        assert_eq!(Config::from_lookup(|_| None).0.faults, Faults::OFF);
+        let (c, e) = Config::from_lookup(|k| (k == faults::VAR).then(|| "reg_fail=2".into()));
+        assert!(e.is_empty());
+        assert_eq!(c.faults.reg_fail, 2);
+        let (c, e) = Config::from_lookup(|k| (k == faults::VAR).then(|| "wr_fail=0.5".into()));
+        assert_eq!(c.faults, Faults::OFF, "refused: nothing armed");
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: "IBNET_SOFT_FAULTS",
+                ..
+            }]
         ));
     }
 

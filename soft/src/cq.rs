@@ -10,12 +10,16 @@
 //!
 //! The CQ's QP list changes only on `create_qp`/`destroy_qp` (control path, under a mutex);
 //! `poll_cq` keeps its own copy and refreshes it when the list's version moves, so the hot path
-//! takes no lock.
+//! takes no lock. The loom model (`tests/loom_seg.rs`) runs the reservation under every
+//! interleaving (the atomics come from `ibnet_core::sync`).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::inject::Inject;
 
 use ibnet_core::provider::Completion;
+use ibnet_core::sync::{AtomicU32, AtomicU64, Ordering};
 use ibnet_core::{Error, Result};
 
 /// What a CQ harvests completions from (a QP, in `qp.rs`).
@@ -36,6 +40,16 @@ pub struct CqShared {
 }
 
 impl CqShared {
+    /// A CQ of `depth` slots with no QP.
+    pub fn new(depth: u32) -> Self {
+        Self {
+            depth,
+            reserved: AtomicU32::new(0),
+            list: Mutex::new(Vec::new()),
+            ver: AtomicU64::new(0),
+        }
+    }
+
     /// Reserves `n` completion slots.
     pub fn reserve(&self, n: u32) -> Result<()> {
         if n == 0 {
@@ -95,20 +109,21 @@ pub struct SoftCq {
     qps: Vec<Source>,
     ver: u64,
     rr: usize,
+    /// Armed `IBNET_SOFT_FAULTS` (delay, reorder), and when the next batch may go out.
+    /// Boxed: one pointer in the (common) case of no fault.
+    faults: Option<Box<(Arc<Inject>, Option<Instant>)>>,
 }
 
 impl SoftCq {
-    pub(crate) fn new(depth: u32) -> Self {
+    pub(crate) fn new(depth: u32, inject: Option<Arc<Inject>>) -> Self {
         Self {
-            sh: Arc::new(CqShared {
-                depth,
-                reserved: AtomicU32::new(0),
-                list: Mutex::new(Vec::new()),
-                ver: AtomicU64::new(0),
-            }),
+            sh: Arc::new(CqShared::new(depth)),
             qps: Vec::new(),
             ver: u64::MAX,
             rr: 0,
+            faults: inject
+                .filter(|f| f.spec.cq_delay_us != 0 || f.spec.reorder)
+                .map(|f| Box::new((f, None))),
         }
     }
 
@@ -131,6 +146,9 @@ impl SoftCq {
         if nq == 0 {
             return 0;
         }
+        if self.faults.is_some() {
+            return self.poll_faulty(out);
+        }
         let mut n = 0;
         for i in 0..nq {
             let q = &self.qps[(self.rr + i) % nq];
@@ -140,6 +158,49 @@ impl SoftCq {
             }
         }
         self.rr = (self.rr + 1) % nq;
+        n
+    }
+
+    /// `poll` with `cq_delay_us` / `reorder` armed (see [`crate::faults`]).
+    #[cold]
+    fn poll_faulty(&mut self, out: &mut [Completion]) -> usize {
+        let Some(b) = &mut self.faults else {
+            return 0;
+        };
+        let (f, hold) = &mut **b;
+        if hold.is_some_and(|t| Instant::now() < t) {
+            return 0;
+        }
+        let nq = self.qps.len();
+        let mut n = 0;
+        if f.spec.reorder {
+            // Rounds over the QPs in a random order, one completion of each per round.
+            loop {
+                let before = n;
+                let (start, step) = (f.rand() as usize % nq, 1 + f.rand() as usize % nq);
+                for i in 0..nq {
+                    if n == out.len() {
+                        break;
+                    }
+                    // A step coprime to nq visits every QP; otherwise some twice (harmless).
+                    let q = &self.qps[(start + i * step) % nq];
+                    n += q.poll_into(&mut out[n..n + 1]);
+                }
+                if n == before || n == out.len() {
+                    break;
+                }
+            }
+        } else {
+            for q in &self.qps {
+                n += q.poll_into(&mut out[n..]);
+                if n == out.len() {
+                    break;
+                }
+            }
+        }
+        if n > 0 && f.spec.cq_delay_us != 0 {
+            *hold = Some(Instant::now() + Duration::from_micros(f.spec.cq_delay_us));
+        }
         n
     }
 

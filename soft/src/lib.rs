@@ -41,15 +41,21 @@
 //! unmapped range, or one without the access asked for, fails with `Error::Provider` and
 //! `EFAULT`. Every copy runs under *leases* on the local registration (lkey) and the remote one (rkey),
 //! taken from the owners' registration tables in shared memory (see `segment`): key, range and
-//! access are checked before any byte moves, and deregistration waits until no lease is held
-//! (bounded: 1 s, after which the slot is quarantined and `dereg_mr` fails with `EBUSY`: the
-//! memory must then never be reused, since a stopped peer may still write into it). A failed check completes the WR with
-//! `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state.
+//! access are checked before any byte moves, and deregistration waits until no lease is held.
+//! Leases of a peer process that has exited (killed mid-copy) are void: `dereg_mr` finds the
+//! process gone (pidfd) and succeeds at once. A live peer holding a lease past 1 s (stopped,
+//! stuck) makes the slot quarantined and `dereg_mr` fail with `EBUSY`: the memory must then
+//! never be reused, since that peer may still write into it. A failed check completes the WR
+//! with `LocalProtectionError` / `RemoteAccessError` and moves the QP to the error state; a
+//! failure on the target's side (remote access: stale or deregistered rkey, range, access)
+//! moves the target's QP to the error state too, as RC does: its posted receives complete with
+//! `WrFlushError`.
 //! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
 //! copies of up to 16 KiB and writes into a peer's FIFO rings (which live in its shared segment)
-//! use atomic word stores, all other copies go through the kernel. Registered memory must stay mapped until it is deregistered (as with
-//! verbs, where an MR pins the pages): a kernel copy over memory unmapped meanwhile fails with
-//! `EFAULT` (`RemoteAccessError`), but a small in-process copy would fault.
+//! use atomic word stores, all other copies go through the kernel. Registered memory must stay
+//! mapped until it is deregistered (as with verbs, where an MR pins the pages): a kernel copy
+//! over memory unmapped meanwhile fails with `EFAULT` (`RemoteAccessError`), but a small
+//! in-process copy would fault.
 //!
 //! ## Liveness
 //! A monitor thread polls the pidfds of cross-process peers every 50 ms. Once a peer is dead
@@ -69,6 +75,17 @@
 //! first cross-process peer. [`SoftProvider::shutdown`] joins all of them; dropping the last
 //! handle does the same. Objects (QPs, MRs) release their resources on drop.
 //!
+//! ## Capacity
+//! [`MAX_QPS`] QPs per provider (2 × 1024 comms × 129 QPs: the plugin's `maxComms` as send
+//! and receive comms at `NCCL_IB_QPS_PER_CONNECTION=128`, plus a flush QP each); 65,535 memory
+//! registrations. The segment is sparse: an idle QP costs its 192-byte head there (and ~1 KiB
+//! of heap), its 16 KiB receive ring only once used, and nothing after it is destroyed.
+//!
+//! ## Fault injection
+//! `IBNET_SOFT_FAULTS` (off by default) arms seeded faults for tests: failed WRs with a chosen
+//! status, delayed or reordered completions, corrupted FIFO elements, failed registrations,
+//! and a process that kills itself; see [`faults`] for the grammar and what each fault does.
+//!
 //! ## Not supported
 //! DMA-BUF registrations (host memory only), other hosts, sends/receives with SGEs (only
 //! zero-SGE receives consumed by writes with immediate, as ibnet uses).
@@ -77,10 +94,21 @@
 
 mod addr;
 mod config;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod cq;
+#[cfg(not(loom))]
 mod cq;
 mod engine;
+pub mod faults;
 mod fifo;
 mod idx;
+mod inject;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod lease;
+#[cfg(not(loom))]
+mod lease;
 mod peer;
 mod probe;
 mod qp;
@@ -114,7 +142,7 @@ pub use probe::{probe, probe_with, ptrace_scope, Unavailable};
 use crate::engine::Engine;
 use crate::peer::{Monitor, Peer};
 use crate::qp::{QpShared, Remote};
-use crate::segment::{Segment, FIFO_SLOTS, MR_SLOTS, QP_SLOTS, RING};
+use crate::segment::{Segment, FIFO_SLOTS, MR_SLOTS, QP_IDX_BITS, QP_SLOTS, RING};
 
 /// The device name.
 pub const DEVICE_NAME: &str = "soft0";
@@ -124,8 +152,15 @@ pub const MAX_SEND_WR: u32 = 1 << 16;
 pub const MAX_RECV_WR: u32 = RING as u32;
 /// Largest `max_inline`.
 pub const MAX_INLINE: u32 = 1024;
+/// QPs one provider holds at once: 2 × 1024 comms (the plugin's `maxComms`, send and receive
+/// comms) × 129 QPs each (`NCCL_IB_QPS_PER_CONNECTION` ≤ 128, plus a flush QP). An idle QP
+/// costs ~1 KiB of heap and a 192-byte head in the segment; its 16 KiB receive ring only once
+/// used.
+pub const MAX_QPS: usize = QP_SLOTS - 1;
 /// Largest CQ depth.
 pub const MAX_CQ_DEPTH: u32 = 1 << 20;
+/// Generations of a QP slot (5 bits above the index: QP numbers stay within 24 bits).
+const QP_GEN_MASK: u8 = (1 << (24 - QP_IDX_BITS)) - 1;
 /// How long `dereg_mr` waits for peers' in-flight copies.
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
@@ -141,6 +176,8 @@ struct Inner {
     monitor: Monitor,
     peers: Mutex<Vec<std::sync::Weak<Peer>>>,
     shut: AtomicBool,
+    /// Armed `IBNET_SOFT_FAULTS`, if any.
+    inject: Option<Arc<inject::Inject>>,
 }
 
 impl Inner {
@@ -280,6 +317,7 @@ impl SoftProvider {
                 monitor: Monitor::default(),
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
+                inject: inject::Inject::new(cfg.faults),
             }),
         })
     }
@@ -322,7 +360,7 @@ impl SoftProvider {
         {
             return Ok(p);
         }
-        let p = peer::resolve(a)?;
+        let p = peer::resolve(a, self.inner.seg.nonce)?;
         self.inner.monitor.watch(&p)?;
         peers.push(Arc::downgrade(&p));
         Ok(p)
@@ -369,7 +407,7 @@ impl Provider for SoftProvider {
     fn create_cq(&self, depth: u32) -> Result<Self::Cq> {
         self.check_open("create_cq")?;
         range("CQ depth", depth, 1, MAX_CQ_DEPTH)?;
-        Ok(SoftCq::new(depth))
+        Ok(SoftCq::new(depth, self.inner.inject.clone()))
     }
 
     fn create_qp(&self, cq: &Self::Cq, attr: &QpAttr) -> Result<Self::Qp> {
@@ -382,27 +420,29 @@ impl Provider for SoftProvider {
             let mut a = i.qps.lock().unwrap_or_else(|e| e.into_inner());
             let idx = a.alloc("soft QP table")?;
             let g = &mut a.gens[idx as usize];
-            *g = g.wrapping_add(1).max(1);
+            *g = (g.wrapping_add(1) & QP_GEN_MASK).max(1);
             (idx, *g)
         };
-        let qpn = ((gen as u32) << 16) | idx;
+        let qpn = ((gen as u32) << QP_IDX_BITS) | idx;
         let b = i.seg.qp_block(idx as usize);
         // Relaxed: published by the Release store of `state` below.
         b.recv_posted.store(0, Ordering::Relaxed);
-        for e in &b.ring {
-            e.seq.store(0, Ordering::Relaxed);
-        }
-        // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
+        b.error.store(0, Ordering::Relaxed);
+        i.seg.clear_ring(idx as usize); // reads as zeros; no page touched
+                                        // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
         b.state.store(qpn as u64, Ordering::Release);
-        let sh = Arc::new(QpShared::new(
-            qpn,
-            idx as usize,
-            i.seg.clone(),
-            cq.sh.clone(),
-            attr,
-            i.cfg.direct_max,
-            i.cfg.chunk,
-        ));
+        let sh = Arc::new(
+            QpShared::new(
+                qpn,
+                idx as usize,
+                i.seg.clone(),
+                cq.sh.clone(),
+                attr,
+                i.cfg.direct_max,
+                i.cfg.chunk,
+            )
+            .with_faults(i.inject.clone()),
+        );
         cq.sh.attach(sh.clone());
         Ok(SoftQp {
             sh,
@@ -432,7 +472,7 @@ impl Provider for SoftProvider {
                 value: attr.link_layer as u64,
             });
         }
-        let block = (attr.remote_qpn & 0xffff) as usize;
+        let block = (attr.remote_qpn & ((1 << QP_IDX_BITS) - 1)) as usize;
         if block == 0 || block >= QP_SLOTS || attr.remote_qpn >> 24 != 0 {
             return Err(Error::Wire {
                 what: "remote QP number",
@@ -505,6 +545,14 @@ impl Provider for SoftProvider {
                 e,
             )
         })?;
+        if let Some(f) = &self.inner.inject {
+            if f.reg_fails() {
+                return Err(Error::Provider {
+                    call: "reg_mr (fault injected: IBNET_SOFT_FAULTS reg_fail)",
+                    errno: libc::ENOMEM,
+                });
+            }
+        }
         let idx = self
             .inner
             .mrs

@@ -41,6 +41,8 @@ pub struct Peer {
     pub fabric: Fabric,
     /// Set (Release) by the monitor once the peer process has exited.
     pub dead: AtomicBool,
+    /// Our lease lane in the peer's segment (see `segment`, "Lanes").
+    pub lane: u8,
     pidfd: Option<OwnedFd>,
 }
 
@@ -50,6 +52,25 @@ impl Peer {
     pub fn is_dead(&self) -> bool {
         // Acquire: pairs with the monitor's Release store.
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// Takes a lease on the peer's registration `key` in our lane (`own`: the peer is our own
+    /// provider, a loopback QP: the owner's lane). See [`Segment::lease_lane`].
+    #[inline]
+    pub fn lease(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        own: bool,
+    ) -> Result<crate::segment::Lease<'_>, crate::segment::LeaseError> {
+        let lane = if own {
+            crate::segment::OWN_LANE
+        } else {
+            self.lane
+        };
+        self.seg.lease_lane(key, addr, len, need, lane)
     }
 
     /// Marks the peer dead (the monitor, or a copy that failed with ESRCH).
@@ -82,17 +103,20 @@ fn os_err(call: &'static str, e: &io::Error) -> Error {
     }
 }
 
-/// Resolves `a` to a peer: in-process or attached cross-process. Control path.
-pub fn resolve(a: &SoftAddr) -> Result<Arc<Peer>, Error> {
+/// Resolves `a` to a peer: in-process or attached cross-process; claims a lease lane in its
+/// segment for our provider (nonce `me`). Control path.
+pub fn resolve(a: &SoftAddr, me: u64) -> Result<Arc<Peer>, Error> {
     if a.pid == sys::getpid() {
         let seg = find_local(a.nonce).ok_or(Error::Wire {
             what: "soft provider address names no live provider in this process",
             value: a.nonce,
         })?;
+        let lane = seg.claim_lane(a.pid, me);
         return Ok(Arc::new(Peer {
             seg,
             fabric: Fabric::InProc,
             dead: AtomicBool::new(false),
+            lane,
             pidfd: None,
         }));
     }
@@ -126,6 +150,7 @@ pub fn resolve(a: &SoftAddr) -> Result<Arc<Peer>, Error> {
         }
         Err(e) => return Err(os_err("process_vm_readv (probe of the peer)", &e)),
     }
+    let lane = seg.claim_lane(sys::getpid(), me);
     Ok(Arc::new(Peer {
         seg: Arc::new(seg),
         fabric: Fabric::Cross {
@@ -133,6 +158,7 @@ pub fn resolve(a: &SoftAddr) -> Result<Arc<Peer>, Error> {
             base: a.magic_addr,
         },
         dead: AtomicBool::new(false),
+        lane,
         pidfd,
     }))
 }

@@ -51,6 +51,9 @@ use crate::segment::{
 };
 use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
 
+mod faulty;
+mod responder;
+
 /// Where a connected QP sends to.
 pub struct Remote {
     /// The peer provider.
@@ -103,6 +106,8 @@ pub struct QpShared {
     destroyed: AtomicBool,
     direct_max: u64,
     chunk: u64,
+    /// Armed `IBNET_SOFT_FAULTS` (None: the normal case).
+    faults: Option<Arc<crate::inject::Inject>>,
 }
 
 /// Smallest piece of a WR above `direct_max` handed to a copy worker: below it, waking a worker
@@ -158,7 +163,14 @@ impl QpShared {
             destroyed: AtomicBool::new(false),
             direct_max,
             chunk: chunk.max(4096),
+            faults: None,
         }
+    }
+
+    /// Arms `IBNET_SOFT_FAULTS` on this QP (before it is shared).
+    pub fn with_faults(mut self, faults: Option<Arc<crate::inject::Inject>>) -> Self {
+        self.faults = faults;
+        self
     }
 
     fn entry(&self, seq: u64) -> &SqEntry {
@@ -190,6 +202,7 @@ impl QpShared {
                 self.set_fail(WcStatus::RetryExceeded);
             }
         }
+        self.check_responder();
     }
 
     /// Destroys: flushes nothing (outstanding WRs are dropped), stops workers' copies, frees
@@ -213,6 +226,7 @@ impl QpShared {
         let signaled = (h..t).filter(|&s| self.entry(s).load().signaled).count() as u32;
         let recvs = self.rq_posted.load(Ordering::Acquire) - self.rq_head.load(Ordering::Acquire);
         self.cq.release(signaled + recvs as u32);
+        self.own.clear_ring(self.idx); // the ring's pages go back to the system
     }
 
     // ---------------------------------------------------------------- posting
@@ -258,6 +272,8 @@ impl QpShared {
             if failed {
                 e.arm(seq, self.chunk, false);
                 e.set_err(WcStatus::WrFlushError, 0);
+            } else if self.faults.is_some() && self.inject_post(seq, e) {
+                // an injected fault failed the WR (IBNET_SOFT_FAULTS)
             } else {
                 self.execute(seq, e, w.sge.len as u64, engine);
             }
@@ -329,6 +345,7 @@ impl QpShared {
             if let Err((st, v)) = self.copy(&w, off, n) {
                 e.set_err(st, v);
                 self.err_seq.note(seq);
+                self.mark_responder(st);
                 break;
             }
             off += n;
@@ -353,6 +370,7 @@ impl QpShared {
                 if let Err((st, v)) = self.copy(&w, c.off, c.len) {
                     e.set_err(st, v);
                     self.err_seq.note(seq);
+                    self.mark_responder(st);
                 }
             }
             last = e.chunk_done();
@@ -390,10 +408,16 @@ impl QpShared {
         let own = Arc::ptr_eq(&r.peer.seg, &self.own);
         let rl = r
             .peer
-            .seg
             .lease(w.rkey, ra, n, rneed, own)
             .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
-        segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize).map_err(|e| {
+        let injected = match self.faults {
+            Some(_) if dir == Dir::Write => self.inject_copy(r, &rl, la, ra, n),
+            _ => None,
+        };
+        let moved = injected.unwrap_or_else(|| {
+            segment::copy_leased(r.peer.fabric, dir, &ll, la, &rl, ra, n as usize)
+        });
+        moved.map_err(|e| {
             let errno = e.raw_os_error().unwrap_or(0);
             match errno {
                 libc::ESRCH => {

@@ -1,16 +1,21 @@
-//! The shared-memory segment every provider publishes: its registration table and the receive
-//! side of its QPs.
+//! The shared-memory segment every provider publishes: its registration table, the receive
+//! side of its QPs, and its comms' FIFO rings.
 //!
 //! One segment per provider instance: a memfd mapped by the owner and, read-write, by every
 //! peer process that connects a QP to it (through `/proc/<pid>/fd/<fd>`; in-process peers use
 //! the owner's mapping). Layout (fixed by [`VERSION`]; a peer never trusts sizes it reads):
 //!
 //! ```text
-//!  offset 0        Header   magic, version, pid, nonce
+//!  offset 0        Header   magic, version, pid, nonce, lease lanes
 //!  HDR_BYTES       MrSlot × MR_SLOTS      registration table (key = gen << 16 | index)
-//!  QP_OFF          QpBlock × QP_SLOTS     per QP: recv_posted, inbound ring
+//!  QP_OFF          QpHead × QP_SLOTS      per QP: state, responder error, recv_posted
+//!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (16 KiB, page aligned)
 //!  FIFO_OFF        FIFO_SLOTS × FIFO_STRIDE  FIFO rings (`alloc_fifo`), page aligned
 //! ```
+//! The segment is sparse: a page costs memory only once touched. A QP's ring pages are
+//! punched out (`MADV_REMOVE`) when the QP is created and destroyed, so an idle or closed QP
+//! costs only its 192-byte head, and the table can be as large as the plugin advertises
+//! ([`QP_SLOTS`]).
 //!
 //! ## FIFO rings in shared memory (small writes without a syscall)
 //! A comm's FIFO ring (clear-to-send elements its peer RDMA-writes) is allocated in the FIFO
@@ -21,7 +26,8 @@
 //! at post time in the posting thread: after every earlier WR of the QP that the posting thread
 //! copied (all up to `direct_max`; larger ones are copied eagerly by workers, as before, and
 //! ordered only by immediates), and before any later immediate (the combiner delivers it after
-//! the write). Errors complete the WR as any other copy's do. The owner reads its ring
+//! the write). Errors complete the WR as any other copy's do. The fault injector's corrupted
+//! element (`IBNET_SOFT_FAULTS` `fifo_corrupt`) takes the same path ([`write_leased`]). The owner reads its ring
 //! with Acquire loads, as it would after a NIC's write. A released FIFO slot is zeroed with
 //! `fallocate(PUNCH_HOLE)` (its pages are freed too).
 //!
@@ -31,15 +37,25 @@
 //! ```text
 //!  initiator                                   owner (dereg)
 //!  busy.fetch_add(1)            (SeqCst)       state.store(invalid) (SeqCst)
-//!  (busy_remote for peers, busy_local for the owner's own copies: separate cache lines)
-//!  state.load() == key's gen?   (SeqCst)       while busy.load() != 0 (SeqCst) { wait ≤ 1 s }
+//!  (busy_remote[lane] for peers, busy_local for the owner's own copies: separate lines)
+//!  state.load() == key's gen?   (SeqCst)       while any busy.load() != 0 (SeqCst) { wait ≤ 1 s }
 //!  check range/access, copy                    slot reusable
 //!  busy.fetch_sub(1)            (Release) ───▶ (Acquire) sees 0: the copy is complete
 //! ```
 //! In the single total order of the SeqCst operations either the initiator sees the slot
-//! invalid, or the owner sees `busy > 0` and waits. A lease that is never released (a peer
-//! killed mid-copy, or stopped) makes `dereg` give up after 1 s and quarantine the slot (never
-//! reused); `dereg_mr` then fails with `EBUSY` and the memory must not be reused.
+//! invalid, or the owner sees `busy > 0` and waits.
+//!
+//! **Lanes.** Each peer provider counts its leases in a lane of its own: at connect it claims
+//! one of the `LANES - 1` entries of the owner's header lane table (`pid << 32 | nonce`, by
+//! CAS; lane 0 is shared by peers that found the table full). A lease held by a process that
+//! has exited (killed mid-copy) can never be released by it; `dereg` therefore looks, while it
+//! waits, at the process of every busy lane (pidfd: exited or reaped) and zeroes the lane's
+//! count in this slot once that process is gone: no copy of a dead process can be in flight, so
+//! its leases are void, and `dereg_mr` succeeds at once. Only a live process that holds a lease
+//! past the deadline (stopped, stuck in a copy), or a dead one counted in the shared lane 0,
+//! still makes `dereg` give up after 1 s and quarantine the slot (never reused); `dereg_mr` then
+//! fails with `EBUSY` and the memory must not be reused. Lanes are not recycled while the owner
+//! lives (a dead process's stale counts may remain in slots not yet deregistered).
 //!
 //! ## Inbound ring (WRITE_WITH_IMM delivery)
 //! ```text
@@ -62,33 +78,41 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-
-use ibnet_core::fifo::FifoRing;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ibnet_core::fifo::FifoRing;
+
+use crate::lease::{Header, Lease as SlotLease, MrSlot};
+pub use crate::lease::{LeaseError, MAGIC, OWN_LANE};
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
-pub const VERSION: u32 = 2;
-/// Magic at offset 0.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"IBNSOFT1");
+pub const VERSION: u32 = 3;
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
 pub const MR_SLOTS: usize = 1 << 16;
-/// QP slots (index 0 unused). QP numbers carry a 16-bit index and an 8-bit generation.
-pub const QP_SLOTS: usize = 2048;
+/// Bits of a QP number that hold its slot index; the 5 bits above hold a generation (QP numbers
+/// stay within RC's 24 bits).
+pub const QP_IDX_BITS: u32 = 19;
+/// QP slots (index 0 unused): 2 × 1024 comms (the plugin's `maxComms`, send and receive) × 129
+/// QPs (128 = `NCCL_IB_QPS_PER_CONNECTION`'s maximum, plus a flush QP), and the unused slot 0.
+pub const QP_SLOTS: usize = 2 * 1024 * 129 + 1;
+const _: () = assert!(QP_SLOTS <= 1 << QP_IDX_BITS);
+
 /// Entries of a QP's inbound ring: the most receives a QP may have posted.
 pub const RING: usize = 1024;
 
 const HDR_BYTES: usize = 4096;
 const MR_OFF: usize = HDR_BYTES;
 const QP_OFF: usize = MR_OFF + MR_SLOTS * std::mem::size_of::<MrSlot>();
+const RING_BYTES: usize = RING * std::mem::size_of::<RingEntry>();
+const RING_OFF: usize = (QP_OFF + QP_SLOTS * std::mem::size_of::<QpHead>() + 4095) & !4095;
 /// FIFO rings a segment holds (beyond them `alloc_fifo` falls back to the heap, and peers'
 /// writes into those rings to `process_vm_writev`).
 pub const FIFO_SLOTS: usize = 512;
 /// Bytes per FIFO slot (a ring, rounded up to pages).
 pub const FIFO_STRIDE: usize = std::mem::size_of::<FifoRing>().next_multiple_of(4096);
-const FIFO_OFF: usize = (QP_OFF + QP_SLOTS * std::mem::size_of::<QpBlock>()).next_multiple_of(4096);
+const FIFO_OFF: usize = (RING_OFF + QP_SLOTS * RING_BYTES).next_multiple_of(4096);
 /// Total bytes of a segment (virtual; pages are allocated as they are touched).
 pub const BYTES: usize = FIFO_OFF + FIFO_SLOTS * FIFO_STRIDE;
 
@@ -99,45 +123,32 @@ pub const ACC_REMOTE_WRITE: u32 = 2;
 /// Peers may read.
 pub const ACC_REMOTE_READ: u32 = 4;
 
-#[repr(C)]
-struct Header {
-    magic: AtomicU64,
-    version: AtomicU32,
-    pid: AtomicU32,
-    nonce: AtomicU64,
-}
-
-/// One registration slot: a read-mostly line, then the lease counters of this process and of
-/// peers on lines of their own (so leases from both sides of a ping-pong never share a line,
-/// and never invalidate the read-mostly line).
+/// The head of one QP's receive side.
 #[repr(C, align(64))]
-pub struct MrSlot {
-    /// `gen << 1 | valid`.
-    state: AtomicU64,
-    addr: AtomicU64,
-    len: AtomicU64,
-    access: AtomicU32,
-    _p0: [u32; 9],
-    /// Leases held by peers right now.
-    busy_remote: AtomicU32,
-    _p1: [u32; 15],
-    /// Leases held by the owner's own copies right now.
-    busy_local: AtomicU32,
-    _p2: [u32; 15],
-}
-
-/// The receive side of one QP.
-#[repr(C, align(64))]
-pub struct QpBlock {
+pub struct QpHead {
     /// The QP number while the QP lives, 0 when free.
-    pub state: AtomicU64,
-    _p0: [u64; 7],
+    state: AtomicU64,
+    /// `qpn << 32 | status`: an initiator's WR hit a responder error (remote access) on this
+    /// QP, which must move to the error state (as RC does); 0: none. Written by initiators.
+    error: AtomicU64,
+    _p0: [u64; 6],
     /// Receives posted so far (written by the owner).
-    pub recv_posted: AtomicU64,
+    recv_posted: AtomicU64,
     _p1: [u64; 7],
     _p3: [u64; 8],
+}
+
+/// The receive side of one QP: its head and its inbound ring (two places of the segment).
+#[derive(Clone, Copy)]
+pub struct QpBlock<'a> {
+    /// The QP number while the QP lives, 0 when free.
+    pub state: &'a AtomicU64,
+    /// Responder error mark (see [`QpHead`]).
+    pub error: &'a AtomicU64,
+    /// Receives posted so far (written by the owner).
+    pub recv_posted: &'a AtomicU64,
     /// One entry per delivery `t`, at `t % RING`.
-    pub ring: [RingEntry; RING],
+    pub ring: &'a [RingEntry; RING],
 }
 
 /// One write-with-immediate delivery.
@@ -149,34 +160,21 @@ pub struct RingEntry {
     pub meta: AtomicU64,
 }
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
+const _: () = assert!(std::mem::size_of::<QpHead>() == 192);
+const _: () = assert!(RING_BYTES % 4096 == 0);
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= HDR_BYTES);
 const _: () = assert!(QP_OFF % 64 == 0);
 
-/// Why a lease was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseError {
-    /// Bad index, stale generation or deregistered.
-    Key,
-    /// The range leaves the registration.
-    Range,
-    /// The registration lacks the access right.
-    Access,
-}
-
-/// A held lease on a registration: while it lives, the owner's `dereg` waits.
+/// A held lease on a registration of a segment: the slot's lease (`lease::Lease`, whose drop
+/// releases it; while it lives, the owner's `dereg` waits), and the segment whose registration
+/// table granted it (a write into that segment's FIFO area goes through our mapping of it).
 pub struct Lease<'a> {
-    busy: &'a AtomicU32,
-    /// The segment whose registration table granted it.
+    _slot: SlotLease<'a>,
+    /// The segment whose registration table granted the lease.
     seg: &'a Segment,
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        // Release: pairs with the SeqCst/Acquire `busy` loads in `dereg`: our copy happened
-        // before the owner sees the lease gone.
-        self.busy.fetch_sub(1, Ordering::Release);
-    }
 }
 
 /// A mapped segment: this provider's own, or a peer's.
@@ -209,14 +207,7 @@ impl Segment {
             nonce,
             pid,
         };
-        let h = s.header();
-        // Relaxed: peers only map the segment after receiving our address over the control
-        // path, which happens-after this store (socket / thread hand-off).
-        h.version.store(VERSION, Ordering::Relaxed);
-        h.pid.store(pid as u32, Ordering::Relaxed);
-        h.nonce.store(nonce, Ordering::Relaxed);
-        // Release: publishes the header fields above; pairs with the Acquire in `attach`.
-        h.magic.store(MAGIC, Ordering::Release);
+        s.header().publish(VERSION, pid, nonce);
         Ok(s)
     }
 
@@ -236,13 +227,7 @@ impl Segment {
             nonce,
             pid,
         };
-        let h = s.header();
-        // Acquire: pairs with the Release store of `magic` in `create`.
-        let ok = h.magic.load(Ordering::Acquire) == MAGIC
-            && h.version.load(Ordering::Relaxed) == VERSION
-            && h.pid.load(Ordering::Relaxed) == pid as u32
-            && h.nonce.load(Ordering::Relaxed) == nonce;
-        if !ok {
+        if !s.header().is(VERSION, pid, nonce) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "peer segment identity",
@@ -281,18 +266,17 @@ impl Segment {
         }
     }
 
-    /// The QP block `idx` (must be < [`QP_SLOTS`]).
-    pub fn qp_block(&self, idx: usize) -> &QpBlock {
+    fn qp_head(&self, idx: usize) -> &QpHead {
         debug_assert!(idx < QP_SLOTS);
         let idx = idx % QP_SLOTS;
-        // SAFETY: in bounds, 64-byte aligned (QP_OFF and the block size are 64-multiples);
-        // atomics and padding only, valid for any bit pattern; lives as long as `self`.
+        // SAFETY: in bounds (idx < QP_SLOTS), 64-byte aligned (QP_OFF and the head size are
+        // 64-multiples); atomics and padding only, valid for any bit pattern; lives as long as
+        // `self`.
         unsafe {
             &*(self
                 .map
                 .as_ptr()
-                .add(QP_OFF + idx * std::mem::size_of::<QpBlock>())
-                as *const QpBlock)
+                .add(QP_OFF + idx * std::mem::size_of::<QpHead>()) as *const QpHead)
         }
     }
 
@@ -321,8 +305,54 @@ impl Segment {
         (off >= FIFO_OFF as u64 && end <= BYTES as u64).then(|| self.map.as_ptr() as u64 + off)
     }
 
+    fn ring_ptr(&self, idx: usize) -> *mut u8 {
+        debug_assert!(idx < QP_SLOTS);
+        // SAFETY: `RING_OFF + (idx % QP_SLOTS) * RING_BYTES + RING_BYTES <= BYTES`: inside the
+        // mapping.
+        unsafe {
+            self.map
+                .as_ptr()
+                .add(RING_OFF + (idx % QP_SLOTS) * RING_BYTES)
+        }
+    }
+
+    /// The QP block `idx` (must be < [`QP_SLOTS`]).
+    #[inline]
+    pub fn qp_block(&self, idx: usize) -> QpBlock<'_> {
+        let h = self.qp_head(idx);
+        // SAFETY: the ring of slot `idx` lies inside the mapping (`ring_ptr`), page aligned;
+        // atomics only, valid for any bit pattern (a punched-out page reads as zeros); lives as
+        // long as `self`.
+        let ring = unsafe { &*(self.ring_ptr(idx) as *const [RingEntry; RING]) };
+        QpBlock {
+            state: &h.state,
+            error: &h.error,
+            recv_posted: &h.recv_posted,
+            ring,
+        }
+    }
+
+    /// Owner: zeroes QP slot `idx`'s inbound ring and gives its pages back to the system
+    /// (`MADV_REMOVE`; by atomic stores where the kernel refuses). Control path (create and
+    /// destroy of a QP).
+    pub fn clear_ring(&self, idx: usize) {
+        if sys::punch(self.ring_ptr(idx), RING_BYTES).is_err() {
+            for e in self.qp_block(idx).ring {
+                // Relaxed: published by the Release store of the QP's `state` at create.
+                e.seq.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Peer: claims a lease lane in this (the owner's) segment for the provider `(pid,
+    /// nonce)` of this process; returns it (0, the shared lane, when the table is full).
+    pub fn claim_lane(&self, pid: i32, nonce: u64) -> u8 {
+        self.header().claim_lane(pid, nonce)
+    }
+
     /// Takes a lease on the registration `key` covering `[addr, addr + len)` with `need`;
-    /// `own` says the lease is taken by the owner process itself (its local SGE).
+    /// `own` says the lease is taken by the owner process itself (its local SGE), else it is
+    /// counted in the shared lane 0 (see [`Segment::lease_lane`]).
     #[inline]
     pub fn lease(
         &self,
@@ -332,68 +362,46 @@ impl Segment {
         need: u32,
         own: bool,
     ) -> Result<Lease<'_>, LeaseError> {
+        self.lease_lane(key, addr, len, need, if own { OWN_LANE } else { 0 })
+    }
+
+    /// [`Segment::lease`] counted in `lane` ([`OWN_LANE`]: the owner's own copies; else a
+    /// lane of [`Segment::claim_lane`]).
+    #[inline]
+    pub fn lease_lane(
+        &self,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+        lane: u8,
+    ) -> Result<Lease<'_>, LeaseError> {
         let idx = (key & 0xffff) as usize;
         if idx == 0 {
             return Err(LeaseError::Key);
         }
-        let slot = self.mr(idx);
-        let busy = if own {
-            &slot.busy_local
-        } else {
-            &slot.busy_remote
-        };
-        // SeqCst: the Dekker pair with `dereg` (store state, load busy); see the module doc.
-        busy.fetch_add(1, Ordering::SeqCst);
-        let lease = Lease { busy, seg: self };
-        // SeqCst: see above; also acquires the fields written before `reg`'s Release store.
-        let st = slot.state.load(Ordering::SeqCst);
-        if st != (((key >> 16) as u64) << 1) | 1 {
-            return Err(LeaseError::Key);
-        }
-        // Relaxed: ordered after the state load above (which synchronised with `reg`).
-        let (a, l) = (
-            slot.addr.load(Ordering::Relaxed),
-            slot.len.load(Ordering::Relaxed),
-        );
-        let end = addr.checked_add(len).ok_or(LeaseError::Range)?;
-        if addr < a || end > a.saturating_add(l) {
-            return Err(LeaseError::Range);
-        }
-        // Relaxed: as `addr`/`len` above.
-        if slot.access.load(Ordering::Relaxed) & need != need {
-            return Err(LeaseError::Access);
-        }
-        Ok(lease)
+        self.mr(idx)
+            .lease(key, addr, len, need, lane)
+            .map(|slot| Lease {
+                _slot: slot,
+                seg: self,
+            })
     }
 
     /// Owner: fills free slot `idx` and makes it valid; returns the key.
     pub fn reg(&self, idx: usize, addr: u64, len: u64, access: u32) -> u32 {
-        let slot = self.mr(idx);
-        // Relaxed: only the owner writes `state`.
-        let gen = (((slot.state.load(Ordering::Relaxed) >> 1) + 1) & 0xffff).max(1);
-        // Relaxed: published by the Release store of `state` below.
-        slot.addr.store(addr, Ordering::Relaxed);
-        slot.len.store(len, Ordering::Relaxed);
-        slot.access.store(access, Ordering::Relaxed);
-        // Release: pairs with the SeqCst (acquiring) state load in `lease`.
-        slot.state.store((gen << 1) | 1, Ordering::Release);
-        ((gen as u32) << 16) | idx as u32
+        self.mr(idx).reg(idx, addr, len, access)
     }
 
-    /// Owner: invalidates slot `idx` and waits (≤ `timeout`) for leases to drain. Returns
-    /// `false` when a lease was still held at the deadline (the slot must be quarantined).
+    /// Owner: invalidates slot `idx` and waits (≤ `timeout`) for leases to drain; leases of
+    /// exited processes are voided (see "Lanes" in the module doc). Returns `false` when a
+    /// lease was still held at the deadline (the slot must be quarantined).
     pub fn dereg(&self, idx: usize, timeout: Duration) -> bool {
         let slot = self.mr(idx);
-        // Relaxed: only the owner writes `state`.
-        let st = slot.state.load(Ordering::Relaxed);
-        // SeqCst: the Dekker pair with `lease` (see the module doc).
-        slot.state.store(st & !1, Ordering::SeqCst);
+        slot.invalidate();
         let start = Instant::now();
         let mut spins = 0u32;
-        // SeqCst: see above; it also acquires the Release of every dropped lease.
-        while slot.busy_remote.load(Ordering::SeqCst) != 0
-            || slot.busy_local.load(Ordering::SeqCst) != 0
-        {
+        while !slot.drained() {
             if start.elapsed() >= timeout {
                 return false;
             }
@@ -401,10 +409,27 @@ impl Segment {
             if spins < 64 {
                 std::hint::spin_loop();
             } else {
+                if spins % 16 == 0 {
+                    self.void_dead_lanes(slot); // a few µs of syscalls, every ~1 ms
+                }
                 std::thread::sleep(Duration::from_micros(50));
+            }
+            if spins == 1 {
+                self.void_dead_lanes(slot); // at once: a dead peer costs no wait
             }
         }
         true
+    }
+
+    /// Zeroes the counts of `slot`'s lanes whose process has exited (lane 0 is shared: kept).
+    fn void_dead_lanes(&self, slot: &MrSlot) {
+        let h = self.header();
+        for lane in slot.busy_lanes() {
+            let pid = h.lane_pid(lane);
+            if pid > 0 && pid != self.pid && sys::pid_exited(pid) {
+                slot.void_lane(lane);
+            }
+        }
     }
 }
 
@@ -485,6 +510,57 @@ unsafe fn cross(dir: Dir, fabric: Fabric, laddr: u64, raddr: u64, len: usize) ->
     unsafe { sys::vm_copy(dir, pid, laddr, raddr, len) }
 }
 
+/// A cross-process write of `len` bytes from `src` (this process) to `raddr` in the peer of
+/// `fabric`, whose segment `remote` is mapped here: word stores through that mapping when the
+/// range lies inside the segment's FIFO area (module doc), else `process_vm_writev`.
+///
+/// # Safety
+/// `[src, src + len)` is readable memory of this process (inside a live local registration, or
+/// a buffer borrowed for the call); `remote` is the segment of the registration that covers
+/// `[raddr, raddr + len)` in the peer, leased by the caller.
+unsafe fn cross_write(
+    fabric: Fabric,
+    remote: &Segment,
+    src: u64,
+    raddr: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let Fabric::Cross { base, .. } = fabric else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    if len <= WORD_COPY_MAX {
+        if let Some(dst) = remote.fifo_area_ptr(base, raddr, len as u64) {
+            // SAFETY: `dst..dst + len` is inside our mapping of the peer's segment (checked),
+            // which the caller's remote lease borrows (it outlives the copy); the segment is
+            // atomics only, written here with atomic stores. The source: the caller's contract.
+            unsafe { sys::atomic_copy(dst, src, len) };
+            return Ok(len);
+        }
+    }
+    // SAFETY: the caller's contract; the kernel checks the remote range.
+    unsafe { cross(Dir::Write, fabric, src, raddr, len) }
+}
+
+/// Writes `src` (a buffer of this process) to `raddr` in the peer, covered by the lease passed
+/// in: like [`copy_leased`] for a write whose bytes come from outside any registration (the
+/// fault injector's corrupted FIFO element), on the same paths (a write into the peer's FIFO
+/// area by word stores through its segment).
+pub fn write_leased(fabric: Fabric, remote: &Lease<'_>, raddr: u64, src: &[u8]) -> io::Result<()> {
+    let (s, len) = (src.as_ptr() as u64, src.len());
+    let n = match fabric {
+        // SAFETY: the destination is inside a live registration (the lease) that the owner
+        // keeps mapped until deregistered; the source is `src`, borrowed for the call.
+        Fabric::InProc => unsafe { in_proc_copy(raddr, s, len) }?,
+        // SAFETY: the source is `src`, borrowed for the call; `remote` leases the destination.
+        Fabric::Cross { .. } => unsafe { cross_write(fabric, remote.seg, s, raddr, len) }?,
+    };
+    if n == len {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EFAULT))
+    }
+}
+
 /// Copies `len` bytes between `laddr` (this process) and `raddr` (the peer), both covered by
 /// the leases passed in (which keep the owners from deregistering them meanwhile). Never
 /// faults on a range the kernel can check (cross-process, and in-process above
@@ -509,19 +585,10 @@ pub fn copy_leased(
             // `reg_mr` and promised mapped until deregistered; dereg waits for the leases.
             unsafe { in_proc_copy(dst, src, len) }?
         }
-        Fabric::Cross { base, .. } if dir == Dir::Write && len <= WORD_COPY_MAX => {
-            match remote.seg.fifo_area_ptr(base, raddr, len as u64) {
-                Some(dst) => {
-                    // SAFETY: `dst..dst + len` is inside our mapping of the peer's segment
-                    // (checked), which the remote lease borrows (it outlives the copy); the
-                    // segment is atomics only, written here with atomic stores. The source is
-                    // inside a live local registration (lease), probed at `reg_mr`.
-                    unsafe { sys::atomic_copy(dst, laddr, len) };
-                    len
-                }
-                // SAFETY: as in the general arm below.
-                None => unsafe { cross(dir, fabric, laddr, raddr, len) }?,
-            }
+        // SAFETY: the source is inside a live local registration (the local lease), probed at
+        // `reg_mr`; the remote lease covers the destination.
+        Fabric::Cross { .. } if dir == Dir::Write => {
+            unsafe { cross_write(fabric, remote.seg, laddr, raddr, len) }?
         }
         // SAFETY: the local range is inside a live local registration (lease; local-write
         // access for a read); the kernel checks both ranges.

@@ -401,3 +401,52 @@ pub fn pid_alive(pid: i32) -> bool {
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
+
+/// `madvise(MADV_REMOVE)`: frees the pages of `[ptr, ptr + len)` of a shared file mapping
+/// (the memfd segment); they read as zeros afterwards, in every process that maps the file.
+pub fn punch(ptr: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller passes a page-aligned range of one of its own shared mappings, whose
+    // contents are atomics only (zero is a valid value for each); no mapping changes.
+    cvt(unsafe { libc::madvise(ptr.cast(), len, libc::MADV_REMOVE) }).map(drop)
+}
+
+/// Has process `pid` exited (a zombie, or reaped)? `false` when that cannot be told (no
+/// permission): the caller then keeps waiting, as before.
+pub fn pid_exited(pid: i32) -> bool {
+    match pidfd_open(pid) {
+        // A pidfd turns readable when the process exits (also while it is a zombie).
+        Ok(fd) => {
+            let mut ready = Vec::with_capacity(1);
+            poll_readable(&[fd.as_raw_fd()], &mut ready).is_ok_and(|_| ready[0])
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => true,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => !pid_alive(pid),
+        Err(_) => false,
+    }
+}
+
+/// Reads `out.len()` bytes at `addr` of this process through the kernel
+/// (`process_vm_readv` on our own pid): an unmapped address fails with `EFAULT`, never faults.
+pub fn read_self(addr: u64, out: &mut [u8]) -> io::Result<()> {
+    // SAFETY: the local side is `out`, exclusive for the call; the kernel validates `addr`.
+    let n = unsafe {
+        vm_copy(
+            Dir::Read,
+            getpid(),
+            out.as_mut_ptr() as u64,
+            addr,
+            out.len(),
+        )
+    }?;
+    if n == out.len() {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EFAULT))
+    }
+}
+
+/// `kill(getpid(), SIGKILL)`: the fault injector's "kill the peer" (never returns normally).
+pub fn kill_self() {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+}

@@ -1,0 +1,153 @@
+//! The armed faults of `IBNET_SOFT_FAULTS` ([`crate::faults`]) at run time: the dice, the
+//! counters, and the rewriting of a FIFO element. Exists only when a fault is armed (the hot
+//! path tests an `Option`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ibnet_core::fifo::{FifoRing, PostedRecv, MAX_RECVS};
+use ibnet_core::provider::WcStatus;
+
+use crate::faults::Faults;
+use crate::segment;
+use crate::sys;
+
+/// Bytes of one FIFO element on the wire.
+const ELEM: usize = 64;
+
+/// Armed faults of one provider.
+pub struct Inject {
+    /// What is armed.
+    pub spec: Faults,
+    dice: AtomicU64,
+    regs: AtomicU64,
+    wrs: AtomicU64,
+    /// A private ring to re-encode FIFO elements with (`fifo_corrupt` only).
+    scratch: Option<Mutex<Box<FifoRing>>>,
+}
+
+/// splitmix64: one well-mixed 64-bit value per counter value.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Inject {
+    /// The injector for `spec`; `None` when nothing is armed.
+    pub fn new(spec: Faults) -> Option<Arc<Self>> {
+        spec.any().then(|| {
+            Arc::new(Self {
+                spec,
+                dice: AtomicU64::new(0),
+                regs: AtomicU64::new(0),
+                wrs: AtomicU64::new(0),
+                scratch: (spec.fifo_corrupt != 0).then(|| Mutex::new(segment::zeroed_fifo())),
+            })
+        })
+    }
+
+    /// A seeded random number.
+    pub fn rand(&self) -> u64 {
+        // Relaxed: a counter; only distinct values matter.
+        mix(self.spec.seed ^ mix(self.dice.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// True with probability `1/one_in` (never for 0).
+    pub fn roll(&self, one_in: u64) -> bool {
+        one_in != 0 && self.rand() % one_in == 0
+    }
+
+    /// `reg_mr`: does this registration fail?
+    pub fn reg_fails(&self) -> bool {
+        let n = self.spec.reg_fail;
+        // Relaxed: a counter.
+        n != 0 && (self.regs.fetch_add(1, Ordering::Relaxed) + 1) % n == 0
+    }
+
+    /// `post_send`, per WR: kills the process at the armed count; returns the status the WR
+    /// must fail with, if the dice say so.
+    pub fn on_post(&self) -> Option<WcStatus> {
+        let k = self.spec.kill_after_wrs;
+        // Relaxed: a counter.
+        if k != 0 && self.wrs.fetch_add(1, Ordering::Relaxed) + 1 >= k {
+            sys::kill_self();
+        }
+        self.roll(self.spec.wr_fail)
+            .then_some(self.spec.wr_fail_status)
+    }
+
+    /// A write of `src_len` bytes from `laddr` (this process): if it is a run of FIFO elements
+    /// and the dice say so, writes into `out` the same elements with a stale rkey (consistent:
+    /// the reader accepts them) and returns their length.
+    pub fn corrupt_fifo(
+        &self,
+        laddr: u64,
+        src_len: usize,
+        out: &mut [u8; ELEM * MAX_RECVS],
+    ) -> Option<usize> {
+        let scratch = self.scratch.as_ref()?;
+        if src_len == 0 || src_len % ELEM != 0 || src_len > out.len() {
+            return None;
+        }
+        let src = &mut out[..src_len];
+        sys::read_self(laddr, src).ok()?;
+        let (seq, mut posted) = decode(src)?;
+        let ring = scratch.lock().unwrap_or_else(|e| e.into_inner());
+        // Only a genuine element (its check included) is one: re-encode and compare.
+        if encode(&ring, seq, &posted, src_len)?[..src_len] != src[..] {
+            return None;
+        }
+        if !self.roll(self.spec.fifo_corrupt) {
+            return None;
+        }
+        for p in &mut posted[..src_len / ELEM] {
+            p.rkey ^= 0x8000_0000; // another generation of the same slot: a stale key
+        }
+        let bad = encode(&ring, seq, &posted, src_len)?;
+        out[..src_len].copy_from_slice(&bad[..src_len]);
+        Some(src_len)
+    }
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
+}
+
+/// The sequence number and receives of a run of FIFO elements (layout of `FifoElem`: addr,
+/// size, rkey, nreqs, tag, reserved, idx, check, padding).
+fn decode(b: &[u8]) -> Option<(u64, [PostedRecv; MAX_RECVS])> {
+    let n = b.len() / ELEM;
+    let idx = u64_at(b, 32);
+    let mut out = [PostedRecv::default(); MAX_RECVS];
+    for (i, e) in b.chunks_exact(ELEM).enumerate() {
+        if idx == 0 || u64_at(e, 32) != idx || u32_at(e, 20) as usize != n {
+            return None;
+        }
+        out[i] = PostedRecv {
+            addr: u64_at(e, 0),
+            size: u64_at(e, 8),
+            rkey: u32_at(e, 16),
+            tag: u32_at(e, 24),
+        };
+    }
+    Some((idx - 1, out))
+}
+
+/// The bytes the core's writer puts on the wire for `posted` at `seq`.
+fn encode(
+    ring: &FifoRing,
+    seq: u64,
+    posted: &[PostedRecv; MAX_RECVS],
+    len: usize,
+) -> Option<[u8; ELEM * MAX_RECVS]> {
+    let (off, n) = ring.publish(seq, &posted[..len / ELEM]);
+    let mut b = [0u8; ELEM * MAX_RECVS];
+    sys::read_self(ring.base_addr() + off as u64, &mut b[..n]).ok()?;
+    Some(b)
+}

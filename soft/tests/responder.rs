@@ -1,0 +1,236 @@
+//! Reliability of the soft provider when a peer dies or fails (issue 13): a dead peer's leases
+//! never keep `dereg_mr` busy, and a remote access error moves the *target's* QP to the error
+//! state too (as RC does), in one process and across two. The two-process tests re-execute this
+//! binary as the peer (`helper_entry` with `IBNET_SOFT_ROLE`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, ChildStdout};
+
+use common::*;
+use ibnet_core::provider::{Completion, Provider, WcOpcode, WcStatus, WrOpcode};
+
+/// Trials of the kill-then-deregister test.
+const KILL_TRIALS: usize = 10;
+/// Size of one write of the killed writer (large: a kill lands mid-copy).
+const BIG: usize = 16 << 20;
+
+/// The helper side; does nothing unless spawned with a role.
+#[test]
+#[ignore = "helper role: spawned by the two-process tests with IBNET_SOFT_ROLE"]
+fn helper_entry() {
+    let Ok(role) = std::env::var("IBNET_SOFT_ROLE") else {
+        return;
+    };
+    let len: usize = std::env::var("IBNET_SOFT_ARG").unwrap().parse().unwrap();
+    let p = provider();
+    let mut me = Side::new(&p);
+    let mut buf = Region::new(len);
+    buf.fill(3);
+    let mr = me.reg(&buf);
+    let (addr, qpn) = me.info();
+    let mine = Info {
+        addr,
+        qpn,
+        buf: buf.addr(),
+        rkey: me.key(&mr),
+        len: len as u64,
+    };
+    let mut out = std::io::stdout();
+    write_line(&mut out, &mine.to_line());
+    let mut stdin = BufReader::new(std::io::stdin());
+    let peer = read_info(&mut stdin);
+    me.connect((peer.addr, peer.qpn)).unwrap();
+    let lkey = me.key(&mr);
+    let write = |id: u64, n: usize| {
+        wr(
+            id,
+            WrOpcode::Write,
+            buf.addr(),
+            n as u32,
+            lkey,
+            peer.buf,
+            peer.rkey,
+            7,
+            true,
+        )
+    };
+    match role.as_str() {
+        // Keeps 4 large writes in flight into the parent's buffer until killed.
+        "writer" => {
+            let mut posted = 0u64;
+            let mut done = 0u64;
+            let mut buf_c = [Completion::EMPTY; 16];
+            loop {
+                while posted - done < 4 {
+                    me.post(&[write(posted, len)]).unwrap();
+                    posted += 1;
+                }
+                let k = me.p.poll_cq(&mut me.cq, &mut buf_c).unwrap();
+                if done == 0 && k > 0 {
+                    write_line(&mut out, "WRITING");
+                }
+                done += k as u64;
+            }
+        }
+        // Waits for GO, then writes with the parent's (by then stale) rkey; reports the status.
+        "stale_writer" => {
+            read_line_with(&mut stdin, |l| (l == "GO").then_some(()));
+            me.post(&[write(1, 4096)]).unwrap();
+            let c = me.wait(1);
+            write_line(&mut out, &format!("STATUS {}", c[0].status as u32));
+            read_line_with(&mut stdin, |l| (l == "QUIT").then_some(()));
+        }
+        r => panic!("unknown role {r}"),
+    }
+}
+
+struct Helper {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    info: Info,
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns a helper with `role` and a `len`-byte buffer and connects `me` to it; the helper gets
+/// `dst`'s address and rkey as ours.
+fn helper(role: &str, len: usize, me: &mut Side, dst: &Region, rkey: u32) -> Helper {
+    let mut child = spawn_helper("helper_entry", role, &len.to_string());
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let info = read_info(&mut stdout);
+    let mut h = Helper {
+        child,
+        stdin,
+        stdout,
+        info,
+    };
+    let (addr, qpn) = me.info();
+    let mine = Info {
+        addr,
+        qpn,
+        buf: dst.addr(),
+        rkey,
+        len: dst.len() as u64,
+    };
+    write_line(&mut h.stdin, &mine.to_line());
+    me.connect((info.addr, info.qpn)).unwrap();
+    h
+}
+
+fn wait_line(h: &mut Helper, want: &str) -> String {
+    let mut l = String::new();
+    loop {
+        l.clear();
+        assert!(h.stdout.read_line(&mut l).unwrap() > 0, "helper exited");
+        if let Some(i) = l.find(want) {
+            return l[i..].trim().to_string();
+        }
+    }
+}
+
+/// The writer is killed while its large writes into our buffer are in flight (so it dies
+/// holding a lease on our registration, most trials): deregistering the buffer succeeds,
+/// every trial — the dead process's lease is void.
+#[test]
+fn dereg_after_the_writer_is_killed_mid_transfer_succeeds() {
+    for trial in 0..KILL_TRIALS {
+        let p = provider();
+        let mut me = Side::new(&p);
+        let dst = Region::new(BIG);
+        let md = me.reg(&dst);
+        let key = me.key(&md);
+        let mut h = helper("writer", BIG, &mut me, &dst, key);
+        for i in 0..64 {
+            me.recv(i);
+        }
+        wait_line(&mut h, "WRITING");
+        h.child.kill().unwrap();
+        h.child.wait().unwrap();
+        match p.dereg_mr(md) {
+            Ok(()) => {}
+            Err(e) => panic!("trial {trial}: dereg_mr after the writer died: {e}"),
+        }
+        drop(h);
+    }
+}
+
+/// Target side of a remote access error in one process: the receiver deregisters its buffer,
+/// the writer's WR fails with `RemoteAccessError`, and the receiver's posted receives complete
+/// with `WrFlushError` (the target QP is in the error state, as with RC).
+#[test]
+fn remote_access_error_flushes_the_targets_receives_in_process() {
+    let (pa, pb) = (provider(), provider());
+    let (mut a, mut b) = pair(&pa, &pb);
+    let src = Region::new(4096);
+    let dst = Region::new(4096);
+    let (ms, md) = (a.reg(&src), b.reg(&dst));
+    let stale = b.key(&md);
+    for i in 0..3 {
+        b.recv(100 + i);
+    }
+    pb.dereg_mr(md).unwrap();
+    let w = wr(
+        1,
+        WrOpcode::WriteWithImm,
+        src.addr(),
+        4096,
+        a.key(&ms),
+        dst.addr(),
+        stale,
+        9,
+        true,
+    );
+    a.post(&[w]).unwrap();
+    let ca = a.wait(1);
+    assert_eq!(ca[0].status, WcStatus::RemoteAccessError, "{ca:?}");
+    let cb = b.wait(3);
+    assert!(
+        cb.iter()
+            .all(|c| c.status == WcStatus::WrFlushError && c.opcode == WcOpcode::RecvRdmaWithImm),
+        "{cb:?}"
+    );
+    let ids: Vec<u64> = cb.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![100, 101, 102]);
+    // The target QP stays in the error state: a later receive is flushed too.
+    b.recv(200);
+    assert_eq!(b.wait(1)[0].status, WcStatus::WrFlushError);
+}
+
+/// The same across two processes: the helper writes with our stale rkey after we deregistered.
+#[test]
+fn remote_access_error_flushes_the_targets_receives_across_processes() {
+    let p = provider();
+    let mut me = Side::new(&p);
+    let dst = Region::new(4096);
+    let md = me.reg(&dst);
+    let stale = me.key(&md);
+    let mut h = helper("stale_writer", 4096, &mut me, &dst, stale);
+    for i in 0..2 {
+        me.recv(i);
+    }
+    p.dereg_mr(md).unwrap();
+    write_line(&mut h.stdin, "GO");
+    let status = wait_line(&mut h, "STATUS ");
+    assert_eq!(
+        status,
+        format!("STATUS {}", WcStatus::RemoteAccessError as u32),
+        "the writer's WR"
+    );
+    let c = me.wait(2);
+    assert!(
+        c.iter().all(|c| c.status == WcStatus::WrFlushError),
+        "{c:?}"
+    );
+    write_line(&mut h.stdin, "QUIT");
+    assert!(h.child.wait().unwrap().success(), "helper failed");
+    let _ = h.info;
+}
