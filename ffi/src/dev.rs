@@ -85,9 +85,12 @@ pub const PROVIDER_TAG_SOFT: u8 = 2;
 /// Nominal speed reported for `soft0` (Mbps): a same-host memory copy, faster than any NIC port
 /// NCCL would compare it with.
 const SOFT_SPEED_MBPS: i32 = 100_000;
-/// QPs one `soft0` provider can hold at once: ibnet-soft's segment has 2048 QP slots, slot 0
-/// reserved (checked by the test `soft_qp_budget_is_real`, which fills the table).
-pub const SOFT_QP_BUDGET: i32 = 2047;
+/// QPs one `soft0` provider can hold at once: ibnet-soft's QP table ([`ibnet_soft::MAX_QPS`],
+/// filled by soft's own capacity test).
+pub const SOFT_QP_BUDGET: i32 = ibnet_soft::MAX_QPS as i32;
+/// The most comms (send and receive together) advertised per device, whatever the QP budget:
+/// 1024 of each, as many as NCCL opens per peer NIC in practice.
+pub const MAX_COMMS: i32 = 2048;
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
@@ -96,14 +99,15 @@ pub use crate::nccl::props::Props;
 impl Dev {
     /// `maxComms`: send and receive comms together that fit in the device's QP budget (verbs:
     /// `max_qp` of the device; soft: [`SOFT_QP_BUDGET`]), each taking `cfg.nqps` QPs plus a
-    /// flush QP where `cfg.gdr_flush` (receive comms only; counted for all, to stay true).
+    /// flush QP where `cfg.gdr_flush` (receive comms only; counted for all, to stay true), and
+    /// at most [`MAX_COMMS`].
     pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
         let budget = match self {
             Dev::Verbs(p) => p.dev.max_qp,
             Dev::Soft(_) => SOFT_QP_BUDGET,
         };
         let per_comm = i32::from(cfg.nqps.max(1)) + i32::from(cfg.gdr_flush);
-        (budget / per_comm).max(1)
+        (budget / per_comm).clamp(1, MAX_COMMS)
     }
 
     /// Properties; `maxComms` for comms made with `cfg` ([`Self::max_comms`]).

