@@ -182,11 +182,21 @@ impl fmt::Display for AtPeer<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Where { peer, state } = self.1;
         match *self.0 {
-            ref e if state == CONNECTED => write!(f, "{e} (peer {peer})"),
+            // A connected comm's errors mostly name the peer already (its `PeerId`).
+            ref e if state == CONNECTED => {
+                let s = e.to_string();
+                if s.contains(&peer.to_string()) {
+                    f.write_str(&s)
+                } else {
+                    write!(f, "{s} (peer {peer})")
+                }
+            }
+            // Only the handshake deadline (`stalled`) is a timeout of the peer; an ETIMEDOUT of
+            // a verbs call (`ibv_modify_qp`) is that call's error.
             Error::Provider {
+                call,
                 errno: libc::ETIMEDOUT,
-                ..
-            } => write!(
+            } if call.starts_with("bootstrap handshake timed out") => write!(
                 f,
                 "timed out waiting for {peer} in state {state} (IBNET_HANDSHAKE_TIMEOUT)"
             ),

@@ -181,10 +181,14 @@ fault_ok() { # the survivor failed in time, named the peer and the QP, finalized
   esac
   [ "$rc" = 3 ] || { echo "survivor ($SURVIVOR) rc=$rc: want 3 (error seen, then finalize + dlclose)"; return 1; }
   has "$log" 'survivor: .*finalize and dlclose ok' || return 1
-  grep -E 'WARN' "$log" | grep -qE 'completion from peer gid [0-9a-f:.]+ lid [0-9]+ qpn 0x[0-9a-f]+' ||
+  # A completion error ("got completion from peer ADDR gid …") or a peer seen gone through its
+  # bootstrap socket ("peer ADDR gid … is gone"): either names the peer's address, GID and QP.
+  grep -E 'WARN' "$log" | grep -qE "$PEER_NAMED" ||
     { echo "no WARN naming the peer GID and QP in $SURVIVOR's log"; return 1; }
   grep -hE 'WARN.*peer gid|survivor:' "$log" | cut -d' ' -f2- | head -3 >&2
 }
+# How the survivor's WARN names the dead peer: socket address (when known), GID, LID and QP.
+PEER_NAMED='peer ([0-9a-f.:]+ )?gid [0-9a-f:.]+ lid [0-9]+ qpn 0x[0-9a-f]+'
 # fault_case NAME TIMEOUT RETRY SURVIVOR(a|b) ACTION [WAIT_S] [KNOWN] — ACTION (a function)
 # injects the fault once the transfer streams; the survivor must fail within WAIT_S (default
 # 60). KNOWN: the reason reported (as SKIP) when it does not.
@@ -222,7 +226,7 @@ fault_during() {
   f=$(jlog "$SURVIVOR" "$([ "$SURVIVOR" = a ] && echo "$SID" || echo "$CID")")
   FAULT_T1=none FAULT_T2=none
   for ((i = 0; i < FAULT_WAIT * 10; i++)); do
-    if [ "$FAULT_T1" = none ] && grep -q 'WARN.*completion from peer' "$f" 2>/dev/null; then FAULT_T1=$(since "$FAULT_T0"); fi
+    if [ "$FAULT_T1" = none ] && grep -E 'WARN' "$f" 2>/dev/null | grep -qE "$PEER_NAMED"; then FAULT_T1=$(since "$FAULT_T0"); fi
     if [ -e "${f%.log}.rc" ]; then FAULT_T2=$(since "$FAULT_T0"); break; fi
     sleep 0.1
   done

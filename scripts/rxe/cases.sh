@@ -112,10 +112,13 @@ t ibnet-perf 180 "$BIN/ibnet-perf --plugin $SO --loopback --check --min-bytes 8 
 # ---- lifecycle and failure paths (scripts/rxe/plugin-faults.c)
 t lifecycle 120 "$faults lifecycle"
 # A short retry timeout (67 ms x 3 retries) so the dead peer is detected quickly.
-# A completion error names (as NCCL 2.28, and more) the status and opcode by name, the request
-# size, the HCA, the local QP and the peer's socket address as well as its GID.
+# The dead receiver is seen either through its closed bootstrap socket ("peer ADDR gid GID ...
+# is gone") or, if the QP's retries run out first, as a completion error, which names (as NCCL
+# 2.28, and more) the status and opcode by name, the request size, the HCA, the local QP and the
+# peer's socket address as well as its GID.
 t peer-death 180 "FAULTS_GID=::ffff:$RXE_IP NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 $faults peer-death \
-  2>&1 | tee /tmp/peer-death.log && { ! grep -q 'ncclResult_t 6' /tmp/peer-death.log || \
+  2>&1 | tee /tmp/peer-death.log && { ! grep -q 'got completion from peer' /tmp/peer-death.log && \
+  logged peer-death 'peer $RXE_IP:[0-9]+ gid ::ffff:$RXE_IP lid 0 qpn 0x[0-9a-f]+ is gone' || \
   logged peer-death 'got completion from peer $RXE_IP:[0-9]+ gid ::ffff:$RXE_IP' \
   'status=IBV_WC_[A-Z_]+\([0-9]+\) opcode=[A-Z_]+\(-?[0-9]+\) reqSize=1048576' \
   'req_type=Send localGid ::ffff:$RXE_IP hca rxe0 qpn 0x[0-9a-f]+'; }"
