@@ -71,7 +71,7 @@ t mqp-retry 120 "FAULTS_VERBOSE=1 IBNET_FAULT_MQP_ETIMEDOUT=2 NCCL_IB_MQP_RETRY_
   'receiver: .* verified'"
 t mqp-retry-exhausted 120 "FAULTS_DEADLINE_S=20 IBNET_FAULT_MQP_ETIMEDOUT=4 NCCL_IB_MQP_RETRY_CNT=1 \
   NCCL_IB_MQP_RETRY_SLEEP_MSEC=1 $faults data >/tmp/mqp-retry-exhausted.log 2>&1; \
-  test \$? -ne 0 && logged mqp-retry-exhausted 'ibv_modify_qp\(INIT\) failed \(errno 110\)'"
+  test \$? -ne 0 && logged mqp-retry-exhausted 'ibv_modify_qp\(INIT\) (with [^ ]+ )?failed (in state [A-Za-z]+ )?\(errno 110'"
 # NCCL_IB_FIFO_TC: the receiver's QPs (they post the clear-to-send writes) carry traffic class
 # 96, the sender's (data) NCCL_IB_TC=40: read back from the QPs with ibv_query_qp.
 t fifo-tc 120 "FAULTS_VERBOSE=1 NCCL_IB_TC=40 NCCL_IB_FIFO_TC=96 $faults data 2>&1 | \
