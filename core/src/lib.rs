@@ -32,6 +32,7 @@
 pub mod comm;
 pub mod error;
 pub mod fifo;
+pub mod fused;
 pub mod handshake;
 pub mod hca;
 pub mod mr_cache;

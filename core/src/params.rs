@@ -191,6 +191,12 @@ pub struct Params {
     pub ib_disable: bool,
     /// `NCCL_IB_MERGE_VFS`: merge virtual functions with their physical device (default on).
     pub ib_merge_vfs: bool,
+    /// `NCCL_IB_MERGE_NICS`: `makeVDevice` may fuse several physical devices into one virtual
+    /// NIC (default on, as NCCL 2.28; off: a vNIC of more than one device is refused).
+    pub ib_merge_nics: bool,
+    /// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line when the two ends of a connection over a fused
+    /// NIC do not use the same physical devices (default off, as NCCL 2.28).
+    pub ib_warn_rail_local: bool,
     /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (default off).
     pub ib_sock_client_port_reuse: bool,
     /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off). Not implemented by the plugin: `ffi`
@@ -245,6 +251,8 @@ impl Default for Params {
             ib_split_data_on_qps: false,
             ib_disable: false,
             ib_merge_vfs: true,
+            ib_merge_nics: true,
+            ib_warn_rail_local: false,
             ib_sock_client_port_reuse: false,
             ib_sock_server_port_reuse: false,
             ib_return_async_events: true,
@@ -284,6 +292,8 @@ enum Field {
     IbSplitDataOnQps,
     IbDisable,
     IbMergeVfs,
+    IbMergeNics,
+    IbWarnRailLocal,
     IbSockClientPortReuse,
     IbSockServerPortReuse,
     IbReturnAsyncEvents,
@@ -300,7 +310,7 @@ enum Field {
 }
 
 /// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 32] = [
+const FIELDS: [(&str, Field); 34] = [
     ("NCCL_IB_HCA", Field::IbHca),
     ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
     ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
@@ -320,6 +330,8 @@ const FIELDS: [(&str, Field); 32] = [
     ("NCCL_IB_SPLIT_DATA_ON_QPS", Field::IbSplitDataOnQps),
     ("NCCL_IB_DISABLE", Field::IbDisable),
     ("NCCL_IB_MERGE_VFS", Field::IbMergeVfs),
+    ("NCCL_IB_MERGE_NICS", Field::IbMergeNics),
+    ("NCCL_IB_WARN_RAIL_LOCAL", Field::IbWarnRailLocal),
     (
         "NCCL_IB_SOCK_CLIENT_PORT_REUSE",
         Field::IbSockClientPortReuse,
@@ -433,6 +445,8 @@ impl Params {
             Field::IbSplitDataOnQps => self.ib_split_data_on_qps = flag()?,
             Field::IbDisable => self.ib_disable = flag()?,
             Field::IbMergeVfs => self.ib_merge_vfs = flag()?,
+            Field::IbMergeNics => self.ib_merge_nics = flag()?,
+            Field::IbWarnRailLocal => self.ib_warn_rail_local = flag()?,
             Field::IbSockClientPortReuse => self.ib_sock_client_port_reuse = flag()?,
             Field::IbSockServerPortReuse => self.ib_sock_server_port_reuse = flag()?,
             Field::IbReturnAsyncEvents => self.ib_return_async_events = flag()?,

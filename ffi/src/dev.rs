@@ -138,11 +138,12 @@ impl Dev {
                     max_comms: self.max_comms(cfg),
                     max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                     force_flush: false,
+                    vprops: Default::default(),
                 }
             }
             // Host memory only: NCCL stages GPU buffers through host memory for this device.
             Dev::Soft(_) => Props {
-                name: c"soft0".as_ptr(),
+                name: self.name().as_ptr(),
                 pci_path: core::ptr::null(),
                 guid: SOFT_GUID,
                 ptr_support: crate::nccl::types::NCCL_PTR_HOST,
@@ -153,6 +154,7 @@ impl Dev {
                 max_comms: self.max_comms(cfg),
                 max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                 force_flush: false,
+                vprops: Default::default(),
             },
         }
     }
@@ -165,6 +167,14 @@ impl Dev {
         match self {
             Dev::Verbs(p) => crate::gpu::gpu_direct().possible(p.dev.dmabuf),
             Dev::Soft(_) => false,
+        }
+    }
+
+    /// The device's name (`mlx5_0`, `soft0`).
+    pub fn name(&self) -> &std::ffi::CStr {
+        match self {
+            Dev::Verbs(p) => p.dev.name.as_c_str(),
+            Dev::Soft(_) => c"soft0",
         }
     }
 

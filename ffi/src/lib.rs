@@ -61,5 +61,6 @@ pub mod plugin;
 pub mod proxy;
 pub mod slot;
 pub mod sock;
+pub mod vdev;
 pub mod verbs;
 pub mod watch;

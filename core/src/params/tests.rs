@@ -171,6 +171,7 @@ fn booleans_are_nonzero_like_nccl() {
         "NCCL_IB_SOCK_CLIENT_PORT_REUSE",
         "NCCL_IB_SOCK_SERVER_PORT_REUSE",
         "NCCL_IB_MQP_RETRY_ALL",
+        "NCCL_IB_WARN_RAIL_LOCAL",
         "NCCL_GDR_FLUSH_DISABLE",
     ] {
         let on = good(name, "1");
@@ -183,6 +184,7 @@ fn booleans_are_nonzero_like_nccl() {
     }
     for name in [
         "NCCL_IB_MERGE_VFS",
+        "NCCL_IB_MERGE_NICS",
         "NCCL_IB_RETURN_ASYNC_EVENTS",
         "NCCL_IB_ECE_ENABLE",
         "NCCL_DMABUF_ENABLE",

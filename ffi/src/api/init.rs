@@ -15,6 +15,8 @@ use super::entry::entry;
 use crate::dev::Props;
 use crate::nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclNetVDeviceProps_t, ncclResult_t};
 use crate::plugin as state;
+use crate::vdev::merge::Refused;
+use crate::vdev::Made;
 
 /// Per-`init` context (v11): the communicator's traffic class.
 #[repr(C)]
@@ -119,7 +121,8 @@ pub fn devices(ndev: *mut c_int) -> ncclResult_t {
     entry("devices", || {
         // SAFETY: valid or NULL (rejected).
         let n = unsafe { ndev.as_mut() }.ok_or(missing("ndev"))?;
-        *n = state::current().map_or(0, |p| p.devs.len() as c_int);
+        // The physical devices, then the vNICs makeVDevice fused (crate::vdev).
+        *n = state::current().map_or(0, |p| (p.devs.len() + crate::vdev::count()) as c_int);
         Ok(())
     })
 }
@@ -127,31 +130,50 @@ pub fn devices(ndev: *mut c_int) -> ncclResult_t {
 /// `getProperties`, version-agnostic; each shim copies into its struct.
 pub fn properties(dev: c_int) -> Result<Props, Error> {
     let p = plugin()?;
+    if let Some(v) = crate::vdev::resolve(p.devs.len(), dev).filter(|v| v.is_fused()) {
+        return crate::vdev::props(&p, &v);
+    }
     let d = device(&p, dev)?;
     Ok(d.props(&p.comm_config(&d, -1)))
 }
 
-/// `makeVDevice` for single-device vNICs (what NCCL 2.28 asks when it does not fuse NICs):
-/// the physical device itself. Fusing several devices is not supported.
+/// `makeVDevice`: the device number of the virtual NIC fusing `props.devs` ([`crate::vdev`]);
+/// one device is that device. A fusion refused by `NCCL_IB_MERGE_NICS=0` is
+/// `ncclInvalidUsage` with an INFO line (as NCCL 2.28), every other failure one WARN.
 pub fn make_vdevice(d: *mut c_int, props: *const ncclNetVDeviceProps_t) -> ncclResult_t {
-    entry("makeVDevice", || {
+    let mut quiet = None;
+    let r = entry("makeVDevice", || {
         // SAFETY: valid or NULL (rejected).
         let d = unsafe { d.as_mut() }.ok_or(missing("d"))?;
         // SAFETY: valid or NULL (rejected).
         let pr = unsafe { props.as_ref() }.ok_or(missing("props"))?;
         let p = plugin()?;
-        if pr.ndevs != 1 {
-            return Err(Error::OutOfRange {
-                what: "vNIC ndevs (ibnet does not fuse NICs)",
-                value: pr.ndevs as i64,
-                min: 1,
-                max: 1,
-            });
+        match crate::vdev::make(&p, pr) {
+            Ok(v) => {
+                *d = v;
+                Ok(())
+            }
+            Err(Made::Refused(Refused::MergeNicsOff)) => {
+                crate::info!(
+                    crate::log::NET,
+                    "skipping makeVDevice of {} devices: NCCL_IB_MERGE_NICS=0",
+                    pr.ndevs
+                );
+                quiet = Some(ncclResult_t::InvalidUsage);
+                Ok(())
+            }
+            Err(Made::Refused(r)) => {
+                if let Refused::LinkLayers(a, an, b, bn) = &r {
+                    crate::warn!(
+                        "makeVDevice: cannot merge [{a}]{an} and [{b}]{bn}: different link layers"
+                    );
+                }
+                Err(r.to_error())
+            }
+            Err(Made::Error(e)) => Err(e),
         }
-        device(&p, pr.devs[0])?;
-        *d = pr.devs[0];
-        Ok(())
-    })
+    });
+    quiet.unwrap_or(r)
 }
 
 /// `setNetAttr`: accepted and ignored (as NCCL's IB plugin).

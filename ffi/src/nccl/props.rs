@@ -40,6 +40,8 @@ pub struct Props {
     pub max_recvs: i32,
     /// Force a flush (v9+).
     pub force_flush: bool,
+    /// The physical devices of a virtual NIC (v9+); `ndevs` 0: the device itself.
+    pub vprops: ncclNetVDeviceProps_t,
 }
 
 /// `ncclNetProperties_v6_t`.
@@ -157,6 +159,9 @@ macro_rules! out {
 /// A struct with the fields every version has → `Props` (with `regIsGlobal`, `forceFlush`).
 macro_rules! back {
     ($s:expr, $reg:expr, $flush:expr) => {
+        back!($s, $reg, $flush, ncclNetVDeviceProps_t::default())
+    };
+    ($s:expr, $reg:expr, $flush:expr, $vprops:expr) => {
         Props {
             name: $s.name,
             pci_path: $s.pci_path,
@@ -169,6 +174,7 @@ macro_rules! back {
             max_comms: $s.max_comms,
             max_recvs: $s.max_recvs,
             force_flush: $flush,
+            vprops: $vprops,
         }
     };
 }
@@ -215,9 +221,13 @@ impl VersionProps for Props9 {
             force_flush: p.force_flush as c_int,
             net_device_type: NCCL_NET_DEVICE_HOST,
             net_device_version: NCCL_NET_DEVICE_INVALID_VERSION,
-            vprops: ncclNetVDeviceProps_t {
-                ndevs: 1,
-                devs: [dev, 0, 0, 0],
+            vprops: if p.vprops.ndevs > 0 {
+                p.vprops
+            } else {
+                ncclNetVDeviceProps_t {
+                    ndevs: 1,
+                    devs: [dev, 0, 0, 0],
+                }
             },
             // One isend is one RDMA write of at most 1 GiB (the core's MAX_MSG_SIZE, NCCL's
             // MAX_NET_SIZE): NCCL splits larger point-to-point transfers to this size.
@@ -226,7 +236,12 @@ impl VersionProps for Props9 {
         })
     }
     fn to_props(&self) -> Props {
-        back!(self, self.reg_is_global != 0, self.force_flush != 0)
+        back!(
+            self,
+            self.reg_is_global != 0,
+            self.force_flush != 0,
+            self.vprops
+        )
     }
 }
 

@@ -174,18 +174,13 @@ impl VerbsDev {
     }
 }
 
+/// The device's PCI path, merged as NCCL does ([`crate::vdev::merge::merged_pci_path`]).
 fn pci_path(dev: &str, merge_vfs: bool) -> Option<String> {
     let p = std::fs::canonicalize(format!("/sys/class/infiniband/{dev}/device")).ok()?;
-    let mut b = p.to_string_lossy().into_owned().into_bytes();
-    let n = b.len();
-    if n >= 4 {
-        b[n - 1] = b'0';
-        if merge_vfs {
-            b[n - 3] = b'0';
-            b[n - 4] = b'0';
-        }
-    }
-    String::from_utf8(b).ok()
+    Some(crate::vdev::merge::merged_pci_path(
+        &p.to_string_lossy(),
+        merge_vfs,
+    ))
 }
 
 fn roce_version(dev: &str, port: u8, idx: i32) -> Option<i64> {
@@ -510,10 +505,13 @@ fn open_ports(
         if pci.is_none() {
             warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
         }
-        let real_port = out
-            .iter()
-            .filter(|d| d.pci_path.as_deref().and_then(|c| c.to_str().ok()) == pci.as_deref())
-            .count() as i32;
+        // Earlier devices on the same NIC, by NCCL's prefix match.
+        let real_port = crate::vdev::merge::real_port(
+            pci.as_deref(),
+            out.iter()
+                .map(|d| d.pci_path.as_deref().and_then(|c| c.to_str().ok())),
+            cfg.merge_vfs,
+        );
         let ar = if cfg.adaptive_routing == -2 {
             pa.link_layer == IBV_LINK_LAYER_INFINIBAND
         } else {

@@ -1,0 +1,176 @@
+//! Virtual NICs: `makeVDevice` and the properties of a fused NIC.
+//!
+//! NCCL numbers devices `0..devices()`. The first `nphys` are the physical devices (each its
+//! own one-device vNIC, as NCCL 2.28's IB transport lists them); every vNIC that
+//! `makeVDevice` fuses gets the next number, `nphys + i`, for the life of the process (2.28
+//! never forgets a merged device either; NCCL keeps the number it was given across
+//! `finalize`/`init`). The table holds at most [`MAX_VNICS`]; the rules a fusion must pass are
+//! in [`merge`].
+//!
+//! ```text
+//!  makeVDevice({ndevs: 2, devs: [0, 1]})
+//!    VNic::new (1..=4 distinct devices in range) ─▶ merge::fuse (NCCL_IB_MERGE_NICS, link
+//!    layers) ─▶ FUSED.push(entry "mlx5_0+mlx5_1") ─▶ *d = nphys + i
+//!  getProperties(nphys + i) ─▶ rail 0's properties, speed summed, vProps = [0, 1]
+//! ```
+//!
+//! The table is taken only on the control path (`makeVDevice`, `getProperties`, `devices`,
+//! `listen`, `connect`); a comm resolves its vNIC once, when it is created.
+
+pub mod merge;
+
+use core::ffi::c_int;
+use std::ffi::CString;
+use std::sync::Mutex;
+
+use ibnet_core::fused::VNic;
+use ibnet_core::Error;
+
+use crate::dev::Props;
+use crate::nccl::types::ncclNetVDeviceProps_t;
+use crate::plugin::Plugin;
+
+/// The most fused vNICs one process makes (NCCL 2.28's `MAX_IB_VDEVS`).
+pub const MAX_VNICS: usize = 128;
+
+/// One fused vNIC: its devices and its name (a `'static` C string, since NCCL keeps the
+/// properties' name pointer).
+struct Entry {
+    vnic: VNic,
+    name: &'static std::ffi::CStr,
+}
+
+/// The fused vNICs, in the order they were made. Entries are never removed, so a number NCCL
+/// holds stays valid and each name is leaked at most once per entry (bounded by
+/// [`MAX_VNICS`]).
+static FUSED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+fn table() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+    FUSED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many fused vNICs exist (`devices()` reports `nphys` plus this).
+pub fn count() -> usize {
+    table().len()
+}
+
+/// The vNIC that device number `dev` names, over a plugin with `nphys` physical devices:
+/// a physical device for `dev < nphys`, else a fused vNIC; `None` when there is no such device.
+pub fn resolve(nphys: usize, dev: c_int) -> Option<VNic> {
+    let d = usize::try_from(dev).ok()?;
+    if d < nphys {
+        return u16::try_from(d).ok().map(VNic::single);
+    }
+    table().get(d - nphys).map(|e| e.vnic)
+}
+
+/// The descriptions [`merge::fuse`] compares, one per physical device of `p`: properties,
+/// link layer, name.
+fn descriptions(p: &Plugin) -> Vec<(Props, u8, String)> {
+    p.devs
+        .iter()
+        .map(|d| {
+            let props = d.props(&p.comm_config(d, -1));
+            let name = d.name().to_string_lossy().into_owned();
+            (props, d.port_info().link_layer as u8, name)
+        })
+        .collect()
+}
+
+fn fuse_props(p: &Plugin, v: &VNic) -> Result<(Props, merge::Fused), merge::Refused> {
+    let descs = descriptions(p);
+    let phys: Vec<merge::PhysDesc<'_>> = descs
+        .iter()
+        .map(|(pr, ll, name)| merge::PhysDesc {
+            name,
+            link_layer: *ll,
+            speed: pr.speed,
+            ptr_support: pr.ptr_support,
+            max_comms: pr.max_comms,
+        })
+        .collect();
+    let fused = merge::fuse(v, &phys, p.params.ib_merge_nics)?;
+    Ok((descs[v.devs()[0] as usize].0, fused))
+}
+
+/// `makeVDevice`: the number of the vNIC fusing `props.devs`, or why not. One device is that
+/// device itself (no table entry).
+pub fn make(p: &Plugin, props: &ncclNetVDeviceProps_t) -> Result<c_int, Made> {
+    let n = usize::try_from(props.ndevs).unwrap_or(usize::MAX);
+    let devs = props.devs.get(..n).ok_or(Made::Error(Error::OutOfRange {
+        what: "devices in a virtual NIC",
+        value: props.ndevs as i64,
+        min: 1,
+        max: props.devs.len() as i64,
+    }))?;
+    let v = VNic::new(devs, p.devs.len()).map_err(Made::Error)?;
+    if !v.is_fused() {
+        return Ok(c_int::from(v.devs()[0]));
+    }
+    let (_, fused) = fuse_props(p, &v).map_err(Made::Refused)?;
+    let mut t = table();
+    if let Some(i) = t.iter().position(|e| e.vnic == v) {
+        return Ok((p.devs.len() + i) as c_int);
+    }
+    if t.len() >= MAX_VNICS {
+        return Err(Made::Error(Error::Full {
+            what: "virtual NICs",
+            cap: MAX_VNICS,
+        }));
+    }
+    let name = CString::new(fused.name.clone()).unwrap_or_default();
+    t.push(Entry {
+        vnic: v,
+        name: Box::leak(name.into_boxed_c_str()),
+    });
+    let d = p.devs.len() + t.len() - 1;
+    crate::info!(
+        crate::log::NET,
+        "made virtual device [{d}] name={} speed={} ndevs={}",
+        fused.name,
+        fused.speed,
+        v.ndevs()
+    );
+    Ok(d as c_int)
+}
+
+/// Why [`make`] made nothing.
+#[derive(Debug)]
+pub enum Made {
+    /// Bad arguments or a full table (one WARN).
+    Error(Error),
+    /// A fusion the rules refuse (`NCCL_IB_MERGE_NICS=0` is an INFO, as 2.28 logs it).
+    Refused(merge::Refused),
+}
+
+/// The properties of the fused vNIC `v` (number `dev`): rail 0's, with the name, speed,
+/// pointer kinds and `maxComms` of [`merge::fuse`] and `vProps` naming the rails.
+pub fn props(p: &Plugin, v: &VNic) -> Result<Props, Error> {
+    let (mut out, fused) = fuse_props(p, v).map_err(|r| r.to_error())?;
+    let t = table();
+    let name = t
+        .iter()
+        .find(|e| e.vnic == *v)
+        .map(|e| e.name.as_ptr())
+        .ok_or(Error::Missing {
+            what: "virtual NIC",
+        })?;
+    out.name = name;
+    out.speed = fused.speed;
+    out.ptr_support = fused.ptr_support;
+    out.max_comms = fused.max_comms;
+    out.vprops = vprops(v);
+    Ok(out)
+}
+
+/// `v` as NCCL's `ncclNetVDeviceProps_t`.
+pub fn vprops(v: &VNic) -> ncclNetVDeviceProps_t {
+    let mut out = ncclNetVDeviceProps_t {
+        ndevs: v.ndevs() as c_int,
+        devs: [0; 4],
+    };
+    for (o, &d) in out.devs.iter_mut().zip(v.devs()) {
+        *o = c_int::from(d);
+    }
+    out
+}
