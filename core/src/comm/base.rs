@@ -287,6 +287,26 @@ impl<P: Provider> Base<P> {
         }
     }
 
+    /// Polls the CQ once and applies what it finds, for no request in particular: a failed
+    /// completion surfaces here even when nobody waits on the request it belongs to (a fused
+    /// comm checks an idle rail this way).
+    pub fn progress(&mut self) -> Result<()> {
+        self.check_live("progress")?;
+        let mut wcs = [Completion::EMPTY; POLL_BATCH];
+        let cq = self.cq.as_mut().ok_or(Error::BadState {
+            op: "progress",
+            state: "closed",
+        })?;
+        let n = self.dev.poll_cq(cq, &mut wcs)?;
+        for wc in &wcs[..n] {
+            if let Err(e) = self.complete(wc) {
+                self.poison();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Applies one completion to the requests its `wr_id` names.
     fn complete(&mut self, wc: &Completion) -> Result<()> {
         let bogus = Error::BogusCompletion { wr_id: wc.wr_id };

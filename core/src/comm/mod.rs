@@ -35,5 +35,5 @@ mod send;
 mod types;
 
 pub use recv::RecvComm;
-pub use send::{SendComm, MAX_MSG_SIZE};
+pub use send::{Peeked, SendComm, MAX_MSG_SIZE};
 pub use types::{CommConfig, Done, RecvBuf};

@@ -280,6 +280,11 @@ impl<P: Provider> RecvComm<P> {
         self.base.test(id)
     }
 
+    /// Polls the CQ once for no request in particular (see `Base::progress`).
+    pub fn progress(&mut self) -> Result<()> {
+        self.base.progress()
+    }
+
     /// Destroys QPs, CQ and registrations.
     pub fn close(mut self) -> Result<()> {
         self.teardown()

@@ -17,7 +17,20 @@ use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 pub const MAX_MSG_SIZE: u64 = 1 << 30;
 
 /// RDMA writes of a split message are multiples of this, so LL/LL128 lines stay whole.
-const SPLIT_ALIGN: u64 = 128;
+pub(crate) const SPLIT_ALIGN: u64 = 128;
+
+/// What [`SendComm::peek`] found: the receive an `isend` would match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peeked {
+    /// The FIFO slot's sequence number (the receiver's irecv count).
+    pub seq: u64,
+    /// The receive's index in its slot.
+    pub index: u8,
+    /// The slot's width (receives of the multi-receive).
+    pub nreqs: u8,
+    /// The receive itself: where the data goes, and its rkey.
+    pub posted: PostedRecv,
+}
 
 /// The sending side of a connection.
 pub struct SendComm<P: Provider> {
@@ -31,6 +44,8 @@ pub struct SendComm<P: Provider> {
     fifo_head: u64,
     /// Requests matched so far against the receives of slot `fifo_head`.
     slot_reqs: [Option<ReqId>; MAX_RECVS],
+    /// Where each matched send lands in its receive buffer (0 but for a fused comm's parts).
+    slot_roff: [u64; MAX_RECVS],
     /// Our QPs' ECE options, sent to the peer (empty: ECE off or not supported).
     ece: heapless::Vec<Ece, MAX_QPS>,
 }
@@ -70,6 +85,7 @@ impl<P: Provider> SendComm<P> {
             fifo_keys: keys,
             fifo_head: 0,
             slot_reqs: [None; MAX_RECVS],
+            slot_roff: [0; MAX_RECVS],
             ece,
         })
     }
@@ -118,16 +134,86 @@ impl<P: Provider> SendComm<P> {
     /// Sends `size` bytes at `addr` (registered with `mr`) to the receive tagged `tag`.
     ///
     /// `Ok(None)`: the receiver has not posted the matching receive yet; call again.
+    #[inline]
     pub fn isend(&mut self, addr: u64, size: u64, tag: u32, mr: MrKeys) -> Result<Option<ReqId>> {
+        self.isend_at(addr, size, tag, mr, 0)
+    }
+
+    /// [`Self::isend`] of one part of a message: the `size` bytes at `addr` land `roff` bytes
+    /// into the matching receive buffer (a fused comm's rail carries the part of a message
+    /// its stripe gives it, [`crate::fused`]). `roff + size` must fit the posted receive.
+    pub fn isend_at(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: u32,
+        mr: MrKeys,
+        roff: u64,
+    ) -> Result<Option<ReqId>> {
         self.base.check_connected("isend")?;
-        if size > MAX_MSG_SIZE {
+        if size > MAX_MSG_SIZE || roff > MAX_MSG_SIZE {
             return Err(Error::OutOfRange {
                 what: "send size",
-                value: size as i64,
+                value: size.max(roff) as i64,
                 min: 0,
                 max: MAX_MSG_SIZE as i64,
             });
         }
+        let Some((n, r, posted)) = self.match_tag(tag)? else {
+            return Ok(None);
+        };
+        let p = posted[r];
+        if roff + size > p.size {
+            return Err(Error::SizeMismatch {
+                send: roff + size,
+                recv: p.size,
+                tag,
+                index: r as u8,
+                nreqs: n as u8,
+                peer: self.base.peer,
+            });
+        }
+        let events = if self.cfg.split_data {
+            self.base.qps.len() as u32
+        } else {
+            1
+        };
+        let id = self.base.reqs.alloc(ReqType::Send, events, n as u8)?;
+        let req = self.base.reqs.get(id)?;
+        req.send.addr = addr;
+        req.send.size = size;
+        req.send.lkey = mr.lkey;
+        self.slot_reqs[r] = Some(id);
+        self.slot_roff[r] = roff;
+        // A multi-receive goes out only once every one of its receives has a send.
+        if self.slot_reqs[..n].iter().any(Option::is_none) {
+            return Ok(Some(id));
+        }
+        if let Err(e) = self.multi_send(&posted[..n]) {
+            return Err(self.poison(e));
+        }
+        self.slot_reqs = [None; MAX_RECVS];
+        self.slot_roff = [0; MAX_RECVS];
+        self.fifo_head += 1;
+        Ok(Some(id))
+    }
+
+    /// The receive an `isend` with `tag` would match now (without matching it), or `None`
+    /// when the receiver has not posted it yet.
+    pub fn peek(&mut self, tag: u32) -> Result<Option<Peeked>> {
+        self.base.check_connected("isend")?;
+        Ok(self.match_tag(tag)?.map(|(n, r, posted)| Peeked {
+            seq: self.fifo_head,
+            index: r as u8,
+            nreqs: n as u8,
+            posted: posted[r],
+        }))
+    }
+
+    /// The slot at `fifo_head`: its width, the first unmatched receive tagged `tag`, and
+    /// every receive of the slot; `None` when not posted yet or no such receive. A hostile
+    /// element poisons the comm.
+    fn match_tag(&mut self, tag: u32) -> Result<Option<(usize, usize, [PostedRecv; MAX_RECVS])>> {
         let mut posted = [PostedRecv::default(); MAX_RECVS];
         let n = match self.fifo.poll(self.fifo_head, &mut posted) {
             Ok(None) => return Ok(None),
@@ -144,16 +230,6 @@ impl<P: Provider> SendComm<P> {
             return Ok(None);
         };
         let p = posted[r];
-        if size > p.size {
-            return Err(Error::SizeMismatch {
-                send: size,
-                recv: p.size,
-                tag,
-                index: r as u8,
-                nreqs: n as u8,
-                peer: self.base.peer,
-            });
-        }
         if p.size > 0 && (p.addr == 0 || p.rkey == 0) {
             let (field, value) = if p.addr == 0 {
                 ("addr", p.addr)
@@ -166,32 +242,46 @@ impl<P: Provider> SendComm<P> {
                 peer: self.base.peer,
             }));
         }
-        let events = if self.cfg.split_data {
-            self.base.qps.len() as u32
-        } else {
-            1
-        };
-        let id = self.base.reqs.alloc(ReqType::Send, events, n as u8)?;
+        Ok(Some((n, r, posted)))
+    }
+
+    /// One signaled RDMA WRITE of `local` to `remote_addr` (`rkey`) outside any FIFO slot,
+    /// as a send request of its own (done when the peer acknowledged it). A fused comm moves
+    /// a failed rail's parts and its notices with it ([`crate::fused`]).
+    pub fn iwrite(&mut self, local: Sge, remote_addr: u64, rkey: u32) -> Result<ReqId> {
+        self.base.check_connected("iwrite")?;
+        let id = self.base.reqs.alloc(ReqType::Send, 1, 1)?;
         let req = self.base.reqs.get(id)?;
-        req.send.addr = addr;
-        req.send.size = size;
-        req.send.lkey = mr.lkey;
-        self.slot_reqs[r] = Some(id);
-        // A multi-receive goes out only once every one of its receives has a send.
-        if self.slot_reqs[..n].iter().any(Option::is_none) {
-            return Ok(Some(id));
-        }
-        if let Err(e) = self.multi_send(&posted[..n]) {
+        req.send.addr = local.addr;
+        req.send.size = u64::from(local.len);
+        req.send.lkey = local.lkey;
+        let wr = SendWr {
+            wr_id: pack_wr_id(&[id.index()]),
+            opcode: WrOpcode::Write,
+            sge: local,
+            remote_addr,
+            rkey,
+            signaled: true,
+            ..SendWr::EMPTY
+        };
+        let qi = self.base.next_qp();
+        let qp = &mut self.base.qps[qi];
+        if let Err(e) = self.base.dev.post_send(qp, &[wr]) {
+            let _ = self.base.reqs.free(id);
             return Err(self.poison(e));
         }
-        self.slot_reqs = [None; MAX_RECVS];
-        self.fifo_head += 1;
-        Ok(Some(id))
+        Ok(id)
     }
 
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.base.test(id)
+    }
+
+    /// Polls the CQ once for no request in particular (see `Base::progress`): an error
+    /// completion or a fatal device event surfaces as the error it is.
+    pub fn progress(&mut self) -> Result<()> {
+        self.base.progress()
     }
 
     /// Posts the data writes and the write-with-immediate for the slot at `fifo_head`.
@@ -243,7 +333,7 @@ impl<P: Provider> SendComm<P> {
                         len: len as u32,
                         lkey: sends[r].lkey,
                     },
-                    remote_addr: posted[r].addr + off,
+                    remote_addr: posted[r].addr + self.slot_roff[r] + off,
                     rkey: posted[r].rkey,
                     ..SendWr::EMPTY
                 };

@@ -1,4 +1,5 @@
 use super::*;
+use crate::fifo::PostedRecv;
 use crate::Error;
 
 #[test]
@@ -27,4 +28,87 @@ fn rails_differ_when_either_side_has_a_device_the_other_lacks() {
     assert!(v.rails_differ(&[0, 1, 2]), "remote has more devices");
     assert!(v.rails_differ(&[2, 3]));
     assert!(!VNic::single(0).rails_differ(&[0]));
+}
+
+#[test]
+fn stripes_cover_the_message_exactly_in_aligned_parts() {
+    for rails in 1..=MAX_DEVS_PER_NIC {
+        for size in [
+            0u64,
+            1,
+            127,
+            128,
+            129,
+            255,
+            256,
+            1000,
+            4096,
+            1 << 20,
+            (1 << 20) + 3,
+        ] {
+            let p = stripe(size, rails);
+            let mut next = 0;
+            for (i, part) in p.iter().enumerate() {
+                if i >= rails {
+                    assert_eq!(part.len, 0);
+                    continue;
+                }
+                assert_eq!(part.off, next.min(size), "{size} over {rails}");
+                next = part.off + part.len;
+                if part.off + part.len < size {
+                    assert_eq!(part.len % STRIPE_ALIGN, 0, "only the last part is ragged");
+                }
+            }
+            assert_eq!(next, size, "{size} over {rails}: covered exactly");
+        }
+    }
+    let p = stripe(1000, 2);
+    assert_eq!((p[0].off, p[0].len, p[1].off, p[1].len), (0, 512, 512, 488));
+    let small = stripe(100, 4);
+    assert_eq!(small[0].len, 100);
+    assert!(
+        small[1..].iter().all(|p| p.len == 0),
+        "small: first rail only"
+    );
+}
+
+#[test]
+fn notices_round_trip_and_hostile_ones_are_refused() {
+    let n = Notice {
+        seq: 42,
+        rail: 1,
+        bytes: 4096,
+        mask: 1,
+    };
+    let e = n.encode();
+    assert_eq!(Notice::decode(&e, 42, 2, 8192), Some(n));
+    assert_eq!(
+        Notice::decode(&e, 43, 2, 8192),
+        None,
+        "another slot's message"
+    );
+    assert_eq!(
+        Notice::decode(&e, 42, 1, 8192),
+        None,
+        "rail beyond the comm's"
+    );
+    assert_eq!(
+        Notice::decode(&e, 42, 2, 4095),
+        None,
+        "more bytes than the receive"
+    );
+    let forged = PostedRecv {
+        rkey: 0x1234_5601,
+        ..e
+    };
+    assert_eq!(
+        Notice::decode(&forged, 42, 2, 8192),
+        None,
+        "not a notice key"
+    );
+    let high = PostedRecv {
+        rkey: NOTICE_KEY | 0x80,
+        ..e
+    };
+    assert_eq!(Notice::decode(&high, 42, 4, 8192), None);
 }

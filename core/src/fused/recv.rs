@@ -1,0 +1,451 @@
+//! The receiving side of a fused comm: one [`RecvComm`] per rail; a message is complete when
+//! every rail's part is, natively (the rail's own completion) or by notice (another rail
+//! carried it; see the module doc of [`super`]).
+
+use heapless::Vec;
+
+use super::notice::Notice;
+use super::{RailEvent, MAX_DEVS_PER_NIC};
+use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
+use crate::error::{Error, Result};
+use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
+use crate::provider::{Access, MrKeys, Provider, RegKind};
+use crate::request::ReqId;
+use crate::wire::{QpInfo, RemoteBuf};
+
+const N: usize = MAX_DEVS_PER_NIC;
+
+/// One receive buffer of a fused (multi-)receive: one registration per rail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FusedBuf {
+    /// Address of the buffer.
+    pub addr: u64,
+    /// Its size: the largest send it accepts.
+    pub size: u64,
+    /// Tag the matching send must carry.
+    pub tag: u32,
+    /// Keys of the registration covering the buffer, on each rail.
+    pub mrs: [MrKeys; N],
+}
+
+/// Where one rail's part of a receive stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leg {
+    /// Arrived (or nothing to wait for).
+    Done,
+    /// Posted on its own rail.
+    Native(ReqId),
+    /// The rail is out of use here: only a notice completes it.
+    Notice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Recv,
+    Flush,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    gen: u16,
+    used: bool,
+    kind: Kind,
+    seq: u64,
+    n: u8,
+    cap: u64,
+    legs: [Leg; N],
+    sizes: [u64; MAX_RECVS],
+}
+
+impl Msg {
+    const FREE: Self = Self {
+        gen: 0,
+        used: false,
+        kind: Kind::Recv,
+        seq: 0,
+        n: 0,
+        cap: 0,
+        legs: [Leg::Done; N],
+        sizes: [0; MAX_RECVS],
+    };
+}
+
+/// The receiving side of a fused comm.
+pub struct FusedRecv<P: Provider> {
+    rails: Vec<RecvComm<P>, N>,
+    live: [bool; N],
+    msgs: [Msg; MAX_REQUESTS],
+    free: Vec<u8, MAX_REQUESTS>,
+    /// Receives posted so far (the FIFO sequence number of the next one, on every rail).
+    seq: u64,
+    /// The ring senders write notices into (registered on every rail).
+    ring: P::Fifo,
+    ring_mrs: Vec<(P, P::Mr), N>,
+    ring_keys: [MrKeys; N],
+    poisoned: bool,
+    events: Vec<RailEvent, N>,
+}
+
+impl<P: Provider + Clone> FusedRecv<P> {
+    /// One receive comm per rail device in `devs`, connected to the sender's rails described
+    /// by `remote` (same order), and the notice ring registered on each.
+    pub fn new(devs: &[P], cfg: CommConfig, remote: &[QpInfo]) -> Result<Self> {
+        if devs.is_empty() || devs.len() > N || remote.len() != devs.len() {
+            return Err(Error::OutOfRange {
+                what: "rails of a fused comm",
+                value: remote.len() as i64,
+                min: devs.len() as i64,
+                max: devs.len().min(N) as i64,
+            });
+        }
+        let mut rails = Vec::new();
+        for (d, r) in devs.iter().zip(remote) {
+            // Cannot fail: at most N rails (checked above).
+            let _ = rails.push(RecvComm::new(d.clone(), cfg, r)?);
+        }
+        let ring = devs[0].alloc_fifo()?;
+        let mut me = Self {
+            rails,
+            live: [false; N],
+            msgs: [Msg::FREE; MAX_REQUESTS],
+            free: (0..MAX_REQUESTS).rev().map(|i| i as u8).collect(),
+            seq: 0,
+            ring,
+            ring_mrs: Vec::new(),
+            ring_keys: [MrKeys::default(); N],
+            poisoned: false,
+            events: Vec::new(),
+        };
+        let access = Access {
+            local_write: true,
+            remote_write: true,
+            ..Access::default()
+        };
+        for (i, d) in devs.iter().enumerate() {
+            let base = me.ring.base_addr();
+            let mr = d.reg_mr(
+                base,
+                FifoRing::<MAX_REQUESTS>::BYTES as u64,
+                access,
+                RegKind::Plain,
+            )?;
+            me.ring_keys[i] = d.mr_keys(&mr);
+            // Cannot fail: one entry per rail.
+            let _ = me.ring_mrs.push((d.clone(), mr));
+        }
+        for l in me.live.iter_mut().take(devs.len()) {
+            *l = true;
+        }
+        Ok(me)
+    }
+
+    /// Rail `i`'s answer to the sender.
+    pub fn local_info(&self, i: usize) -> Option<QpInfo> {
+        self.rails.get(i).map(RecvComm::local_info)
+    }
+
+    /// The notice ring as each rail reaches it (for [`super::FusedSend::set_notice_ring`]).
+    pub fn notice_ring(&self) -> Vec<RemoteBuf, N> {
+        (0..self.rails.len())
+            .map(|i| RemoteBuf {
+                addr: self.ring.base_addr(),
+                rkey: self.ring_keys[i].rkey,
+            })
+            .collect()
+    }
+
+    /// Rails taken out of use since the last call (each once), for the caller to log.
+    pub fn take_events(&mut self) -> Vec<RailEvent, N> {
+        core::mem::take(&mut self.events)
+    }
+
+    /// Whether rail `i` is still in use here.
+    pub fn rail_live(&self, i: usize) -> bool {
+        self.live.get(i).copied().unwrap_or(false)
+    }
+
+    fn check(&self, op: &'static str) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned { op });
+        }
+        Ok(())
+    }
+
+    /// Posts a (multi-)receive of `bufs` (1..=8) on every live rail.
+    pub fn irecv(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
+        self.check("irecv")?;
+        let n = bufs.len();
+        if n == 0 || n > MAX_RECVS {
+            return Err(Error::OutOfRange {
+                what: "receives in one irecv",
+                value: n as i64,
+                min: 1,
+                max: MAX_RECVS as i64,
+            });
+        }
+        let (k, id) = self.alloc(Kind::Recv, n as u8)?;
+        self.msgs[k].seq = self.seq;
+        self.msgs[k].cap = bufs[0].size;
+        let mut sub = [RecvBuf::default(); MAX_RECVS];
+        for i in 0..self.rails.len() {
+            if !self.live[i] {
+                self.msgs[k].legs[i] = Leg::Notice;
+                continue;
+            }
+            for (s, b) in sub.iter_mut().zip(bufs) {
+                *s = RecvBuf {
+                    addr: b.addr,
+                    size: b.size,
+                    tag: b.tag,
+                    mr: b.mrs[i],
+                };
+            }
+            self.msgs[k].legs[i] = match self.rails[i].irecv(&sub[..n]) {
+                Ok(Some(r)) => Leg::Native(r),
+                Ok(None) => Leg::Notice,
+                Err(e) => {
+                    self.rail_down(i, e)?;
+                    Leg::Notice
+                }
+            };
+        }
+        self.seq += 1;
+        Ok(Some(id))
+    }
+
+    /// Flushes every live rail's writes to `bufs` (GPU-direct); `Ok(None)` when no rail has
+    /// anything to flush.
+    pub fn iflush(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
+        self.check("iflush")?;
+        if bufs.len() > MAX_RECVS {
+            return Err(Error::OutOfRange {
+                what: "buffers in one iflush",
+                value: bufs.len() as i64,
+                min: 0,
+                max: MAX_RECVS as i64,
+            });
+        }
+        let mut legs = [Leg::Done; N];
+        let mut sub = [RecvBuf::default(); MAX_RECVS];
+        for (i, leg) in legs.iter_mut().enumerate().take(self.rails.len()) {
+            if !self.live[i] {
+                continue;
+            }
+            for (s, b) in sub.iter_mut().zip(bufs) {
+                *s = RecvBuf {
+                    addr: b.addr,
+                    size: b.size,
+                    tag: b.tag,
+                    mr: b.mrs[i],
+                };
+            }
+            match self.rails[i].iflush(&sub[..bufs.len()]) {
+                Ok(Some(r)) => *leg = Leg::Native(r),
+                Ok(None) => {}
+                Err(e) => self.rail_down(i, e)?,
+            }
+        }
+        if legs.iter().all(|l| *l == Leg::Done) {
+            return Ok(None);
+        }
+        let (k, id) = self.alloc(Kind::Flush, 0)?;
+        self.msgs[k].legs = legs;
+        Ok(Some(id))
+    }
+
+    fn alloc(&mut self, kind: Kind, n: u8) -> Result<(usize, ReqId)> {
+        let k = self.free.pop().ok_or(Error::Full {
+            what: "fused receive requests",
+            cap: MAX_REQUESTS,
+        })? as usize;
+        let m = &mut self.msgs[k];
+        *m = Msg {
+            gen: m.gen.wrapping_add(1),
+            used: true,
+            kind,
+            n,
+            ..Msg::FREE
+        };
+        Ok((k, ReqId::from_bits(u32::from(m.gen) << 8 | k as u32)))
+    }
+
+    /// Polls for completion of `id`.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.check("test")?;
+        let b = id.to_bits();
+        let k = (b & 0xff) as usize;
+        if !self.msgs[k].used || u32::from(self.msgs[k].gen) != b >> 8 {
+            return Err(Error::StaleRequest { idx: k as u16 });
+        }
+        for i in 0..self.rails.len() {
+            let Leg::Native(sub) = self.msgs[k].legs[i] else {
+                continue;
+            };
+            match self.rails[i].test(sub) {
+                Ok(Some(d)) => {
+                    let m = &mut self.msgs[k];
+                    m.legs[i] = Leg::Done;
+                    add_sizes(m, &d.sizes);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.rail_down(i, e)?;
+                }
+            }
+        }
+        if self.msgs[k].kind == Kind::Recv && self.msgs[k].legs.iter().any(|l| *l != Leg::Done) {
+            self.read_notice(k)?;
+        }
+        let m = &self.msgs[k];
+        if m.legs.iter().any(|l| *l != Leg::Done) {
+            return Ok(None);
+        }
+        let done = match m.kind {
+            Kind::Recv => Done {
+                n: m.n,
+                sizes: m.sizes,
+            },
+            Kind::Flush => Done {
+                n: 0,
+                sizes: [0; MAX_RECVS],
+            },
+        };
+        self.msgs[k].used = false;
+        // Cannot fail: a used slot is not in the free list, which has room for every slot.
+        let _ = self.free.push(k as u8);
+        Ok(Some(done))
+    }
+
+    /// Applies the notice for message `k`, if one has landed: each rail it names delivered
+    /// its part through another rail (and is out of use from now on).
+    fn read_notice(&mut self, k: usize) -> Result<()> {
+        let (seq, cap) = (self.msgs[k].seq, self.msgs[k].cap);
+        let mut out = [PostedRecv::default(); MAX_RECVS];
+        let n = match self.ring.poll(seq, &mut out) {
+            Ok(None) => return Ok(()),
+            Ok(Some(n)) => n,
+            Err(f) => {
+                return Err(self.poison(Error::BadFifoElem {
+                    field: f.field,
+                    value: f.value,
+                    peer: Default::default(),
+                }))
+            }
+        };
+        for e in out.iter().take(n) {
+            if *e == PostedRecv::default() {
+                continue;
+            }
+            let Some(nt) = Notice::decode(e, seq, self.rails.len(), cap) else {
+                return Err(self.poison(Error::BadFifoElem {
+                    field: "notice",
+                    value: e.rkey.into(),
+                    peer: Default::default(),
+                }));
+            };
+            let r = nt.rail as usize;
+            if self.live[r] {
+                self.live[r] = false;
+                let _ = self.events.push(RailEvent {
+                    rail: nt.rail,
+                    error: Error::BadState {
+                        op: "rail",
+                        state: "the sender moved this rail's traffic to another rail",
+                    },
+                    to: (0..self.rails.len())
+                        .find(|&t| self.live[t])
+                        .map(|t| t as u8),
+                });
+            }
+            let m = &mut self.msgs[k];
+            if m.legs[r] != Leg::Done {
+                m.legs[r] = Leg::Done;
+                let mut sizes = [0; MAX_RECVS];
+                if m.n > 1 {
+                    for (i, s) in sizes.iter_mut().enumerate().take(m.n as usize) {
+                        *s = u64::from((nt.mask >> i) & 1);
+                    }
+                } else {
+                    sizes[0] = nt.bytes;
+                }
+                add_sizes(m, &sizes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes rail `i` out of use here after `e`: receives posted on it wait for notices.
+    fn rail_down(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.live[i] {
+            return Ok(());
+        }
+        self.live[i] = false;
+        let to = (0..self.rails.len()).find(|&t| self.live[t]);
+        let _ = self.events.push(RailEvent {
+            rail: i as u8,
+            error: e,
+            to: to.map(|t| t as u8),
+        });
+        for m in self.msgs.iter_mut().filter(|m| m.used) {
+            if let Leg::Native(_) = m.legs[i] {
+                // A flush has nothing left to wait for on a dead rail.
+                m.legs[i] = match m.kind {
+                    Kind::Recv => Leg::Notice,
+                    Kind::Flush => Leg::Done,
+                };
+            }
+        }
+        match to {
+            Some(_) => Ok(()),
+            None => Err(self.poison(e)),
+        }
+    }
+
+    fn poison(&mut self, e: Error) -> Error {
+        self.poisoned = true;
+        e
+    }
+
+    /// Fused requests in use (for tests and diagnostics).
+    pub fn requests_in_use(&self) -> usize {
+        MAX_REQUESTS - self.free.len()
+    }
+
+    /// Closes every rail and releases the notice ring.
+    pub fn close(mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some(r) = self.rails.pop() {
+            let x = r.close();
+            if first.is_ok() {
+                first = x;
+            }
+        }
+        while let Some((d, mr)) = self.ring_mrs.pop() {
+            let x = d.dereg_mr(mr);
+            if first.is_ok() {
+                first = x;
+            }
+        }
+        first
+    }
+}
+
+/// Adds one rail's sizes to a receive's: a single receive's bytes add up; a multi-receive's
+/// entries are 0/1 (non-empty) flags, as the rails report them, so they combine by OR.
+fn add_sizes(m: &mut Msg, part: &[u64; MAX_RECVS]) {
+    if m.n > 1 {
+        for (s, p) in m.sizes.iter_mut().zip(part) {
+            *s = (*s).max(u64::from(*p != 0));
+        }
+    } else {
+        m.sizes[0] += part[0];
+    }
+}
+
+impl<P: Provider> Drop for FusedRecv<P> {
+    fn drop(&mut self) {
+        while let Some((d, mr)) = self.ring_mrs.pop() {
+            let _ = d.dereg_mr(mr);
+        }
+    }
+}

@@ -1,0 +1,567 @@
+//! The sending side of a fused comm: one [`SendComm`] per rail, each message striped across
+//! the rails, and a failed rail's parts moved to a healthy one (see the module doc of
+//! [`super`] for the protocol).
+
+use heapless::Vec;
+
+use super::notice::Notice;
+use super::stripe::{stripe, Part};
+use super::{RailEvent, MAX_DEVS_PER_NIC};
+use crate::comm::{CommConfig, Done, Peeked, SendComm};
+use crate::error::{Error, Result};
+use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
+use crate::provider::{Access, MrKeys, Provider, RegKind, Sge};
+use crate::request::ReqId;
+use crate::wire::{QpInfo, RemoteBuf};
+
+const N: usize = MAX_DEVS_PER_NIC;
+
+/// Where one rail's part of a message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leg {
+    /// Acknowledged on its own rail (or nothing to do).
+    Done,
+    /// Posted on its own rail; waiting for the acknowledgement.
+    Native(ReqId),
+    /// Its rail failed before the acknowledgement: to be written again by another rail.
+    Lost,
+    /// Being written again by rail `carrier` (data only: no completion at the receiver).
+    Moving { carrier: u8, id: ReqId },
+    /// Written again and acknowledged; the receiver learns it from a notice.
+    Moved,
+}
+
+/// One message in flight.
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    gen: u16,
+    used: bool,
+    /// The receive's FIFO sequence number (the same on every rail).
+    seq: u64,
+    nreqs: u8,
+    addr: u64,
+    size: u64,
+    /// The send buffer's keys on each rail.
+    mrs: [MrKeys; N],
+    /// The receive buffer as each rail's clear-to-send gave it (address, rkey); `None` for a
+    /// rail that was already down.
+    dst: [Option<(u64, u32)>; N],
+    parts: [Part; N],
+    legs: [Leg; N],
+    /// Rails whose moved part the receiver has acknowledged notice of.
+    told: u8,
+    /// The notice in flight: carrier, request, rails it tells.
+    telling: Option<(u8, ReqId, u8)>,
+}
+
+impl Msg {
+    const FREE: Self = Self {
+        gen: 0,
+        used: false,
+        seq: 0,
+        nreqs: 0,
+        addr: 0,
+        size: 0,
+        mrs: [MrKeys { lkey: 0, rkey: 0 }; N],
+        dst: [None; N],
+        parts: [Part { off: 0, len: 0 }; N],
+        legs: [Leg::Done; N],
+        told: 0,
+        telling: None,
+    };
+
+    fn moved(&self) -> u8 {
+        self.legs
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l == Leg::Moved)
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
+    fn finished(&self) -> bool {
+        let m = self.moved();
+        self.telling.is_none()
+            && self
+                .legs
+                .iter()
+                .all(|l| matches!(l, Leg::Done | Leg::Moved))
+            && m & !self.told == 0
+    }
+}
+
+/// The sending side of a fused comm.
+pub struct FusedSend<P: Provider> {
+    rails: Vec<SendComm<P>, N>,
+    live: [bool; N],
+    msgs: [Msg; MAX_REQUESTS],
+    free: Vec<u8, MAX_REQUESTS>,
+    /// Where notices are staged before they are written (registered on every rail).
+    stage: P::Fifo,
+    stage_mrs: Vec<(P, P::Mr), N>,
+    stage_keys: [MrKeys; N],
+    /// The receiver's notice ring, as each rail reaches it.
+    ring: [RemoteBuf; N],
+    /// Some rail failed: `test` also moves other messages' parts along.
+    degraded: bool,
+    poisoned: bool,
+    events: Vec<RailEvent, N>,
+    resent: u64,
+}
+
+impl<P: Provider + Clone> FusedSend<P> {
+    /// One send comm per rail device in `devs` (rail order), and the notice stage registered
+    /// on each.
+    pub fn new(devs: &[P], cfg: CommConfig) -> Result<Self> {
+        if devs.is_empty() || devs.len() > N {
+            return Err(Error::OutOfRange {
+                what: "rails of a fused comm",
+                value: devs.len() as i64,
+                min: 1,
+                max: N as i64,
+            });
+        }
+        let mut rails = Vec::new();
+        for d in devs {
+            // Cannot fail: at most N rails (checked above).
+            let _ = rails.push(SendComm::new(d.clone(), cfg)?);
+        }
+        let stage = devs[0].alloc_fifo()?;
+        let mut me = Self {
+            rails,
+            live: [false; N],
+            msgs: [Msg::FREE; MAX_REQUESTS],
+            free: (0..MAX_REQUESTS).rev().map(|i| i as u8).collect(),
+            stage,
+            stage_mrs: Vec::new(),
+            stage_keys: [MrKeys::default(); N],
+            ring: [RemoteBuf::default(); N],
+            degraded: false,
+            poisoned: false,
+            events: Vec::new(),
+            resent: 0,
+        };
+        let access = Access {
+            local_write: true,
+            ..Access::default()
+        };
+        for (i, d) in devs.iter().enumerate() {
+            let base = me.stage.base_addr();
+            let mr = d.reg_mr(
+                base,
+                FifoRing::<MAX_REQUESTS>::BYTES as u64,
+                access,
+                RegKind::Plain,
+            )?;
+            me.stage_keys[i] = d.mr_keys(&mr);
+            // Cannot fail: one entry per rail.
+            let _ = me.stage_mrs.push((d.clone(), mr));
+        }
+        for l in me.live.iter_mut().take(devs.len()) {
+            *l = true;
+        }
+        Ok(me)
+    }
+
+    /// How many rails the comm has.
+    pub fn rails(&self) -> usize {
+        self.rails.len()
+    }
+
+    /// Rail `i`'s half of the handshake.
+    pub fn local_info(&self, i: usize) -> Option<QpInfo> {
+        self.rails.get(i).map(SendComm::local_info)
+    }
+
+    /// Connects rail `i` to the receiver's rail `i`.
+    pub fn connect(&mut self, i: usize, remote: &QpInfo) -> Result<()> {
+        let r = self.rails.get_mut(i).ok_or(Error::OutOfRange {
+            what: "rail",
+            value: i as i64,
+            min: 0,
+            max: N as i64 - 1,
+        })?;
+        r.connect(remote)
+    }
+
+    /// The receiver's notice ring as each rail reaches it ([`super::FusedRecv::notice_ring`]).
+    pub fn set_notice_ring(&mut self, ring: &[RemoteBuf]) -> Result<()> {
+        if ring.len() != self.rails.len() || ring.iter().any(|r| r.addr == 0 || r.rkey == 0) {
+            return Err(Error::Wire {
+                what: "fused receiver's notice ring",
+                value: ring.len() as u64,
+            });
+        }
+        self.ring[..ring.len()].copy_from_slice(ring);
+        Ok(())
+    }
+
+    /// Rails that failed since the last call (each once), for the caller to log.
+    pub fn take_events(&mut self) -> Vec<RailEvent, N> {
+        core::mem::take(&mut self.events)
+    }
+
+    /// Bytes written again on another rail after their own rail failed.
+    pub fn resent_bytes(&self) -> u64 {
+        self.resent
+    }
+
+    /// Whether rail `i` is still in use.
+    pub fn rail_live(&self, i: usize) -> bool {
+        self.live.get(i).copied().unwrap_or(false)
+    }
+
+    fn check(&self, op: &'static str) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned { op });
+        }
+        Ok(())
+    }
+
+    fn first_live(&self) -> Option<usize> {
+        (0..self.rails.len()).find(|&i| self.live[i])
+    }
+
+    /// Sends `size` bytes at `addr` to the receive tagged `tag`, striped over the rails;
+    /// `mrs[i]` are the buffer's keys on rail `i`. `Ok(None)`: not every live rail has the
+    /// receive posted yet; call again.
+    pub fn isend(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: u32,
+        mrs: &[MrKeys],
+    ) -> Result<Option<ReqId>> {
+        self.check("isend")?;
+        let nr = self.rails.len();
+        if mrs.len() != nr {
+            return Err(Error::OutOfRange {
+                what: "registrations of a fused send (one per rail)",
+                value: mrs.len() as i64,
+                min: nr as i64,
+                max: nr as i64,
+            });
+        }
+        let Some(peeks) = self.peek_all(tag)? else {
+            return Ok(None);
+        };
+        let Some(first) = peeks.iter().flatten().next().copied() else {
+            return Err(self.poison(Error::BadState {
+                op: "isend",
+                state: "no healthy rail left",
+            }));
+        };
+        if peeks
+            .iter()
+            .flatten()
+            .any(|p| p.seq != first.seq || p.index != first.index)
+        {
+            return Err(self.poison(Error::Wire {
+                what: "fused receiver posted different receives on its rails",
+                value: first.seq,
+            }));
+        }
+        let k = self.free.pop().ok_or(Error::Full {
+            what: "fused send requests",
+            cap: MAX_REQUESTS,
+        })?;
+        let m = &mut self.msgs[k as usize];
+        *m = Msg {
+            gen: m.gen.wrapping_add(1),
+            used: true,
+            seq: first.seq,
+            nreqs: first.nreqs,
+            addr,
+            size,
+            parts: stripe(size, nr),
+            ..Msg::FREE
+        };
+        m.mrs[..nr].copy_from_slice(mrs);
+        let id = ReqId::from_bits(u32::from(m.gen) << 8 | u32::from(k));
+        for (i, p) in peeks.iter().enumerate().take(nr) {
+            let m = &mut self.msgs[k as usize];
+            m.dst[i] = p.map(|p| (p.posted.addr, p.posted.rkey));
+            let Some(_) = p else {
+                m.legs[i] = Leg::Lost;
+                continue;
+            };
+            let part = m.parts[i];
+            match self.rails[i].isend_at(addr + part.off, part.len, tag, mrs[i], part.off) {
+                Ok(Some(sub)) => self.msgs[k as usize].legs[i] = Leg::Native(sub),
+                Ok(None) => {
+                    return Err(self.poison(Error::BadState {
+                        op: "isend",
+                        state: "a peeked receive did not match",
+                    }))
+                }
+                Err(e) => {
+                    self.msgs[k as usize].legs[i] = Leg::Lost;
+                    self.fail_rail(i, e)?;
+                }
+            }
+        }
+        self.advance(k as usize)?;
+        Ok(Some(id))
+    }
+
+    /// Every live rail's matching receive, or `None` while one is not posted. A rail that
+    /// errors (or, idle, shows an error completion) fails over here.
+    fn peek_all(&mut self, tag: u32) -> Result<Option<[Option<Peeked>; N]>> {
+        let mut peeks = [None; N];
+        let nr = self.rails.len();
+        for (i, slot) in peeks.iter_mut().enumerate().take(nr) {
+            if !self.live[i] {
+                continue;
+            }
+            match self.rails[i].peek(tag) {
+                Ok(Some(p)) => *slot = Some(p),
+                Ok(None) => match self.rails[i].progress() {
+                    // A healthy rail whose receive is not posted yet: try again later.
+                    Ok(()) => return Ok(None),
+                    Err(e) => self.fail_rail(i, e)?,
+                },
+                Err(e) => self.fail_rail(i, e)?,
+            }
+        }
+        Ok(Some(peeks))
+    }
+
+    /// Polls for completion of `id`: done when every rail's part is acknowledged (on its own
+    /// rail, or on another one and the receiver told).
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.check("test")?;
+        let k = self.lookup(id)?;
+        self.advance(k)?;
+        if self.degraded {
+            for j in 0..MAX_REQUESTS {
+                if j != k && self.msgs[j].used {
+                    self.advance(j)?;
+                }
+            }
+        }
+        let m = &self.msgs[k];
+        if !m.finished() {
+            return Ok(None);
+        }
+        let mut sizes = [0; MAX_RECVS];
+        sizes[0] = m.size;
+        self.msgs[k].used = false;
+        // Cannot fail: a used slot is not in the free list, which has room for every slot.
+        let _ = self.free.push(k as u8);
+        Ok(Some(Done { n: 1, sizes }))
+    }
+
+    fn lookup(&self, id: ReqId) -> Result<usize> {
+        let b = id.to_bits();
+        let k = (b & 0xff) as usize;
+        let m = &self.msgs[k];
+        if !m.used || u32::from(m.gen) != b >> 8 {
+            return Err(Error::StaleRequest { idx: k as u16 });
+        }
+        Ok(k)
+    }
+
+    /// Moves message `k` along: tests its legs, moves lost parts, tells the receiver.
+    fn advance(&mut self, k: usize) -> Result<()> {
+        for i in 0..self.rails.len() {
+            match self.msgs[k].legs[i] {
+                Leg::Native(sub) => match self.rails[i].test(sub) {
+                    Ok(Some(_)) => self.msgs[k].legs[i] = Leg::Done,
+                    Ok(None) => {}
+                    Err(e) => self.fail_rail(i, e)?,
+                },
+                Leg::Moving { carrier, id } => match self.rails[carrier as usize].test(id) {
+                    Ok(Some(_)) => self.msgs[k].legs[i] = Leg::Moved,
+                    Ok(None) => {}
+                    Err(e) => self.fail_rail(carrier as usize, e)?,
+                },
+                Leg::Done | Leg::Lost | Leg::Moved => {}
+            }
+        }
+        for i in 0..self.rails.len() {
+            if self.msgs[k].legs[i] == Leg::Lost {
+                self.move_part(k, i)?;
+            }
+        }
+        self.tell(k)
+    }
+
+    /// Writes rail `i`'s part of message `k` again, on the first live rail that has the
+    /// message's receive (the bytes go to the same addresses: a repeated write is harmless).
+    fn move_part(&mut self, k: usize, i: usize) -> Result<()> {
+        let m = self.msgs[k];
+        if m.nreqs > 1 {
+            return Err(self.poison(Error::BadState {
+                op: "rail failover",
+                state: "a multi-receive's part was on the failed rail (not supported)",
+            }));
+        }
+        let carrier = (0..self.rails.len()).find(|&c| self.live[c] && m.dst[c].is_some());
+        let Some(c) = carrier else {
+            return Err(self.poison(Error::BadState {
+                op: "rail failover",
+                state: "no healthy rail left for a message in flight",
+            }));
+        };
+        let part = m.parts[i];
+        if part.len == 0 {
+            self.msgs[k].legs[i] = Leg::Moved;
+            return Ok(());
+        }
+        let (raddr, rkey) = m.dst[c].unwrap_or_default();
+        let local = Sge {
+            addr: m.addr + part.off,
+            len: part.len as u32,
+            lkey: m.mrs[c].lkey,
+        };
+        match self.rails[c].iwrite(local, raddr + part.off, rkey) {
+            Ok(id) => {
+                self.resent += part.len;
+                self.msgs[k].legs[i] = Leg::Moving {
+                    carrier: c as u8,
+                    id,
+                };
+                Ok(())
+            }
+            // The part stays lost; the next step picks another carrier.
+            Err(e) => self.fail_rail(c, e),
+        }
+    }
+
+    /// Once every moved part of message `k` is acknowledged, tells the receiver which rails'
+    /// parts it got that way (one notice; a later one repeats the earlier rails, so the order
+    /// in which two notices land does not matter).
+    fn tell(&mut self, k: usize) -> Result<()> {
+        if let Some((c, id, mask)) = self.msgs[k].telling {
+            match self.rails[c as usize].test(id) {
+                Ok(Some(_)) => {
+                    let m = &mut self.msgs[k];
+                    m.told |= mask;
+                    m.telling = None;
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    self.msgs[k].telling = None;
+                    self.fail_rail(c as usize, e)?;
+                }
+            }
+        }
+        let m = self.msgs[k];
+        let moved = m.moved();
+        let busy = m
+            .legs
+            .iter()
+            .any(|l| matches!(l, Leg::Lost | Leg::Moving { .. }));
+        if moved & !m.told == 0 || busy || m.telling.is_some() {
+            return Ok(());
+        }
+        let Some(c) = self.first_live() else {
+            return Err(self.poison(Error::BadState {
+                op: "rail failover",
+                state: "no healthy rail left",
+            }));
+        };
+        let mut elems = [PostedRecv::default(); MAX_DEVS_PER_NIC];
+        let nr = self.rails.len();
+        for (r, e) in elems.iter_mut().enumerate().take(nr) {
+            if moved & (1 << r) != 0 {
+                *e = Notice {
+                    seq: m.seq,
+                    rail: r as u8,
+                    bytes: m.parts[r].len,
+                    mask: u32::from(m.parts[r].len > 0),
+                }
+                .encode();
+            }
+        }
+        let (off, len) = self.stage.publish(m.seq, &elems[..nr]);
+        let local = Sge {
+            addr: self.stage.base_addr() + off as u64,
+            len: len as u32,
+            lkey: self.stage_keys[c].lkey,
+        };
+        let ring = self.ring[c];
+        match self.rails[c].iwrite(local, ring.addr + off as u64, ring.rkey) {
+            Ok(id) => {
+                self.msgs[k].telling = Some((c as u8, id, moved));
+                Ok(())
+            }
+            Err(e) => self.fail_rail(c, e),
+        }
+    }
+
+    /// Takes rail `i` out of use after `e`: its unacknowledged parts are lost (to be moved),
+    /// and so are parts and notices it was carrying. Without a live rail left, `e` is the
+    /// comm's error.
+    fn fail_rail(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.live[i] {
+            return Ok(());
+        }
+        self.live[i] = false;
+        self.degraded = true;
+        let to = self.first_live();
+        // Cannot fail: each rail fails once, and there are at most N.
+        let _ = self.events.push(RailEvent {
+            rail: i as u8,
+            error: e,
+            to: to.map(|t| t as u8),
+        });
+        for m in self.msgs.iter_mut().filter(|m| m.used) {
+            for l in m.legs.iter_mut() {
+                if matches!(*l, Leg::Moving { carrier, .. } if carrier as usize == i) {
+                    *l = Leg::Lost;
+                }
+            }
+            if let Leg::Native(_) = m.legs[i] {
+                m.legs[i] = Leg::Lost;
+            }
+            if matches!(m.telling, Some((c, _, _)) if c as usize == i) {
+                m.telling = None;
+            }
+        }
+        match to {
+            Some(_) => Ok(()),
+            None => Err(self.poison(e)),
+        }
+    }
+
+    fn poison(&mut self, e: Error) -> Error {
+        self.poisoned = true;
+        e
+    }
+
+    /// Fused send requests in use (for tests and diagnostics).
+    pub fn requests_in_use(&self) -> usize {
+        MAX_REQUESTS - self.free.len()
+    }
+
+    /// Closes every rail and releases the notice stage.
+    pub fn close(mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some(r) = self.rails.pop() {
+            let x = r.close();
+            if first.is_ok() {
+                first = x;
+            }
+        }
+        first.and(self.release())
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some((d, mr)) = self.stage_mrs.pop() {
+            let x = d.dereg_mr(mr);
+            if first.is_ok() {
+                first = x;
+            }
+        }
+        first
+    }
+}
+
+impl<P: Provider> Drop for FusedSend<P> {
+    fn drop(&mut self) {
+        while let Some((d, mr)) = self.stage_mrs.pop() {
+            let _ = d.dereg_mr(mr);
+        }
+    }
+}
