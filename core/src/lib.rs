@@ -14,6 +14,8 @@
 //!        ├─ request             fixed request pool, `wr_id` packing
 //!        └─ provider            the verbs subset: QPs, CQ, post, poll, register
 //!             └─ verbs          the values they exchange (WRs, completions, GIDs)
+//!  fused ─┬─ comm                one comm per rail: striped messages, rail failover
+//!         └─ fifo                failover notices ride the FIFO's publication protocol
 //!  mr_cache                     per-device, lock-free registration cache
 //!  params, hca                  NCCL's variables, typed; the `NCCL_IB_HCA` grammar
 //!  sync                         the one facade for atomics (switches to loom)

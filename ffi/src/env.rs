@@ -268,7 +268,7 @@ impl Config {
 /// Variables ibnet parses but does not implement. Each one set to a non-default value is one
 /// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
 /// ignored.
-pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_SOCK_SERVER_PORT_REUSE"];
+pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_SOCK_SERVER_PORT_REUSE", "NCCL_IB_WARN_RAIL_LOCAL"];
 
 /// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each.
 fn refuse_unimplemented(p: &mut Params) {
@@ -279,6 +279,14 @@ fn refuse_unimplemented(p: &mut Params) {
              ignoring it"
         );
         p.ib_sock_server_port_reuse = false;
+    }
+    if p.ib_warn_rail_local {
+        crate::warn!(
+            "NCCL_IB_WARN_RAIL_LOCAL=1 is not supported by ibnet yet (fused NICs are not \
+             offered to NCCL: makeVDevice is not exported, so no connection spans rails); \
+             ignoring it"
+        );
+        p.ib_warn_rail_local = false;
     }
 }
 

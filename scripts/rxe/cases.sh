@@ -133,3 +133,29 @@ for f in "$SHARE"/rust/*; do
   t "rust:${f##*/}" "$IBNET_RXE_CASE_TIMEOUT" \
     "IBNET_TEST_REQUIRE_VERBS=1 $f --test-threads=1 --color never"
 done
+
+# ---- Fused comms over two rails (ffi/tests/verbs_fused.rs): a second soft-RoCE device, rxe1 on
+# dummy1, exists only during these cases (every other case sees rxe0 alone). Each rail's two ends
+# share its device. The failover cases run a fault on rail 1 while messages are in flight;
+# NCCL_IB_TIMEOUT=14 (67 ms x 8 tries) bounds how long a rail takes to declare itself failed.
+rail2_up() {
+  ip link add dummy1 type dummy 2>/dev/null; ip addr add 10.11.1.1/24 dev dummy1 2>/dev/null
+  ip link set dummy1 up || return 1
+  rdma link show rxe1/1 >/dev/null 2>&1 || rdma link add rxe1 type rxe netdev dummy1 || return 1
+  for _ in $(seq 50); do
+    grep -q ACTIVE /sys/class/infiniband/rxe1/ports/1/state 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+rail2_down() { rdma link delete rxe1 2>/dev/null; ip link delete dummy1 2>/dev/null; true; }
+export -f rail2_up rail2_down
+fused="IBNET_FUSED_REQUIRE=1 $SHARE/rust/verbs_fused --test-threads=1 --nocapture --color never --exact"
+t fused-rails "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { $fused verbs_fused_two_rails_stripe_every_message; \
+  rc=\$?; rail2_down; exit \$rc; }"
+t fused-failover-linkdown "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { NCCL_IB_TIMEOUT=14 \
+  IBNET_FUSED_FAULT_CMD='ip link set dummy1 down' $fused verbs_fused_failover_keeps_every_byte; \
+  rc=\$?; rail2_down; exit \$rc; }"
+t fused-failover-delete "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { NCCL_IB_TIMEOUT=14 \
+  IBNET_FUSED_FAULT_CMD='rdma link delete rxe1' $fused verbs_fused_failover_keeps_every_byte; \
+  rc=\$?; rail2_down; exit \$rc; }"

@@ -1,6 +1,9 @@
 //! The six exported tables. Entries ibnet leaves NULL: `getDeviceMr`/`irecvConsumed` (no
-//! device offload) and `makeVDevice` (ibnet does not fuse NICs; NCCL then uses each physical
-//! device as its own NIC). NCCL reads these tables in place.
+//! device offload) and `makeVDevice`: `api::make_vdevice` exists, but a fused vNIC cannot carry
+//! a connection through the plugin yet (no rail list in the handshake, registrations on one
+//! device), and NCCL 2.28 fails its init when a `makeVDevice` it calls fails, so NCCL is not
+//! offered fusion and uses each physical device as its own NIC. NCCL reads these tables in
+//! place.
 #![allow(unsafe_code)] // `#[no_mangle]` statics: the exported symbols NCCL looks up by name.
 
 use super::shims::*;
