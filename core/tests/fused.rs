@@ -37,6 +37,8 @@ fn pair(n: usize) -> Pair {
         s.connect(i, &r.local_info(i).unwrap()).expect("connect");
     }
     s.set_notice_ring(&r.notice_ring()).expect("ring");
+    let mut r = r;
+    r.set_back_ring(&s.back_ring()).expect("back ring");
     Pair { rails, s, r }
 }
 
@@ -269,6 +271,46 @@ fn failover_with_many_messages_in_flight_keeps_every_message_whole_body() {
     // Messages 0 and 1 were acknowledged on rail 2; 2..8 were moved.
     assert_eq!(p.s.resent_bytes(), part * (k as u64 - 2));
     assert_eq!(p.s.take_events().len(), 1);
+}
+
+#[test]
+fn a_rail_only_the_receiver_sees_fail_is_dropped_by_the_sender_too() {
+    big_stack(a_rail_only_the_receiver_sees_fail_is_dropped_by_the_sender_too_body);
+}
+
+fn a_rail_only_the_receiver_sees_fail_is_dropped_by_the_sender_too_body() {
+    let mut p = pair(2);
+    let size = 300_000;
+    let mut sb = AlignedBuf::new(size);
+    fill_pattern(sb.as_mut_slice(), 77);
+    let rb = AlignedBuf::new(size);
+    let (sk, rk) = (reg(&p.rails, &sb), reg(&p.rails, &rb));
+    // The receiver's clear-to-send on rail 1 fails: the sender never sees that rail's receive.
+    p.rails[1].inject(Fault::FailWr {
+        after: 0,
+        status: WcStatus::RetryExceeded,
+    });
+    let rid = post_recv(&mut p, &rb, rk, 4);
+    let mut sid = None;
+    for _ in 0..100 {
+        sid =
+            p.s.isend(sb.addr(), size as u64, 4, &sk[..2])
+                .expect("isend");
+        if sid.is_some() {
+            break;
+        }
+        // The receiver's progress (NCCL's proxy drives both) finds the failure and says so.
+        assert!(p.r.test(rid).expect("recv test").is_none());
+    }
+    let sid = sid.expect("the sender stopped waiting for rail 1");
+    assert_eq!(wait(|| p.s.test(sid)).sizes[0], size as u64);
+    assert_eq!(wait(|| p.r.test(rid)).sizes[0], size as u64);
+    assert_eq!(rb.as_slice(), sb.as_slice());
+    let (se, re) = (p.s.take_events(), p.r.take_events());
+    assert_eq!((se.len(), se[0].rail, se[0].to), (1, 1, Some(0)));
+    assert_eq!((re.len(), re[0].rail, re[0].to), (1, 1, Some(0)));
+    assert_eq!(p.s.resent_bytes(), stripe(size as u64, 2)[1].len);
+    one(&mut p, 5000, 78);
 }
 
 #[test]

@@ -81,6 +81,8 @@ fn pair(rails: Vec<VerbsPort>, cfg: CommConfig) -> Pair {
         s.connect(i, &r.local_info(i).unwrap()).expect("connect");
     }
     s.set_notice_ring(&r.notice_ring()).expect("ring");
+    let mut r = r;
+    r.set_back_ring(&s.back_ring()).expect("back ring");
     Pair { rails, s, r }
 }
 
@@ -128,7 +130,10 @@ fn post(p: &mut Pair, rb: &AlignedBuf, tag: u32) -> ReqId {
     p.r.irecv(&[buf]).expect("irecv").expect("posted")
 }
 
-fn send(p: &mut Pair, sb: &AlignedBuf, size: usize, tag: u32) -> ReqId {
+/// Sends until the receive is posted on every live rail, driving the receive `rid` meanwhile
+/// (as NCCL's proxy thread progresses both): a receiver that finds a rail failed tells the
+/// sender, which then stops waiting for it.
+fn send(p: &mut Pair, sb: &AlignedBuf, size: usize, tag: u32, rid: ReqId) -> ReqId {
     let k = reg(&p.rails, sb);
     let n = p.rails.len();
     let t0 = Instant::now();
@@ -139,8 +144,9 @@ fn send(p: &mut Pair, sb: &AlignedBuf, size: usize, tag: u32) -> ReqId {
         {
             return id;
         }
+        assert!(p.r.test(rid).expect("recv test").is_none());
         assert!(
-            t0.elapsed() < Duration::from_secs(30),
+            t0.elapsed() < Duration::from_secs(60),
             "receive never posted"
         );
     }
@@ -167,7 +173,7 @@ fn verbs_fused_two_rails_stripe_every_message_body() {
         fill_pattern(sb.as_mut_slice(), 7 + i as u64);
         let rb = AlignedBuf::new(size.max(1));
         let rid = post(&mut p, &rb, 5);
-        let sid = send(&mut p, &sb, size, 5);
+        let sid = send(&mut p, &sb, size, 5, rid);
         assert_eq!(wait("send", || p.s.test(sid)).sizes[0], size as u64);
         assert_eq!(wait("recv", || p.r.test(rid)).sizes[0], size as u64);
         assert_eq!(&rb.as_slice()[..size], &sb.as_slice()[..size], "{size} B");
@@ -212,7 +218,7 @@ fn verbs_fused_failover_keeps_every_byte_body() {
         fill_pattern(sb.as_mut_slice(), 100 + i as u64);
         let rb = AlignedBuf::new(size);
         let rid = post(&mut p, &rb, 9);
-        let sid = send(&mut p, &sb, size, 9);
+        let sid = send(&mut p, &sb, size, 9, rid);
         if i == fault_at {
             println!("+ {cmd}");
             let st = std::process::Command::new("sh")
@@ -223,8 +229,12 @@ fn verbs_fused_failover_keeps_every_byte_body() {
             fault_time = Some(Instant::now());
         }
         let t0 = Instant::now();
+        let mut recv_done = None;
         loop {
             let d = p.s.test(sid).unwrap_or_else(|e| panic!("send {i}: {e}"));
+            if recv_done.is_none() {
+                recv_done = p.r.test(rid).unwrap_or_else(|e| panic!("recv {i}: {e}"));
+            }
             for ev in p.s.take_events() {
                 let at = fault_time.map(|t| t.elapsed());
                 println!(
@@ -239,7 +249,10 @@ fn verbs_fused_failover_keeps_every_byte_body() {
             }
             assert!(t0.elapsed() < Duration::from_secs(90), "send {i} stuck");
         }
-        let d = wait("recv", || p.r.test(rid));
+        let d = match recv_done {
+            Some(d) => d,
+            None => wait("recv", || p.r.test(rid)),
+        };
         for ev in p.r.take_events() {
             println!(
                 "FUSED-RAIL-EVENT receiver: rail {} out of use ({})",

@@ -249,24 +249,7 @@ impl<P: Provider> Base<P> {
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.check_live("test")?;
         loop {
-            let r = self.reqs.get(id)?;
-            if r.events == 0 {
-                let done = match r.kind {
-                    Some(ReqType::Recv) => Done {
-                        n: r.nreqs,
-                        sizes: r.sizes,
-                    },
-                    Some(ReqType::Send) => {
-                        let mut sizes = [0; crate::fifo::MAX_RECVS];
-                        sizes[0] = r.send.size;
-                        Done { n: 1, sizes }
-                    }
-                    _ => Done {
-                        n: 0,
-                        sizes: [0; crate::fifo::MAX_RECVS],
-                    },
-                };
-                self.reqs.free(id)?;
+            if let Some(done) = self.finish(id)? {
                 return Ok(Some(done));
             }
             let mut wcs = [Completion::EMPTY; POLL_BATCH];
@@ -285,6 +268,33 @@ impl<P: Provider> Base<P> {
                 }
             }
         }
+    }
+
+    /// Reports and frees `id` if it has no events left (`None`: still waiting). Reads no CQ and
+    /// works on a poisoned comm too: a fused comm asks which of a failed rail's requests had
+    /// completed before the failure.
+    pub fn finish(&mut self, id: ReqId) -> Result<Option<Done>> {
+        let r = self.reqs.get(id)?;
+        if r.events != 0 {
+            return Ok(None);
+        }
+        let done = match r.kind {
+            Some(ReqType::Recv) => Done {
+                n: r.nreqs,
+                sizes: r.sizes,
+            },
+            Some(ReqType::Send) => {
+                let mut sizes = [0; crate::fifo::MAX_RECVS];
+                sizes[0] = r.send.size;
+                Done { n: 1, sizes }
+            }
+            _ => Done {
+                n: 0,
+                sizes: [0; crate::fifo::MAX_RECVS],
+            },
+        };
+        self.reqs.free(id)?;
+        Ok(Some(done))
     }
 
     /// Polls the CQ once and applies what it finds, for no request in particular: a failed

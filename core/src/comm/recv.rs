@@ -280,6 +280,36 @@ impl<P: Provider> RecvComm<P> {
         self.base.test(id)
     }
 
+    /// `id` if it completed before now, without polling (see `Base::finish`; also on a
+    /// poisoned comm).
+    pub fn completed(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.base.finish(id)
+    }
+
+    /// One signaled RDMA WRITE of `local` to `remote_addr` (`rkey`) on QP 0, as a request of
+    /// its own (done when acknowledged). A fused receiver tells the sender with it that a rail
+    /// is out of use ([`crate::fused`]).
+    pub fn iwrite(&mut self, local: Sge, remote_addr: u64, rkey: u32) -> Result<ReqId> {
+        self.base.check_live("iwrite")?;
+        let id = self.base.reqs.alloc(ReqType::Send, 1, 1)?;
+        let wr = SendWr {
+            wr_id: id.index() as u64,
+            opcode: WrOpcode::Write,
+            sge: local,
+            remote_addr,
+            rkey,
+            imm: 0,
+            signaled: true,
+            inline: false,
+        };
+        if let Err(e) = self.base.dev.post_send(&mut self.base.qps[0], &[wr]) {
+            let _ = self.base.reqs.free(id);
+            self.base.poison();
+            return Err(e);
+        }
+        Ok(id)
+    }
+
     /// Polls the CQ once for no request in particular (see `Base::progress`).
     pub fn progress(&mut self) -> Result<()> {
         self.base.progress()

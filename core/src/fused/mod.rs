@@ -58,8 +58,13 @@
 //! (write-with-immediate) or by a notice naming that rail, whichever comes first; the other is
 //! ignored, so no byte is counted twice. While a message waits, `test` reads its notice slot
 //! (one Acquire load, only for an unfinished message of a fused comm). A notice takes its rail
-//! out of use at the receiver (new receives are not posted there); a rail whose own calls fail
-//! at the receiver is taken out of use likewise, and its receives wait for notices.
+//! out of use at the receiver (new receives are not posted there). A rail whose own calls fail
+//! at the receiver (its clear-to-send write fails, say) is taken out of use likewise: its
+//! receives that had completed count, the others wait for notices, and the receiver writes a
+//! **back notice** (slot = rail, in the sender's back ring, registered on every rail) over a
+//! live rail. A sender that finds no clear-to-send on a live rail reads that slot before it
+//! waits, and fails the rail over if it is set; so a failure only the receiver saw does not
+//! leave the sender waiting for a clear-to-send that will never come.
 //!
 //! ```text
 //!  sender                                   receiver
@@ -75,12 +80,9 @@
 //! `loom_fifo` checks), so fusion adds no atomic protocol of its own.
 //!
 //! Limits: a multi-receive whose part was on a failed rail fails the comm (its notice would
-//! need one flag per receive and rail); failover is decided by the side that sees the error:
-//! when only the receiver's rail fails and the sender has nothing in flight on it, the sender
-//! waits for that rail's clear-to-send until its own calls on the rail fail; a moved write
-//! that repeats a part which had landed (its acknowledgement lost) can land after the receiver
-//! completed the message (bytes identical, so only a buffer the receiver reused meanwhile for
-//! other data would see them).
+//! need one flag per receive and rail); a moved write that repeats a part which had landed
+//! (its acknowledgement lost) can land after the receiver completed the message (bytes
+//! identical, so only a buffer the receiver reused meanwhile for other data would see them).
 
 mod notice;
 mod recv;

@@ -82,6 +82,17 @@ pub struct FusedRecv<P: Provider> {
     ring: P::Fifo,
     ring_mrs: Vec<(P, P::Mr), N>,
     ring_keys: [MrKeys; N],
+    /// Where "rail out of use" notices to the sender are staged (registered on every rail).
+    back_stage: P::Fifo,
+    back_mrs: Vec<(P, P::Mr), N>,
+    back_keys: [MrKeys; N],
+    /// The sender's back ring ([`super::FusedSend::back_ring`]), as each rail reaches it.
+    back_ring: [RemoteBuf; N],
+    /// Rails taken out of use here that the sender must hear of, those it has (acknowledged),
+    /// and the write in flight per rail (carrier, request).
+    back_needed: u8,
+    back_told: u8,
+    back_pending: [Option<(u8, ReqId)>; N],
     poisoned: bool,
     events: Vec<RailEvent, N>,
 }
@@ -104,6 +115,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             let _ = rails.push(RecvComm::new(d.clone(), cfg, r)?);
         }
         let ring = devs[0].alloc_fifo()?;
+        let back_stage = devs[0].alloc_fifo()?;
         let mut me = Self {
             rails,
             live: [false; N],
@@ -113,6 +125,13 @@ impl<P: Provider + Clone> FusedRecv<P> {
             ring,
             ring_mrs: Vec::new(),
             ring_keys: [MrKeys::default(); N],
+            back_stage,
+            back_mrs: Vec::new(),
+            back_keys: [MrKeys::default(); N],
+            back_ring: [RemoteBuf::default(); N],
+            back_needed: 0,
+            back_told: 0,
+            back_pending: [None; N],
             poisoned: false,
             events: Vec::new(),
         };
@@ -132,6 +151,20 @@ impl<P: Provider + Clone> FusedRecv<P> {
             me.ring_keys[i] = d.mr_keys(&mr);
             // Cannot fail: one entry per rail.
             let _ = me.ring_mrs.push((d.clone(), mr));
+            let base = me.back_stage.base_addr();
+            let local = Access {
+                local_write: true,
+                ..Access::default()
+            };
+            let mr = d.reg_mr(
+                base,
+                FifoRing::<MAX_REQUESTS>::BYTES as u64,
+                local,
+                RegKind::Plain,
+            )?;
+            me.back_keys[i] = d.mr_keys(&mr);
+            // Cannot fail: one entry per rail.
+            let _ = me.back_mrs.push((d.clone(), mr));
         }
         for l in me.live.iter_mut().take(devs.len()) {
             *l = true;
@@ -152,6 +185,64 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 rkey: self.ring_keys[i].rkey,
             })
             .collect()
+    }
+
+    /// The sender's back ring as each rail reaches it ([`super::FusedSend::back_ring`]).
+    pub fn set_back_ring(&mut self, ring: &[RemoteBuf]) -> Result<()> {
+        if ring.len() != self.rails.len() || ring.iter().any(|r| r.addr == 0 || r.rkey == 0) {
+            return Err(Error::Wire {
+                what: "fused sender's back ring",
+                value: ring.len() as u64,
+            });
+        }
+        self.back_ring[..ring.len()].copy_from_slice(ring);
+        Ok(())
+    }
+
+    /// Tells the sender of every rail taken out of use here (one write per rail, on a live
+    /// rail), so it stops waiting for that rail's clear-to-send.
+    fn tell_back(&mut self) -> Result<()> {
+        for d in 0..self.rails.len() {
+            let bit = 1u8 << d;
+            if self.back_needed & !self.back_told & bit == 0 {
+                continue;
+            }
+            if let Some((c, id)) = self.back_pending[d] {
+                match self.rails[c as usize].test(id) {
+                    Ok(Some(_)) => {
+                        self.back_told |= bit;
+                        self.back_pending[d] = None;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.back_pending[d] = None;
+                        self.rail_down(c as usize, e)?;
+                    }
+                }
+                continue;
+            }
+            let Some(c) = (0..self.rails.len()).find(|&t| self.live[t]) else {
+                continue;
+            };
+            let notice = Notice {
+                seq: 0,
+                rail: d as u8,
+                bytes: 0,
+                mask: 0,
+            };
+            let (off, len) = self.back_stage.publish(d as u64, &[notice.encode()]);
+            let local = crate::provider::Sge {
+                addr: self.back_stage.base_addr() + off as u64,
+                len: len as u32,
+                lkey: self.back_keys[c].lkey,
+            };
+            let ring = self.back_ring[c];
+            match self.rails[c].iwrite(local, ring.addr + off as u64, ring.rkey) {
+                Ok(id) => self.back_pending[d] = Some((c as u8, id)),
+                Err(e) => self.rail_down(c, e)?,
+            }
+        }
+        Ok(())
     }
 
     /// Rails taken out of use since the last call (each once), for the caller to log.
@@ -210,6 +301,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
             };
         }
         self.seq += 1;
+        if self.back_needed & !self.back_told != 0 {
+            self.tell_back()?;
+        }
         Ok(Some(id))
     }
 
@@ -272,6 +366,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.check("test")?;
+        if self.back_needed & !self.back_told != 0 {
+            self.tell_back()?;
+        }
         let b = id.to_bits();
         let k = (b & 0xff) as usize;
         if !self.msgs[k].used || u32::from(self.msgs[k].gen) != b >> 8 {
@@ -386,13 +483,20 @@ impl<P: Provider + Clone> FusedRecv<P> {
             error: e,
             to: to.map(|t| t as u8),
         });
+        self.back_needed |= 1 << i;
         for m in self.msgs.iter_mut().filter(|m| m.used) {
-            if let Leg::Native(_) = m.legs[i] {
-                // A flush has nothing left to wait for on a dead rail.
-                m.legs[i] = match m.kind {
-                    Kind::Recv => Leg::Notice,
-                    Kind::Flush => Leg::Done,
-                };
+            let Leg::Native(sub) = m.legs[i] else {
+                continue;
+            };
+            // A part that completed before the failure is done (the sender had it
+            // acknowledged and sends no notice for it); a flush has nothing left to wait for.
+            match (self.rails[i].completed(sub), m.kind) {
+                (Ok(Some(d)), _) => {
+                    m.legs[i] = Leg::Done;
+                    add_sizes(m, &d.sizes);
+                }
+                (_, Kind::Recv) => m.legs[i] = Leg::Notice,
+                (_, Kind::Flush) => m.legs[i] = Leg::Done,
             }
         }
         match to {
@@ -420,7 +524,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 first = x;
             }
         }
-        while let Some((d, mr)) = self.ring_mrs.pop() {
+        while let Some((d, mr)) = self.ring_mrs.pop().or_else(|| self.back_mrs.pop()) {
             let x = d.dereg_mr(mr);
             if first.is_ok() {
                 first = x;
@@ -444,7 +548,7 @@ fn add_sizes(m: &mut Msg, part: &[u64; MAX_RECVS]) {
 
 impl<P: Provider> Drop for FusedRecv<P> {
     fn drop(&mut self) {
-        while let Some((d, mr)) = self.ring_mrs.pop() {
+        while let Some((d, mr)) = self.ring_mrs.pop().or_else(|| self.back_mrs.pop()) {
             let _ = d.dereg_mr(mr);
         }
     }

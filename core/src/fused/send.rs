@@ -101,6 +101,11 @@ pub struct FusedSend<P: Provider> {
     stage_keys: [MrKeys; N],
     /// The receiver's notice ring, as each rail reaches it.
     ring: [RemoteBuf; N],
+    /// Where the receiver says a rail is out of use on its side (slot = rail; registered on
+    /// every rail).
+    back: P::Fifo,
+    back_mrs: Vec<(P, P::Mr), N>,
+    back_keys: [MrKeys; N],
     /// Some rail failed: `test` also moves other messages' parts along.
     degraded: bool,
     poisoned: bool,
@@ -126,6 +131,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             let _ = rails.push(SendComm::new(d.clone(), cfg)?);
         }
         let stage = devs[0].alloc_fifo()?;
+        let back = devs[0].alloc_fifo()?;
         let mut me = Self {
             rails,
             live: [false; N],
@@ -135,6 +141,9 @@ impl<P: Provider + Clone> FusedSend<P> {
             stage_mrs: Vec::new(),
             stage_keys: [MrKeys::default(); N],
             ring: [RemoteBuf::default(); N],
+            back,
+            back_mrs: Vec::new(),
+            back_keys: [MrKeys::default(); N],
             degraded: false,
             poisoned: false,
             events: Vec::new(),
@@ -155,6 +164,21 @@ impl<P: Provider + Clone> FusedSend<P> {
             me.stage_keys[i] = d.mr_keys(&mr);
             // Cannot fail: one entry per rail.
             let _ = me.stage_mrs.push((d.clone(), mr));
+            let remote = Access {
+                local_write: true,
+                remote_write: true,
+                ..Access::default()
+            };
+            let base = me.back.base_addr();
+            let mr = d.reg_mr(
+                base,
+                FifoRing::<MAX_REQUESTS>::BYTES as u64,
+                remote,
+                RegKind::Plain,
+            )?;
+            me.back_keys[i] = d.mr_keys(&mr);
+            // Cannot fail: one entry per rail.
+            let _ = me.back_mrs.push((d.clone(), mr));
         }
         for l in me.live.iter_mut().take(devs.len()) {
             *l = true;
@@ -193,6 +217,36 @@ impl<P: Provider + Clone> FusedSend<P> {
         }
         self.ring[..ring.len()].copy_from_slice(ring);
         Ok(())
+    }
+
+    /// Where the receiver reports rails it took out of use, as each rail reaches it (for
+    /// [`super::FusedRecv::set_back_ring`]).
+    pub fn back_ring(&self) -> Vec<RemoteBuf, N> {
+        (0..self.rails.len())
+            .map(|i| RemoteBuf {
+                addr: self.back.base_addr(),
+                rkey: self.back_keys[i].rkey,
+            })
+            .collect()
+    }
+
+    /// Whether the receiver reported rail `i` out of use on its side.
+    fn dropped_by_peer(&self, i: usize) -> Result<bool> {
+        let mut out = [PostedRecv::default(); MAX_RECVS];
+        match self.back.poll(i as u64, &mut out) {
+            Ok(None) => Ok(false),
+            Ok(Some(_))
+                if Notice::decode(&out[0], 0, self.rails.len(), 0)
+                    .is_some_and(|n| n.rail as usize == i) =>
+            {
+                Ok(true)
+            }
+            _ => Err(Error::BadFifoElem {
+                field: "rail notice from the receiver",
+                value: i as u64,
+                peer: Default::default(),
+            }),
+        }
     }
 
     /// Rails that failed since the last call (each once), for the caller to log.
@@ -315,9 +369,17 @@ impl<P: Provider + Clone> FusedSend<P> {
             match self.rails[i].peek(tag) {
                 Ok(Some(p)) => *slot = Some(p),
                 Ok(None) => match self.rails[i].progress() {
+                    Err(e) => self.fail_rail(i, e)?,
+                    // The receiver took the rail out of use: it posts there no more.
+                    Ok(()) if self.dropped_by_peer(i)? => self.fail_rail(
+                        i,
+                        Error::BadState {
+                            op: "rail",
+                            state: "the receiver took this rail out of use",
+                        },
+                    )?,
                     // A healthy rail whose receive is not posted yet: try again later.
                     Ok(()) => return Ok(None),
-                    Err(e) => self.fail_rail(i, e)?,
                 },
                 Err(e) => self.fail_rail(i, e)?,
             }
@@ -548,7 +610,7 @@ impl<P: Provider + Clone> FusedSend<P> {
 
     fn release(&mut self) -> Result<()> {
         let mut first = Ok(());
-        while let Some((d, mr)) = self.stage_mrs.pop() {
+        while let Some((d, mr)) = self.stage_mrs.pop().or_else(|| self.back_mrs.pop()) {
             let x = d.dereg_mr(mr);
             if first.is_ok() {
                 first = x;
@@ -560,7 +622,7 @@ impl<P: Provider + Clone> FusedSend<P> {
 
 impl<P: Provider> Drop for FusedSend<P> {
     fn drop(&mut self) {
-        while let Some((d, mr)) = self.stage_mrs.pop() {
+        while let Some((d, mr)) = self.stage_mrs.pop().or_else(|| self.back_mrs.pop()) {
             let _ = d.dereg_mr(mr);
         }
     }
