@@ -210,17 +210,30 @@ fn verbs_fused_failover_keeps_every_byte_body() {
     };
     let Some((rails, cfg)) = rails() else { return };
     let mut p = pair(rails, cfg);
-    let (size, msgs, fault_at) = (4 << 20, 12, 3);
-    let mut fault_time = None;
-    let mut detected = None;
-    for i in 0..msgs {
-        let mut sb = AlignedBuf::new(size);
-        fill_pattern(sb.as_mut_slice(), 100 + i as u64);
-        let rb = AlignedBuf::new(size);
-        let rid = post(&mut p, &rb, 9);
-        let sid = send(&mut p, &sb, size, 9, rid);
-        if i == fault_at {
-            println!("+ {cmd}");
+    // Batches of `window` messages in flight at once; the fault hits batch `fault_batch` right
+    // after its sends are posted.
+    let (size, batches, window, fault_batch) = (4 << 20, 4, 4, 1);
+    let mut fault_time: Option<Instant> = None;
+    let mut detected: Option<Duration> = None;
+    let mut in_flight_resent = 0;
+    for b in 0..batches {
+        let mut sbs = Vec::new();
+        let mut rbs = Vec::new();
+        let mut rids = Vec::new();
+        for j in 0..window {
+            let mut sb = AlignedBuf::new(size);
+            fill_pattern(sb.as_mut_slice(), 100 + (b * window + j) as u64);
+            let rb = AlignedBuf::new(size);
+            rids.push(post(&mut p, &rb, 9));
+            sbs.push(sb);
+            rbs.push(rb);
+        }
+        let sids: Vec<ReqId> = (0..window)
+            .map(|j| send(&mut p, &sbs[j], size, 9, rids[j]))
+            .collect();
+        let resent_before = p.s.resent_bytes();
+        if b == fault_batch {
+            println!("+ {cmd} ({window} messages of {size} B in flight)");
             let st = std::process::Command::new("sh")
                 .args(["-c", &cmd])
                 .status()
@@ -228,45 +241,64 @@ fn verbs_fused_failover_keeps_every_byte_body() {
             assert!(st.success(), "{cmd}: {st}");
             fault_time = Some(Instant::now());
         }
+        let (mut sd, mut rd) = (vec![None; window], vec![None; window]);
         let t0 = Instant::now();
-        let mut recv_done = None;
-        loop {
-            let d = p.s.test(sid).unwrap_or_else(|e| panic!("send {i}: {e}"));
-            if recv_done.is_none() {
-                recv_done = p.r.test(rid).unwrap_or_else(|e| panic!("recv {i}: {e}"));
+        while sd.iter().chain(&rd).any(Option::is_none) {
+            for j in 0..window {
+                if sd[j].is_none() {
+                    sd[j] =
+                        p.s.test(sids[j])
+                            .unwrap_or_else(|e| panic!("send {b}.{j}: {e}"));
+                }
+                if rd[j].is_none() {
+                    rd[j] =
+                        p.r.test(rids[j])
+                            .unwrap_or_else(|e| panic!("recv {b}.{j}: {e}"));
+                }
             }
+            let at = fault_time.map(|t| t.elapsed()).unwrap_or_default();
             for ev in p.s.take_events() {
-                let at = fault_time.map(|t| t.elapsed());
                 println!(
-                    "FUSED-RAIL-EVENT sender: rail {} failed ({}); traffic moved to rail {:?}; {:?} after the fault",
-                    ev.rail, ev.error, ev.to, at
+                    "FUSED-RAIL-EVENT sender: rail {} failed ({}); its traffic goes to rail {:?}; {} ms after the fault",
+                    ev.rail, ev.error, ev.to, at.as_millis()
                 );
-                detected.get_or_insert(at.unwrap_or_default());
+                detected.get_or_insert(at);
             }
-            if let Some(d) = d {
-                assert_eq!(d.sizes[0], size as u64);
-                break;
+            for ev in p.r.take_events() {
+                println!(
+                    "FUSED-RAIL-EVENT receiver: rail {} out of use ({}); {} ms after the fault",
+                    ev.rail,
+                    ev.error,
+                    at.as_millis()
+                );
+                detected.get_or_insert(at);
             }
-            assert!(t0.elapsed() < Duration::from_secs(90), "send {i} stuck");
+            assert!(t0.elapsed() < Duration::from_secs(120), "batch {b} stuck");
         }
-        let d = match recv_done {
-            Some(d) => d,
-            None => wait("recv", || p.r.test(rid)),
-        };
-        for ev in p.r.take_events() {
-            println!(
-                "FUSED-RAIL-EVENT receiver: rail {} out of use ({})",
-                ev.rail, ev.error
+        for j in 0..window {
+            assert_eq!(sd[j].unwrap().sizes[0], size as u64);
+            assert_eq!(
+                rd[j].unwrap().sizes[0],
+                size as u64,
+                "message {b}.{j} counted once"
+            );
+            assert!(
+                rbs[j].as_slice() == sbs[j].as_slice(),
+                "message {b}.{j}: bytes differ"
             );
         }
-        assert_eq!(d.sizes[0], size as u64, "message {i} counted once");
-        assert!(rb.as_slice() == sb.as_slice(), "message {i}: bytes differ");
+        if b == fault_batch {
+            in_flight_resent = p.s.resent_bytes() - resent_before;
+        }
     }
     let det = detected.expect("no rail failed after the fault command");
     println!(
-        "FUSED-FAILOVER detect_ms={} resent_bytes={} messages={msgs} size={size}",
+        "FUSED-FAILOVER detect_ms={} resent_in_flight_bytes={in_flight_resent} \
+         carried_total_bytes={} messages={} size={size} (every byte verified)",
         det.as_millis(),
-        p.s.resent_bytes()
+        p.s.resent_bytes(),
+        batches * window
     );
     assert!(p.s.resent_bytes() > 0);
+    assert!(!p.s.rail_live(1) && p.s.rail_live(0));
 }
