@@ -84,30 +84,19 @@
 //! (its acknowledgement lost) can land after the receiver completed the message (bytes
 //! identical, so only a buffer the receiver reused meanwhile for other data would see them).
 
+mod event;
 mod notice;
 mod recv;
 mod send;
 mod stripe;
 mod vnic;
 
+pub use event::RailEvent;
 pub use notice::{Notice, NOTICE_KEY};
 pub use recv::{FusedBuf, FusedRecv};
 pub use send::FusedSend;
 pub use stripe::{stripe, Part, STRIPE_ALIGN};
 pub use vnic::{VNic, MAX_DEVS_PER_NIC};
-
-use crate::error::Error;
-
-/// A rail taken out of use, reported once so the caller can log it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RailEvent {
-    /// The rail (index in the vNIC).
-    pub rail: u8,
-    /// What failed.
-    pub error: Error,
-    /// The rail that carries its traffic from now on (`None`: none left; the comm failed).
-    pub to: Option<u8>,
-}
 
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@
 //! `size` is what the receiver adds to a single receive's size; `tag` has bit `i` set when
 //! receive `i` of a multi-receive got bytes from the part (the 0/1 sizes of a multi-receive).
 
-use super::MAX_DEVS_PER_NIC;
+use super::vnic::MAX_DEVS_PER_NIC;
 use crate::fifo::PostedRecv;
 
 /// The high bits of a notice element's `rkey` (an element without them is not a notice).

@@ -1,11 +1,12 @@
 //! The receiving side of a fused comm: one [`RecvComm`] per rail; a message is complete when
 //! every rail's part is, natively (the rail's own completion) or by notice (another rail
-//! carried it; see the module doc of [`super`]).
+//! carried it; see the module doc of `crate::fused`).
 
 use heapless::Vec;
 
+use super::event::RailEvent;
 use super::notice::Notice;
-use super::{RailEvent, MAX_DEVS_PER_NIC};
+use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
 use crate::error::{Error, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
@@ -86,7 +87,7 @@ pub struct FusedRecv<P: Provider> {
     back_stage: P::Fifo,
     back_mrs: Vec<(P, P::Mr), N>,
     back_keys: [MrKeys; N],
-    /// The sender's back ring ([`super::FusedSend::back_ring`]), as each rail reaches it.
+    /// The sender's back ring (`FusedSend::back_ring`), as each rail reaches it.
     back_ring: [RemoteBuf; N],
     /// Rails taken out of use here that the sender must hear of, those it has (acknowledged),
     /// and the write in flight per rail (carrier, request).
@@ -177,7 +178,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
         self.rails.get(i).map(RecvComm::local_info)
     }
 
-    /// The notice ring as each rail reaches it (for [`super::FusedSend::set_notice_ring`]).
+    /// The notice ring as each rail reaches it (for `FusedSend::set_notice_ring`).
     pub fn notice_ring(&self) -> Vec<RemoteBuf, N> {
         (0..self.rails.len())
             .map(|i| RemoteBuf {
@@ -187,7 +188,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             .collect()
     }
 
-    /// The sender's back ring as each rail reaches it ([`super::FusedSend::back_ring`]).
+    /// The sender's back ring as each rail reaches it (`FusedSend::back_ring`).
     pub fn set_back_ring(&mut self, ring: &[RemoteBuf]) -> Result<()> {
         if ring.len() != self.rails.len() || ring.iter().any(|r| r.addr == 0 || r.rkey == 0) {
             return Err(Error::Wire {

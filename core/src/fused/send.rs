@@ -1,12 +1,13 @@
 //! The sending side of a fused comm: one [`SendComm`] per rail, each message striped across
 //! the rails, and a failed rail's parts moved to a healthy one (see the module doc of
-//! [`super`] for the protocol).
+//! `crate::fused` for the protocol).
 
 use heapless::Vec;
 
+use super::event::RailEvent;
 use super::notice::Notice;
 use super::stripe::{stripe, Part};
-use super::{RailEvent, MAX_DEVS_PER_NIC};
+use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm};
 use crate::error::{Error, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
@@ -207,7 +208,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         r.connect(remote)
     }
 
-    /// The receiver's notice ring as each rail reaches it ([`super::FusedRecv::notice_ring`]).
+    /// The receiver's notice ring as each rail reaches it (`FusedRecv::notice_ring`).
     pub fn set_notice_ring(&mut self, ring: &[RemoteBuf]) -> Result<()> {
         if ring.len() != self.rails.len() || ring.iter().any(|r| r.addr == 0 || r.rkey == 0) {
             return Err(Error::Wire {
@@ -220,7 +221,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     }
 
     /// Where the receiver reports rails it took out of use, as each rail reaches it (for
-    /// [`super::FusedRecv::set_back_ring`]).
+    /// `FusedRecv::set_back_ring`).
     pub fn back_ring(&self) -> Vec<RemoteBuf, N> {
         (0..self.rails.len())
             .map(|i| RemoteBuf {

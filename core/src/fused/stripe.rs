@@ -1,6 +1,6 @@
 //! How one message is cut across the rails of a fused comm.
 
-use super::MAX_DEVS_PER_NIC;
+use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::MAX_MSG_SIZE;
 
 /// Rail parts are multiples of this many bytes (but the last), so LL/LL128 lines stay whole
