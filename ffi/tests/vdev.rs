@@ -1,0 +1,64 @@
+//! `makeVDevice` through the API (the entry is not in the exported tables yet): one device is
+//! that device, bad descriptions are refused with the right code and one WARN each, and the
+//! device count and properties stay those of the physical devices. The fusion rules themselves
+//! are unit-tested over device descriptions (`vdev::merge`).
+
+mod util;
+
+use nccl_net_ibnet::api;
+use nccl_net_ibnet::log::Level;
+use nccl_net_ibnet::nccl::props::{Props11, VersionProps};
+use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
+
+#[test]
+fn make_vdevice_through_the_api() {
+    if !util::init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
+        return;
+    }
+    let mut n = 0;
+    assert_eq!(api::devices(&mut n), ncclResult_t::Success);
+    let mut d = -1;
+    let one = ncclNetVDeviceProps_t {
+        ndevs: 1,
+        devs: [0, 0, 0, 0],
+    };
+    assert_eq!(api::make_vdevice(&mut d, &one), ncclResult_t::Success);
+    assert_eq!(d, 0, "a vNIC of one device is that device");
+    let _ = util::take_log();
+
+    let bad = [
+        (0, [0, 0, 0, 0]),  // no device
+        (5, [0, 0, 0, 0]),  // more than 4
+        (2, [0, 0, 0, 0]),  // device named twice
+        (1, [n, 0, 0, 0]),  // beyond the physical devices
+        (2, [0, -1, 0, 0]), // negative
+    ];
+    for (ndevs, devs) in bad {
+        let p = ncclNetVDeviceProps_t { ndevs, devs };
+        assert_eq!(
+            api::make_vdevice(&mut d, &p),
+            ncclResult_t::InvalidArgument,
+            "{ndevs} {devs:?}"
+        );
+        let warns = util::take_log()
+            .into_iter()
+            .filter(|(l, s)| *l == Level::Warn && s.contains("makeVDevice"))
+            .count();
+        assert_eq!(warns, 1, "{ndevs} {devs:?}: one WARN");
+    }
+    assert_eq!(
+        api::make_vdevice(core::ptr::null_mut(), &one),
+        ncclResult_t::InternalError
+    );
+    assert_eq!(
+        api::make_vdevice(&mut d, core::ptr::null()),
+        ncclResult_t::InternalError
+    );
+    let mut again = 0;
+    assert_eq!(api::devices(&mut again), ncclResult_t::Success);
+    assert_eq!(again, n, "no vNIC was made");
+    let p = api::properties(0).expect("properties");
+    let v11 = Props11::from_props(&p, 0);
+    assert_eq!((v11.v9.vprops.ndevs, v11.v9.vprops.devs[0]), (1, 0));
+    assert_eq!(v11.v9.speed, p.speed);
+}
