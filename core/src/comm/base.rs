@@ -249,7 +249,10 @@ impl<P: Provider> Base<P> {
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.check_live("test")?;
         loop {
-            if let Some(done) = self.finish(id)? {
+            let r = self.reqs.get(id)?;
+            if r.events == 0 {
+                let done = done_of(r);
+                self.reqs.free(id)?;
                 return Ok(Some(done));
             }
             let mut wcs = [Completion::EMPTY; POLL_BATCH];
@@ -278,21 +281,7 @@ impl<P: Provider> Base<P> {
         if r.events != 0 {
             return Ok(None);
         }
-        let done = match r.kind {
-            Some(ReqType::Recv) => Done {
-                n: r.nreqs,
-                sizes: r.sizes,
-            },
-            Some(ReqType::Send) => {
-                let mut sizes = [0; crate::fifo::MAX_RECVS];
-                sizes[0] = r.send.size;
-                Done { n: 1, sizes }
-            }
-            _ => Done {
-                n: 0,
-                sizes: [0; crate::fifo::MAX_RECVS],
-            },
-        };
+        let done = done_of(r);
         self.reqs.free(id)?;
         Ok(Some(done))
     }
@@ -396,6 +385,26 @@ impl<P: Provider> Base<P> {
             }
         }
         first
+    }
+}
+
+/// What `test` reports for a request with no events left.
+#[inline]
+fn done_of(r: &crate::request::Request) -> Done {
+    match r.kind {
+        Some(ReqType::Recv) => Done {
+            n: r.nreqs,
+            sizes: r.sizes,
+        },
+        Some(ReqType::Send) => {
+            let mut sizes = [0; crate::fifo::MAX_RECVS];
+            sizes[0] = r.send.size;
+            Done { n: 1, sizes }
+        }
+        _ => Done {
+            n: 0,
+            sizes: [0; crate::fifo::MAX_RECVS],
+        },
     }
 }
 

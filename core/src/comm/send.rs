@@ -134,15 +134,27 @@ impl<P: Provider> SendComm<P> {
     /// Sends `size` bytes at `addr` (registered with `mr`) to the receive tagged `tag`.
     ///
     /// `Ok(None)`: the receiver has not posted the matching receive yet; call again.
-    #[inline]
     pub fn isend(&mut self, addr: u64, size: u64, tag: u32, mr: MrKeys) -> Result<Option<ReqId>> {
-        self.isend_at(addr, size, tag, mr, 0)
+        // Inlined with `roff` = 0: a one-device comm pays nothing for fusion.
+        self.isend_impl(addr, size, tag, mr, 0)
     }
 
     /// [`Self::isend`] of one part of a message: the `size` bytes at `addr` land `roff` bytes
     /// into the matching receive buffer (a fused comm's rail carries the part of a message
     /// its stripe gives it, [`crate::fused`]). `roff + size` must fit the posted receive.
     pub fn isend_at(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: u32,
+        mr: MrKeys,
+        roff: u64,
+    ) -> Result<Option<ReqId>> {
+        self.isend_impl(addr, size, tag, mr, roff)
+    }
+
+    #[inline(always)]
+    fn isend_impl(
         &mut self,
         addr: u64,
         size: u64,
@@ -159,7 +171,8 @@ impl<P: Provider> SendComm<P> {
                 max: MAX_MSG_SIZE as i64,
             });
         }
-        let Some((n, r, posted)) = self.match_tag(tag)? else {
+        let mut posted = [PostedRecv::default(); MAX_RECVS];
+        let Some((n, r)) = self.match_tag(tag, &mut posted)? else {
             return Ok(None);
         };
         let p = posted[r];
@@ -192,8 +205,8 @@ impl<P: Provider> SendComm<P> {
         if let Err(e) = self.multi_send(&posted[..n]) {
             return Err(self.poison(e));
         }
+        // `slot_roff` needs no reset: every matched send sets its own entry.
         self.slot_reqs = [None; MAX_RECVS];
-        self.slot_roff = [0; MAX_RECVS];
         self.fifo_head += 1;
         Ok(Some(id))
     }
@@ -202,7 +215,8 @@ impl<P: Provider> SendComm<P> {
     /// when the receiver has not posted it yet.
     pub fn peek(&mut self, tag: u32) -> Result<Option<Peeked>> {
         self.base.check_connected("isend")?;
-        Ok(self.match_tag(tag)?.map(|(n, r, posted)| Peeked {
+        let mut posted = [PostedRecv::default(); MAX_RECVS];
+        Ok(self.match_tag(tag, &mut posted)?.map(|(n, r)| Peeked {
             seq: self.fifo_head,
             index: r as u8,
             nreqs: n as u8,
@@ -210,12 +224,16 @@ impl<P: Provider> SendComm<P> {
         }))
     }
 
-    /// The slot at `fifo_head`: its width, the first unmatched receive tagged `tag`, and
-    /// every receive of the slot; `None` when not posted yet or no such receive. A hostile
-    /// element poisons the comm.
-    fn match_tag(&mut self, tag: u32) -> Result<Option<(usize, usize, [PostedRecv; MAX_RECVS])>> {
-        let mut posted = [PostedRecv::default(); MAX_RECVS];
-        let n = match self.fifo.poll(self.fifo_head, &mut posted) {
+    /// The slot at `fifo_head` (read into `posted`): its width and the first unmatched
+    /// receive tagged `tag`; `None` when not posted yet or no such receive. A hostile element
+    /// poisons the comm.
+    #[inline(always)]
+    fn match_tag(
+        &mut self,
+        tag: u32,
+        posted: &mut [PostedRecv; MAX_RECVS],
+    ) -> Result<Option<(usize, usize)>> {
+        let n = match self.fifo.poll(self.fifo_head, posted) {
             Ok(None) => return Ok(None),
             Ok(Some(n)) => n,
             Err(f) => {
@@ -242,7 +260,7 @@ impl<P: Provider> SendComm<P> {
                 peer: self.base.peer,
             }));
         }
-        Ok(Some((n, r, posted)))
+        Ok(Some((n, r)))
     }
 
     /// One signaled RDMA WRITE of `local` to `remote_addr` (`rkey`) outside any FIFO slot,
