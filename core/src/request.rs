@@ -193,6 +193,11 @@ impl RequestPool {
         r.kind.map(|_| r)
     }
 
+    /// Every live request (for closing: stopping their profiler events).
+    pub fn live_mut(&mut self) -> impl Iterator<Item = &mut Request> {
+        self.reqs.iter_mut().filter(|r| r.kind.is_some())
+    }
+
     /// How many slots are in use.
     pub fn in_use(&self) -> usize {
         MAX_REQUESTS - self.free.len()

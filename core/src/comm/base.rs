@@ -380,8 +380,14 @@ impl<P: Provider> Base<P> {
         Ok(())
     }
 
-    /// Destroys every provider object (idempotent).
+    /// Destroys every provider object (idempotent). Profiler events of requests still open
+    /// (a receive nobody will send to) are stopped first, so every start has its stop.
     pub fn teardown(&mut self) -> Result<()> {
+        if let Some(sink) = self.sink.take() {
+            for r in self.reqs.live_mut() {
+                sink.stop(&mut r.prof, None);
+            }
+        }
         let mut first = Ok(());
         while let Some(qp) = self.qps.pop() {
             let r = self.dev.destroy_qp(qp);

@@ -92,15 +92,35 @@ impl<C> CommBox<C> {
     }
 }
 
+/// A provider comm that can send profiler events.
+pub(crate) trait Profiled {
+    /// See `SendComm::set_events`.
+    fn set_events(&mut self, sink: Option<ibnet_core::comm::Sink>);
+}
+
+impl Profiled for crate::dev::AnySend {
+    fn set_events(&mut self, sink: Option<ibnet_core::comm::Sink>) {
+        crate::dev::AnySend::set_events(self, sink)
+    }
+}
+
+impl Profiled for crate::dev::AnyRecv {
+    fn set_events(&mut self, sink: Option<ibnet_core::comm::Sink>) {
+        crate::dev::AnyRecv::set_events(self, sink)
+    }
+}
+
 /// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of device
-/// `dev` (index `dev_index`) and returns its token; a full table closes the comm.
-pub(crate) fn publish<C>(
+/// `dev` (index `dev_index`) and returns its token; a full table closes the comm. The comm
+/// sends profiler events when NCCL gave `init` a profiler callback ([`crate::profiler`]).
+pub(crate) fn publish<C: Profiled>(
     kind: Kind,
     at: (Dev, u8, Arc<MrCacheT>),
-    comm: C,
+    mut comm: C,
     watch: Option<Watch>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> Result<*mut c_void, Error> {
+    comm.set_events(crate::profiler::sink(at.1));
     let raw = Box::into_raw(CommBox::new(at, comm, watch));
     match handles::insert(kind, raw as *mut ()) {
         Ok(t) => Ok(t as *mut c_void),

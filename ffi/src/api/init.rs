@@ -35,8 +35,10 @@ pub fn init(
     ctx: Option<*mut *mut c_void>,
     traffic_class: i32,
     logger: ncclDebugLogger_t,
+    prof: crate::nccl::types::ncclProfilerCallback_t,
 ) -> ncclResult_t {
     crate::log::set_logger(logger);
+    crate::profiler::set(prof);
     entry("init", || {
         let out = match ctx {
             Some(c) => Some(out_ptr(c, "ctx")?),
