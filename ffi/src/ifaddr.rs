@@ -77,17 +77,12 @@ fn family_ok(a: &SocketAddr, family: Option<i32>) -> bool {
     }
 }
 
-/// Picks the bootstrap interface from `addrs` per `ifname` (`NCCL_SOCKET_IFNAME`) and
-/// `family` (`NCCL_SOCKET_FAMILY`). `None` when nothing qualifies.
-pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Option<IfAddr> {
+/// Picks the bootstrap interface from `addrs` per `ifname` (`NCCL_SOCKET_IFNAME` as
+/// `Params::set` parsed it, the one parse; `None`: unset) and `family`
+/// (`NCCL_SOCKET_FAMILY`). `None` when nothing qualifies.
+pub fn choose(addrs: &[IfAddr], ifname: Option<&HcaFilter>, family: Option<i32>) -> Option<IfAddr> {
     let ok = |a: &&IfAddr| family_ok(&a.addr, family);
-    // As `Params::set` stores it: ASCII whitespace at the ends dropped, the entries kept as
-    // written (a space or other Unicode whitespace inside the list is part of a name, as in
-    // NCCL).
-    let spec = ifname.map(|s| s.trim_matches(|c: char| c.is_ascii_whitespace()));
-    if let Some(spec) = spec.filter(|s| !s.is_empty()) {
-        // The one grammar (ibnet_core::hca, without ports); Params validated the value.
-        let f = HcaFilter::parse_names(spec).ok()?;
+    if let Some(f) = ifname {
         return addrs
             .iter()
             .filter(ok)
@@ -152,7 +147,7 @@ mod tests {
         for v in ["eth0, ib0", "^= lo,eth0 ", "\u{b}eth0", "eth\u{a0},ib"] {
             let mut p = ibnet_core::params::Params::default();
             p.set("NCCL_SOCKET_IFNAME", v).unwrap();
-            let core = p.socket_ifname_filter().unwrap();
+            let core = p.socket_ifname_filter();
             for n in [
                 "eth0",
                 "ib0",
@@ -163,7 +158,7 @@ mod tests {
                 "eth\u{a0}",
                 "ib",
             ] {
-                let ffi = choose(&[a(n, "10.0.0.1")], Some(&p.socket_ifname), None).is_some();
+                let ffi = choose(&[a(n, "10.0.0.1")], Some(&p.ifname), None).is_some();
                 assert_eq!(core.matches_name(n), ffi, "{v:?} on {n:?}");
             }
         }
