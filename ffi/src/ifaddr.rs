@@ -133,15 +133,25 @@ mod tests {
         assert_eq!(choose(&v[..3], None, None).unwrap().name, "eth0");
         assert_eq!(choose(&v[..2], None, None).unwrap().name, "docker0");
         assert_eq!(choose(&v[..1], None, None).unwrap().name, "lo");
-        assert_eq!(choose(&v, Some("^ib,eth"), None).unwrap().name, "lo");
-        assert_eq!(choose(&v, Some("=eth0"), None).unwrap().name, "eth0");
-        assert!(choose(&v, Some("xyz"), None).is_none());
+        assert_eq!(
+            choose(&v, Some(&names("^ib,eth")), None).unwrap().name,
+            "lo"
+        );
+        assert_eq!(
+            choose(&v, Some(&names("=eth0")), None).unwrap().name,
+            "eth0"
+        );
+        assert!(choose(&v, Some(&names("xyz")), None).is_none());
         assert!(choose(&v, None, Some(libc::AF_INET6)).is_none());
     }
 
     /// Found by the `env` fuzz target (against the since removed duplicate parser, which
     /// trimmed every entry and Unicode whitespace): `choose` must apply the list exactly as
     /// the core validated and stored it, so a name written `" ib0"` selects `" ib0"` only.
+    fn names(s: &str) -> HcaFilter {
+        HcaFilter::parse_names(s).unwrap()
+    }
+
     #[test]
     fn applies_the_list_the_core_validated() {
         for v in ["eth0, ib0", "^= lo,eth0 ", "\u{b}eth0", "eth\u{a0},ib"] {
@@ -163,6 +173,9 @@ mod tests {
             }
         }
         let v = [a("ib0", "10.0.0.1"), a(" ib0", "10.0.0.2")];
-        assert_eq!(choose(&v, Some(" eth0, ib0 "), None).unwrap().name, " ib0");
+        assert_eq!(
+            choose(&v, Some(&names(" eth0, ib0 ")), None).unwrap().name,
+            " ib0"
+        );
     }
 }

@@ -386,7 +386,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
         let name = unsafe { CStr::from_ptr((v.get_device_name)(dev)) }
             .to_string_lossy()
             .into_owned();
-        open_ports(v, dev, &name, cfg, &filter, &mut out);
+        open_ports(v, dev, &name, cfg, filter, &mut out);
     }
     // SAFETY: frees the list from get_device_list once (opened contexts stay valid).
     unsafe { (v.free_device_list)(list) };
