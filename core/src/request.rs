@@ -71,38 +71,10 @@ pub struct Request {
     pub fifo_slot: u16,
     /// A multi-receive's immediates OR-ed: bit `i` says send `i` carried data.
     pub imm_mask: u32,
-    /// Profiler events of this request (empty unless the comm has a profiler).
-    pub prof: ReqEvents,
-    gen: u16,
-}
-
-/// Most QP events one request keeps open: NCCL 2.28 starts one per buffer and QP the request
-/// is posted on; beyond this many (a multi-receive of 8 split over several QPs) the rest are
-/// not started.
-pub const MAX_REQ_EVENTS: usize = 8;
-
-/// A request's profiler state: a send's parent (the `phandle` NCCL passed; receives start
-/// their events in `irecv`, with the parents at hand) and the QP events started, each with the
-/// index of its QP. A handle of 0 is "none" or "stopped".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReqEvents {
-    /// A send's parent handle; 0 when NCCL passed none.
+    /// A send's profiler parent (the `phandle` NCCL passed; 0: none). Receives start their
+    /// events in `irecv`, with the parents at hand; the events' handles are the sink's.
     pub parent: usize,
-    /// Open event handles.
-    pub handle: [usize; MAX_REQ_EVENTS],
-    /// The comm QP index of each event.
-    pub qp: [u8; MAX_REQ_EVENTS],
-    /// Events started so far (`handle[..n]`).
-    pub n: u8,
-}
-
-impl ReqEvents {
-    const NONE: Self = Self {
-        parent: 0,
-        handle: [0; MAX_REQ_EVENTS],
-        qp: [0; MAX_REQ_EVENTS],
-        n: 0,
-    };
+    gen: u16,
 }
 
 impl Request {
@@ -118,7 +90,7 @@ impl Request {
         },
         fifo_slot: 0,
         imm_mask: 0,
-        prof: ReqEvents::NONE,
+        parent: 0,
         gen: 0,
     };
 }
@@ -193,9 +165,13 @@ impl RequestPool {
         r.kind.map(|_| r)
     }
 
-    /// Every live request (for closing: stopping their profiler events).
-    pub fn live_mut(&mut self) -> impl Iterator<Item = &mut Request> {
-        self.reqs.iter_mut().filter(|r| r.kind.is_some())
+    /// The slot indices of every live request (for closing: stopping their profiler events).
+    pub fn live(&self) -> impl Iterator<Item = u8> + '_ {
+        self.reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind.is_some())
+            .map(|(i, _)| i as u8)
     }
 
     /// How many slots are in use.

@@ -160,22 +160,31 @@ fn a_size_disagreeing_with_the_immediate_is_an_error() {
     );
 }
 
-/// A counting sink: every start returns a fresh handle; stops are checked against starts.
+/// A counting sink: every start gets a fresh handle, kept open under (ctx, request, QP) until
+/// a stop names it.
 struct Counting {
     next: AtomicUsize,
     starts: Mutex<Vec<(usize, QpEvent, usize)>>,
+    open: Mutex<Vec<(usize, u8, u8, usize)>>,
     stops: Mutex<Vec<usize>>,
 }
 
 impl QpEvents for Counting {
-    fn start(&self, parent: usize, ev: &QpEvent) -> usize {
+    fn start(&self, ctx: usize, req: u8, qp: u8, parent: usize, ev: &QpEvent) {
         // Relaxed: a counter; the Mutexes order the records.
         let h = 0x1000 + self.next.fetch_add(1, Ordering::Relaxed);
         self.starts.lock().unwrap().push((parent, *ev, h));
-        h
+        self.open.lock().unwrap().push((ctx, req, qp, h));
     }
-    fn stop(&self, handle: usize) {
-        self.stops.lock().unwrap().push(handle);
+    fn stop(&self, ctx: usize, req: u8, qp: Option<u8>) {
+        let mut open = self.open.lock().unwrap();
+        let hit =
+            |o: &(usize, u8, u8, usize)| o.0 == ctx && o.1 == req && qp.is_none_or(|q| q == o.2);
+        self.stops
+            .lock()
+            .unwrap()
+            .extend(open.iter().filter(|o| hit(o)).map(|o| o.3));
+        open.retain(|o| !hit(o));
     }
 }
 
@@ -183,6 +192,7 @@ fn counting() -> &'static Counting {
     Box::leak(Box::new(Counting {
         next: AtomicUsize::new(0),
         starts: Mutex::new(Vec::new()),
+        open: Mutex::new(Vec::new()),
         stops: Mutex::new(Vec::new()),
     }))
 }
@@ -192,6 +202,7 @@ fn profiler_events_start_per_buffer_and_qp_and_stop_once_each() {
     let c = counting();
     let sink = Sink {
         events: c,
+        ctx: 0x5151,
         device: 3,
     };
     let cfg = CommConfig {

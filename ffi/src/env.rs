@@ -275,19 +275,11 @@ impl Config {
 /// Variables ibnet parses but does not implement. Each one set to a non-default value is one
 /// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
 /// ignored.
-pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_SOCK_SERVER_PORT_REUSE"];
+pub const UNIMPLEMENTED: &[&str] = &[];
 
-/// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each.
-fn refuse_unimplemented(p: &mut Params) {
-    if p.ib_sock_server_port_reuse {
-        crate::warn!(
-            "NCCL_IB_SOCK_SERVER_PORT_REUSE=1 is not supported by ibnet (one shared listening \
-             socket per thread is not implemented; each listen comm binds its own port); \
-             ignoring it"
-        );
-        p.ib_sock_server_port_reuse = false;
-    }
-}
+/// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each (none today: the
+/// last one, `NCCL_IB_SOCK_SERVER_PORT_REUSE`, is implemented by `api::shared_listen`).
+fn refuse_unimplemented(_p: &mut Params) {}
 
 #[cfg(test)]
 mod tests {
@@ -335,15 +327,16 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_variables_are_refused() {
+    fn port_reuse_variables_are_kept() {
         let mut p = Params::default();
         p.set("NCCL_IB_SOCK_SERVER_PORT_REUSE", "1").unwrap();
         p.set("NCCL_IB_SOCK_CLIENT_PORT_REUSE", "1").unwrap();
         refuse_unimplemented(&mut p);
-        assert!(!p.ib_sock_server_port_reuse, "refused");
+        assert!(UNIMPLEMENTED.is_empty());
+        assert!(p.ib_sock_server_port_reuse, "implemented: kept");
         assert!(p.ib_sock_client_port_reuse, "implemented: kept");
         let c = Config::from_params(&p);
-        assert!(c.sock_client_port_reuse && !c.sock_server_port_reuse);
+        assert!(c.sock_client_port_reuse && c.sock_server_port_reuse);
     }
 
     #[test]

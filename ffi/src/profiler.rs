@@ -3,16 +3,19 @@
 //! `ncclProfilerNetIbDescr_v1_t` descriptor and plugin id `NCCL_PROFILER_NET_TYPE_IB | 1`.
 //!
 //! The callback NCCL passes is process-wide (NCCL's `ncclProfilerCallback`); the last non-NULL
-//! one `init` saw is kept in one atomic word. A comm takes a [`Sink`] at creation when a
-//! callback is known then ([`sink`]); without one the data path pays a branch. The core decides
-//! when events start and stop ([`ibnet_core::comm::events`]); this file only calls the function.
-//! Its result is ignored: events are advisory, and the data path does not fail for them.
+//! one `init` saw is kept in one atomic word. A comm created while a callback is known gets an
+//! [`EventTable`] (the handles of its open events, heap-allocated with the comm) and a [`Sink`]
+//! naming it ([`EventTable::for_comm`]); without one the data path pays a branch and the comm
+//! carries no table. The core decides when events start and stop
+//! ([`ibnet_core::comm::events`]); this file calls the function and keeps the handles. The
+//! callback's result is ignored: events are advisory, and the data path does not fail for them.
 #![allow(unsafe_code)] // calling NCCL's callback; the block has a SAFETY comment.
 
 use core::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use ibnet_core::comm::{QpEvent, QpEvents, QpOp, Sink};
+use ibnet_core::fifo::MAX_REQUESTS;
 
 use crate::nccl::types::{ncclProfilerCallback_t, ProfilerFn};
 
@@ -89,12 +92,43 @@ fn callback() -> Option<ProfilerFn> {
     (a != 0).then(|| unsafe { core::mem::transmute::<usize, ProfilerFn>(a) })
 }
 
-/// The sink for a new comm of device `dev_index`, if NCCL gave a profiler callback.
-pub fn sink(dev_index: u8) -> Option<Sink> {
-    callback().map(|_| Sink {
-        events: &NCCL_EVENTS,
-        device: u32::from(dev_index),
-    })
+/// Most QP events one request keeps open: NCCL 2.28 starts one per buffer and QP the request
+/// is posted on; beyond this many (a multi-receive of 8 split over several QPs) the rest are
+/// not started.
+pub const MAX_REQ_EVENTS: usize = 8;
+
+/// One request slot's open events: handle and QP index of each (a handle of 0: stopped).
+/// Atomics (all `Relaxed`: one thread at a time drives a comm's data path, as NCCL does) only
+/// make the table shareable behind the `'static` sink without `unsafe` cells.
+#[derive(Default)]
+struct ReqSlot {
+    handle: [AtomicUsize; MAX_REQ_EVENTS],
+    qp: [AtomicU8; MAX_REQ_EVENTS],
+    n: AtomicU8,
+}
+
+/// A comm's open profiler events, per request slot (allocated with the comm, only when NCCL
+/// gave a profiler callback; it must outlive the comm, which stops its events at close).
+pub struct EventTable {
+    slots: [ReqSlot; MAX_REQUESTS],
+}
+
+impl EventTable {
+    /// The table and sink for a new comm of device `dev_index`, if NCCL gave a profiler
+    /// callback. The sink names the table by address: keep the box alive (and unmoved: it is a
+    /// box) until the comm is closed.
+    pub fn for_comm(dev_index: u8) -> Option<(Box<Self>, Sink)> {
+        callback()?;
+        let t = Box::new(Self {
+            slots: core::array::from_fn(|_| ReqSlot::default()),
+        });
+        let sink = Sink {
+            events: &NCCL_EVENTS,
+            ctx: &*t as *const Self as usize,
+            device: u32::from(dev_index),
+        };
+        Some((t, sink))
+    }
 }
 
 /// The [`QpEvents`] that calls NCCL's callback.
@@ -128,8 +162,22 @@ fn call(handle: &mut *mut c_void, kind: c_int, parent: usize, id: i64, data: *mu
     }
 }
 
+/// The table a sink's `ctx` names.
+fn table(ctx: usize) -> &'static EventTable {
+    // SAFETY: `ctx` is the address of a boxed `EventTable` that `EventTable::for_comm` made for
+    // this comm's sink; the comm's box keeps it alive (declared after the comm, so dropped
+    // after the comm's last stop) and never moves it. The 'static is never held past a call.
+    unsafe { &*(ctx as *const EventTable) }
+}
+
 impl QpEvents for NcclEvents {
-    fn start(&self, parent: usize, ev: &QpEvent) -> usize {
+    fn start(&self, ctx: usize, req: u8, qp: u8, parent: usize, ev: &QpEvent) {
+        let slot = &table(ctx).slots[req as usize % MAX_REQUESTS];
+        // Relaxed (here and below): see `ReqSlot`.
+        let n = slot.n.load(Ordering::Relaxed) as usize;
+        if n >= MAX_REQ_EVENTS {
+            return;
+        }
         let mut d = descr(ev);
         let mut h: *mut c_void = core::ptr::null_mut();
         call(
@@ -139,11 +187,32 @@ impl QpEvents for NcclEvents {
             PLUGIN_ID,
             (&mut d as *mut NetIbDescr).cast(),
         );
-        h as usize
+        if !h.is_null() {
+            slot.handle[n].store(h as usize, Ordering::Relaxed);
+            slot.qp[n].store(qp, Ordering::Relaxed);
+            slot.n.store(n as u8 + 1, Ordering::Relaxed);
+        }
     }
 
-    fn stop(&self, handle: usize) {
-        let mut h = handle as *mut c_void;
-        call(&mut h, EVENT_STOP, 0, 0, core::ptr::null_mut());
+    fn stop(&self, ctx: usize, req: u8, qp: Option<u8>) {
+        let slot = &table(ctx).slots[req as usize % MAX_REQUESTS];
+        let n = slot.n.load(Ordering::Relaxed) as usize;
+        let mut open = 0;
+        for (h, q) in slot.handle[..n].iter().zip(&slot.qp[..n]) {
+            let v = h.load(Ordering::Relaxed);
+            if v == 0 {
+                continue;
+            }
+            if qp.is_some_and(|qp| q.load(Ordering::Relaxed) != qp) {
+                open += 1;
+                continue;
+            }
+            let mut e = v as *mut c_void;
+            call(&mut e, EVENT_STOP, 0, 0, core::ptr::null_mut());
+            h.store(0, Ordering::Relaxed);
+        }
+        if open == 0 {
+            slot.n.store(0, Ordering::Relaxed);
+        }
     }
 }

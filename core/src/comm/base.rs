@@ -261,7 +261,7 @@ impl<P: Provider> Base<P> {
             let r = self.reqs.get(id)?;
             if r.events == 0 {
                 if let Some(sink) = self.sink {
-                    sink.stop(&mut r.prof, None);
+                    sink.stop(id.index(), None);
                 }
                 let done = finish(r);
                 self.reqs.free(id)?;
@@ -341,16 +341,14 @@ impl<P: Provider> Base<P> {
                 // One signaled completion retires every send of the multi-receive.
                 let nreqs = r.nreqs as usize;
                 for lane in 0..nreqs {
-                    let s = self
-                        .reqs
-                        .by_index(wr_id_lane(wc.wr_id, lane))
-                        .ok_or(bogus)?;
+                    let idx = wr_id_lane(wc.wr_id, lane);
+                    let s = self.reqs.by_index(idx).ok_or(bogus)?;
                     if s.kind != Some(ReqType::Send) || s.events == 0 {
                         return Err(bogus);
                     }
                     s.events -= 1;
                     if let (Some(sink), Some(qi)) = (sink, qi) {
-                        sink.stop(&mut s.prof, Some(qi));
+                        sink.stop(idx, Some(qi));
                     }
                 }
             }
@@ -367,7 +365,7 @@ impl<P: Provider> Base<P> {
                         r.imm_mask |= wc.imm;
                     }
                     if let (Some(sink), Some(qi)) = (sink, qi) {
-                        sink.stop(&mut r.prof, Some(qi));
+                        sink.stop(lane0, Some(qi));
                     }
                 }
                 if r.events == 0 {
@@ -384,8 +382,8 @@ impl<P: Provider> Base<P> {
     /// (a receive nobody will send to) are stopped first, so every start has its stop.
     pub fn teardown(&mut self) -> Result<()> {
         if let Some(sink) = self.sink.take() {
-            for r in self.reqs.live_mut() {
-                sink.stop(&mut r.prof, None);
+            for idx in self.reqs.live() {
+                sink.stop(idx, None);
             }
         }
         let mut first = Ok(());

@@ -10,11 +10,10 @@
 //!
 //! Every started event is stopped exactly once (NCCL 2.28 may stop one twice; we do not). A
 //! request with no parent (NCCL passed a NULL `phandle`) starts none, because NCCL's callback
-//! dereferences the parent. A comm without a sink pays one branch per post and completion; with
-//! one, the hot path stays allocation- and lock-free (the sink is called with values on the
-//! stack and the handles live in the request, at most [`MAX_REQ_EVENTS`] per request).
-
-use crate::request::{ReqEvents, MAX_REQ_EVENTS};
+//! dereferences the parent. A comm without a sink pays one branch per post and completion.
+//! The sink keeps the handles of open events (keyed by its `ctx`, the request's slot index and
+//! the QP index), so a comm without a profiler carries no storage for them; its methods run on
+//! the data path and must not allocate or lock.
 
 /// What an event describes (NCCL's `ncclProfilerNetIbDescr_v1_t`, type `ncclProfileQp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,20 +42,24 @@ pub enum QpOp {
 }
 
 /// Where events go. Implementations are shared by every comm of a process (`'static`), so
-/// they take `&self`, and must not allocate or lock (they run on the data path).
+/// they take `&self`; per comm they get the [`Sink::ctx`] the comm was given.
 pub trait QpEvents: Sync {
-    /// Starts an event under `parent` (never 0). Returns the handle to stop it with, or 0
-    /// when no event was started (the profiler does not want this kind).
-    fn start(&self, parent: usize, ev: &QpEvent) -> usize;
-    /// Stops an event [`QpEvents::start`] returned (never 0).
-    fn stop(&self, handle: usize);
+    /// Starts an event of request slot `req` on the comm's QP index `qp`, under `parent`
+    /// (never 0), and keeps its handle.
+    fn start(&self, ctx: usize, req: u8, qp: u8, parent: usize, ev: &QpEvent);
+    /// Stops request slot `req`'s open events on QP index `qp` (`None`: all of them). With
+    /// none open this does nothing.
+    fn stop(&self, ctx: usize, req: u8, qp: Option<u8>);
 }
 
-/// A comm's sink and the device index its events name.
+/// A comm's sink: where its events go, the sink's per-comm context, and the device index its
+/// events name.
 #[derive(Clone, Copy)]
 pub struct Sink {
     /// Where the events go.
     pub events: &'static dyn QpEvents,
+    /// The sink's per-comm context (e.g. the address of the comm's table of open events).
+    pub ctx: usize,
     /// The device index reported in [`QpEvent::device`].
     pub device: u32,
 }
@@ -64,35 +67,22 @@ pub struct Sink {
 impl core::fmt::Debug for Sink {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Sink")
+            .field("ctx", &self.ctx)
             .field("device", &self.device)
             .finish()
     }
 }
 
 impl Sink {
-    /// Starts an event of `req` on QP index `qp` under parent `parent`, if it has one and
-    /// room is left.
-    pub(super) fn start(&self, req: &mut ReqEvents, parent: usize, qp: usize, ev: &QpEvent) {
-        let n = req.n as usize;
-        if parent == 0 || n >= MAX_REQ_EVENTS {
-            return;
-        }
-        let h = self.events.start(parent, ev);
-        if h != 0 {
-            req.handle[n] = h;
-            req.qp[n] = qp as u8;
-            req.n += 1;
+    /// Starts an event of request slot `req` on QP index `qp`, if it has a parent.
+    pub(super) fn start(&self, req: u8, qp: usize, parent: usize, ev: &QpEvent) {
+        if parent != 0 {
+            self.events.start(self.ctx, req, qp as u8, parent, ev);
         }
     }
 
-    /// Stops `req`'s open events on QP index `qp` (`None`: all of them).
-    pub(super) fn stop(&self, req: &mut ReqEvents, qp: Option<usize>) {
-        let n = req.n as usize;
-        for (h, &q) in req.handle[..n].iter_mut().zip(&req.qp[..n]) {
-            if *h != 0 && qp.is_none_or(|qp| q as usize == qp) {
-                self.events.stop(*h);
-                *h = 0;
-            }
-        }
+    /// Stops request slot `req`'s open events on QP index `qp` (`None`: all of them).
+    pub(super) fn stop(&self, req: u8, qp: Option<usize>) {
+        self.events.stop(self.ctx, req, qp.map(|q| q as u8));
     }
 }

@@ -286,9 +286,8 @@ impl<P: Provider> RecvComm<P> {
             qpn: self.base.dev.qp_num(&self.base.qps[q]),
             length: 0,
         };
-        let req = self.base.reqs.get(id)?;
         for &parent in parents {
-            sink.start(&mut req.prof, parent, q, &ev);
+            sink.start(id.index(), q, parent, &ev);
         }
         Ok(())
     }

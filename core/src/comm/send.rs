@@ -209,7 +209,7 @@ impl<P: Provider> SendComm<P> {
         req.send.addr = addr;
         req.send.size = size;
         req.send.lkey = mr.lkey;
-        req.prof.parent = parent;
+        req.parent = parent;
         self.slot_reqs[r] = Some(id);
         // A multi-receive goes out only once every one of its receives has a send.
         if self.slot_reqs[..n].iter().any(Option::is_none) {
@@ -361,9 +361,8 @@ impl<P: Provider> SendComm<P> {
                 qpn,
                 length: length as u64,
             };
-            let req = self.base.reqs.get(id)?;
-            let parent = req.prof.parent;
-            sink.start(&mut req.prof, parent, qi, &ev);
+            let parent = self.base.reqs.get(id)?.parent;
+            sink.start(id.index(), qi, parent, &ev);
         }
         Ok(())
     }
