@@ -148,8 +148,11 @@ mod tests {
     /// Found by the `env` fuzz target (against the since removed duplicate parser, which
     /// trimmed every entry and Unicode whitespace): `choose` must apply the list exactly as
     /// the core validated and stored it, so a name written `" ib0"` selects `" ib0"` only.
+    /// `NCCL_SOCKET_IFNAME=s` as the plugin applies it: parsed by `Params::set`.
     fn names(s: &str) -> HcaFilter {
-        HcaFilter::parse_names(s).unwrap()
+        let mut p = ibnet_core::params::Params::default();
+        p.set("NCCL_SOCKET_IFNAME", s).unwrap();
+        p.ifname
     }
 
     #[test]
