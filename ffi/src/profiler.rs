@@ -216,3 +216,74 @@ impl QpEvents for NcclEvents {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl::types::ncclResult_t;
+
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    static STOPS: AtomicUsize = AtomicUsize::new(0);
+
+    /// This test's parent; events of other parents (other tests' comms) are not counted.
+    const PARENT: usize = 0x77;
+    /// Handles this callback gives: TAG | n.
+    const TAG: usize = 0x7700_0000;
+
+    /// A callback as NCCL's: a start gets a fresh non-NULL handle. It never panics (it is
+    /// called through `extern "C"`); what it saw is checked by the test.
+    unsafe extern "C" fn cb(
+        eh: *mut *mut c_void,
+        kind: c_int,
+        ph: *mut c_void,
+        id: i64,
+        ext: *mut c_void,
+    ) -> ncclResult_t {
+        // Relaxed (every counter here): statistics read by the thread that made the calls.
+        if kind == EVENT_START && ph as usize == PARENT && id == PLUGIN_ID && !ext.is_null() {
+            // SAFETY: the plugin passes its descriptor for the call.
+            let d = unsafe { &*(ext as *const NetIbDescr) };
+            if (d.kind, d.qp.device, d.qp.opcode, d.qp.length) == (PROFILE_QP, 2, 1, 64) {
+                let n = STARTS.fetch_add(1, Ordering::Relaxed) + 1;
+                // SAFETY: `eh` is the plugin's handle slot for this call.
+                unsafe { *eh = (TAG | n) as *mut c_void };
+            }
+        } else if kind == EVENT_STOP && ext.is_null() {
+            // SAFETY: a stop passes the started handle's slot.
+            if unsafe { *eh } as usize & TAG == TAG {
+                STOPS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        ncclResult_t::Success
+    }
+
+    #[test]
+    fn a_request_keeps_at_most_eight_events_and_each_stops_once() {
+        set(Some(cb));
+        let (t, sink) = EventTable::for_comm(2).expect("a callback is set");
+        let ev = QpEvent {
+            device: 2,
+            wr_id: 5,
+            op: QpOp::WriteWithImm,
+            qpn: 0x11,
+            length: 64,
+        };
+        // Ten events of request 5 over QPs 0 and 1: eight are started.
+        for i in 0..10u8 {
+            sink.events.start(sink.ctx, 5, i % 2, PARENT, &ev);
+        }
+        assert_eq!(STARTS.load(Ordering::Relaxed), MAX_REQ_EVENTS);
+        sink.events.stop(sink.ctx, 5, Some(1));
+        assert_eq!(STOPS.load(Ordering::Relaxed), 4, "QP 1's four");
+        sink.events.stop(sink.ctx, 5, Some(1));
+        assert_eq!(STOPS.load(Ordering::Relaxed), 4, "never twice");
+        sink.events.stop(sink.ctx, 5, None);
+        assert_eq!(STOPS.load(Ordering::Relaxed), 8, "the rest");
+        // The slot is free again for the request index's next user.
+        sink.events.start(sink.ctx, 5, 0, PARENT, &ev);
+        sink.events.stop(sink.ctx, 5, None);
+        assert_eq!(STOPS.load(Ordering::Relaxed), 9);
+        drop(t);
+        clear();
+    }
+}
