@@ -254,31 +254,7 @@ impl<P: Provider> SendComm<P> {
             .iter()
             .enumerate()
             .fold(0u32, |m, (r, s)| m | ((s.size != 0) as u32) << r);
-        let sizes_wr = if n > 1 {
-            let slot = FifoRing::<MAX_REQUESTS>::slot_of(self.fifo_head);
-            let mut sz = [0u64; MAX_RECVS];
-            for (d, s) in sz.iter_mut().zip(&sends[..n]) {
-                *d = s.size;
-            }
-            let (addr, len) = self.fifo.stage_sizes(slot, &sz[..n]);
-            SendWr {
-                sge: Sge {
-                    addr,
-                    len: len as u32,
-                    lkey: self.fifo_keys.lkey,
-                },
-                remote_addr: self.rem_sizes.addr
-                    + FifoRing::<MAX_REQUESTS>::sizes_offset(slot) as u64,
-                rkey: self.rem_sizes.rkey,
-                ..SendWr::EMPTY
-            }
-        } else {
-            SendWr {
-                remote_addr: posted[0].addr,
-                rkey: posted[0].rkey,
-                ..SendWr::EMPTY
-            }
-        };
+        let sizes_wr = self.imm_wr(posted, &sends[..n]);
         let separate_imm =
             n > 1 || (self.cfg.adaptive_routing && sends[0].size > self.cfg.ar_threshold);
         for q in 0..nqps {
@@ -331,6 +307,35 @@ impl<P: Provider> SendComm<P> {
             self.base.dev.post_send(qp, &wrs[..k])?;
         }
         Ok(())
+    }
+
+    /// The write that carries a separate immediate: for a multi-receive it writes every send's
+    /// size into the receiver's sizes FIFO row of this slot; for one receive it writes nothing
+    /// (adaptive routing).
+    fn imm_wr(&self, posted: &[PostedRecv], sends: &[crate::request::SendState]) -> SendWr {
+        if sends.len() == 1 {
+            return SendWr {
+                remote_addr: posted[0].addr,
+                rkey: posted[0].rkey,
+                ..SendWr::EMPTY
+            };
+        }
+        let slot = FifoRing::<MAX_REQUESTS>::slot_of(self.fifo_head);
+        let mut sz = [0u64; MAX_RECVS];
+        for (d, s) in sz.iter_mut().zip(sends) {
+            *d = s.size;
+        }
+        let (addr, len) = self.fifo.stage_sizes(slot, &sz[..sends.len()]);
+        SendWr {
+            sge: Sge {
+                addr,
+                len: len as u32,
+                lkey: self.fifo_keys.lkey,
+            },
+            remote_addr: self.rem_sizes.addr + FifoRing::<MAX_REQUESTS>::sizes_offset(slot) as u64,
+            rkey: self.rem_sizes.rkey,
+            ..SendWr::EMPTY
+        }
     }
 
     /// Starts one QP event per send of the slot on QP index `qi` (NCCL 2.28 starts one even
