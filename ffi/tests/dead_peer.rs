@@ -62,6 +62,7 @@ fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void) -> *mut c_void {
         Sizes::Size(sizes.as_ptr()),
         tags.as_ptr(),
         mhs.as_mut_ptr(),
+        core::ptr::null_mut(),
         &mut req,
     );
     assert_eq!(rc, ncclResult_t::Success);
@@ -219,6 +220,7 @@ fn mid_transfer(src: &mut [u8]) -> Duration {
             BIG as u64,
             1,
             mh,
+            core::ptr::null_mut(),
             &mut req,
         );
         assert_eq!(rc, ncclResult_t::Success);
@@ -230,7 +232,15 @@ fn mid_transfer(src: &mut [u8]) -> Duration {
         if done == 0 {
             return api::test(req, &mut done, core::ptr::null_mut());
         }
-        api::isend(s, src.as_mut_ptr() as *mut c_void, 8, 1, mh, &mut next)
+        api::isend(
+            s,
+            src.as_mut_ptr() as *mut c_void,
+            8,
+            1,
+            mh,
+            core::ptr::null_mut(),
+            &mut next,
+        )
     });
     let _ = api::dereg_mr(s, mh);
     assert_eq!(api::close_send(s), ncclResult_t::Success);
@@ -244,13 +254,29 @@ fn waiting_for_cts() -> Duration {
     let mh = reg(s, &mut b);
     let mut req: *mut c_void = core::ptr::null_mut();
     for _ in 0..100 {
-        let rc = api::isend(s, b.as_mut_ptr() as *mut c_void, 4096, 1, mh, &mut req);
+        let rc = api::isend(
+            s,
+            b.as_mut_ptr() as *mut c_void,
+            4096,
+            1,
+            mh,
+            core::ptr::null_mut(),
+            &mut req,
+        );
         assert_eq!(rc, ncclResult_t::Success);
         assert!(req.is_null());
     }
     let t0 = kill(&mut c);
     let took = until_error(t0, || {
-        api::isend(s, b.as_mut_ptr() as *mut c_void, 4096, 1, mh, &mut req)
+        api::isend(
+            s,
+            b.as_mut_ptr() as *mut c_void,
+            4096,
+            1,
+            mh,
+            core::ptr::null_mut(),
+            &mut req,
+        )
     });
     let _ = api::dereg_mr(s, mh);
     assert_eq!(api::close_send(s), ncclResult_t::Success);

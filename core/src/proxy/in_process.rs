@@ -72,7 +72,7 @@ pub struct InProcessNet<P: Provider + Clone, const C: usize = 8> {
 
 impl<P: Provider + Clone, const C: usize> InProcessNet<P, C> {
     /// A `InProcessNet` opening comms on `dev` with `cfg`. Properties: up to 8 grouped receives,
-    /// no DMA-BUF, multi-receive sizes as flags (ibnet's wire protocol).
+    /// no DMA-BUF, multi-receive sizes in bytes (ibnet's comms report them).
     pub fn new(dev: P, cfg: CommConfig) -> Self {
         const { assert!(C > 0 && C <= u16::MAX as usize) };
         Self {
@@ -81,7 +81,7 @@ impl<P: Provider + Clone, const C: usize> InProcessNet<P, C> {
             props: NetProps {
                 max_recvs: MAX_RECVS,
                 dmabuf: false,
-                sizes: SizeReport::Flags,
+                sizes: SizeReport::Bytes,
             },
             sends: core::array::from_fn(|_| None),
             recvs: core::array::from_fn(|_| None),

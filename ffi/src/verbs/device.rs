@@ -367,12 +367,8 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
     let v = loader::get().map_err(|e| format!("libibverbs not available: {e}"))?;
     // SAFETY: ibv_fork_init only sets up madvise handling; NCCL calls it the same way.
     unsafe { (v.fork_init)() };
-    // The one NCCL_IB_HCA grammar (ibnet_core::hca); Params validated the value already.
-    let filter = cfg
-        .ib_hca
-        .as_deref()
-        .map(|s| HcaFilter::parse(s).unwrap_or_default())
-        .unwrap_or_default();
+    // NCCL_IB_HCA as Params::set parsed it (the one parse, in ibnet_core::params).
+    let filter = &cfg.hca;
     let mut n = 0;
     // SAFETY: returns an array of `n` device pointers, freed below.
     let list = unsafe { (v.get_device_list)(&mut n) };
@@ -390,7 +386,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
         let name = unsafe { CStr::from_ptr((v.get_device_name)(dev)) }
             .to_string_lossy()
             .into_owned();
-        open_ports(v, dev, &name, cfg, &filter, &mut out);
+        open_ports(v, dev, &name, cfg, filter, &mut out);
     }
     // SAFETY: frees the list from get_device_list once (opened contexts stay valid).
     unsafe { (v.free_device_list)(list) };
