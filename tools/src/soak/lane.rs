@@ -190,16 +190,14 @@ impl<'p> Lane<'p> {
         let mut reqs = [None; MAX_WIDTH];
         let issued = match self.role {
             Role::Send => {
-                for j in 0..q.n {
-                    buf::fill(self.buf.slice_mut(base + off[j], q.sent[j]), q.seeds[j]);
+                for (j, o) in off.iter().enumerate().take(q.n) {
+                    buf::fill(self.buf.slice_mut(base + o, q.sent[j]), q.seeds[j]);
                 }
                 0
             }
             Role::Recv => {
-                for j in 0..q.n {
-                    self.buf
-                        .slice_mut(base + off[j] + q.sent[j], GUARD)
-                        .fill(POISON);
+                for (j, o) in off.iter().enumerate().take(q.n) {
+                    self.buf.slice_mut(base + o + q.sent[j], GUARD).fill(POISON);
                 }
                 let mut specs = [RecvSpec {
                     data: core::ptr::null_mut(),
