@@ -4,7 +4,9 @@
 //! exported C entry points); the peer is this test binary re-run in a child role.
 //!
 //! `IBNET_DEADPEER_TRIALS` (default 3) trials per state; each prints its detection time, the
-//! worst per state is printed at the end. The assertion is only a generous bound (30 s): the
+//! worst per state is printed at the end. `IBNET_DEADPEER_PROVIDER=verbs` runs the same trials
+//! over the verbs provider (the rxe VM: `scripts/rxe/deadpeer-trials.sh`), with the
+//! environment's `NCCL_SOCKET_IFNAME`; the WARN must then name `IBNET_DEADPEER_PEER_IP`. The assertion is only a generous bound (30 s): the
 //! goal (≤ 2 s) is reported, not asserted.
 
 mod util;
@@ -33,6 +35,21 @@ fn unhex(s: &str) -> Handle {
         *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
     }
     h
+}
+
+/// Initialises the plugin over the provider under test (see the module doc); false (after a
+/// SKIP line) where soft is unavailable.
+fn init() -> bool {
+    if std::env::var("IBNET_DEADPEER_PROVIDER").as_deref() != Ok("verbs") {
+        return init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]);
+    }
+    std::env::set_var("IBNET_PROVIDER", "verbs");
+    nccl_net_ibnet::log::set_sink(note);
+    assert_eq!(api::init(None, -1, None), ncclResult_t::Success);
+    let mut n = 0;
+    assert_eq!(api::devices(&mut n), ncclResult_t::Success);
+    assert!(n >= 1, "verbs provider: no device");
+    true
 }
 
 fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
@@ -76,7 +93,7 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    assert!(init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]));
+    assert!(init());
     let say = |s: &str| println!("{s}");
     let mut keep: Vec<Vec<u8>> = Vec::new();
     match role.as_str() {
@@ -288,9 +305,10 @@ fn survivor_errors_when_the_peer_dies() {
     if std::env::var_os(ROLE).is_some() {
         return;
     }
-    if !init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
+    if !init() {
         return;
     }
+    let peer_ip = std::env::var("IBNET_DEADPEER_PEER_IP").unwrap_or("127.0.0.1".into());
     let trials: usize = std::env::var("IBNET_DEADPEER_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -314,7 +332,7 @@ fn survivor_errors_when_the_peer_dies() {
         eprintln!("dead peer, {name}: {trials} trials, worst detection {worst:?}");
         let log = take_log();
         assert!(
-            log.iter().any(|(_, l)| l.contains("127.0.0.1:")),
+            log.iter().any(|(_, l)| l.contains(&format!("{peer_ip}:"))),
             "{name}: no WARN naming the peer: {log:?}"
         );
     }
