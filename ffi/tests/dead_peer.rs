@@ -3,8 +3,8 @@
 //! receives posted. Two processes over the soft provider, through `api` (the bodies of the
 //! exported C entry points); the peer is this test binary re-run in a child role.
 //!
-//! `IBNET_DEADPEER_TRIALS` (default 3) trials per state; each prints its detection time, the
-//! worst per state is printed at the end. `IBNET_DEADPEER_PROVIDER=verbs` runs the same trials
+//! `IBNET_DEADPEER_TRIALS` (default 3) trials per state, each timed from the kill to the error; the
+//! worst and the median per state are printed at the end. `IBNET_DEADPEER_PROVIDER=verbs` runs the same trials
 //! over the verbs provider (the rxe VM: `scripts/rxe/deadpeer-trials.sh`), with the
 //! environment's `NCCL_SOCKET_IFNAME`; the WARN must then name `IBNET_DEADPEER_PEER_IP`. The assertion is only a generous bound (30 s): the
 //! goal (≤ 2 s) is reported, not asserted.
@@ -325,11 +325,14 @@ fn survivor_errors_when_the_peer_dies() {
         ),
     ];
     for (name, mut f) in cases {
-        let mut worst = Duration::ZERO;
-        for _ in 0..trials {
-            worst = worst.max(f());
-        }
-        eprintln!("dead peer, {name}: {trials} trials, worst detection {worst:?}");
+        let mut took: Vec<Duration> = (0..trials).map(|_| f()).collect();
+        took.sort_unstable();
+        let worst = took.last().copied().unwrap_or_default();
+        let median = took.get(took.len() / 2).copied().unwrap_or_default();
+        let slow = took.iter().filter(|t| **t > Duration::from_secs(2)).count();
+        eprintln!(
+            "dead peer, {name}: {trials} trials, worst detection {worst:?}, median {median:?}, {slow} over 2 s"
+        );
         let log = take_log();
         assert!(
             log.iter().any(|(_, l)| l.contains(&format!("{peer_ip}:"))),
