@@ -3,10 +3,11 @@
 //! receives posted. Two processes over the soft provider, through `api` (the bodies of the
 //! exported C entry points); the peer is this test binary re-run in a child role.
 //!
-//! `IBNET_DEADPEER_TRIALS` (default 3) trials per state, each timed from the kill to the error; the
-//! worst and the median per state are printed at the end. `IBNET_DEADPEER_PROVIDER=verbs` runs the same trials
-//! over the verbs provider (the rxe VM: `scripts/rxe/deadpeer-trials.sh`), with the
-//! environment's `NCCL_SOCKET_IFNAME`; the WARN must then name `IBNET_DEADPEER_PEER_IP`. The assertion is only a generous bound (30 s): the
+//! `IBNET_DEADPEER_TRIALS` (default 3) trials per state, each timed from the kill to the
+//! error; the worst and the median per state are printed at the end.
+//! `IBNET_DEADPEER_PROVIDER=verbs` runs the same trials over the verbs provider (the rxe VM:
+//! `scripts/rxe/deadpeer-trials.sh`), with the environment's `NCCL_SOCKET_IFNAME`; the WARN
+//! must then name `IBNET_DEADPEER_PEER_IP`. The assertion is only a generous bound (30 s): the
 //! goal (≤ 2 s) is reported, not asserted.
 
 mod util;
