@@ -104,8 +104,9 @@ impl Default for Events {
 impl Events {
     /// Applies `NCCL_IB_RETURN_ASYNC_EVENTS` (default 1: fatal events fail comms).
     pub fn set_return_events(&self, on: bool) {
-        // Relaxed: a configuration flag set at init, before the thread or any comm exists
-        // (spawning the thread orders it before the thread's loads).
+        // Relaxed: pairs with the Relaxed load in `handle`; a configuration flag with no data
+        // behind it, set once at init, before any comm exists. The async thread already runs
+        // then: an event it handles before the store lands gets the default (fail comms).
         self.warn_only.store(!on, Ordering::Relaxed);
     }
 
