@@ -11,7 +11,6 @@
 
 use std::ffi::CStr;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -46,8 +45,8 @@ unsafe impl Sync for Context {}
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // Relaxed: the join below is the synchronisation point with the async thread.
-        self.events.stop.store(true, Ordering::Relaxed);
+        // The join below is the synchronisation point with the async thread.
+        self.events.request_stop();
         if let Some(t) = self.thread.lock().ok().and_then(|mut g| g.take()) {
             let _ = t.join();
         }
@@ -308,8 +307,7 @@ fn async_thread(
         // SAFETY: the context is live until Context::drop, which joins this thread first.
         let fd = unsafe { (*raw).async_fd };
         loop {
-            // Relaxed: a late observation only delays exit by one poll period.
-            if ev.stop.load(Ordering::Relaxed) {
+            if ev.stopping() {
                 break;
             }
             let mut p = libc::pollfd {
@@ -334,7 +332,7 @@ fn async_thread(
             let s =
                 unsafe { CStr::from_ptr((verbs.event_type_str)(e.event_type)) }.to_string_lossy();
             use super::events::Handled;
-            match ev.handle(e.event_type, e.element as usize) {
+            match ev.handle(super::events::classify(e.event_type), e.element as usize) {
                 Handled::Quiet => {}
                 Handled::Logged => warn!("{name}: got async event: {s}"),
                 Handled::WarnOnly => warn!(
