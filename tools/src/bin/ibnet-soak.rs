@@ -49,10 +49,10 @@ struct Args {
     /// Run seed (default: from the clock); printed so that a run can be repeated.
     #[arg(long)]
     seed: Option<u64>,
-    /// Require a multi-receive's reported sizes to equal the sent sizes (otherwise each may
-    /// also be a 0/1 flag, never above the posted size).
+    /// Accept a multi-receive's reported sizes as 0/1 "had data" flags too (never above the
+    /// posted size), for a plugin without a sizes FIFO; by default each must equal the sent size.
     #[arg(long)]
-    exact_sizes: bool,
+    loose_sizes: bool,
     /// Plugin device index.
     #[arg(long, default_value_t = 0)]
     dev: i32,
@@ -129,10 +129,10 @@ fn thread_cfg(
         max_total: a.max_bytes as usize,
         max_width: a.max_width as usize,
         window: a.window as usize,
-        sizes: if a.exact_sizes {
-            SizeCheck::Exact
-        } else {
+        sizes: if a.loose_sizes {
             SizeCheck::Loose
+        } else {
+            SizeCheck::Exact
         },
         timeout: Duration::from_secs(a.timeout),
         deadline,
@@ -215,8 +215,8 @@ fn spawn_peer(
     ] {
         cmd.arg(k).arg(v);
     }
-    if a.exact_sizes {
-        cmd.arg("--exact-sizes");
+    if a.loose_sizes {
+        cmd.arg("--loose-sizes");
     }
     if a.verbose {
         cmd.arg("--verbose");
@@ -256,7 +256,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         fmt_bytes(a.max_bytes),
         a.max_width,
         a.window,
-        if a.exact_sizes { "exact" } else { "loose (multi-receive: <= posted, exact if > 1)" },
+        if a.loose_sizes { "loose (multi-receive: <= posted, exact if > 1)" } else { "exact" },
         std::env::var("IBNET_PROVIDER").unwrap_or_default(),
         plugin.display()
     );
