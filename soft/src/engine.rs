@@ -4,9 +4,8 @@
 //! A large WR is handed over as `k ≤ workers` *tokens* `(job, seq)` (a [`Job`] is a QP)
 //! through a bounded, allocation-free MPMC channel; each token claims chunks of the WR until
 //! none is left (see `qp.rs`; the posting thread claims chunks too, so a WR never waits for a
-//! worker to wake; all of a WR's tokens go out before the poster copies its share). An idle
-//! worker polls the channel for `spin` ([`Config::spin_us`](crate::Config)) before it parks
-//! in it: under steady traffic the next token finds it awake. [`Engine::shutdown`]
+//! worker to wake). An idle worker polls the channel for `spin` ([`Config::spin_us`](crate::Config))
+//! before it parks in it: under steady traffic the next token finds it awake. [`Engine::shutdown`]
 //! sends one `Stop` per worker behind all queued tokens and joins every thread; tokens still
 //! queued afterwards are run by the caller, so no WR is ever lost. No worker holds the provider,
 //! so dropping the last provider handle can join them.
@@ -18,11 +17,10 @@
 //! (a CAS on the ring). When a worker is *parked* (idle longer than its spin), waking it takes
 //! the channel's waker mutex (uncontended in practice: only a worker registering or leaving
 //! contends) and one `futex` wake syscall, ~1-2 µs. That never blocks the poster (no wait on a
-//! worker: the poster copies chunks itself meanwhile); a WR hands out at most one token per
-//! worker, and only as many as it has chunks beyond the poster's first. The spin is bounded
-//! (50 µs by default with 8 cores or more, none below): it keeps workers awake between the
-//! WRs of a stream, and gives the cores back to the GPU proxy threads and NCCL's progress
-//! threads when traffic pauses.
+//! worker: the poster copies chunks itself meanwhile, and hands out a token only while two
+//! chunks are unclaimed). The spin is bounded (50 µs by default with 8 cores or more, none
+//! below): it keeps workers awake between the WRs of a stream, and gives the cores back to the
+//! GPU proxy threads and NCCL's progress threads when traffic pauses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

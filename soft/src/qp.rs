@@ -10,10 +10,9 @@
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
-//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces between `MIN_PIECE`
-//!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each,
-//!   all handed out before the poster starts copying) claim until none is left, so the posting
-//!   thread copies while workers wake up, and never waits for one (see `sq.rs`). Data movement is
+//!   (size-adaptive: `len / (workers + 1)`, between `MIN_PIECE` and `chunk`) that the posting
+//!   thread and up to `workers` copy workers (one *token* each) claim until none is left, so
+//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`). Data movement is
 //!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
 //!   chunks are all done. For a `WriteWithImm` at the cursor it delivers the immediate into the
@@ -118,20 +117,6 @@ const MIN_PIECE: u64 = 32 << 10;
 /// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
 /// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
 const POSTER_MAX: u64 = 1 << 20;
-
-/// The chunk size of a WR of `len` bytes copied by `copiers` threads (the poster and the
-/// workers): whole rounds of `copiers` equal pieces, each at least `MIN_PIECE` (fewer copiers
-/// for a short WR) and at most `max` bytes, page-rounded. Equal rounds keep every copier busy
-/// to the end: 1 MiB over 3 copiers with 256 KiB at most is 6 pieces of 172 KiB, not 4 of
-/// 256 KiB (the fourth would leave two copiers idle while one copies it).
-fn split(len: u64, copiers: u64, max: u64) -> u64 {
-    let pieces = if len <= copiers * max {
-        copiers.min(len.div_ceil(MIN_PIECE)).max(1)
-    } else {
-        len.div_ceil(copiers * max) * copiers
-    };
-    len.div_ceil(pieces).next_multiple_of(4096).min(max).max(1)
-}
 
 fn status_of(v: u32) -> WcStatus {
     WcStatus::from_raw(v)
@@ -310,29 +295,39 @@ impl QpShared {
             self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        let chunk = split(len, workers + 1, self.chunk);
+        // Size-adaptive split: the poster and up to `workers` workers, pieces of at least
+        // MIN_PIECE and at most `chunk` bytes.
+        let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
+        let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
         let n = e.arm(seq, chunk, true) as u64;
-        // Every token goes out before the poster copies anything: a worker's share then
-        // overlaps the poster's from the start. (Handing out one token per chunk the poster
-        // copied serialised the hand-out: at 1 MiB only the poster and one worker ever copied,
-        // and the workers idled between WRs, below 1.5 x raw CMA.) A spinning worker costs a
-        // CAS here; a parked one a futex wake (only after `spin_us` of idleness).
+        // The poster copies too, and hands a token to a worker only while at least two chunks
+        // are unclaimed (one for itself, one for the worker): a worker is woken only when it
+        // will find work, and a WR of up to POSTER_MAX never waits for a sleeping worker.
         let tokens = (n - 1).min(workers);
-        for _ in 0..tokens {
-            if !engine.submit(self.clone(), seq) {
-                // Engine full or stopped: the poster copies what is left.
-                self.run_chunks(seq, e, u64::MAX);
-                return;
+        let (mut sent, mut copied) = (0, 0);
+        loop {
+            if sent < tokens && e.unclaimed(seq) >= 2 {
+                if !engine.submit(self.clone(), seq) {
+                    // Engine full or stopped: the poster copies what is left.
+                    self.run_chunks(seq, e, u64::MAX);
+                    return;
+                }
+                sent += 1;
             }
-        }
-        // The poster's share, at most POSTER_MAX bytes: a WR up to that size never waits for a
-        // sleeping worker; past it the workers (at least one token is out) take the rest.
-        let mut copied = 0;
-        while copied < POSTER_MAX {
+            if copied >= POSTER_MAX {
+                break;
+            }
             match self.run_chunks(seq, e, 1) {
                 (0, _) => return, // all claimed
                 (b, _) => copied += b,
             }
+        }
+        // Past the poster's share: the workers take the rest (at least one token is out).
+        while sent == 0 && e.unclaimed(seq) > 0 {
+            if !engine.submit(self.clone(), seq) {
+                self.run_chunks(seq, e, u64::MAX);
+            }
+            sent += 1;
         }
     }
 
@@ -677,51 +672,4 @@ enum Deliver {
     Done,
     Rnr,
     Gone,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{split, MIN_PIECE};
-
-    /// Chunks of `len` at `chunk` bytes.
-    fn chunks(len: u64, chunk: u64) -> u64 {
-        len.div_ceil(chunk)
-    }
-
-    #[test]
-    fn split_gives_whole_rounds_of_equal_pieces() {
-        const K: u64 = 1 << 10;
-        const M: u64 = 1 << 20;
-        // 1 MiB, 256 KiB cap: 3 copiers take 2 rounds (6 pieces), 5 copiers one round.
-        assert_eq!(split(M, 3, 256 * K), 172 * K);
-        assert_eq!(chunks(M, split(M, 3, 256 * K)), 6);
-        assert_eq!(chunks(M, split(M, 5, 256 * K)), 5);
-        // A short WR: no piece below MIN_PIECE.
-        assert_eq!(chunks(96 * K, split(96 * K, 5, 256 * K)), 3);
-        assert_eq!(split(80 * K, 9, 256 * K), 28 * K);
-        // Never above the cap, page-sized, and the last round full (every copier has a piece).
-        for copiers in 2..=9 {
-            for len in [65 * K, 128 * K, 513 * K, M, 4 * M, 64 * M + 7] {
-                let c = split(len, copiers, 256 * K);
-                assert!(c <= 256 * K && c % 4096 == 0, "{len} over {copiers}: {c}");
-                let n = chunks(len, c);
-                if len <= copiers * 256 * K {
-                    assert!(n <= copiers, "{len} over {copiers}: {n} pieces");
-                    // Fewer copiers only for a WR too short for one MIN_PIECE each.
-                    assert!(
-                        n == copiers || n <= len.div_ceil(MIN_PIECE),
-                        "{len}/{copiers}"
-                    );
-                } else {
-                    let rounds = len.div_ceil(copiers * 256 * K);
-                    assert!(
-                        n > (rounds - 1) * copiers && n <= rounds * copiers,
-                        "{len}/{copiers}"
-                    );
-                }
-            }
-        }
-        // An odd cap (IBNET_SOFT_CHUNK need not be page-sized) is still an upper bound.
-        assert!(split(M, 2, 5000) <= 5000);
-    }
 }
