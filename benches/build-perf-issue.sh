@@ -2,7 +2,7 @@
 # Builds (release) and copies into DIR every binary benches/run-perf-issue.sh needs, so that the
 # run can happen on a machine without a Rust toolchain (same OS/libc as this one):
 #   DIR/soft_vs_cma  DIR/proxy  DIR/comm_cycle  (bench executables, `cargo bench --no-run`)
-#   DIR/ibnet-perf   DIR/libnccl-net-ibnet.so   DIR/run-perf-issue.sh
+#   DIR/ibnet-perf   DIR/libnccl-net-ibnet.so   DIR/run-perf-issue.sh   DIR/perf-issue-table.awk
 # Usage: benches/build-perf-issue.sh DIR
 # Then, on the 16-core host: DIR/run-perf-issue.sh OUTDIR
 set -euo pipefail
@@ -29,5 +29,11 @@ cargo build --release -p ibnet-tools --bin ibnet-perf
 cargo build --release -p ibnet-ffi
 cp -f target/release/ibnet-perf "$dir/ibnet-perf"
 cp -f target/release/libnccl_net_ibnet.so "$dir/libnccl-net-ibnet.so"
-cp -f benches/run-perf-issue.sh "$dir/" 2>/dev/null || true
+cp -f benches/run-perf-issue.sh benches/perf-issue-table.awk "$dir/"
+# Debug info off the copies (timing does not need it): ~84 MB -> ~20 MB, under the device
+# tool's 64 MiB carry limit.
+for f in soft_vs_cma proxy comm_cycle ibnet-perf libnccl-net-ibnet.so; do
+  strip --strip-debug "$dir/$f"
+done
+du -sh "$dir"
 ls -l "$dir"

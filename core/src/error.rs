@@ -140,6 +140,18 @@ pub enum Error {
         /// The peer.
         peer: PeerId,
     },
+    /// The peer reported a received size that cannot be (larger than the buffer posted, or
+    /// disagreeing with its immediate).
+    BadSize {
+        /// The receive's index inside its multi-receive.
+        index: u8,
+        /// The size the peer reported.
+        size: u64,
+        /// The size this side posted.
+        posted: u64,
+        /// The peer.
+        peer: PeerId,
+    },
     /// A work completion with an error status.
     Completion {
         /// The completion status.
@@ -209,7 +221,7 @@ impl Error {
             }
             Self::BogusCompletion { .. } | Self::Missing { .. } => ErrorKind::Internal,
             // The peer broke the protocol: reported like any other failure of the remote side.
-            Self::BadFifoElem { .. } => ErrorKind::Remote,
+            Self::BadFifoElem { .. } | Self::BadSize { .. } => ErrorKind::Remote,
             Self::OutOfRange { .. } => ErrorKind::InvalidArgument,
             Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
@@ -248,6 +260,16 @@ impl fmt::Display for Error {
             Self::BadFifoElem { field, value, peer } => write!(
                 f,
                 "peer {peer} posted incorrect receive info: {field} = {value:#x}"
+            ),
+            Self::BadSize {
+                index,
+                size,
+                posted,
+                peer,
+            } => write!(
+                f,
+                "peer {peer} reported {size} bytes for receive {index} of {posted} bytes posted \
+                 (sizes FIFO or immediate)"
             ),
             Self::Completion {
                 status,

@@ -27,6 +27,17 @@
 //! In the local, in-memory form (the loom models, and the receiver's staging copy) the writer
 //! stores the fields with `Relaxed` and `idx` with `Release`; the reader loads `idx` with
 //! `Acquire` before the fields.
+//!
+//! ## The sizes FIFO (multi-receive sizes, as NCCL 2.19+)
+//!
+//! A ring also holds one row of [`MAX_RECVS`] 32-bit sizes per slot. The *receiver's* ring
+//! (its staging copy) is where the sender says how many bytes each send of a multi-receive
+//! carried: the sender fills the row of its own ring ([`FifoRing::stage_sizes`], the local
+//! source), and the write-with-immediate that completes the multi-receive writes those
+//! `4·nreqs` bytes into the receiver's row of the same slot. The receiver reads its row
+//! ([`FifoRing::sizes`]) only after that write's completion, which the provider delivers
+//! after the bytes landed (RC), and checks every size against the buffer it posted. A single
+//! receive needs no row: its immediate is its size.
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -110,6 +121,8 @@ pub struct FifoRing<const SLOTS: usize = MAX_REQUESTS> {
     slots: [[FifoElem; MAX_RECVS]; SLOTS],
     /// A few bytes of registered memory a flush may read into.
     scratch: [AtomicU64; 8],
+    /// The sizes FIFO: per slot, the bytes each send of a multi-receive carried (module doc).
+    sizes: [[AtomicU32; MAX_RECVS]; SLOTS],
 }
 
 impl<const SLOTS: usize> Default for FifoRing<SLOTS> {
@@ -125,6 +138,7 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
         Self {
             slots: core::array::from_fn(|_| core::array::from_fn(|_| FifoElem::default())),
             scratch: core::array::from_fn(|_| AtomicU64::new(0)),
+            sizes: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU32::new(0))),
         }
     }
 
@@ -153,6 +167,66 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
     #[inline]
     pub fn scratch_addr(&self) -> u64 {
         self.scratch.as_ptr() as u64
+    }
+
+    /// Address of slot `slot`'s row of the sizes FIFO (`MAX_RECVS` × 4 bytes).
+    #[inline]
+    pub fn sizes_addr(&self, slot: usize) -> u64 {
+        self.sizes[slot % SLOTS].as_ptr() as u64
+    }
+
+    /// Address of the whole sizes FIFO (what a receiver registers for its peer to write).
+    #[inline]
+    pub fn sizes_base(&self) -> u64 {
+        self.sizes.as_ptr() as u64
+    }
+
+    /// Bytes of the whole sizes FIFO.
+    pub const SIZES_BYTES: usize = SLOTS * MAX_RECVS * 4;
+
+    /// Byte offset of slot `slot`'s row from [`FifoRing::sizes_base`].
+    #[inline]
+    pub fn sizes_offset(slot: usize) -> usize {
+        (slot % SLOTS) * MAX_RECVS * 4
+    }
+
+    /// Sender side: stores `sizes` in slot `slot`'s row, the local source of the write that
+    /// carries them to the receiver. Returns the row's address and the bytes to write.
+    ///
+    /// Each size must fit 32 bits (sends are at most 1 GiB; checked by the caller).
+    pub fn stage_sizes(&self, slot: usize, sizes: &[u64]) -> (u64, usize) {
+        let n = sizes.len().min(MAX_RECVS);
+        for (cell, &v) in self.sizes[slot % SLOTS].iter().zip(&sizes[..n]) {
+            // Relaxed: the provider reads the row after `post_send`, which the posting thread
+            // performs after these stores (program order; a NIC reads after the doorbell).
+            cell.store(v as u32, Ordering::Relaxed);
+        }
+        (self.sizes_addr(slot), n * 4)
+    }
+
+    /// Receiver side: the first `n` sizes of slot `slot`'s row, as the peer wrote them.
+    ///
+    /// Call only after the completion of the write-with-immediate that carried them.
+    pub fn sizes(&self, slot: usize, n: usize) -> [u64; MAX_RECVS] {
+        let mut out = [0u64; MAX_RECVS];
+        for (o, cell) in out
+            .iter_mut()
+            .zip(&self.sizes[slot % SLOTS][..n.min(MAX_RECVS)])
+        {
+            // Relaxed: the provider delivered the completion (taken from the CQ with Acquire,
+            // or after a NIC's DMA) only after these bytes landed.
+            *o = cell.load(Ordering::Relaxed) as u64;
+        }
+        out
+    }
+
+    /// Receiver side: the size of buffer `i` as published in slot `slot` (what this side
+    /// posted; the staging copy keeps it until the slot is posted again).
+    pub fn posted_size(&self, slot: usize, i: usize) -> u64 {
+        // Relaxed: written by this thread in `publish`.
+        self.slots[slot % SLOTS][i % MAX_RECVS]
+            .size
+            .load(Ordering::Relaxed)
     }
 
     /// Writer side: fills slot `seq % SLOTS` with `elems`, `idx` last. Returns the byte offset
@@ -316,6 +390,24 @@ mod tests {
     fn ring_layout_is_aligned() {
         assert_eq!(core::mem::align_of::<FifoRing>(), 64);
         let bytes = FifoRing::<MAX_REQUESTS>::BYTES;
-        assert_eq!(bytes, MAX_REQUESTS * MAX_RECVS * 64 + 64);
+        assert_eq!(
+            bytes,
+            MAX_REQUESTS * MAX_RECVS * 64 + 64 + MAX_REQUESTS * MAX_RECVS * 4
+        );
+    }
+
+    #[test]
+    fn sizes_row_round_trips_and_keeps_posted_sizes() {
+        let ring: Box<FifoRing<4>> = Box::default();
+        let (addr, len) = ring.stage_sizes(6, &[5, 0, 1 << 30]);
+        assert_eq!(len, 12);
+        assert_eq!(
+            addr,
+            ring.sizes_base() + FifoRing::<4>::sizes_offset(2) as u64
+        );
+        let got = ring.sizes(2, 3);
+        assert_eq!(&got[..4], &[5, 0, 1 << 30, 0]);
+        ring.publish(1, &[p(0), p(1)]);
+        assert_eq!(ring.posted_size(1, 1), p(1).size);
     }
 }

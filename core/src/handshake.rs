@@ -309,6 +309,10 @@ impl Connector {
         if p.mtu > self.mtu {
             return Err(wire("peer answered an MTU above ours", p.mtu as u8));
         }
+        // Wire v3: the answer carries the acceptor's sizes FIFO (multi-receive sizes).
+        if p.fifo.is_none() {
+            return Err(wire("acceptor sent no sizes FIFO", 0u64));
+        }
         Ok(())
     }
 
@@ -509,6 +513,11 @@ impl Acceptor {
 
     /// Encodes the caller's answer, after checking it against what the peer needs.
     fn answer(&self, mut local: QpInfo, nqps: usize, mtu: Mtu) -> Result<Tx> {
+        if local.fifo.is_none() {
+            return Err(Error::Missing {
+                what: "the acceptor's sizes FIFO",
+            });
+        }
         let n = local.qpn.len();
         if n != nqps {
             let (v, m) = (n as i64, nqps as i64);

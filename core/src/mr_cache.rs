@@ -572,43 +572,60 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                 continue;
             }
             let gen = gen_of(s);
-            while gen_of(s) == gen && tag_of(s) == READY {
-                if refs_of(s) == REFS_MASK {
-                    return Err(Error::Full {
-                        what: "MR cache refcount",
-                        cap: MAX_REFS as usize,
-                    });
-                }
-                // Acquire on success: same pair as the load above (the CAS reads the latest value
-                // of READY's release sequence). The CAS also re-validates the generation, so a
-                // key read from a newer life of the slot never yields a wrong hit.
-                match slot.state.compare_exchange(
-                    s,
-                    s + ONE_REF,
-                    Ordering::Acquire,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        let value = slot.read_value();
-                        let handle = MrHandle {
-                            idx: idx as u32,
-                            gen,
-                        };
-                        return Ok(Scan::Hit(MrRef {
-                            handle,
-                            value,
-                            base: key.base,
-                            len: bytes,
-                        }));
-                    }
-                    Err(now) => s = now,
-                }
+            match self.take_ref(idx, s, key.base, bytes)? {
+                Ok(hit) => return Ok(Scan::Hit(hit)),
+                Err(now) => s = now,
             }
             if gen_of(s) == gen && matches!(tag_of(s), PENDING | DRAINING) && wait.is_none() {
                 wait = Some((idx, s));
             }
         }
         Ok(wait.map_or(Scan::Miss, |(i, s)| Scan::Wait(i, s)))
+    }
+
+    /// Takes one reference on slot `idx`, seen in state `s`, while it stays READY in the
+    /// generation of `s`. Returns the reference (naming `base` and `len`), or the state that
+    /// ended the attempt (another generation, or no longer READY).
+    #[inline]
+    fn take_ref(
+        &self,
+        idx: usize,
+        mut s: u64,
+        base: u64,
+        len: u64,
+    ) -> Result<core::result::Result<MrRef<M>, u64>> {
+        let slot = &self.slots[idx];
+        let gen = gen_of(s);
+        while gen_of(s) == gen && tag_of(s) == READY {
+            if refs_of(s) == REFS_MASK {
+                return Err(Error::Full {
+                    what: "MR cache refcount",
+                    cap: MAX_REFS as usize,
+                });
+            }
+            // Acquire on success: pairs with the Release store of READY (the CAS reads the latest
+            // value of READY's release sequence), so the value is visible. The CAS also
+            // re-validates the generation, so a key read from a newer life of the slot never
+            // yields a wrong hit.
+            match slot
+                .state
+                .compare_exchange(s, s + ONE_REF, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Ok(Ok(MrRef {
+                        handle: MrHandle {
+                            idx: idx as u32,
+                            gen,
+                        },
+                        value: slot.read_value(),
+                        base,
+                        len,
+                    }))
+                }
+                Err(now) => s = now,
+            }
+        }
+        Ok(Err(s))
     }
 
     /// Scans every slot for a READY registration whose range contains `key` (pages of size
@@ -624,7 +641,7 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         let end = key.base + key.pages * page;
         for (idx, slot) in self.slots.iter().enumerate() {
             // Acquire: pairs with the Release store of READY (as in `scan`).
-            let mut s = slot.state.load(Ordering::Acquire);
+            let s = slot.state.load(Ordering::Acquire);
             if tag_of(s) != READY {
                 continue;
             }
@@ -639,35 +656,8 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
             if c.base > key.base || c_end < end {
                 continue;
             }
-            let gen = gen_of(s);
-            while gen_of(s) == gen && tag_of(s) == READY {
-                if refs_of(s) == REFS_MASK {
-                    return Err(Error::Full {
-                        what: "MR cache refcount",
-                        cap: MAX_REFS as usize,
-                    });
-                }
-                // Acquire on success: same pair as in `scan`; the CAS re-validates the
-                // generation the key was read under.
-                match slot.state.compare_exchange(
-                    s,
-                    s + ONE_REF,
-                    Ordering::Acquire,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        return Ok(Some(MrRef {
-                            handle: MrHandle {
-                                idx: idx as u32,
-                                gen,
-                            },
-                            value: slot.read_value(),
-                            base: c.base,
-                            len: c_end - c.base,
-                        }))
-                    }
-                    Err(now) => s = now,
-                }
+            if let Ok(hit) = self.take_ref(idx, s, c.base, c_end - c.base)? {
+                return Ok(Some(hit));
             }
         }
         Ok(None)

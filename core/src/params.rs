@@ -150,8 +150,10 @@ pub enum ProviderKind {
 /// Fields are public for reading and for tests; [`Params::set`] is the validating way in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {
-    /// `NCCL_IB_HCA` (default empty: every device). Grammar in [`crate::hca`].
+    /// `NCCL_IB_HCA` as written (default empty: every device). Grammar in [`crate::hca`].
     pub ib_hca: heapless::String<HCA_MAX_LEN>,
+    /// `NCCL_IB_HCA` parsed, once, by [`Params::set`] (the value every user applies).
+    pub hca: HcaFilter,
     /// `NCCL_IB_GID_INDEX`: `None` (-1, default) selects the GID automatically.
     pub ib_gid_index: Option<u8>,
     /// `NCCL_IB_ROCE_VERSION_NUM` (1 or 2, default 2) for GID auto-selection.
@@ -223,6 +225,8 @@ pub struct Params {
     /// `NCCL_SOCKET_IFNAME` (default empty: NCCL's interface preference order). Same grammar
     /// as `NCCL_IB_HCA`, without ports.
     pub socket_ifname: heapless::String<IFNAME_MAX_LEN>,
+    /// `NCCL_SOCKET_IFNAME` parsed, once, by [`Params::set`].
+    pub ifname: HcaFilter,
     /// `NCCL_SOCKET_FAMILY` (default unset: any).
     pub socket_family: Option<AddrFamily>,
     /// `IBNET_PROVIDER` (`verbs|soft|auto`, default `auto`).
@@ -233,6 +237,7 @@ impl Default for Params {
     fn default() -> Self {
         Self {
             ib_hca: heapless::String::new(),
+            hca: HcaFilter::default(),
             ib_gid_index: None,
             ib_roce_version_num: 2,
             ib_addr_family: AddrFamily::Inet,
@@ -264,6 +269,7 @@ impl Default for Params {
             gdr_flush_disable: false,
             dmabuf_enable: true,
             socket_ifname: heapless::String::new(),
+            ifname: HcaFilter::default(),
             socket_family: None,
             provider: ProviderKind::Auto,
         }
@@ -403,9 +409,10 @@ impl Params {
         };
         match field {
             Field::IbHca => {
-                HcaFilter::parse(v)?;
+                let f = HcaFilter::parse(v)?;
                 self.ib_hca =
                     heapless::String::try_from(v).map_err(|_| err("longer than 512 bytes"))?;
+                self.hca = f;
             }
             Field::IbGidIndex => self.ib_gid_index = auto(255, "must be -1 (auto) or 0..=255")?,
             Field::IbRoceVersionNum => {
@@ -466,9 +473,10 @@ impl Params {
             Field::GdrFlushDisable => self.gdr_flush_disable = flag()?,
             Field::DmabufEnable => self.dmabuf_enable = flag()?,
             Field::SocketIfname => {
-                HcaFilter::parse_names(v)?;
+                let f = HcaFilter::parse_names(v)?;
                 self.socket_ifname =
                     heapless::String::try_from(v).map_err(|_| err("longer than 256 bytes"))?;
+                self.ifname = f;
             }
             Field::SocketFamily => {
                 self.socket_family =
@@ -487,13 +495,13 @@ impl Params {
     }
 
     /// The parsed `NCCL_IB_HCA` filter (empty: every device).
-    pub fn hca_filter(&self) -> Result<HcaFilter> {
-        HcaFilter::parse(&self.ib_hca)
+    pub fn hca_filter(&self) -> &HcaFilter {
+        &self.hca
     }
 
     /// The parsed `NCCL_SOCKET_IFNAME` filter (empty: any interface).
-    pub fn socket_ifname_filter(&self) -> Result<HcaFilter> {
-        HcaFilter::parse_names(&self.socket_ifname)
+    pub fn socket_ifname_filter(&self) -> &HcaFilter {
+        &self.ifname
     }
 
     /// Whether adaptive routing is on for a port with this link layer: the explicit setting,

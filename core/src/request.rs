@@ -67,6 +67,13 @@ pub struct Request {
     pub sizes: [u64; MAX_RECVS],
     /// Send parameters (sends).
     pub send: SendState,
+    /// The FIFO slot a receive was posted in (where its sizes row is).
+    pub fifo_slot: u16,
+    /// A multi-receive's immediates OR-ed: bit `i` says send `i` carried data.
+    pub imm_mask: u32,
+    /// A send's profiler parent (the `phandle` NCCL passed; 0: none). Receives start their
+    /// events in `irecv`, with the parents at hand; the events' handles are the sink's.
+    pub parent: usize,
     gen: u16,
 }
 
@@ -81,6 +88,9 @@ impl Request {
             size: 0,
             lkey: 0,
         },
+        fifo_slot: 0,
+        imm_mask: 0,
+        parent: 0,
         gen: 0,
     };
 }
@@ -153,6 +163,15 @@ impl RequestPool {
     pub fn by_index(&mut self, idx: u8) -> Option<&mut Request> {
         let r = &mut self.reqs[idx as usize];
         r.kind.map(|_| r)
+    }
+
+    /// The slot indices of every live request (for closing: stopping their profiler events).
+    pub fn live(&self) -> impl Iterator<Item = u8> + '_ {
+        self.reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind.is_some())
+            .map(|(i, _)| i as u8)
     }
 
     /// How many slots are in use.

@@ -8,7 +8,7 @@
 //! ```text
 //!  listener ──ConnectHandle (≤128 B, carried by NCCL's bootstrap)──▶ connector
 //!  connector ── socket ──▶ acceptor:  Hello{nonce} · QpInfo{fifo}
-//!  acceptor  ── socket ──▶ connector: QpInfo{mtu = negotiated}
+//!  acceptor  ── socket ──▶ connector: QpInfo{mtu = negotiated, fifo = its sizes FIFO}
 //!  connector ── socket ──▶ acceptor:  Ready
 //! ```
 //!
@@ -61,7 +61,10 @@ use crate::provider::{Ece, Gid, LinkLayer, Mtu, ProviderAddr, PROVIDER_ADDR_MAX}
 pub const MAX_QPS: usize = 128;
 
 /// The handshake wire version. Peers with another version are rejected.
-pub const WIRE_VERSION: u16 = 2;
+///
+/// 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
+/// a multi-receive's sizes); 2: `QpInfo` carries each QP's ECE.
+pub const WIRE_VERSION: u16 = 3;
 
 /// Largest QP number a verbs QP can have (24 bits).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;

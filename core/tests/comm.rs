@@ -164,8 +164,10 @@ fn adaptive_routing_sends_the_immediate_separately_above_the_threshold() {
 fn eight_way_multi_receive_matches_tags_in_any_order() {
     let (dev, mut s, mut r) = pair(CommConfig::default());
     let sizes = [0usize, 1, 4096, 77, 65536, 0, 3, 1 << 20];
+    // Each receive buffer is larger than its send: `test` reports what was sent.
+    let posted = |i: usize| sizes[i] + 64 * (i + 1);
     let mut srcs: Vec<AlignedBuf> = sizes.iter().map(|&n| AlignedBuf::new(n.max(1))).collect();
-    let dsts: Vec<AlignedBuf> = sizes.iter().map(|&n| AlignedBuf::new(n.max(1))).collect();
+    let dsts: Vec<AlignedBuf> = (0..8).map(|i| AlignedBuf::new(posted(i))).collect();
     for (i, b) in srcs.iter_mut().enumerate() {
         fill_pattern(b.as_mut_slice(), 100 + i as u64);
     }
@@ -174,7 +176,7 @@ fn eight_way_multi_receive_matches_tags_in_any_order() {
         .enumerate()
         .map(|(i, d)| RecvBuf {
             addr: d.addr(),
-            size: sizes[i] as u64,
+            size: posted(i) as u64,
             tag: 0x10 + i as u32,
             mr: reg(&dev, d),
         })
@@ -198,7 +200,7 @@ fn eight_way_multi_receive_matches_tags_in_any_order() {
     let d = wait(|| r.test(rid));
     assert_eq!(d.n, 8);
     for i in 0..8 {
-        assert_eq!(d.sizes[i], (sizes[i] != 0) as u64, "size flag {i}");
+        assert_eq!(d.sizes[i], sizes[i] as u64, "bytes of receive {i}");
         assert_eq!(
             &dsts[i].as_slice()[..sizes[i]],
             &srcs[i].as_slice()[..sizes[i]],
@@ -412,7 +414,11 @@ fn hostile_fifo_element_is_an_error_not_a_write() {
     };
     let mut qp = dev.create_qp(&cq, &attr).unwrap();
     let mut rogue = info.clone();
-    rogue.fifo = None;
+    // Some sizes FIFO (never written: the hostile element stops the send first).
+    rogue.fifo = Some(ibnet_core::wire::RemoteBuf {
+        addr: 0x1000,
+        rkey: 7,
+    });
     rogue.qpn = core::iter::once(dev.qp_num(&qp)).collect();
     s.connect(&rogue).unwrap();
     let ca = ibnet_core::provider::ConnectAttr {
@@ -512,12 +518,7 @@ fn random_tags_widths_and_sizes_across_many_fifo_laps() {
         }
         let d = wait(|| r.test(rid));
         for i in 0..n {
-            let want = if n == 1 {
-                sizes[i] as u64
-            } else {
-                (sizes[i] != 0) as u64
-            };
-            assert_eq!(d.sizes[i], want, "msg {msg} buf {i}");
+            assert_eq!(d.sizes[i], sizes[i] as u64, "msg {msg} buf {i}");
             assert_eq!(
                 &dsts[i].as_slice()[..sizes[i]],
                 &srcs[i].as_slice()[..sizes[i]],

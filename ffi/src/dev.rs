@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
+use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::QpInfo;
@@ -294,8 +294,19 @@ impl AnySend {
         each!(self, c => c.connect(remote))
     }
     /// See `SendComm::isend`.
-    pub fn isend(&mut self, addr: u64, size: u64, tag: u32, mr: MrKeys) -> Result<Option<ReqId>> {
-        each!(self, c => c.isend(addr, size, tag, mr))
+    pub fn isend(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: u32,
+        mr: MrKeys,
+        parent: usize,
+    ) -> Result<Option<ReqId>> {
+        each!(self, c => c.isend_under(addr, size, tag, mr, parent))
+    }
+    /// See `SendComm::set_events`.
+    pub fn set_events(&mut self, sink: Option<Sink>) {
+        each!(self, c => c.set_events(sink))
     }
     /// See `SendComm::test`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
@@ -317,8 +328,12 @@ impl AnyRecv {
         each!(self, c => c.set_peer_addr(a))
     }
     /// See `RecvComm::irecv`.
-    pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
-        each!(self, c => c.irecv(bufs))
+    pub fn irecv(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
+        each!(self, c => c.irecv_under(bufs, parents))
+    }
+    /// See `RecvComm::set_events`.
+    pub fn set_events(&mut self, sink: Option<Sink>) {
+        each!(self, c => c.set_events(sink))
     }
     /// See `RecvComm::iflush`.
     pub fn iflush(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {

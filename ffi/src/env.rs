@@ -11,6 +11,7 @@
 
 use std::net::IpAddr;
 
+use ibnet_core::hca::HcaFilter;
 use ibnet_core::params::{AddrFamily, AddrRange, Params, ProviderKind, RelaxedOrdering};
 
 /// Which provider backs the plugin's devices (`IBNET_PROVIDER`).
@@ -33,8 +34,10 @@ pub struct Config {
     pub provider: ProviderChoice,
     /// `NCCL_IB_DISABLE`: no verbs devices.
     pub ib_disable: bool,
-    /// `NCCL_IB_HCA` (`None`: every device).
+    /// `NCCL_IB_HCA` as written (`None`: every device), for messages.
     pub ib_hca: Option<String>,
+    /// `NCCL_IB_HCA` as `Params::set` parsed it (the one parse; empty: every device).
+    pub hca: HcaFilter,
     /// `NCCL_IB_GID_INDEX` (-1: auto-select).
     pub gid_index: i64,
     /// `NCCL_IB_ROCE_VERSION_NUM`: the RoCE version auto-selection prefers.
@@ -71,8 +74,10 @@ pub struct Config {
     pub gdr_flush_disable: bool,
     /// `NCCL_DMABUF_ENABLE`.
     pub dmabuf_enable: bool,
-    /// `NCCL_SOCKET_IFNAME` (`None`: NCCL's preference order).
+    /// `NCCL_SOCKET_IFNAME` as written (`None`: NCCL's preference order), for messages.
     pub socket_ifname: Option<String>,
+    /// `NCCL_SOCKET_IFNAME` as `Params::set` parsed it (`None` when unset).
+    pub ifname: Option<HcaFilter>,
     /// `NCCL_SOCKET_FAMILY` as `AF_INET` / `AF_INET6`.
     pub socket_family: Option<i32>,
     /// Seconds a started handshake may stall before connect/accept fail
@@ -149,6 +154,7 @@ impl Config {
             },
             ib_disable: p.ib_disable,
             ib_hca: nonempty(&p.ib_hca),
+            hca: p.hca.clone(),
             gid_index: p.ib_gid_index.map_or(-1, i64::from),
             roce_version: i64::from(p.ib_roce_version_num),
             addr_family: family(p.ib_addr_family),
@@ -172,6 +178,7 @@ impl Config {
             gdr_flush_disable: p.gdr_flush_disable,
             dmabuf_enable: p.dmabuf_enable,
             socket_ifname: nonempty(&p.socket_ifname),
+            ifname: nonempty(&p.socket_ifname).map(|_| p.ifname.clone()),
             socket_family: p.socket_family.map(family),
             handshake_timeout_s: 60,
             stall_warn_s: 60,
@@ -268,18 +275,11 @@ impl Config {
 /// Variables ibnet parses but does not implement. Each one set to a non-default value is one
 /// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
 /// ignored.
-pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_SOCK_SERVER_PORT_REUSE", "NCCL_IB_WARN_RAIL_LOCAL"];
+pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_WARN_RAIL_LOCAL"];
 
 /// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each.
+/// (`NCCL_IB_SOCK_SERVER_PORT_REUSE` is implemented by `api::shared_listen`.)
 fn refuse_unimplemented(p: &mut Params) {
-    if p.ib_sock_server_port_reuse {
-        crate::warn!(
-            "NCCL_IB_SOCK_SERVER_PORT_REUSE=1 is not supported by ibnet (one shared listening \
-             socket per thread is not implemented; each listen comm binds its own port); \
-             ignoring it"
-        );
-        p.ib_sock_server_port_reuse = false;
-    }
     if p.ib_warn_rail_local {
         crate::warn!(
             "NCCL_IB_WARN_RAIL_LOCAL=1 is not supported by ibnet yet (fused NICs are not \
@@ -336,15 +336,16 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_variables_are_refused() {
+    fn port_reuse_variables_are_kept() {
         let mut p = Params::default();
         p.set("NCCL_IB_SOCK_SERVER_PORT_REUSE", "1").unwrap();
         p.set("NCCL_IB_SOCK_CLIENT_PORT_REUSE", "1").unwrap();
         refuse_unimplemented(&mut p);
-        assert!(!p.ib_sock_server_port_reuse, "refused");
+        assert_eq!(UNIMPLEMENTED, ["NCCL_IB_WARN_RAIL_LOCAL"]);
+        assert!(p.ib_sock_server_port_reuse, "implemented: kept");
         assert!(p.ib_sock_client_port_reuse, "implemented: kept");
         let c = Config::from_params(&p);
-        assert!(c.sock_client_port_reuse && !c.sock_server_port_reuse);
+        assert!(c.sock_client_port_reuse && c.sock_server_port_reuse);
     }
 
     #[test]

@@ -343,7 +343,7 @@ mod tests {
                 match pump(&mut as_, &mut a).unwrap() {
                     Some(Event::PeerInfo(p)) => {
                         assert_eq!(p.qpn[0], 17);
-                        a.handle_local_info(info(false)).unwrap();
+                        a.handle_local_info(info(true)).unwrap();
                     }
                     Some(Event::Done) => adone = true,
                     None => {}

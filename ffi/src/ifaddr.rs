@@ -77,17 +77,12 @@ fn family_ok(a: &SocketAddr, family: Option<i32>) -> bool {
     }
 }
 
-/// Picks the bootstrap interface from `addrs` per `ifname` (`NCCL_SOCKET_IFNAME`) and
-/// `family` (`NCCL_SOCKET_FAMILY`). `None` when nothing qualifies.
-pub fn choose(addrs: &[IfAddr], ifname: Option<&str>, family: Option<i32>) -> Option<IfAddr> {
+/// Picks the bootstrap interface from `addrs` per `ifname` (`NCCL_SOCKET_IFNAME` as
+/// `Params::set` parsed it, the one parse; `None`: unset) and `family`
+/// (`NCCL_SOCKET_FAMILY`). `None` when nothing qualifies.
+pub fn choose(addrs: &[IfAddr], ifname: Option<&HcaFilter>, family: Option<i32>) -> Option<IfAddr> {
     let ok = |a: &&IfAddr| family_ok(&a.addr, family);
-    // As `Params::set` stores it: ASCII whitespace at the ends dropped, the entries kept as
-    // written (a space or other Unicode whitespace inside the list is part of a name, as in
-    // NCCL).
-    let spec = ifname.map(|s| s.trim_matches(|c: char| c.is_ascii_whitespace()));
-    if let Some(spec) = spec.filter(|s| !s.is_empty()) {
-        // The one grammar (ibnet_core::hca, without ports); Params validated the value.
-        let f = HcaFilter::parse_names(spec).ok()?;
+    if let Some(f) = ifname {
         return addrs
             .iter()
             .filter(ok)
@@ -138,21 +133,34 @@ mod tests {
         assert_eq!(choose(&v[..3], None, None).unwrap().name, "eth0");
         assert_eq!(choose(&v[..2], None, None).unwrap().name, "docker0");
         assert_eq!(choose(&v[..1], None, None).unwrap().name, "lo");
-        assert_eq!(choose(&v, Some("^ib,eth"), None).unwrap().name, "lo");
-        assert_eq!(choose(&v, Some("=eth0"), None).unwrap().name, "eth0");
-        assert!(choose(&v, Some("xyz"), None).is_none());
+        assert_eq!(
+            choose(&v, Some(&names("^ib,eth")), None).unwrap().name,
+            "lo"
+        );
+        assert_eq!(
+            choose(&v, Some(&names("=eth0")), None).unwrap().name,
+            "eth0"
+        );
+        assert!(choose(&v, Some(&names("xyz")), None).is_none());
         assert!(choose(&v, None, Some(libc::AF_INET6)).is_none());
     }
 
     /// Found by the `env` fuzz target (against the since removed duplicate parser, which
     /// trimmed every entry and Unicode whitespace): `choose` must apply the list exactly as
     /// the core validated and stored it, so a name written `" ib0"` selects `" ib0"` only.
+    /// `NCCL_SOCKET_IFNAME=s` as the plugin applies it: parsed by `Params::set`.
+    fn names(s: &str) -> HcaFilter {
+        let mut p = ibnet_core::params::Params::default();
+        p.set("NCCL_SOCKET_IFNAME", s).unwrap();
+        p.ifname
+    }
+
     #[test]
     fn applies_the_list_the_core_validated() {
         for v in ["eth0, ib0", "^= lo,eth0 ", "\u{b}eth0", "eth\u{a0},ib"] {
             let mut p = ibnet_core::params::Params::default();
             p.set("NCCL_SOCKET_IFNAME", v).unwrap();
-            let core = p.socket_ifname_filter().unwrap();
+            let core = p.socket_ifname_filter();
             for n in [
                 "eth0",
                 "ib0",
@@ -163,11 +171,14 @@ mod tests {
                 "eth\u{a0}",
                 "ib",
             ] {
-                let ffi = choose(&[a(n, "10.0.0.1")], Some(&p.socket_ifname), None).is_some();
+                let ffi = choose(&[a(n, "10.0.0.1")], Some(&p.ifname), None).is_some();
                 assert_eq!(core.matches_name(n), ffi, "{v:?} on {n:?}");
             }
         }
         let v = [a("ib0", "10.0.0.1"), a(" ib0", "10.0.0.2")];
-        assert_eq!(choose(&v, Some(" eth0, ib0 "), None).unwrap().name, " ib0");
+        assert_eq!(
+            choose(&v, Some(&names(" eth0, ib0 ")), None).unwrap().name,
+            " ib0"
+        );
     }
 }

@@ -58,6 +58,7 @@ pub mod ifaddr;
 pub mod log;
 pub mod nccl;
 pub mod plugin;
+pub mod profiler;
 pub mod proxy;
 pub mod slot;
 pub mod sock;

@@ -189,7 +189,7 @@ fn soft() -> Vec<Dev> {
 
 fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
     let all = crate::ifaddr::list();
-    let a = crate::ifaddr::choose(&all, cfg.socket_ifname.as_deref(), cfg.socket_family)?;
+    let a = crate::ifaddr::choose(&all, cfg.ifname.as_ref(), cfg.socket_family)?;
     info!(
         crate::log::INIT | crate::log::NET,
         "bootstrap on {} {}",

@@ -57,7 +57,7 @@ fn a_stalled_peer_is_named_once() {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(2500) {
         let mut req = core::ptr::null_mut();
-        let rc = nccl_net_ibnet::api::isend(s, p, 64, 0x2a, mh, &mut req);
+        let rc = nccl_net_ibnet::api::isend(s, p, 64, 0x2a, mh, core::ptr::null_mut(), &mut req);
         assert_eq!(rc, ncclResult_t::Success, "a stall is no error");
         assert!(req.is_null());
         std::thread::sleep(Duration::from_micros(50));

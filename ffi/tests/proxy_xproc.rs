@@ -270,6 +270,9 @@ fn xproc_helper() {
             }
             assert_eq!(mem.live(), 0, "mappings left");
             say(&mut out, &format!("DONE {}", r.expect("the proxy lives")));
+            // Lives until the proxy has finished its side of the last op: its progress checks
+            // that this process is alive, so exiting earlier would fail the proxy's last op.
+            expect(&rx, "EXIT");
         }
         "proxy" => big_stack(move || {
             let (mut px, sc, s, r) = proxy_for(parent, case);
@@ -330,6 +333,7 @@ fn gpu_in_another_process(case: usize) {
         let n = COUNT.with(|c| c.replace(None));
         assert_eq!(n, Some(0), "allocations in the proxy over ops 1..1000");
         let done = expect(&rx, "DONE ");
+        say(&mut stdin, "EXIT");
         let bytes: u64 = done[5..].parse().unwrap();
         assert_eq!(
             bytes,

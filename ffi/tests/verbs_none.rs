@@ -10,7 +10,7 @@ use nccl_net_ibnet::nccl::types::ncclResult_t;
 fn verbs_without_a_device_warns_once() {
     std::env::set_var("IBNET_PROVIDER", "verbs");
     nccl_net_ibnet::log::set_sink(util::note);
-    assert_eq!(api::init(None, -1, None), ncclResult_t::Success);
+    assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
     let warns: Vec<String> = util::take_log()

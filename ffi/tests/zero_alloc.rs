@@ -1,7 +1,9 @@
 //! Zero allocations at the plugin boundary (issue 13): after warm-up, the exported C entry
 //! points `isend`, `irecv` and `test` (through the `ncclNetPlugin_v9` table, as NCCL calls
-//! them) allocate nothing on the calling thread, over the soft provider. A counting global
-//! allocator counts the allocations of the thread that is armed.
+//! them) allocate nothing on the calling thread, over the soft provider; nor do they (through
+//! `api`, the bodies of the v10/v11 entries) with NCCL's profiler callback set and parents
+//! passed, so that QP events start and stop. A counting global allocator counts the
+//! allocations of the thread that is armed.
 
 mod util;
 
@@ -112,11 +114,85 @@ fn transfer(
     assert_eq!(got as usize, len);
 }
 
+/// Profiler events seen (starts, stops); the callback allocates nothing.
+static EVENTS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+unsafe extern "C" fn prof(
+    eh: *mut *mut c_void,
+    kind: c_int,
+    _ph: *mut c_void,
+    _id: i64,
+    _ext: *mut c_void,
+) -> ncclResult_t {
+    // Relaxed: statistics read after the armed loop on the thread that made the calls.
+    let n = EVENTS[(kind == 1) as usize].fetch_add(1, Ordering::Relaxed);
+    if kind == 0 {
+        // SAFETY: the plugin's handle slot for this call.
+        unsafe { *eh = (n + 1) as *mut c_void };
+    }
+    ncclResult_t::Success
+}
+
+/// One transfer through `api` with profiler parents.
+fn transfer_profiled(
+    s: *mut c_void,
+    r: *mut c_void,
+    bufs: (*mut c_void, *mut c_void),
+    mhs: (*mut c_void, *mut c_void),
+    len: usize,
+) {
+    use nccl_net_ibnet::api;
+    let mut parent = 0u8;
+    let ph = &mut parent as *mut u8 as *mut c_void;
+    let mut data = [bufs.1];
+    let sizes = [len];
+    let tags = [5 as c_int];
+    let mut mh = [mhs.1];
+    let mut phs = [ph];
+    let mut rreq: *mut c_void = core::ptr::null_mut();
+    let rc = api::irecv(
+        r,
+        1,
+        data.as_mut_ptr(),
+        api::Sizes::Size(sizes.as_ptr()),
+        tags.as_ptr(),
+        mh.as_mut_ptr(),
+        phs.as_mut_ptr(),
+        &mut rreq,
+    );
+    assert_eq!(rc, ncclResult_t::Success);
+    let mut sreq: *mut c_void = core::ptr::null_mut();
+    let t0 = Instant::now();
+    while sreq.is_null() {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        assert_eq!(
+            api::isend(s, bufs.0, len as u64, 5, mhs.0, ph, &mut sreq),
+            ncclResult_t::Success
+        );
+    }
+    let (mut sd, mut rd, mut got) = (0, 0, 0 as c_int);
+    while sd == 0 || rd == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        if sd == 0 {
+            assert_eq!(
+                api::test(sreq, &mut sd, core::ptr::null_mut()),
+                ncclResult_t::Success
+            );
+        }
+        if rd == 0 {
+            assert_eq!(api::test(rreq, &mut rd, &mut got), ncclResult_t::Success);
+        }
+    }
+    assert_eq!(got as usize, len);
+}
+
 #[test]
 fn isend_irecv_test_allocate_nothing() {
     if !util::init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
         return;
     }
+    // NCCL's profiler callback (v10/v11 init): comms made from now on get an event table.
+    nccl_net_ibnet::profiler::set(Some(prof));
     let (mut h, l) = util::listen();
     let (s, r, _) = util::establish(&mut h, l, Duration::from_secs(20));
     let len = 1 << 16;
@@ -151,6 +227,27 @@ fn isend_irecv_test_allocate_nothing() {
     // Relaxed: written by this thread only (armed).
     let n = ALLOCS.load(Ordering::Relaxed);
     assert_eq!(n, 0, "{n} allocation(s) in 1000 isend/irecv/test transfers");
+    // With parents: QP events start and stop on the data path, still allocating nothing.
+    for _ in 0..10 {
+        transfer_profiled(s, r, bufs, (ms, mr), len);
+    }
+    ARMED.with(|a| a.set(true));
+    for i in 0..1000 {
+        transfer_profiled(s, r, bufs, (ms, mr), if i % 2 == 0 { len } else { 8 });
+    }
+    ARMED.with(|a| a.set(false));
+    // Relaxed: as above, and the event counters were written by this thread.
+    let n = ALLOCS.load(Ordering::Relaxed);
+    assert_eq!(
+        n, 0,
+        "{n} allocation(s) in 1000 profiled isend/irecv/test transfers"
+    );
+    let (starts, stops) = (
+        EVENTS[0].load(Ordering::Relaxed),
+        EVENTS[1].load(Ordering::Relaxed),
+    );
+    assert_eq!(starts, 2 * 1010, "one event per send and per receive");
+    assert_eq!(stops, starts, "every event stopped once");
     assert_eq!(dst, src);
     assert_eq!(nccl_net_ibnet::api::dereg_mr(s, ms), ncclResult_t::Success);
     assert_eq!(nccl_net_ibnet::api::dereg_mr(r, mr), ncclResult_t::Success);

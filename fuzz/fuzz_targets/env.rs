@@ -49,12 +49,8 @@ fn params(name: &str, v: &str) {
         Ok(set) => {
             assert!(set, "{name} is one of Params::NAMES");
             // What was accepted can be used.
-            let hca = p
-                .hca_filter()
-                .expect("an accepted NCCL_IB_HCA parses again");
-            let ifs = p
-                .socket_ifname_filter()
-                .expect("an accepted NCCL_SOCKET_IFNAME parses again");
+            let hca = p.hca_filter();
+            let ifs = p.socket_ifname_filter();
             for n in NAMES {
                 let _ = hca.matches(n, 1);
                 let _ = ifs.matches_name(n);
@@ -97,19 +93,18 @@ fn filters(v: &str) {
     if let Ok(f) = HcaFilter::parse_names(v) {
         assert!(f.entries().iter().all(|e| e.port.is_none()));
     }
-    // NCCL_IB_HCA is validated and applied by the same core filter (ffi's verbs discovery
-    // parses the stored value with `HcaFilter::parse`): an accepted value parses again to
-    // the same filter.
+    // NCCL_IB_HCA is parsed once, by `Params::set`, and that filter is what ffi's verbs
+    // discovery applies: the stored text parses to the same filter.
     let mut p = Params::default();
     if p.set("NCCL_IB_HCA", v).is_ok() {
-        let core = p.hca_filter().expect("accepted value parses");
-        assert_eq!(HcaFilter::parse(&p.ib_hca).ok(), Some(core));
+        let core = p.hca_filter();
+        assert_eq!(HcaFilter::parse(&p.ib_hca).ok().as_ref(), Some(core));
     }
     // NCCL_SOCKET_IFNAME is validated by core (`Params::set`) and applied by ffi
     // (`ifaddr::choose` on the stored value): both must select the same interfaces.
     let mut p = Params::default();
     if p.set("NCCL_SOCKET_IFNAME", v).is_ok() {
-        let core = p.socket_ifname_filter().expect("accepted value parses");
+        let core = p.socket_ifname_filter();
         for n in NAMES
             .iter()
             .copied()
@@ -119,7 +114,7 @@ fn filters(v: &str) {
                 name: n.into(),
                 addr: SocketAddr::new([10, 0, 0, 1].into(), 0),
             }];
-            let ffi = nccl_net_ibnet::ifaddr::choose(&one, Some(&p.socket_ifname), None);
+            let ffi = nccl_net_ibnet::ifaddr::choose(&one, Some(core), None);
             assert_eq!(
                 core.matches_name(n),
                 ffi.is_some(),
@@ -220,8 +215,11 @@ fn ifaddr(v: &str) {
         .set("NCCL_SOCKET_FAMILY", v)
         .ok()
         .and_then(|_| nccl_net_ibnet::env::Config::from_params(&p).socket_family);
+    // NCCL_SOCKET_IFNAME as the plugin applies it: parsed once, by `Params::set`.
+    let mut q = Params::default();
+    let ifname = q.set("NCCL_SOCKET_IFNAME", v).ok().map(|_| q.ifname.clone());
     for fam in [None, Some(libc_af(false)), Some(libc_af(true)), family] {
-        if let Some(chosen) = choose(&all, Some(v), fam) {
+        if let Some(chosen) = choose(&all, ifname.as_ref(), fam) {
             assert!(all.contains(&chosen));
         }
     }

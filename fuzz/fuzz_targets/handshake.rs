@@ -5,8 +5,9 @@
 //!   and every refusal is an `Error::Wire`.
 //! * accept / connect: the machine is driven as `ffi::handshake_io::pump` drives it, reading at most
 //!   `poll_recv_len` bytes and at most `chunk` at a time; events are answered as `ffi` answers
-//!   them. A peer error is `Wire` or `PeerGone`, leaves the machine `Failed`, and repeats on
-//!   every later input; a reported peer info satisfies what the machine promises about it.
+//!   them (an answer carries the sizes FIFO). A peer error is `Wire` or `PeerGone`, leaves the
+//!   machine `Failed`, and repeats on every later input; a reported peer info satisfies what the
+//!   machine promises about it.
 #![no_main]
 
 use ibnet_core::handshake::{Acceptor, Connector, Event};
@@ -172,7 +173,7 @@ fn accept(side: Side, chunk: usize, mut peer: &[u8]) {
                 assert!(p.mtu <= side.mtu, "negotiated MTU above ours");
                 assert!(p.fifo.is_some(), "a connector without FIFO was accepted");
                 assert!(!p.qpn.is_empty());
-                a.handle_local_info(side.info(p.qpn.len(), false))
+                a.handle_local_info(side.info(p.qpn.len(), true))
                     .expect("a matching answer is accepted");
                 continue;
             }
@@ -201,6 +202,7 @@ fn connect(side: Side, chunk: usize, mut peer: &[u8]) {
                 assert_eq!(p.link_layer, side.link_layer);
                 assert_eq!(p.qpn.len(), side.nqps);
                 assert!(p.mtu <= side.mtu, "acceptor answered an MTU above ours");
+                assert!(p.fifo.is_some(), "an answer without sizes FIFO was accepted");
                 c.handle_qps_connected().expect("connect after PeerInfo");
                 continue;
             }

@@ -126,7 +126,8 @@ impl Side {
         }
     }
 
-    /// This side's QpInfo with `nqps` QPs (a connector carries its FIFO).
+    /// This side's QpInfo with `nqps` QPs (a connector carries its FIFO, an acceptor its sizes
+    /// FIFO).
     pub fn info(&self, nqps: usize, fifo: bool) -> QpInfo {
         let mut qpn = heapless::Vec::new();
         for i in 0..nqps {
@@ -198,7 +199,8 @@ pub fn seeds_handshake() -> Seeds {
             with(MODE_ACCEPT, cfg, chunk, &acc),
         ));
         // Connector: the acceptor's answer.
-        let ans = encode(&peer_info(s.nqps, s.link_layer, s.mtu, false, b""));
+        // Wire v3: the answer carries the acceptor's sizes FIFO.
+        let ans = encode(&peer_info(s.nqps, s.link_layer, s.mtu, true, b""));
         out.push((
             format!("connect-{cfg:02x}"),
             with(MODE_CONNECT, cfg, chunk, &ans),

@@ -38,6 +38,16 @@ t abi-default 600 "$abi 1 2>&1 | tee /tmp/abi-default.log && logged abi-default 
   'rxe0:1 using GID index 1: ::ffff:$RXE_IP \(RoCE v2\)' 'Using .*rxe0:1/RoCE' \
   'dev 0: rxe0 speed [0-9]+ Mbps port 1 .*ptr 0x1\$'"
 
+# ---- sizes FIFO and profiler events over real verbs: a v11 two-process run of the C ABI test
+# (small sizes, no timed messages) whose 8-way multi-receive of 8 different sizes must report
+# each receive's bytes as sent, and whose counting profiler callback (init's profFunction)
+# must see QP events started and every one stopped, on both sides.
+t sizes-fifo 300 "ABI_TEST_TABLES=11 ABI_TEST_MAX_BYTES=65536 ABI_TEST_BW_ITERS=0 $abi 1 2>&1 | \
+  tee /tmp/sizes-fifo.log && logged sizes-fifo \
+  'v11 two-process multi-recv 8-way sizes reported as sent: 0 4107 8214 12288 16395 20502 24576 28683' \
+  'v11 receiver: profiler: [1-9][0-9]* QP events started, [1-9][0-9]* stopped' \
+  'v11 sender: profiler: [1-9][0-9]* QP events started, [1-9][0-9]* stopped'"
+
 # ---- transport variants: plugin-faults' lean two-process sweep (v11, 0 B..8 MiB twice, 8-way
 # multi-receive, byte for byte) under each setting.
 faults="$BIN/plugin-faults $SO"

@@ -4,7 +4,7 @@
 //! | --- | --- | --- |
 //! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
-//! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into about `workers + 1` chunks of at least 32 KiB, copied by the posting thread and the workers) |
+//! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times 32 KiB, copied by the posting thread and the workers) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
 //! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |

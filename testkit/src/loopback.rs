@@ -293,7 +293,7 @@ impl Provider for Loopback {
     }
 
     fn alloc_fifo(&self) -> Result<Self::Fifo> {
-        Ok(Box::default())
+        Ok(zeroed_fifo())
     }
 
     fn create_cq(&self, depth: u32) -> Result<LoopCq> {
@@ -471,5 +471,21 @@ impl Loopback {
     pub fn register(&self, addr: u64, len: u64) -> Result<(MrKeys, LoopMr)> {
         let mr = self.reg_mr(addr, len.max(1), Access::ALL, RegKind::Plain)?;
         Ok((self.mr_keys(&mr), mr))
+    }
+}
+
+/// A zeroed FIFO ring on the heap (`Box::default()` would build its ~136 KiB on the stack
+/// first, several times over in a debug build).
+fn zeroed_fifo() -> Box<FifoRing> {
+    let layout = std::alloc::Layout::new::<FifoRing>();
+    // SAFETY: the layout is FifoRing's (non-zero size). All-zero bytes are a valid FifoRing (it
+    // is arrays of atomics, and zero is its `new()` state), so the Box may own the allocation
+    // and frees it with the same layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<FifoRing>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(p)
     }
 }

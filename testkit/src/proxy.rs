@@ -289,7 +289,7 @@ pub fn new_px_with<D: Fabric, M: MemProvider>(
     .with_props(NetProps {
         max_recvs: sc.max_recvs,
         dmabuf: false,
-        sizes: SizeReport::Flags,
+        sizes: SizeReport::Bytes,
     });
     let c = ProxyConfig {
         gdr_copy_flush: sc.gdc_flush,

@@ -19,10 +19,13 @@
 //! ```
 //! Only plugin calls carry data; the control socket carries configuration and results.
 //!
-//! `unsafe` code is denied here and allowed only in four named modules, each for one reason:
+//! `ibnet-soak` (module [`soak`]) runs a long, byte-verified two-process load through the same
+//! loader.
+//!
+//! `unsafe` code is denied here and allowed only in five named modules, each for one reason:
 //! [`buf`] (its own aligned allocation), [`log`] (the C logger sink `extern "C"` and its C
-//! strings), [`net`] (plugin strings and the `unsafe fn`s that pass memory to the plugin) and
-//! [`sweep`] (calls those with the buffers it owns). Loading and calling a plugin is
+//! strings), [`net`] (plugin strings and the `unsafe fn`s that pass memory to the plugin),
+//! [`sweep`] and [`soak::lane`] (call those with the buffers they own). Loading and calling a plugin is
 //! ibnet-ffi's `foreign` loader. Every block has a `SAFETY` comment.
 #![deny(unsafe_code)]
 
@@ -36,6 +39,7 @@ pub mod log;
 pub mod net;
 pub mod plot;
 pub mod report;
+pub mod soak;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sweep;

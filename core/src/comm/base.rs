@@ -3,13 +3,14 @@
 
 use heapless::Vec;
 
+use super::events::Sink;
 use super::types::{CommConfig, Done};
 use crate::error::{Error, PeerId, ReqType, Result};
 use crate::provider::{
     Access, Completion, ConnectAttr, Ece, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
     WcStatus,
 };
-use crate::request::{wr_id_lane, ReqId, RequestPool};
+use crate::request::{wr_id_lane, ReqId, Request, RequestPool};
 use crate::wire::{QpInfo, MAX_QPS};
 
 /// Completions taken from the CQ per poll.
@@ -25,6 +26,8 @@ pub(super) struct Base<P: Provider> {
     pub peer: PeerId,
     /// Next QP for round-robin posting (data QPs pair by index with the peer's).
     pub qp_index: usize,
+    /// Profiler events (`None`: no profiler; one branch per post and completion).
+    pub sink: Option<Sink>,
     /// Where the comm is in its life.
     life: Life,
 }
@@ -61,6 +64,7 @@ impl<P: Provider> Base<P> {
             reqs: RequestPool::new(),
             peer: PeerId::default(),
             qp_index: 0,
+            sink: None,
             life: Life::Unconnected,
         };
         for _ in 0..nqps {
@@ -245,15 +249,29 @@ impl<P: Provider> Base<P> {
         q
     }
 
-    /// `test`: polls the CQ until `id` is done or the CQ is empty.
-    pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
+    /// `test`: polls the CQ until `id` is done or the CQ is empty. `finish` turns a done
+    /// request into what `test` reports (a receive's sizes); an error from it poisons the comm.
+    pub fn test(
+        &mut self,
+        id: ReqId,
+        finish: impl FnOnce(&Request) -> Result<Done>,
+    ) -> Result<Option<Done>> {
         self.check_live("test")?;
         loop {
             let r = self.reqs.get(id)?;
             if r.events == 0 {
-                let done = done_of(r);
+                if let Some(sink) = self.sink {
+                    sink.stop(id.index(), None);
+                }
+                let done = finish(r);
                 self.reqs.free(id)?;
-                return Ok(Some(done));
+                return match done {
+                    Ok(d) => Ok(Some(d)),
+                    Err(e) => {
+                        self.poison();
+                        Err(e)
+                    }
+                };
             }
             let mut wcs = [Completion::EMPTY; POLL_BATCH];
             let cq = self.cq.as_mut().ok_or(Error::BadState {
@@ -275,15 +293,28 @@ impl<P: Provider> Base<P> {
 
     /// Reports and frees `id` if it has no events left (`None`: still waiting). Reads no CQ and
     /// works on a poisoned comm too: a fused comm asks which of a failed rail's requests had
-    /// completed before the failure.
-    pub fn finish(&mut self, id: ReqId) -> Result<Option<Done>> {
+    /// completed before the failure. `finish` is `test`'s; an error from it poisons the comm.
+    pub fn finish(
+        &mut self,
+        id: ReqId,
+        finish: impl FnOnce(&Request) -> Result<Done>,
+    ) -> Result<Option<Done>> {
         let r = self.reqs.get(id)?;
         if r.events != 0 {
             return Ok(None);
         }
-        let done = done_of(r);
+        if let Some(sink) = self.sink {
+            sink.stop(id.index(), None);
+        }
+        let done = finish(r);
         self.reqs.free(id)?;
-        Ok(Some(done))
+        match done {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                self.poison();
+                Err(e)
+            }
+        }
     }
 
     /// Polls the CQ once and applies what it finds, for no request in particular: a failed
@@ -304,6 +335,23 @@ impl<P: Provider> Base<P> {
             }
         }
         Ok(())
+    }
+
+    /// What a done send or flush reports (a receive's report is its comm's).
+    pub fn done_of(r: &Request) -> Done {
+        let mut sizes = [0; crate::fifo::MAX_RECVS];
+        match r.kind {
+            Some(ReqType::Send) => {
+                sizes[0] = r.send.size;
+                Done { n: 1, sizes }
+            }
+            _ => Done { n: 0, sizes },
+        }
+    }
+
+    /// The comm index of the QP numbered `qpn` (for profiler events only).
+    fn qp_index_of(&self, qpn: u32) -> Option<usize> {
+        self.qps.iter().position(|q| self.dev.qp_num(q) == qpn)
     }
 
     /// Applies one completion to the requests its `wr_id` names.
@@ -330,20 +378,24 @@ impl<P: Provider> Base<P> {
                 size,
             });
         }
+        // Only with a profiler: which of our QPs completed (its events stop now).
+        let sink = self.sink;
+        let qi = sink.and_then(|_| self.qp_index_of(wc.qp_num));
         let r = self.reqs.by_index(lane0).ok_or(bogus)?;
         match r.kind {
             Some(ReqType::Send) => {
                 // One signaled completion retires every send of the multi-receive.
                 let nreqs = r.nreqs as usize;
                 for lane in 0..nreqs {
-                    let s = self
-                        .reqs
-                        .by_index(wr_id_lane(wc.wr_id, lane))
-                        .ok_or(bogus)?;
+                    let idx = wr_id_lane(wc.wr_id, lane);
+                    let s = self.reqs.by_index(idx).ok_or(bogus)?;
                     if s.kind != Some(ReqType::Send) || s.events == 0 {
                         return Err(bogus);
                     }
                     s.events -= 1;
+                    if let (Some(sink), Some(qi)) = (sink, qi) {
+                        sink.stop(idx, Some(qi));
+                    }
                 }
             }
             Some(kind) => {
@@ -351,12 +403,15 @@ impl<P: Provider> Base<P> {
                     if kind != ReqType::Recv {
                         return Err(bogus);
                     }
-                    if r.nreqs > 1 {
-                        for (i, s) in r.sizes.iter_mut().take(r.nreqs as usize).enumerate() {
-                            *s = ((wc.imm >> i) & 1) as u64;
-                        }
-                    } else {
+                    // A single receive's immediate is the bytes this QP carried; a
+                    // multi-receive's sizes are in the sizes FIFO (read when it is done).
+                    if r.nreqs == 1 {
                         r.sizes[0] += wc.imm as u64;
+                    } else {
+                        r.imm_mask |= wc.imm;
+                    }
+                    if let (Some(sink), Some(qi)) = (sink, qi) {
+                        sink.stop(lane0, Some(qi));
                     }
                 }
                 if r.events == 0 {
@@ -369,8 +424,14 @@ impl<P: Provider> Base<P> {
         Ok(())
     }
 
-    /// Destroys every provider object (idempotent).
+    /// Destroys every provider object (idempotent). Profiler events of requests still open
+    /// (a receive nobody will send to) are stopped first, so every start has its stop.
     pub fn teardown(&mut self) -> Result<()> {
+        if let Some(sink) = self.sink.take() {
+            for idx in self.reqs.live() {
+                sink.stop(idx, None);
+            }
+        }
         let mut first = Ok(());
         while let Some(qp) = self.qps.pop() {
             let r = self.dev.destroy_qp(qp);
@@ -385,26 +446,6 @@ impl<P: Provider> Base<P> {
             }
         }
         first
-    }
-}
-
-/// What `test` reports for a request with no events left.
-#[inline]
-fn done_of(r: &crate::request::Request) -> Done {
-    match r.kind {
-        Some(ReqType::Recv) => Done {
-            n: r.nreqs,
-            sizes: r.sizes,
-        },
-        Some(ReqType::Send) => {
-            let mut sizes = [0; crate::fifo::MAX_RECVS];
-            sizes[0] = r.send.size;
-            Done { n: 1, sizes }
-        }
-        _ => Done {
-            n: 0,
-            sizes: [0; crate::fifo::MAX_RECVS],
-        },
     }
 }
 

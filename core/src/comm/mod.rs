@@ -11,9 +11,12 @@
 //!    RDMA WRITE staged elems ─────FIFO──────────────▶  once every receive of the slot matched:
 //!      (signaled once per lap)               │           RDMA WRITE data, split over QPs in
 //!                                            │           128-byte-aligned chunks (optional)
-//!  test: RECV_RDMA_WITH_IMM ◀──────────────────────────  WRITE_WITH_IMM (size, or bitmask for
-//!        sizes from the immediate            │           a multi-receive; a separate 0-byte one
-//!                                            └─────────  above the adaptive-routing threshold)
+//!  test: RECV_RDMA_WITH_IMM ◀──────────────────────────  WRITE_WITH_IMM: a single receive's
+//!        sizes: the immediate (one receive)  │           size as immediate (a separate 0-byte
+//!        or the sizes FIFO row (several),    │           one above the adaptive-routing
+//!        each ≤ the buffer posted            └─────────  threshold); a multi-receive's sizes
+//!                                                        into the receiver's sizes FIFO, with
+//!                                                        a bitmask of non-empty sends as imm
 //!  iflush: RDMA READ of 1 byte on a loopback QP        test: signaled completion retires every
 //!                                                        request packed in the wr_id
 //! ```
@@ -30,10 +33,12 @@
 //! every later call fails fast with `Error::Poisoned`.
 
 mod base;
+pub mod events;
 mod recv;
 mod send;
 mod types;
 
+pub use events::{QpEvent, QpEvents, QpOp, Sink};
 pub use recv::RecvComm;
 pub use send::{Peeked, SendComm, MAX_MSG_SIZE};
 pub use types::{CommConfig, Done, RecvBuf};

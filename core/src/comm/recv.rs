@@ -5,11 +5,12 @@
 //! message → [`RecvComm::irecv`] / [`RecvComm::test`] / [`RecvComm::iflush`] from one thread.
 
 use super::base::Base;
+use super::events::{QpEvent, QpOp, Sink};
 use super::types::{CommConfig, Done, RecvBuf};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, Ece, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
-use crate::request::ReqId;
+use crate::request::{ReqId, Request};
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
 /// The RDMA READ flush: a loopback QP and a one-byte read into registered scratch memory.
@@ -29,6 +30,9 @@ pub struct RecvComm<P: Provider> {
     staging: P::Fifo,
     staging_mr: Option<P::Mr>,
     staging_keys: MrKeys,
+    /// The staging ring's sizes FIFO, registered for the peer to write (module doc of `fifo`).
+    sizes_mr: Option<P::Mr>,
+    sizes_keys: MrKeys,
     /// The peer's FIFO.
     rem_fifo: RemoteBuf,
     /// Sequence number of the next FIFO slot to post.
@@ -96,6 +100,22 @@ impl<P: Provider> RecvComm<P> {
         };
         let (staging_mr, staging_keys) =
             base.reg(staging.base_addr(), FifoRing::<MAX_REQUESTS>::BYTES, access)?;
+        let sizes_access = Access {
+            local_write: true,
+            remote_write: true,
+            ..Access::default()
+        };
+        let (sizes_mr, sizes_keys) = match base.reg(
+            staging.sizes_base(),
+            FifoRing::<MAX_REQUESTS>::SIZES_BYTES,
+            sizes_access,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = base.dev.dereg_mr(staging_mr);
+                return Err(e);
+            }
+        };
         let mut comm = Self {
             base,
             cfg,
@@ -105,6 +125,8 @@ impl<P: Provider> RecvComm<P> {
             staging,
             staging_mr: Some(staging_mr),
             staging_keys,
+            sizes_mr: Some(sizes_mr),
+            sizes_keys,
             rem_fifo,
             fifo_tail: 0,
             flush: Flush { qp: None },
@@ -159,15 +181,30 @@ impl<P: Provider> RecvComm<P> {
         self.base.set_peer_addr(addr);
     }
 
-    /// The answer to the connector: our QPs and the negotiated MTU.
+    /// The answer to the connector: our QPs, the negotiated MTU, and our sizes FIFO.
     pub fn local_info(&self) -> QpInfo {
         let mut info = self.base.local_info(self.mtu, self.sl, self.tc);
+        info.fifo = Some(RemoteBuf {
+            addr: self.staging.sizes_base(),
+            rkey: self.sizes_keys.rkey,
+        });
         info.ece = self.ece.clone();
         info
     }
 
+    /// Sends profiler events to `sink` (`None`: none; see [`super::events`]).
+    pub fn set_events(&mut self, sink: Option<Sink>) {
+        self.base.sink = sink;
+    }
+
     /// Posts a (multi-)receive of `bufs` (1..=8 buffers).
     pub fn irecv(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
+        self.irecv_under(bufs, &[])
+    }
+
+    /// [`RecvComm::irecv`] with the profiler parent of each buffer (NCCL's `phandles`; an
+    /// entry of 0, or a missing one, is none).
+    pub fn irecv_under(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
         self.base.check_live("irecv")?;
         let n = bufs.len();
         if n == 0 || n > MAX_RECVS {
@@ -184,7 +221,9 @@ impl<P: Provider> RecvComm<P> {
             1
         };
         let id = self.base.reqs.alloc(ReqType::Recv, nqps as u32, n as u8)?;
-        if let Err(e) = self.post(id, bufs, nqps) {
+        self.base.reqs.get(id)?.fifo_slot =
+            FifoRing::<MAX_REQUESTS>::slot_of(self.fifo_tail) as u16;
+        if let Err(e) = self.post(id, bufs, parents, nqps) {
             self.base.poison();
             let _ = self.base.reqs.free(id);
             return Err(e);
@@ -192,9 +231,12 @@ impl<P: Provider> RecvComm<P> {
         Ok(Some(id))
     }
 
-    fn post(&mut self, id: ReqId, bufs: &[RecvBuf], nqps: usize) -> Result<()> {
+    fn post(&mut self, id: ReqId, bufs: &[RecvBuf], parents: &[usize], nqps: usize) -> Result<()> {
         for _ in 0..nqps {
             let q = self.base.next_qp();
+            if let Some(sink) = self.base.sink {
+                self.start_events(sink, id, q, &parents[..parents.len().min(bufs.len())])?;
+            }
             self.base
                 .dev
                 .post_recv(&mut self.base.qps[q], id.index() as u64)?;
@@ -232,6 +274,21 @@ impl<P: Provider> RecvComm<P> {
         };
         self.base.dev.post_send(&mut self.base.qps[0], &[wr])?;
         self.fifo_tail += 1;
+        Ok(())
+    }
+
+    /// Starts one QP event per buffer of request `id` on QP index `q` (as NCCL 2.28).
+    fn start_events(&mut self, sink: Sink, id: ReqId, q: usize, parents: &[usize]) -> Result<()> {
+        let ev = QpEvent {
+            device: sink.device,
+            wr_id: id.index() as u64,
+            op: QpOp::Recv,
+            qpn: self.base.dev.qp_num(&self.base.qps[q]),
+            length: 0,
+        };
+        for &parent in parents {
+            sink.start(id.index(), q, parent, &ev);
+        }
         Ok(())
     }
 
@@ -275,15 +332,27 @@ impl<P: Provider> RecvComm<P> {
         Ok(Some(id))
     }
 
-    /// Polls for completion of `id`.
+    /// Polls for completion of `id`. A receive reports the bytes each buffer received: a
+    /// single receive from its immediates, a multi-receive from the sizes FIFO; each is
+    /// checked against the buffer posted (a hostile or broken peer is [`Error::BadSize`]).
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        self.base.test(id)
+        let staging = &self.staging;
+        let peer = self.base.peer;
+        self.base.test(id, |r| match r.kind {
+            Some(ReqType::Recv) => recv_done(staging, r, peer),
+            _ => Ok(Base::<P>::done_of(r)),
+        })
     }
 
     /// `id` if it completed before now, without polling (see `Base::finish`; also on a
     /// poisoned comm).
     pub fn completed(&mut self, id: ReqId) -> Result<Option<Done>> {
-        self.base.finish(id)
+        let staging = &self.staging;
+        let peer = self.base.peer;
+        self.base.finish(id, |r| match r.kind {
+            Some(ReqType::Recv) => recv_done(staging, r, peer),
+            _ => Ok(Base::<P>::done_of(r)),
+        })
     }
 
     /// One signaled RDMA WRITE of `local` to `remote_addr` (`rkey`) on QP 0, as a request of
@@ -331,13 +400,39 @@ impl<P: Provider> RecvComm<P> {
             .staging_mr
             .take()
             .map_or(Ok(()), |mr| self.base.dev.dereg_mr(mr));
-        f.and(r).and(m)
+        let z = self
+            .sizes_mr
+            .take()
+            .map_or(Ok(()), |mr| self.base.dev.dereg_mr(mr));
+        f.and(r).and(m).and(z)
     }
 
     /// Requests in use (for tests and diagnostics).
     pub fn requests_in_use(&self) -> usize {
         self.base.reqs.in_use()
     }
+}
+
+/// What a done receive reports: per buffer the bytes the peer says it wrote, each at most the
+/// buffer posted in the request's slot, and for a multi-receive non-zero exactly where the
+/// immediate's bitmask says so.
+fn recv_done(ring: &FifoRing, r: &Request, peer: crate::error::PeerId) -> Result<Done> {
+    let n = r.nreqs as usize;
+    let slot = r.fifo_slot as usize;
+    let sizes = if n > 1 { ring.sizes(slot, n) } else { r.sizes };
+    for (i, &size) in sizes.iter().enumerate().take(n) {
+        let posted = ring.posted_size(slot, i);
+        let flagged = n == 1 || ((r.imm_mask >> i) & 1 == 1) == (size != 0);
+        if size > posted || !flagged {
+            return Err(Error::BadSize {
+                index: i as u8,
+                size,
+                posted,
+                peer,
+            });
+        }
+    }
+    Ok(Done { n: n as u8, sizes })
 }
 
 impl<P: Provider> Drop for RecvComm<P> {

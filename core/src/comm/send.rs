@@ -6,6 +6,7 @@
 //! matching receive.
 
 use super::base::{Base, Life};
+use super::events::{QpEvent, QpOp, Sink};
 use super::types::{CommConfig, Done};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
@@ -46,6 +47,8 @@ pub struct SendComm<P: Provider> {
     slot_reqs: [Option<ReqId>; MAX_RECVS],
     /// Where each matched send lands in its receive buffer (0 but for a fused comm's parts).
     slot_roff: [u64; MAX_RECVS],
+    /// The receiver's sizes FIFO (from its answer; set by `connect`).
+    rem_sizes: RemoteBuf,
     /// Our QPs' ECE options, sent to the peer (empty: ECE off or not supported).
     ece: heapless::Vec<Ece, MAX_QPS>,
 }
@@ -86,6 +89,7 @@ impl<P: Provider> SendComm<P> {
             fifo_head: 0,
             slot_reqs: [None; MAX_RECVS],
             slot_roff: [0; MAX_RECVS],
+            rem_sizes: RemoteBuf::default(),
             ece,
         })
     }
@@ -116,7 +120,19 @@ impl<P: Provider> SendComm<P> {
                 state: "connected",
             });
         }
+        // Where a multi-receive's sizes go (wire version 3 requires it in the answer).
+        let sizes = remote.fifo.ok_or(Error::Wire {
+            what: "acceptor sent no sizes FIFO",
+            value: 0,
+        })?;
+        if sizes.addr == 0 || sizes.rkey == 0 {
+            return Err(Error::Wire {
+                what: "acceptor's sizes FIFO address or rkey is 0",
+                value: sizes.addr,
+            });
+        }
         self.base.accept_peer(remote)?;
+        self.rem_sizes = sizes;
         // The acceptor's answer carries the options its QPs settled on (NCCL 2.28 sets them on
         // the requester's QPs before RTR); none when it or we have no ECE.
         if self.cfg.ece && !self.ece.is_empty() {
@@ -131,12 +147,29 @@ impl<P: Provider> SendComm<P> {
         Ok(())
     }
 
+    /// Sends profiler events to `sink` (`None`: none; see [`super::events`]).
+    pub fn set_events(&mut self, sink: Option<Sink>) {
+        self.base.sink = sink;
+    }
+
     /// Sends `size` bytes at `addr` (registered with `mr`) to the receive tagged `tag`.
     ///
     /// `Ok(None)`: the receiver has not posted the matching receive yet; call again.
     pub fn isend(&mut self, addr: u64, size: u64, tag: u32, mr: MrKeys) -> Result<Option<ReqId>> {
-        // Inlined with `roff` = 0: a one-device comm pays nothing for fusion.
-        self.isend_impl(addr, size, tag, mr, 0)
+        // Inlined with no offset and no parent: a one-device comm pays nothing for fusion.
+        self.isend_impl(addr, size, tag, mr, 0, 0)
+    }
+
+    /// [`SendComm::isend`] with the profiler parent NCCL passed (`phandle`; 0: none).
+    pub fn isend_under(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: u32,
+        mr: MrKeys,
+        parent: usize,
+    ) -> Result<Option<ReqId>> {
+        self.isend_impl(addr, size, tag, mr, 0, parent)
     }
 
     /// [`Self::isend`] of one part of a message: the `size` bytes at `addr` land `roff` bytes
@@ -150,7 +183,7 @@ impl<P: Provider> SendComm<P> {
         mr: MrKeys,
         roff: u64,
     ) -> Result<Option<ReqId>> {
-        self.isend_impl(addr, size, tag, mr, roff)
+        self.isend_impl(addr, size, tag, mr, roff, 0)
     }
 
     #[inline(always)]
@@ -161,6 +194,7 @@ impl<P: Provider> SendComm<P> {
         tag: u32,
         mr: MrKeys,
         roff: u64,
+        parent: usize,
     ) -> Result<Option<ReqId>> {
         self.base.check_connected("isend")?;
         if size > MAX_MSG_SIZE || roff > MAX_MSG_SIZE {
@@ -196,6 +230,7 @@ impl<P: Provider> SendComm<P> {
         req.send.addr = addr;
         req.send.size = size;
         req.send.lkey = mr.lkey;
+        req.parent = parent;
         self.slot_reqs[r] = Some(id);
         self.slot_roff[r] = roff;
         // A multi-receive goes out only once every one of its receives has a send.
@@ -293,7 +328,7 @@ impl<P: Provider> SendComm<P> {
 
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        self.base.test(id)
+        self.base.test(id, |r| Ok(Base::<P>::done_of(r)))
     }
 
     /// Polls the CQ once for no request in particular (see `Base::progress`): an error
@@ -321,15 +356,20 @@ impl<P: Provider> SendComm<P> {
         } else {
             1
         };
-        // With one receive the immediate is the size; with several, a bitmask of non-empty sends.
+        // With one receive the immediate is the size. With several it is a bitmask of the
+        // non-empty sends, and the write that carries it also writes every send's size into
+        // the receiver's sizes FIFO (module doc of `fifo`).
         let mask = sends[..n]
             .iter()
             .enumerate()
             .fold(0u32, |m, (r, s)| m | ((s.size != 0) as u32) << r);
+        let sizes_wr = self.imm_wr(posted, &sends[..n]);
         let separate_imm =
             n > 1 || (self.cfg.adaptive_routing && sends[0].size > self.cfg.ar_threshold);
         for q in 0..nqps {
             let mut wrs = [SendWr::EMPTY; MAX_RECVS + 1];
+            // Per send: the index of its WR in `wrs` (for profiler events).
+            let mut wr_of = [usize::MAX; MAX_RECVS];
             let mut k = 0;
             let mut imm_len = 0u64;
             for r in 0..n {
@@ -355,15 +395,12 @@ impl<P: Provider> SendComm<P> {
                     rkey: posted[r].rkey,
                     ..SendWr::EMPTY
                 };
+                wr_of[r] = k;
                 k += 1;
             }
             let imm = if n == 1 { imm_len as u32 } else { mask };
             if separate_imm || k == 0 {
-                wrs[k] = SendWr {
-                    remote_addr: posted[0].addr,
-                    rkey: posted[0].rkey,
-                    ..SendWr::EMPTY
-                };
+                wrs[k] = sizes_wr;
                 k += 1;
             }
             let last = &mut wrs[k - 1];
@@ -372,8 +409,74 @@ impl<P: Provider> SendComm<P> {
             last.wr_id = wr_id;
             last.signaled = true;
             let qi = self.base.next_qp();
+            if let Some(sink) = self.base.sink {
+                self.start_events(sink, qi, wr_id, &wrs[..k], &wr_of[..n])?;
+            }
             let qp = &mut self.base.qps[qi];
             self.base.dev.post_send(qp, &wrs[..k])?;
+        }
+        Ok(())
+    }
+
+    /// The write that carries a separate immediate: for a multi-receive it writes every send's
+    /// size into the receiver's sizes FIFO row of this slot; for one receive it writes nothing
+    /// (adaptive routing).
+    fn imm_wr(&self, posted: &[PostedRecv], sends: &[crate::request::SendState]) -> SendWr {
+        if sends.len() == 1 {
+            return SendWr {
+                remote_addr: posted[0].addr,
+                rkey: posted[0].rkey,
+                ..SendWr::EMPTY
+            };
+        }
+        let slot = FifoRing::<MAX_REQUESTS>::slot_of(self.fifo_head);
+        let mut sz = [0u64; MAX_RECVS];
+        for (d, s) in sz.iter_mut().zip(sends) {
+            *d = s.size;
+        }
+        let (addr, len) = self.fifo.stage_sizes(slot, &sz[..sends.len()]);
+        SendWr {
+            sge: Sge {
+                addr,
+                len: len as u32,
+                lkey: self.fifo_keys.lkey,
+            },
+            remote_addr: self.rem_sizes.addr + FifoRing::<MAX_REQUESTS>::sizes_offset(slot) as u64,
+            rkey: self.rem_sizes.rkey,
+            ..SendWr::EMPTY
+        }
+    }
+
+    /// Starts one QP event per send of the slot on QP index `qi` (NCCL 2.28 starts one even
+    /// for a send with nothing on that QP, with length 0).
+    fn start_events(
+        &mut self,
+        sink: Sink,
+        qi: usize,
+        wr_id: u64,
+        wrs: &[SendWr],
+        wr_of: &[usize],
+    ) -> Result<()> {
+        let qpn = self.base.dev.qp_num(&self.base.qps[qi]);
+        for (r, &w) in wr_of.iter().enumerate() {
+            let id = self.slot_reqs[r].ok_or(Error::BadState {
+                op: "multi_send",
+                state: "unmatched",
+            })?;
+            let (op, length) = match wrs.get(w) {
+                Some(wr) if wr.opcode == WrOpcode::WriteWithImm => (QpOp::WriteWithImm, wr.sge.len),
+                Some(wr) => (QpOp::Write, wr.sge.len),
+                None => (QpOp::Write, 0),
+            };
+            let ev = QpEvent {
+                device: sink.device,
+                wr_id,
+                op,
+                qpn,
+                length: length as u64,
+            };
+            let parent = self.base.reqs.get(id)?.parent;
+            sink.start(id.index(), qi, parent, &ev);
         }
         Ok(())
     }

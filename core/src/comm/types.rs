@@ -105,7 +105,7 @@ pub struct Done {
     /// How many entries of `sizes` are meaningful (receives: the multi-receive's width;
     /// sends: 1; flushes: 0).
     pub n: u8,
-    /// Received bytes per buffer. For a multi-receive (`n > 1`) each entry is 1 if the matching
-    /// send carried data and 0 if not, as in `net_ib`.
+    /// Bytes per buffer: received (receives, single or multi, as NCCL 2.19+'s `net_ib`, whose
+    /// sender writes a multi-receive's sizes into the receiver's sizes FIFO) or sent (sends).
     pub sizes: [u64; MAX_RECVS],
 }

@@ -20,7 +20,8 @@
 //! multiple of 128) and posts each part on its rail at its offset in the receive buffer
 //! ([`SendComm::isend_at`](crate::comm::SendComm::isend_at)). Each rail completes its part with
 //! its own write-with-immediate; the receive is done when every rail's part is, and its size is
-//! the sum of the parts (a multi-receive's 0/1 flags combine by OR).
+//! the sum of the parts' real byte counts (each rail's immediate, or for a multi-receive each
+//! rail's row of its sizes FIFO).
 //!
 //! ```text
 //!  FusedRecv::irecv(buf)          rail 0: RecvComm::irecv(buf, rkey0) ── CTS ─▶ rail 0 FIFO

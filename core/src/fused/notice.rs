@@ -11,8 +11,9 @@
 //!                                         rkey = NOTICE_KEY | rail   tag = non-empty mask
 //! ```
 //!
-//! `size` is what the receiver adds to a single receive's size; `tag` has bit `i` set when
-//! receive `i` of a multi-receive got bytes from the part (the 0/1 sizes of a multi-receive).
+//! `size` is what the receiver adds to the receive's size (a single receive's, or for a
+//! multi-receive that of the receive `tag` names); `tag` has bit `i` set when receive `i` of a
+//! multi-receive got bytes from the part.
 
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::fifo::PostedRecv;

@@ -460,8 +460,11 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 m.legs[r] = Leg::Done;
                 let mut sizes = [0; MAX_RECVS];
                 if m.n > 1 {
+                    // The part's bytes go to the receive its mask names.
                     for (i, s) in sizes.iter_mut().enumerate().take(m.n as usize) {
-                        *s = u64::from((nt.mask >> i) & 1);
+                        if (nt.mask >> i) & 1 == 1 {
+                            *s = nt.bytes;
+                        }
                     }
                 } else {
                     sizes[0] = nt.bytes;
@@ -535,15 +538,11 @@ impl<P: Provider + Clone> FusedRecv<P> {
     }
 }
 
-/// Adds one rail's sizes to a receive's: a single receive's bytes add up; a multi-receive's
-/// entries are 0/1 (non-empty) flags, as the rails report them, so they combine by OR.
+/// Adds one rail's sizes to a receive's: each rail reports the real bytes of its part of
+/// every receive (its immediate, or its sizes FIFO row for a multi-receive), so they add up.
 fn add_sizes(m: &mut Msg, part: &[u64; MAX_RECVS]) {
-    if m.n > 1 {
-        for (s, p) in m.sizes.iter_mut().zip(part) {
-            *s = (*s).max(u64::from(*p != 0));
-        }
-    } else {
-        m.sizes[0] += part[0];
+    for (s, p) in m.sizes.iter_mut().zip(part).take(m.n.max(1) as usize) {
+        *s += *p;
     }
 }
 

@@ -40,6 +40,8 @@ struct Msg {
     /// The receive's FIFO sequence number (the same on every rail).
     seq: u64,
     nreqs: u8,
+    /// The receive's index in its multi-receive.
+    index: u8,
     addr: u64,
     size: u64,
     /// The send buffer's keys on each rail.
@@ -61,6 +63,7 @@ impl Msg {
         used: false,
         seq: 0,
         nreqs: 0,
+        index: 0,
         addr: 0,
         size: 0,
         mrs: [MrKeys { lkey: 0, rkey: 0 }; N],
@@ -325,6 +328,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             used: true,
             seq: first.seq,
             nreqs: first.nreqs,
+            index: first.index,
             addr,
             size,
             parts: stripe(size, nr),
@@ -531,7 +535,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                     seq: m.seq,
                     rail: r as u8,
                     bytes: m.parts[r].len,
-                    mask: u32::from(m.parts[r].len > 0),
+                    mask: u32::from(m.parts[r].len > 0) << m.index,
                 }
                 .encode();
             }

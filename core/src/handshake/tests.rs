@@ -116,7 +116,7 @@ fn run(
 }
 
 fn echo_answer(ll: LinkLayer, mtu: Mtu) -> impl Fn(&QpInfo) -> QpInfo {
-    move |p| qps(p.qpn.len(), 500, ll, mtu, false)
+    move |p| qps(p.qpn.len(), 500, ll, mtu, true)
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn completes_for_every_split() {
             want.mtu = Mtu::M1024;
             assert_eq!(r.acc_saw.as_ref(), Some(&want));
             // The connector saw the acceptor's answer with the negotiated MTU.
-            let mut ans = qps(nqps, 500, LinkLayer::Ethernet, Mtu::M1024, false);
+            let mut ans = qps(nqps, 500, LinkLayer::Ethernet, Mtu::M1024, true);
             ans.mtu = Mtu::M1024;
             assert_eq!(r.conn_saw.as_ref(), Some(&ans));
             // Nothing more to do; events are reported once; close after done is fine.
@@ -201,7 +201,7 @@ fn link_layer_mismatch_is_a_hard_error() {
 
     // The connector refuses an answer on another link layer.
     let mut c = Connector::new(NONCE, &local).unwrap();
-    let e = feed_connector_answer(&mut c, &qps(1, 9, LinkLayer::Infiniband, Mtu::M256, false));
+    let e = feed_connector_answer(&mut c, &qps(1, 9, LinkLayer::Infiniband, Mtu::M256, true));
     assert!(matches!(
         e,
         Err(Error::Wire {
@@ -225,11 +225,11 @@ fn connector_validates_the_answer() {
     let local = qps(2, 1, LinkLayer::Ethernet, Mtu::M1024, true);
     let cases = [
         (
-            qps(3, 9, LinkLayer::Ethernet, Mtu::M1024, false),
+            qps(3, 9, LinkLayer::Ethernet, Mtu::M1024, true),
             "peer nqps differs from ours",
         ),
         (
-            qps(2, 9, LinkLayer::Ethernet, Mtu::M2048, false),
+            qps(2, 9, LinkLayer::Ethernet, Mtu::M2048, true),
             "peer answered an MTU above ours",
         ),
     ];
@@ -295,6 +295,35 @@ fn fifo_is_required_from_the_connector() {
 }
 
 #[test]
+fn sizes_fifo_is_required_in_the_answer() {
+    // The connector refuses an answer without the acceptor's sizes FIFO (a wire v2 peer).
+    let mut c = Connector::new(NONCE, &qps(1, 1, LinkLayer::Ethernet, Mtu::M4096, true)).unwrap();
+    let e = feed_connector_answer(&mut c, &qps(1, 9, LinkLayer::Ethernet, Mtu::M4096, false));
+    assert_eq!(
+        e,
+        Err(Error::Wire {
+            what: "acceptor sent no sizes FIFO",
+            value: 0
+        })
+    );
+    // The acceptor does not answer without one.
+    let mut a = Acceptor::new(NONCE, &port(LinkLayer::Ethernet, Mtu::M4096));
+    assert_eq!(
+        a.handle_recv(&Hello { nonce: NONCE }.encode()),
+        Ok(HELLO_LEN)
+    );
+    let peer = qps(1, 1, LinkLayer::Ethernet, Mtu::M4096, true);
+    let mut b = [0u8; crate::wire::QP_INFO_MAX_LEN];
+    let n = peer.encode(&mut b).unwrap();
+    assert_eq!(a.handle_recv(&b[..n]), Ok(n));
+    assert!(matches!(a.poll_event(), Some(Event::PeerInfo(_))));
+    assert!(matches!(
+        a.handle_local_info(qps(1, 9, LinkLayer::Ethernet, Mtu::M4096, false)),
+        Err(Error::Missing { .. })
+    ));
+}
+
+#[test]
 fn local_answer_must_match_the_peer() {
     let local = qps(2, 1, LinkLayer::Ethernet, Mtu::M4096, true);
     let mut c = Connector::new(NONCE, &local).unwrap();
@@ -305,14 +334,14 @@ fn local_answer_must_match_the_peer() {
     assert_eq!(a.handle_recv(&bytes), Ok(bytes.len()));
     assert_eq!(a.state_name(), "Setup");
     // Answering before taking the event is a caller bug.
-    let ans = qps(2, 9, LinkLayer::Ethernet, Mtu::M4096, false);
+    let ans = qps(2, 9, LinkLayer::Ethernet, Mtu::M4096, true);
     assert!(matches!(
         a.handle_local_info(ans.clone()),
         Err(Error::BadState { .. })
     ));
     assert!(matches!(a.poll_event(), Some(Event::PeerInfo(_))));
     // Wrong QP count: refused, state kept, then the right one works.
-    let e = a.handle_local_info(qps(3, 9, LinkLayer::Ethernet, Mtu::M4096, false));
+    let e = a.handle_local_info(qps(3, 9, LinkLayer::Ethernet, Mtu::M4096, true));
     assert!(matches!(
         e,
         Err(Error::OutOfRange {
@@ -321,7 +350,7 @@ fn local_answer_must_match_the_peer() {
             ..
         })
     ));
-    let e = a.handle_local_info(qps(2, 9, LinkLayer::Infiniband, Mtu::M4096, false));
+    let e = a.handle_local_info(qps(2, 9, LinkLayer::Infiniband, Mtu::M4096, true));
     assert!(matches!(e, Err(Error::BadState { .. })));
     assert_eq!(a.state_name(), "Setup");
     assert_eq!(a.handle_local_info(ans), Ok(()));
@@ -360,7 +389,7 @@ fn wrong_inputs_are_errors_not_panics() {
     let n = c.poll_transmit().unwrap().len();
     c.handle_sent(n).unwrap();
     let mut b = [0xAAu8; crate::wire::QP_INFO_MAX_LEN + 5];
-    let len = qps(1, 9, LinkLayer::Ethernet, Mtu::M256, false)
+    let len = qps(1, 9, LinkLayer::Ethernet, Mtu::M256, true)
         .encode(&mut b)
         .unwrap();
     assert_eq!(c.handle_recv(&b[..len + 5]), Ok(len));
@@ -389,7 +418,7 @@ fn eof_at_every_stage_is_peer_gone() {
             } else if c.poll_recv_len() > 0 && !to_c.is_empty() {
                 c.handle_recv(&[to_c.pop_front().unwrap()]).unwrap();
             } else if let Some(Event::PeerInfo(p)) = a.poll_event() {
-                a.handle_local_info(qps(p.qpn.len(), 7, LinkLayer::Ethernet, Mtu::M4096, false))
+                a.handle_local_info(qps(p.qpn.len(), 7, LinkLayer::Ethernet, Mtu::M4096, true))
                     .unwrap();
             } else if let Some(Event::PeerInfo(_)) = c.poll_event() {
                 c.handle_qps_connected().unwrap();
@@ -424,7 +453,7 @@ fn eof_at_every_stage_is_peer_gone() {
 fn peer_gone_names_the_peer_once_known() {
     let local = qps(1, 1, LinkLayer::Ethernet, Mtu::M4096, true);
     let mut c = Connector::new(NONCE, &local).unwrap();
-    let ans = qps(1, 77, LinkLayer::Ethernet, Mtu::M4096, false);
+    let ans = qps(1, 77, LinkLayer::Ethernet, Mtu::M4096, true);
     feed_connector_answer(&mut c, &ans).unwrap();
     match c.handle_eof() {
         Err(Error::PeerGone { peer }) => {

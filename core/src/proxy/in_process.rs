@@ -72,7 +72,7 @@ pub struct InProcessNet<P: Provider + Clone, const C: usize = 8> {
 
 impl<P: Provider + Clone, const C: usize> InProcessNet<P, C> {
     /// A `InProcessNet` opening comms on `dev` with `cfg`. Properties: up to 8 grouped receives,
-    /// no DMA-BUF, multi-receive sizes as flags (ibnet's wire protocol).
+    /// no DMA-BUF, multi-receive sizes in bytes (ibnet's comms report them).
     pub fn new(dev: P, cfg: CommConfig) -> Self {
         const { assert!(C > 0 && C <= u16::MAX as usize) };
         Self {
@@ -81,7 +81,7 @@ impl<P: Provider + Clone, const C: usize> InProcessNet<P, C> {
             props: NetProps {
                 max_recvs: MAX_RECVS,
                 dmabuf: false,
-                sizes: SizeReport::Flags,
+                sizes: SizeReport::Bytes,
             },
             sends: core::array::from_fn(|_| None),
             recvs: core::array::from_fn(|_| None),
@@ -346,11 +346,17 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
             CommRef::Send(c) => self.send(c)?.test(req)?,
             CommRef::Recv(c) => self.recv(c)?.test(req)?,
         };
-        let Some(d) = done else {
+        let Some(d) = done.as_ref() else {
             return Ok(false);
         };
-        for (o, s) in sizes.iter_mut().zip(&d.sizes[..d.n as usize]) {
-            *o = *s as usize;
+        let n = usize::from(d.n).min(MAX_RECVS);
+        if n == 1 {
+            // A send or a single receive (the common case): one word, no copy loop.
+            sizes[0] = d.sizes[0] as usize;
+        } else {
+            for (o, s) in sizes.iter_mut().zip(&d.sizes[..n]) {
+                *o = *s as usize;
+            }
         }
         Ok(true)
     }

@@ -35,10 +35,12 @@ pub enum PtrType {
 /// How a multi-receive (`n > 1`) reports sizes in `test`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizeReport {
-    /// Bytes received per buffer.
+    /// Bytes received per buffer (ibnet's comms, and NCCL's IB plugin since 2.19, whose
+    /// sender writes them into the receiver's sizes FIFO).
     Bytes,
-    /// 1 when the matching send carried data, 0 when it was empty (`net_ib` with a bitmask
-    /// immediate, and ibnet's comms). The engine substitutes the size it posted for a 1.
+    /// 1 when the matching send carried data, 0 when it was empty (NCCL's IB plugin before
+    /// 2.19, with a bitmask immediate). The engine substitutes the size it posted for any
+    /// non-zero value, so this mode is also safe, if coarse, over a plugin that reports bytes.
     Flags,
 }
 

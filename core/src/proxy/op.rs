@@ -266,6 +266,13 @@ pub(crate) struct Group {
 }
 
 impl Group {
+    /// The one group of a one-sub op (sub 0 leads itself).
+    pub const SOLO: Self = Self {
+        start: 0,
+        len: 1,
+        lead: 0,
+    };
+
     /// `(position in the group order, sub index)` of every member, leader first.
     pub fn members(self, order: &[u8; MAX_SUBS]) -> impl Iterator<Item = (usize, usize)> + '_ {
         (self.start..self.start + self.len).map(move |k| (k, order[k] as usize))

@@ -26,7 +26,7 @@ use super::pools::shared_offset;
 use super::profiler::{OpEvent, Profiler, StepEvent};
 use super::shared::{load_step, store_step, RecvMem, SIZE_EMPTY};
 use super::state::{lookup, Conn, ProxyState, Resources};
-use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
+use super::{Dir, Protocol, MAX_RECVS, MAX_SUBS, SHARED_STEPS, STEPS};
 use crate::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
@@ -39,23 +39,37 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         // Each stage drains its work per group (it revisits a group while it moves), so a call
         // can post, complete and hand over several steps. Retire first: slots the GPU consumed
         // since the last call are reposted by this one.
-        let walk = op.group_walk(); // groups are fixed once the op started
+        // The groups are fixed once the op started; walked four times below, so listed once
+        // (one sub, the common case: one group, no walk at all).
+        let solo = [Group::SOLO];
+        let mut list;
+        let groups: &[Group] = if op.subs.len() == 1 {
+            &solo
+        } else {
+            list = [Group::SOLO; MAX_SUBS];
+            let mut n = 0;
+            for (slot, g) in list.iter_mut().zip(op.group_walk()) {
+                *slot = g;
+                n += 1;
+            }
+            &list[..n]
+        };
         let max_depth = STEPS.min(SHARED_STEPS / op.subs.len()) as u64;
         let mut moved = false;
-        for g in walk {
+        for &g in groups {
             moved |= self.recv_retire(op, g, prof)?;
         }
-        for g in walk {
+        for &g in groups {
             while self.recv_post(op, g, max_depth, prof)? {
                 moved = true; // post this group's next slice too (bounded by the depth)
             }
         }
-        for g in walk {
+        for &g in groups {
             while self.recv_test(op, g, prof)? {
                 moved = true; // test its next receive too (bounded: `received` grew)
             }
         }
-        for g in walk {
+        for &g in groups {
             while self.recv_hand_over(op, g, prof)? {
                 moved = true; // hand over its next step too (bounded: `transmitted` grew)
             }
@@ -202,7 +216,12 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         let mut gdc_flush = None;
         for (_, si) in g.members(&op.order) {
             let sub = &mut op.subs[si];
-            let c = lookup(&self.conns, &self.gens, sub.conn)?;
+            // The lead's connection is already at hand (a group of one: no second lookup).
+            let c = if si == lead {
+                lc
+            } else {
+                lookup(&self.conns, &self.gens, sub.conn)?
+            };
             let r = c.res()?;
             let mut size = 0;
             if sub.received < sub.nsteps {

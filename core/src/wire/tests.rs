@@ -105,7 +105,7 @@ fn qp_info_ece_is_one_entry_per_qp() {
 fn qp_info_layout_is_little_endian() {
     let b = enc(&info(1, b"xy", true));
     assert_eq!(&b[..4], b"IBNQ");
-    assert_eq!(&b[4..6], &[2, 0]);
+    assert_eq!(&b[4..6], &[3, 0]);
     assert_eq!(&b[6..8], &(b.len() as u16).to_le_bytes());
     assert_eq!(&b[14..16], &[0x34, 0x12]);
     assert_eq!(&b[48..52], &0x00AB_CD00u32.to_le_bytes());
@@ -170,7 +170,8 @@ fn patched(off: usize, v: u8) -> &'static str {
 #[test]
 fn qp_info_every_field_is_validated() {
     assert_eq!(patched(0, b'X'), "QpInfo magic");
-    assert_eq!(patched(4, 3), "wire version");
+    // A version-2 peer (no sizes FIFO in the answer) is refused.
+    assert_eq!(patched(4, 2), "wire version");
     assert_eq!(patched(5, 1), "wire version");
     assert_eq!(patched(6, 0), "QpInfo length");
     assert_eq!(patched(7, 1), "QpInfo length");

@@ -16,14 +16,14 @@ type DevH = *mut *mut ncclNetDeviceHandle_t;
 
 /// `init(logger)` (v6–v9).
 pub(crate) unsafe extern "C" fn init_log(log: ncclDebugLogger_t) -> ncclResult_t {
-    api::init(None, NCCL_NET_TRAFFIC_CLASS_UNDEF, log)
+    api::init(None, NCCL_NET_TRAFFIC_CLASS_UNDEF, log, None)
 }
 /// `init(logger, profiler)` (v10).
 pub(crate) unsafe extern "C" fn init_log_prof(
     log: ncclDebugLogger_t,
-    _prof: ncclProfilerCallback_t,
+    prof: ncclProfilerCallback_t,
 ) -> ncclResult_t {
-    api::init(None, NCCL_NET_TRAFFIC_CLASS_UNDEF, log)
+    api::init(None, NCCL_NET_TRAFFIC_CLASS_UNDEF, log, prof)
 }
 /// `init(ctx, commId, config, logger, profiler)` (v11).
 pub(crate) unsafe extern "C" fn init_v11(
@@ -31,11 +31,11 @@ pub(crate) unsafe extern "C" fn init_v11(
     _comm_id: u64,
     cfg: *mut ncclNetCommConfig_t,
     log: ncclDebugLogger_t,
-    _prof: ncclProfilerCallback_t,
+    prof: ncclProfilerCallback_t,
 ) -> ncclResult_t {
     // SAFETY: NCCL passes a valid config or NULL.
     let tc = unsafe { cfg.as_ref() }.map_or(NCCL_NET_TRAFFIC_CLASS_UNDEF, |c| c.traffic_class);
-    api::init(Some(ctx), tc, log)
+    api::init(Some(ctx), tc, log, prof)
 }
 /// `finalize(ctx)` (v11).
 pub(crate) unsafe extern "C" fn finalize(ctx: V) -> ncclResult_t {
@@ -188,7 +188,7 @@ pub(crate) unsafe extern "C" fn isend_int(
         }
         return negative_size("isend", size);
     }
-    api::isend(c, data, size as u64, tag, mh, req)
+    api::isend(c, data, size as u64, tag, mh, core::ptr::null_mut(), req)
 }
 /// `isend` with a `size_t` size (v9).
 pub(crate) unsafe extern "C" fn isend_size(
@@ -199,7 +199,7 @@ pub(crate) unsafe extern "C" fn isend_size(
     mh: V,
     req: PV,
 ) -> ncclResult_t {
-    api::isend(c, data, size as u64, tag, mh, req)
+    api::isend(c, data, size as u64, tag, mh, core::ptr::null_mut(), req)
 }
 /// `isend` with a profiler handle (v10, v11).
 pub(crate) unsafe extern "C" fn isend_ph(
@@ -208,10 +208,10 @@ pub(crate) unsafe extern "C" fn isend_ph(
     size: usize,
     tag: c_int,
     mh: V,
-    _ph: V,
+    ph: V,
     req: PV,
 ) -> ncclResult_t {
-    api::isend(c, data, size as u64, tag, mh, req)
+    api::isend(c, data, size as u64, tag, mh, ph, req)
 }
 /// `irecv` with `int` sizes (v6–v8).
 pub(crate) unsafe extern "C" fn irecv_int(
@@ -223,7 +223,16 @@ pub(crate) unsafe extern "C" fn irecv_int(
     mh: PV,
     req: PV,
 ) -> ncclResult_t {
-    api::irecv(c, n, data, api::Sizes::Int(sizes), tags, mh, req)
+    api::irecv(
+        c,
+        n,
+        data,
+        api::Sizes::Int(sizes),
+        tags,
+        mh,
+        core::ptr::null_mut(),
+        req,
+    )
 }
 /// `irecv` with `size_t` sizes (v9).
 pub(crate) unsafe extern "C" fn irecv_size(
@@ -235,7 +244,8 @@ pub(crate) unsafe extern "C" fn irecv_size(
     mh: PV,
     req: PV,
 ) -> ncclResult_t {
-    api::irecv(c, n, data, api::Sizes::Size(sizes), tags, mh, req)
+    let none = core::ptr::null_mut();
+    api::irecv(c, n, data, api::Sizes::Size(sizes), tags, mh, none, req)
 }
 /// `irecv` with profiler handles (v10, v11).
 #[allow(clippy::too_many_arguments)] // the C signature
@@ -246,10 +256,10 @@ pub(crate) unsafe extern "C" fn irecv_ph(
     sizes: *mut usize,
     tags: *mut c_int,
     mh: PV,
-    _ph: PV,
+    ph: PV,
     req: PV,
 ) -> ncclResult_t {
-    api::irecv(c, n, data, api::Sizes::Size(sizes), tags, mh, req)
+    api::irecv(c, n, data, api::Sizes::Size(sizes), tags, mh, ph, req)
 }
 /// `iflush`.
 pub(crate) unsafe extern "C" fn iflush(

@@ -101,6 +101,11 @@ impl Pending {
         });
     }
 
+    /// How many connections may start now (no idle one is dropped for them).
+    pub(super) fn room(&self) -> usize {
+        MAX_PENDING.saturating_sub(self.conns.len())
+    }
+
     /// Whether another connection may start; when full, the oldest one still waiting for its
     /// Hello is dropped to make room (a flood of idle connections cannot shut the port).
     pub(super) fn has_room(&mut self) -> bool {

@@ -37,6 +37,9 @@ pub struct CommBox<C> {
     comm: UnsafeCell<C>,
     /// The peer's liveness (data-path state, borrowed like `comm`).
     watch: UnsafeCell<Option<Watch>>,
+    /// The comm's open profiler events (with a profiler only). Declared after `comm`: it is
+    /// dropped after the comm, whose teardown stops the events still open.
+    _events: Option<Box<crate::profiler::EventTable>>,
 }
 
 /// A send comm.
@@ -49,6 +52,7 @@ impl<C> CommBox<C> {
         (dev, dev_index, cache): (Dev, u8, Arc<MrCacheT>),
         comm: C,
         watch: Option<Watch>,
+        events: Option<Box<crate::profiler::EventTable>>,
     ) -> Box<Self> {
         Box::new(Self {
             dev,
@@ -57,6 +61,7 @@ impl<C> CommBox<C> {
             addr: watch.as_ref().map(|w| w.addr),
             comm: UnsafeCell::new(comm),
             watch: UnsafeCell::new(watch),
+            _events: events,
         })
     }
 
@@ -92,16 +97,37 @@ impl<C> CommBox<C> {
     }
 }
 
+/// A provider comm that can send profiler events.
+pub(crate) trait Profiled {
+    /// See `SendComm::set_events`.
+    fn set_events(&mut self, sink: Option<ibnet_core::comm::Sink>);
+}
+
+impl Profiled for crate::dev::AnySend {
+    fn set_events(&mut self, sink: Option<ibnet_core::comm::Sink>) {
+        crate::dev::AnySend::set_events(self, sink)
+    }
+}
+
+impl Profiled for crate::dev::AnyRecv {
+    fn set_events(&mut self, sink: Option<ibnet_core::comm::Sink>) {
+        crate::dev::AnyRecv::set_events(self, sink)
+    }
+}
+
 /// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of device
-/// `dev` (index `dev_index`) and returns its token; a full table closes the comm.
-pub(crate) fn publish<C>(
+/// `dev` (index `dev_index`) and returns its token; a full table closes the comm. The comm
+/// sends profiler events when NCCL gave `init` a profiler callback ([`crate::profiler`]).
+pub(crate) fn publish<C: Profiled>(
     kind: Kind,
     at: (Dev, u8, Arc<MrCacheT>),
-    comm: C,
+    mut comm: C,
     watch: Option<Watch>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> Result<*mut c_void, Error> {
-    let raw = Box::into_raw(CommBox::new(at, comm, watch));
+    let (table, sink) = crate::profiler::EventTable::for_comm(at.1).unzip();
+    comm.set_events(sink);
+    let raw = Box::into_raw(CommBox::new(at, comm, watch, table));
     match handles::insert(kind, raw as *mut ()) {
         Ok(t) => Ok(t as *mut c_void),
         Err(e) => {

@@ -22,12 +22,14 @@ use crate::watch::Watch;
 
 /// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
 /// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.
+/// `phandle` is NCCL's profiler parent for this send (v10/v11; NULL: none).
 pub fn isend(
     comm: *mut c_void,
     data: *mut c_void,
     size: u64,
     tag: c_int,
     mhandle: *mut c_void,
+    phandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
     entry_at("isend", comm, |at| {
@@ -42,7 +44,7 @@ pub fn isend(
         covers(&m, data as u64, size)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let (c, w) = unsafe { s.parts_mut() };
-        let mut post = || c.isend(data as u64, size, tag as u32, m.keys);
+        let mut post = || c.isend(data as u64, size, tag as u32, m.keys, phandle as usize);
         let id = match (post()?, w) {
             (Some(id), w) => {
                 w.map(Watch::progress);
@@ -142,7 +144,8 @@ fn gather(
 }
 
 /// `irecv`. On entry `*request` may hold NCCL's optional-completion hint (0x1); it is always
-/// overwritten.
+/// overwritten. `phandles` (v10/v11; NULL: none) holds NCCL's profiler parent per buffer.
+#[allow(clippy::too_many_arguments)] // the C signature, plus the profiler handles
 pub fn irecv(
     comm: *mut c_void,
     n: c_int,
@@ -150,6 +153,7 @@ pub fn irecv(
     sizes: Sizes,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
+    phandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
     entry_at("irecv", comm, |at| {
@@ -166,7 +170,14 @@ pub fn irecv(
         if let Some(w) = w {
             w.tag = bufs[0].tag;
         }
-        if let Some(id) = c.irecv(&bufs[..n])? {
+        let mut parents = [0usize; MAX_RECVS];
+        if !phandles.is_null() {
+            for (i, p) in parents.iter_mut().enumerate().take(n) {
+                // SAFETY: NCCL passes `n` profiler handles when it passes the array.
+                *p = unsafe { *phandles.add(i) } as usize;
+            }
+        }
+        if let Some(id) = c.irecv(&bufs[..n], &parents[..n])? {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())

@@ -37,8 +37,10 @@ pub fn init(
     ctx: Option<*mut *mut c_void>,
     traffic_class: i32,
     logger: ncclDebugLogger_t,
+    prof: crate::nccl::types::ncclProfilerCallback_t,
 ) -> ncclResult_t {
     crate::log::set_logger(logger);
+    crate::profiler::set(prof);
     entry("init", || {
         let out = match ctx {
             Some(c) => Some(out_ptr(c, "ctx")?),
@@ -191,8 +193,8 @@ mod tests {
     fn finalize_releases_what_init_took() {
         let mut a: *mut c_void = core::ptr::null_mut();
         let mut b: *mut c_void = core::ptr::null_mut();
-        assert_eq!(init(Some(&mut a), 106, None), ncclResult_t::Success);
-        assert_eq!(init(Some(&mut b), -1, None), ncclResult_t::Success);
+        assert_eq!(init(Some(&mut a), 106, None, None), ncclResult_t::Success);
+        assert_eq!(init(Some(&mut b), -1, None, None), ncclResult_t::Success);
         assert!(!a.is_null() && !b.is_null());
         assert_eq!(ctx_tc(a), 106);
         assert_eq!(ctx_tc(b), -1);

@@ -15,6 +15,7 @@ use super::accepting::Pending;
 use super::comm::publish;
 use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
 use super::entry::{entry, entry_on};
+use super::shared_listen::SharedListener;
 use crate::dev::{AnyRecv, Dev, MrCacheT};
 use crate::handles::{self, Kind};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
@@ -28,9 +29,25 @@ pub struct ListenComm {
     dev_index: u8,
     cache: Arc<MrCacheT>,
     plugin: Arc<Plugin>,
-    listener: TcpListener,
+    listener: Listener,
     nonce: u64,
     pending: Pending,
+}
+
+/// Where a listen comm's connections arrive.
+enum Listener {
+    /// Its own port.
+    Own(TcpListener),
+    /// This thread's shared port (`NCCL_IB_SOCK_SERVER_PORT_REUSE`; see `shared_listen`).
+    Shared(Arc<SharedListener>),
+}
+
+impl Drop for ListenComm {
+    fn drop(&mut self) {
+        if let Listener::Shared(s) = &self.listener {
+            s.leave(self.nonce);
+        }
+    }
 }
 
 /// `listen`.
@@ -53,9 +70,17 @@ pub fn listen(
             call: "listen (no bootstrap interface; see NCCL_SOCKET_IFNAME)",
             errno: libc::ENODEV,
         })?;
-        let l = sock::listen(bind).map_err(|e| sys("bind/listen", &e))?;
-        let addr = l.local_addr().map_err(|e| sys("getsockname", &e))?;
         let nonce = random_u64();
+        let (l, addr) = if p.cfg.sock_server_port_reuse {
+            let s = SharedListener::join(bind, nonce).map_err(|e| sys("bind/listen", &e))?;
+            let a = s.local_addr();
+            (Listener::Shared(s), a)
+        } else {
+            let l = sock::listen(bind).map_err(|e| sys("bind/listen", &e))?;
+            let a = l.local_addr();
+            (Listener::Own(l), a)
+        };
+        let addr = addr.map_err(|e| sys("getsockname", &e))?;
         ConnectHandle {
             addr,
             nonce,
@@ -105,14 +130,28 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
         *out = core::ptr::null_mut();
         let lc = listen_comm(listen)?;
         let timeout = lc.plugin.cfg.handshake_timeout_s;
-        while lc.pending.has_room() {
-            match sock::try_accept_from(&lc.listener) {
-                Ok(Some(c)) => lc.pending.add(c, &lc.dev, lc.nonce, timeout),
-                Ok(None) => break,
-                // ECONNABORTED, EMFILE, …: nothing to hand a handshake; serve the others.
-                Err(e) => {
+        match &lc.listener {
+            Listener::Own(l) => {
+                while lc.pending.has_room() {
+                    match sock::try_accept_from(l) {
+                        Ok(Some(c)) => lc.pending.add(c, &lc.dev, lc.nonce, timeout),
+                        Ok(None) => break,
+                        // ECONNABORTED, EMFILE, …: nothing to hand a handshake; serve the others.
+                        Err(e) => {
+                            lc.pending.accept_failed(&sys("accept", &e));
+                            break;
+                        }
+                    }
+                }
+            }
+            Listener::Shared(s) => {
+                let wait = std::time::Duration::from_secs(timeout);
+                let (conns, err) = s.take(lc.nonce, lc.pending.room(), wait);
+                for c in conns {
+                    lc.pending.add(c, &lc.dev, lc.nonce, timeout);
+                }
+                if let Some(e) = err {
                     lc.pending.accept_failed(&sys("accept", &e));
-                    break;
                 }
             }
         }

@@ -65,6 +65,7 @@ pub mod entry;
 pub mod init;
 pub mod listen;
 pub mod mr;
+mod shared_listen;
 #[cfg(test)]
 mod tests;
 

@@ -63,7 +63,7 @@ fn stale_and_foreign_tokens_are_errors_not_dereferenced() {
     // Stale: the comm and its requests are gone; nothing is dereferenced.
     assert_eq!(close_send(tok), ncclResult_t::InternalError);
     assert_eq!(
-        isend(tok, data, 8, 0, mh, &mut req),
+        isend(tok, data, 8, 0, mh, core::ptr::null_mut(), &mut req),
         ncclResult_t::InternalError
     );
     assert_eq!(
@@ -105,7 +105,7 @@ fn a_caught_panic_poisons_its_comm() {
     );
     let mut req: *mut c_void = core::ptr::null_mut();
     assert_eq!(
-        isend(tok, data, 8, 0, mh, &mut req),
+        isend(tok, data, 8, 0, mh, core::ptr::null_mut(), &mut req),
         ncclResult_t::SystemError
     );
     assert!(req.is_null());

@@ -148,9 +148,18 @@ pub type DebugLogFn = unsafe extern "C" fn(
 /// `ncclDebugLogger_t`.
 #[allow(non_camel_case_types)]
 pub type ncclDebugLogger_t = Option<DebugLogFn>;
-/// `ncclProfilerCallback_t` (unused by ibnet; kept opaque).
+/// The profiler callback NCCL passes to `init` (v10/v11):
+/// `(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData)`.
+pub type ProfilerFn = unsafe extern "C" fn(
+    e_handle: *mut *mut c_void,
+    kind: c_int,
+    p_handle: *mut c_void,
+    plugin_id: i64,
+    ext_data: *mut c_void,
+) -> ncclResult_t;
+/// `ncclProfilerCallback_t` (see [`crate::profiler`]).
 #[allow(non_camel_case_types)]
-pub type ncclProfilerCallback_t = Option<unsafe extern "C" fn()>;
+pub type ncclProfilerCallback_t = Option<ProfilerFn>;
 
 const _: () = assert!(size_of::<ncclNetDeviceHandle_t>() == 32);
 const _: () = assert!(size_of::<ncclNetVDeviceProps_t>() == 20);

@@ -18,9 +18,11 @@
 //! `OutOfRange`. `connect`/`accept` leaving the comm NULL, and `isend`/`irecv` leaving the
 //! request NULL, mean "not yet" (`Ok(None)`), as NCCL reads them.
 //!
-//! Multi-receive sizes: the plugin's `test` may report bytes per buffer or, as NCCL's IB
-//! plugin and ibnet do, 0/1 per buffer; [`ForeignNet::with_sizes`] says which (default
-//! [`SizeReport::Flags`], correct for both IB-style plugins and single receives).
+//! Multi-receive sizes: the plugin's `test` may report bytes per buffer (ibnet, NCCL's IB
+//! plugin since 2.19) or 0/1 per buffer (NCCL's IB plugin before 2.19);
+//! [`ForeignNet::with_sizes`] says which. The default is [`SizeReport::Bytes`] for ibnet's own
+//! table (name "IBNet") and [`SizeReport::Flags`] otherwise, which is correct, if coarse, for
+//! both kinds of plugin.
 
 use core::ffi::{c_int, c_void};
 use std::path::Path;
@@ -78,9 +80,14 @@ impl ForeignNet {
 
     fn init(mut plugin: ForeignPlugin) -> Result<Self> {
         plugin.init(None, 0)?;
+        let sizes = if plugin.name().and_then(|n| n.to_str().ok()) == Some("IBNet") {
+            SizeReport::Bytes
+        } else {
+            SizeReport::Flags
+        };
         Ok(Self {
             plugin,
-            sizes: SizeReport::Flags,
+            sizes,
             connecting: Vec::new(),
         })
     }

@@ -11,7 +11,6 @@
 
 use std::ffi::CStr;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -46,8 +45,8 @@ unsafe impl Sync for Context {}
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // Relaxed: the join below is the synchronisation point with the async thread.
-        self.events.stop.store(true, Ordering::Relaxed);
+        // The join below is the synchronisation point with the async thread.
+        self.events.request_stop();
         if let Some(t) = self.thread.lock().ok().and_then(|mut g| g.take()) {
             let _ = t.join();
         }
@@ -303,8 +302,7 @@ fn async_thread(
         // SAFETY: the context is live until Context::drop, which joins this thread first.
         let fd = unsafe { (*raw).async_fd };
         loop {
-            // Relaxed: a late observation only delays exit by one poll period.
-            if ev.stop.load(Ordering::Relaxed) {
+            if ev.stopping() {
                 break;
             }
             let mut p = libc::pollfd {
@@ -329,7 +327,7 @@ fn async_thread(
             let s =
                 unsafe { CStr::from_ptr((verbs.event_type_str)(e.event_type)) }.to_string_lossy();
             use super::events::Handled;
-            match ev.handle(e.event_type, e.element as usize) {
+            match ev.handle(super::events::classify(e.event_type), e.element as usize) {
                 Handled::Quiet => {}
                 Handled::Logged => warn!("{name}: got async event: {s}"),
                 Handled::WarnOnly => warn!(
@@ -362,12 +360,8 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
     let v = loader::get().map_err(|e| format!("libibverbs not available: {e}"))?;
     // SAFETY: ibv_fork_init only sets up madvise handling; NCCL calls it the same way.
     unsafe { (v.fork_init)() };
-    // The one NCCL_IB_HCA grammar (ibnet_core::hca); Params validated the value already.
-    let filter = cfg
-        .ib_hca
-        .as_deref()
-        .map(|s| HcaFilter::parse(s).unwrap_or_default())
-        .unwrap_or_default();
+    // NCCL_IB_HCA as Params::set parsed it (the one parse, in ibnet_core::params).
+    let filter = &cfg.hca;
     let mut n = 0;
     // SAFETY: returns an array of `n` device pointers, freed below.
     let list = unsafe { (v.get_device_list)(&mut n) };
@@ -385,7 +379,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
         let name = unsafe { CStr::from_ptr((v.get_device_name)(dev)) }
             .to_string_lossy()
             .into_owned();
-        open_ports(v, dev, &name, cfg, &filter, &mut out);
+        open_ports(v, dev, &name, cfg, filter, &mut out);
     }
     // SAFETY: frees the list from get_device_list once (opened contexts stay valid).
     unsafe { (v.free_device_list)(list) };

@@ -15,7 +15,7 @@
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use ibnet_core::fifo::FifoRing;
@@ -23,6 +23,7 @@ use ibnet_core::provider::*;
 use ibnet_core::{Error, Result};
 
 use super::device::VerbsDev;
+use super::events::Failure;
 use super::loader::{errno_or, last_errno};
 use super::sys::*;
 
@@ -479,13 +480,14 @@ impl Provider for VerbsPort {
     }
 
     fn poll_cq(&self, cq: &mut VCq, out: &mut [Completion]) -> Result<usize> {
-        // Acquire pairs with the Release increment in the device's async-event thread.
-        if self.dev.ctx.events.fatal.load(Ordering::Acquire) != 0 {
-            return Err(fail("async event (fatal device error)", libc::EIO));
-        }
-        // Acquire pairs with the Release store in `Events::handle` (QP/CQ error of this comm).
-        if cq.1.load(Ordering::Acquire) {
-            return Err(fail("async event (QP/CQ error on this comm)", libc::EIO));
+        match self.dev.ctx.events.check(&cq.1) {
+            Ok(()) => {}
+            Err(Failure::Device) => {
+                return Err(fail("async event (fatal device error)", libc::EIO));
+            }
+            Err(Failure::Comm) => {
+                return Err(fail("async event (QP/CQ error on this comm)", libc::EIO));
+            }
         }
         // Written by the provider; only the first `rc` entries are read.
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; POLL_BATCH];

@@ -15,7 +15,8 @@
  *    symbol, inits through it (v11: ctx/commId/config, v10: logger + profiler, v6..v9: logger),
  *    moves the data, then finalizes (v11) and dlcloses. The receiver listens, the sender
  *    connects: single receives of 0 B .. ABI_TEST_MAX_BYTES (default 16 MiB) and an 8-way
- *    multi-receive, data verified byte for byte, then a send larger than its posted receive
+ *    multi-receive of 8 different sizes, data verified byte for byte and each receive reporting
+ *    the bytes its send carried (the sizes FIFO), then a send larger than its posted receive
  *    (the sender gets an error ncclResult_t and a WARN). Prints sizes and GB/s.
  *    One host: fork before loading; the handle and the final ack travel over pipes.
  *    Two hosts (--server/--client): the same test between processes on two hosts; the handle and
@@ -24,6 +25,8 @@
  *    IBNET_PROVIDER=soft on a host without RDMA NICs (one host only).
  *    After close and dlclose, each process has as many threads as before loading (v8 too:
  *    the plugin stops its threads when the last comm closes).
+ *    v10/v11: init gets a counting profiler callback and isend/irecv a parent handle; each
+ *    process checks that the plugin started QP events and stopped every one (by close).
  * 5. A second load-use-unload cycle in this process.
  * ABI_TEST_BW_ITERS (default 50): timed messages per size after the 10 verified ones;
  * ABI_TEST_MIN_BYTES (default 0): leave out the smaller sizes. ABI_TEST_FAULT=1: a failing
@@ -70,6 +73,20 @@
   } while (0)
 
 static int g_warns;
+/* The profiler callback given to v10/v11 init: counts QP events, checks what NCCL's would read. */
+static int g_parent; /* &g_parent is the phandle passed to v10/v11 isend/irecv */
+static long g_prof_starts, g_prof_stops, g_prof_next;
+static int prof_cb(void** eh, int type, void* ph, int64_t id, void* ext) {
+  if (type == 0) { /* start: parent given, IB plugin id v1, descriptor type ncclProfileQp */
+    CHECK(eh && ph == &g_parent && id == ((1 << 16) | 1) && ext && *(const uint8_t*)ext == 1);
+    *eh = (void*)(intptr_t)++g_prof_next;
+    g_prof_starts++;
+  } else if (type == 1) {
+    CHECK(eh && *eh && ph == NULL && ext == NULL);
+    g_prof_stops++;
+  }
+  return 0;
+}
 static int g_cma_refused; /* the soft provider's probe said cross-memory attach is refused */
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
   (void)flags; (void)file; (void)line;
@@ -175,12 +192,12 @@ static void net_load(net_t* n, const char* path, int ver) {
     case 9: n->n9 = table(n, 9); EXPECT_RC(n->n9->init(logger), 0); EXPECT_RC(n->n9->devices(&ndev), 0); break;
     case 10:
       n->n10 = table(n, 10);
-      EXPECT_RC(n->n10->init(logger, NULL), 0);
+      EXPECT_RC(n->n10->init(logger, prof_cb), 0);
       EXPECT_RC(n->n10->devices(&ndev), 0);
       break;
     case 11:
       n->n11 = table(n, 11);
-      EXPECT_RC(n->n11->init(&n->ctx, 7, &cfg, logger, NULL), 0);
+      EXPECT_RC(n->n11->init(&n->ctx, 7, &cfg, logger, prof_cb), 0);
       EXPECT_RC(n->n11->devices(&ndev), 0);
       break;
     default: fprintf(stderr, "FAIL: no table v%d\n", ver); exit(1);
@@ -239,8 +256,8 @@ static int net_regmr(net_t* n, void* c, void* d, size_t sz, void** mh) {
 
 static int net_isend(net_t* n, void* c, void* d, size_t sz, int tag, void* mh, void** req) {
   switch (n->ver) {
-    case 11: return n->n11->isend(c, d, sz, tag, mh, NULL, req);
-    case 10: return n->n10->isend(c, d, sz, tag, mh, NULL, req);
+    case 11: return n->n11->isend(c, d, sz, tag, mh, &g_parent, req);
+    case 10: return n->n10->isend(c, d, sz, tag, mh, &g_parent, req);
     case 9: return n->n9->isend(c, d, sz, tag, mh, req);
     case 8: return n->n8->isend(c, d, (int)sz, tag, mh, req);
     case 7: return n->n7->isend(c, d, (int)sz, tag, mh, req);
@@ -251,9 +268,11 @@ static int net_isend(net_t* n, void* c, void* d, size_t sz, int tag, void* mh, v
 static int net_irecv(net_t* n, void* c, int k, void** d, const size_t* sz, int* tags, void** mh, void** req) {
   if (n->ver >= 9) {
     size_t s[8];
+    void* ph[8];
     memcpy(s, sz, (size_t)k * sizeof *s);
-    if (n->ver == 11) return n->n11->irecv(c, k, d, s, tags, mh, NULL, req);
-    if (n->ver == 10) return n->n10->irecv(c, k, d, s, tags, mh, NULL, req);
+    for (int i = 0; i < 8; i++) ph[i] = &g_parent;
+    if (n->ver == 11) return n->n11->irecv(c, k, d, s, tags, mh, ph, req);
+    if (n->ver == 10) return n->n10->irecv(c, k, d, s, tags, mh, ph, req);
     return n->n9->irecv(c, k, d, s, tags, mh, req);
   }
   int isz[8];
@@ -319,7 +338,8 @@ static void sizes_init(void) {
     if (kSizes[i] >= min) g_sizes[g_nsizes++] = kSizes[i];
   if (g_nsizes == 0 || g_sizes[g_nsizes - 1] != g_max) g_sizes[g_nsizes++] = g_max;
 }
-static size_t multi_len(int i) { return (size_t)i * (g_slot / 16); }
+/* Eight different sizes, none a multiple of another's unit: 0, slot/16 + 11, ... */
+static size_t multi_len(int i) { return (size_t)i * (g_slot / 16) + (size_t)(i % 3) * 11; }
 static size_t buf_len(void) { return 8 * g_slot > g_max ? 8 * g_slot : g_max; }
 
 /* Receiver. The peer (a pipe pair or one socket) gets the handle on wfd and acks on rfd. */
@@ -381,12 +401,17 @@ static void run_recv(net_t* n, int wfd, int rfd) {
     for (int i = 0; i < 8; i++) {
       size_t len = multi_len(i);
       total += len;
-      /* The seed's multi-receive reports one bit per receive (data or not), not the size. */
-      CHECK(got[i] == (int)len || got[i] == (len > 0 ? 1 : 0));
+      /* Each receive reports the bytes its send carried (the sizes FIFO, as NCCL 2.19+), not
+       * the 0/1 of older net_ib nor the posted size. */
+      if (got[i] != (int)len) fprintf(stderr, "FAIL: receive %d reported %d B, sent %zu B\n", i, got[i], len);
+      CHECK(got[i] == (int)len);
       CHECK(verify(data[i], len, 900 + i));
     }
     printf("v%d %s multi-recv 8-way (0..%zu B, %zu B): verified, %.3f GB/s\n", ver, g_mode,
            multi_len(7), total, total / dt / 1e9);
+    printf("v%d %s multi-recv 8-way sizes reported as sent:", ver, g_mode);
+    for (int i = 0; i < 8; i++) printf(" %d", got[i]);
+    printf("\n");
   }
   /* A receive smaller than the peer's send: the sender must fail; we just post it. */
   {
@@ -484,8 +509,19 @@ static void check_threads(int base, int ver, const char* who) {
 
 /* Two processes, each loading the plugin itself (fork before any load: the plugin's state is
  * per process), through table `ver`. */
+/* v10/v11: every QP event the plugin started through prof_cb since `starts0` was stopped
+ * (the comm is closed by now), and there were some. */
+static void check_prof(int ver, const char* who, long starts0, long stops0) {
+  if (ver < 10) return;
+  long a = g_prof_starts - starts0, b = g_prof_stops - stops0;
+  printf("v%d %s: profiler: %ld QP events started, %ld stopped\n", ver, who, a, b);
+  fflush(stdout);
+  CHECK(a > 0 && a == b);
+}
+
 static void pair_test(const char* path, int ver) {
   int p2c[2], c2p[2];
+  long starts0 = g_prof_starts, stops0 = g_prof_stops;
   CHECK(pipe(p2c) == 0 && pipe(c2p) == 0);
   fflush(stdout);
   pid_t pid = fork();
@@ -497,6 +533,7 @@ static void pair_test(const char* path, int ver) {
     net_load(&n, path, ver);
     run_send(&n, p2c[0], c2p[1]);
     net_unload(&n);
+    check_prof(ver, "sender", starts0, stops0);
     check_threads(base, ver, "sender");
     fflush(stdout);
     _exit(0);
@@ -508,6 +545,7 @@ static void pair_test(const char* path, int ver) {
   CHECK(waitpid(pid, &st, 0) == pid);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   net_unload(&n);
+  check_prof(ver, "receiver", starts0, stops0);
   check_threads(base, ver, "receiver");
 }
 

@@ -42,7 +42,7 @@ pub fn init_soft(env: &[(&str, &str)]) -> bool {
         return false;
     }
     nccl_net_ibnet::log::set_sink(note);
-    assert_eq!(api::init(None, -1, None), ncclResult_t::Success);
+    assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
     assert!(n >= 1, "soft provider: no device");
@@ -171,6 +171,7 @@ pub fn transfer(s: *mut c_void, r: *mut c_void, len: usize, seed: u8) {
         Sizes::Size(sizes.as_ptr()),
         tags.as_ptr(),
         mhs.as_mut_ptr(),
+        core::ptr::null_mut(),
         &mut rreq,
     );
     assert_eq!(rc, ncclResult_t::Success);
@@ -184,6 +185,7 @@ pub fn transfer(s: *mut c_void, r: *mut c_void, len: usize, seed: u8) {
             len as u64,
             7,
             ms,
+            core::ptr::null_mut(),
             &mut sreq,
         );
         assert_eq!(rc, ncclResult_t::Success);
