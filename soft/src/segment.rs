@@ -87,8 +87,8 @@ use std::time::{Duration, Instant};
 use ibnet_core::fifo::FifoRing;
 
 use crate::lease::{Header, Lease as SlotLease, MrSlot};
-pub use crate::ring::RingEntry;
 pub use crate::lease::{LeaseError, MAGIC, OWN_LANE};
+pub use crate::ring::RingEntry;
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).

@@ -208,7 +208,9 @@ impl SqEntry {
         if self.flags.load(Ordering::Relaxed) & F_INLINE == 0 {
             return None;
         }
-        Some(std::array::from_fn(|i| self.inline[i].load(Ordering::Relaxed)))
+        Some(std::array::from_fn(|i| {
+            self.inline[i].load(Ordering::Relaxed)
+        }))
     }
 
     /// A snapshot of the WR.
