@@ -40,8 +40,8 @@
 //! are taken: the ABI shims and exported statics (`abi/`), the table types' `Sync`
 //! (`nccl::tables`), `api/` (NCCL's pointers, the boxes behind tokens; not `api::entry`),
 //! `foreign` (dlopen and calls into a plugin), `sock`/`ifaddr` (libc sockets), `log` (NCCL's
-//! logger), `verbs::{loader, device, provider}`, `proxy`, and the `.fini_array` hook in
-//! `plugin`; every block has a `SAFETY` comment.
+//! logger), `verbs::{loader, device, provider}`, `proxy`, and the `.fini_array` hook and
+//! `malloc_trim` at the last close in `plugin`; every block has a `SAFETY` comment.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

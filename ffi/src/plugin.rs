@@ -88,6 +88,23 @@ fn shut_down(p: Option<Arc<Plugin>>) {
                 sp.shutdown();
             }
         }
+        drop(p);
+        give_back_heap();
+    }
+}
+
+/// Returns the freed heap pages to the kernel once the plugin is gone. The soft provider's
+/// tables are large (its QP table holds every QP the advertised comms may create); freed, they
+/// leave free chunks in the middle of glibc's heap that small allocations of the next
+/// plugin's life then split, so that a job that opens and closes its comms again and again
+/// would see its RSS climb (measured with `MALLOC_ARENA_MAX=1`: 31 MB to 1.2 GB over 1,600
+/// open/close cycles, with 1 MB in use). Not a hot path: only the last close gets here.
+#[allow(unsafe_code)]
+fn give_back_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free pages of the heap.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -112,6 +112,11 @@ mod lease;
 mod peer;
 mod probe;
 mod qp;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod ring;
+#[cfg(not(loom))]
+mod ring;
 mod segment;
 #[cfg(loom)]
 #[doc(hidden)]

@@ -28,6 +28,34 @@
 //! kick arrived meanwhile; others just count. It is never contended on the posting thread except
 //! by a copy worker finishing that QP's last chunk.
 //!
+//! ## Inline payloads (small WRITE_WITH_IMM without a syscall)
+//! A WRITE_WITH_IMM of 1..=`ring::INLINE_MAX` (32) bytes is not copied: at post the poster takes
+//! the same leases a copy would (local key; remote key, range and remote-write access: an error
+//! completes the WR and marks the target exactly as a failed copy does, "Errors" below), reads
+//! the payload into the SQ entry (verbs' inline semantics: the buffer is free at once) and arms
+//! the entry as landed. The combiner, at its turn in WR order, writes the payload with the
+//! immediate into the target's ring entry (one cache line, published by the entry's Release
+//! `seq` store); the target's poller, in ring order, re-checks rkey, range and access against
+//! its own table under a lease (the ring is peer-writable: a failed re-check — the MR was
+//! deregistered meanwhile, or a corrupt entry — moves the target QP to the error state and
+//! flushes that receive and the rest) and copies the payload in before it reports the receive.
+//!
+//! Ordering (what the target can observe, at its completions): an inline payload is published
+//! only when the combiner reaches its WR, i.e. after every earlier WR of the QP has landed
+//! (`landed`), so it never overtakes an earlier CMA write; it is applied before its own receive
+//! completes, and the poller applies entries strictly in ring order, so at the completion of
+//! any later WRITE_WITH_IMM (inline or not: its immediate sits behind in the ring) the earlier
+//! inline bytes are in place. What is *not* ordered, as for every other WR since copies are
+//! eager: a later write whose bytes overlap an earlier WR that has not completed at the target
+//! (here: an inline payload not yet polled) may land first and then be overwritten. Verbs
+//! users never rewrite bytes of an outstanding receive (NCCL reuses a buffer only after its
+//! completion), and the provider already copies chunks of large WRs out of order.
+//!
+//! Only WRITE_WITH_IMM goes inline: its target polls for the receive anyway, which is where the
+//! payload is applied. A plain small write has no such progress point at the target (it may
+//! just watch memory), so it keeps its copy; the common one, a clear-to-send FIFO element, is
+//! already syscall-free (word stores into the peer's FIFO area: `segment`).
+//!
 //! ## Errors
 //! The first failing WR completes with its own status (`LocalProtectionError`,
 //! `RemoteAccessError`, …) and moves the QP to the error state (`fail`); WRs behind it are not
@@ -46,6 +74,7 @@ use ibnet_core::{Error, Result};
 use crate::cq::{CqShared, Harvest};
 use crate::engine::{Engine, Job};
 use crate::peer::Peer;
+use crate::ring::{self, INLINE_MAX};
 use crate::segment::{
     self, Dir, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, RING,
 };
@@ -286,6 +315,10 @@ impl QpShared {
     }
 
     fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {
+        if e.op() == OP_WRITE_IMM && len > 0 && len <= INLINE_MAX as u64 {
+            self.capture_inline(seq, e, len); // travels in the target's ring entry
+            return;
+        }
         let workers = if len <= self.direct_max {
             0
         } else {
@@ -351,6 +384,48 @@ impl QpShared {
             off += n;
         }
         e.arm(seq, self.chunk, false);
+    }
+
+    /// Captures the payload of WR `seq` (a WRITE_WITH_IMM of at most `INLINE_MAX` bytes) into
+    /// its entry, after the checks a copy makes (local and remote leases: key, range, access;
+    /// an error completes the WR as a failed copy's does), then arms it with no chunks
+    /// (landed). The combiner carries the payload in the target's ring entry (see "Inline
+    /// payloads" in the module doc).
+    fn capture_inline(&self, seq: u64, e: &SqEntry, len: u64) {
+        // Relaxed: as in `copy_direct`.
+        if self.fail.load(Ordering::Relaxed) == 0 && !self.err_seq.skips(seq) {
+            let w = e.load();
+            match self.check_inline(&w, len) {
+                Ok(words) => e.set_inline(&words),
+                Err((st, v)) => {
+                    e.set_err(st, v);
+                    self.err_seq.note(seq);
+                    self.mark_responder(st);
+                }
+            }
+        }
+        e.arm(seq, self.chunk, false);
+    }
+
+    /// The leases a write of `w` needs (checked, then released: the target re-checks when it
+    /// copies the payload in) and the payload, read under the local lease.
+    fn check_inline(
+        &self,
+        w: &Wr,
+        len: u64,
+    ) -> core::result::Result<[u64; ring::INLINE_WORDS], (WcStatus, u32)> {
+        let r = self.remote.get().ok_or((WcStatus::LocalQpOpError, 0))?;
+        let ll = self
+            .own
+            .lease(w.lkey, w.laddr, len, 0, true)
+            .map_err(|_| (WcStatus::LocalProtectionError, 0))?;
+        let own = Arc::ptr_eq(&r.peer.seg, &self.own);
+        r.peer
+            .lease(w.rkey, w.raddr, len, ACC_REMOTE_WRITE, own)
+            .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
+        let mut buf = [0u8; INLINE_MAX];
+        segment::read_own(&ll, w.laddr, &mut buf[..len as usize]);
+        Ok(ring::pack(&buf))
     }
 
     /// Claims and copies chunks of WR `seq` until none is left, or `budget` bytes were copied;
@@ -507,14 +582,16 @@ impl QpShared {
             }
         }
         // Relaxed: the entry itself was published by `sq_tail`.
-        let v =
-            ((e.imm.load(Ordering::Relaxed) as u64) << 32) | e.len.load(Ordering::Relaxed) as u64;
-        let slot = &b.ring[(t % RING as u64) as usize];
-        // Relaxed: published by the Release store of `seq` below.
-        slot.meta.store(v, Ordering::Relaxed);
-        // Release: pairs with the target's Acquire of `seq` in `poll_into`: the entry and every
-        // byte this QP copied before (which happened-before this point) are visible.
-        slot.seq.store(t + 1, Ordering::Release);
+        let (imm, len) = (e.imm.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed));
+        let inline = e.inline().map(|words| ring::Inline {
+            raddr: e.raddr.load(Ordering::Relaxed), // Relaxed: as above
+            rkey: e.rkey.load(Ordering::Relaxed),   // Relaxed: as above
+            words,
+        });
+        // Publishes with a Release store of the entry's `seq` (pairs with the target's Acquire
+        // in `poll_into`): the entry, and every byte this QP copied before (which
+        // happened-before this point), are visible.
+        b.ring[(t % RING as u64) as usize].publish(t, imm, len, inline.as_ref());
         self.imm_sent.store(t + 1, Ordering::Relaxed);
         Deliver::Done
     }
@@ -599,7 +676,7 @@ impl QpShared {
         // Relaxed: only the poller writes it.
         let mut rh = self.rq_head.load(Ordering::Relaxed);
         // Acquire: pairs with `set_fail`.
-        let fail = self.fail.load(Ordering::Acquire);
+        let mut fail = self.fail.load(Ordering::Acquire);
         // In the error state, deliveries are accepted only up to the point where the poller
         // first saw the failure; the rest of the posted receives are flushed.
         // Relaxed: only the poller writes it.
@@ -607,13 +684,20 @@ impl QpShared {
         // Never beyond `posted`: a peer can never complete more than was posted.
         let limit = posted.min(cut);
         while rh < limit && n < out.len() {
-            let e = &b.ring[(rh % RING as u64) as usize];
-            // Acquire: pairs with the initiator's Release in `deliver` (data and meta visible).
-            if e.seq.load(Ordering::Acquire) != rh + 1 {
+            // Acquire inside `take`: pairs with the initiator's Release in `deliver` (data,
+            // meta and inline payload visible).
+            let Some(d) = b.ring[(rh % RING as u64) as usize].take(rh) else {
                 break;
+            };
+            if let Some(p) = d.inline {
+                if !self.apply_inline(&p, d.len) {
+                    // A responder error (as RC): this and every later receive is flushed.
+                    self.set_fail(WcStatus::WrFlushError);
+                    fail = WcStatus::WrFlushError as u32;
+                    break;
+                }
             }
-            // Relaxed: ordered by the Acquire of `seq`.
-            let v = e.meta.load(Ordering::Relaxed);
+            let v = ((d.imm as u64) << 32) | d.len as u64;
             out[n] = Completion {
                 // Relaxed: ordered by the Acquire of `rq_posted` above.
                 wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
@@ -653,6 +737,25 @@ impl QpShared {
         self.rq_head.store(rh, Ordering::Release);
         self.cq.release(released);
         n
+    }
+}
+
+impl QpShared {
+    /// Target: copies an inline payload of `len` bytes into our memory, after re-checking (the
+    /// entry is peer-written) its length, and its rkey, range and remote-write access against
+    /// our own registration table under a lease; `false` on a responder error.
+    fn apply_inline(&self, p: &ring::Inline, len: u32) -> bool {
+        if len as usize > INLINE_MAX {
+            return false;
+        }
+        let Ok(lease) = self
+            .own
+            .lease(p.rkey, p.raddr, len as u64, ACC_REMOTE_WRITE, true)
+        else {
+            return false;
+        };
+        segment::write_own(&lease, p.raddr, &p.bytes()[..len as usize]);
+        true
     }
 }
 

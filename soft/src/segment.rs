@@ -9,7 +9,8 @@
 //!  offset 0        Header   magic, version, pid, nonce, lease lanes
 //!  HDR_BYTES       MrSlot × MR_SLOTS      registration table (key = gen << 16 | index)
 //!  QP_OFF          QpHead × QP_SLOTS      per QP: state, responder error, recv_posted
-//!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (16 KiB, page aligned)
+//!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (1024 × 64 B = 64 KiB, page
+//!                                         aligned; small payloads inline, see `ring`)
 //!  FIFO_OFF        FIFO_SLOTS × FIFO_STRIDE  FIFO rings (`alloc_fifo`), page aligned
 //! ```
 //! The segment is sparse: a page costs memory only once touched. A QP's ring pages are
@@ -62,13 +63,15 @@
 //!  target (owner)                                   initiator (its QP's combiner)
 //!  post_recv: recv_posted = p+1       (Release) ──▶ p = recv_posted (Acquire), re-read only
 //!                                                   when the cached credit runs out; t < p ?
-//!                                                   ring[t % RING].meta = imm << 32 | len (Relaxed)
+//!                                                   ring[t % RING]: meta, inline payload (Relaxed)
 //!  poll: ring[h % RING].seq == h+1 ? (Acquire)  ◀── ring[t % RING].seq = t + 1 (Release)
-//!        read meta; h += 1 (for h < posted)
+//!        read meta (and payload: re-check rkey,
+//!        range, access; copy it in); h += 1
 //! ```
-//! The reader polls the entry itself (one cache line carries both the signal and the data).
-//! The target never posts more than `RING` receives beyond what it has polled, so the
-//! initiator never overwrites an entry the target has not read.
+//! The reader polls the entry itself (one cache line carries both the signal and the data; the
+//! entry's layout and the inline payload's rules are in `ring`). The target never posts more
+//! than `RING` receives beyond what it has polled, so the initiator never overwrites an entry
+//! the target has not read.
 //!
 //! Trust: every process of the same user can already write anywhere in this process with
 //! cross-memory attach, so the table protects against bugs (stale keys, ranges, deregistered
@@ -85,10 +88,11 @@ use ibnet_core::fifo::FifoRing;
 
 use crate::lease::{Header, Lease as SlotLease, MrSlot};
 pub use crate::lease::{LeaseError, MAGIC, OWN_LANE};
+pub use crate::ring::RingEntry;
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
 pub const MR_SLOTS: usize = 1 << 16;
 /// Bits of a QP number that hold its slot index; the 5 bits above hold a generation (QP numbers
@@ -151,19 +155,12 @@ pub struct QpBlock<'a> {
     pub ring: &'a [RingEntry; RING],
 }
 
-/// One write-with-immediate delivery.
-#[repr(C)]
-pub struct RingEntry {
-    /// `t + 1` once the entry of delivery `t` is complete.
-    pub seq: AtomicU64,
-    /// `imm << 32 | byte_len`.
-    pub meta: AtomicU64,
-}
-
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
 const _: () = assert!(std::mem::size_of::<QpHead>() == 192);
 const _: () = assert!(RING_BYTES % 4096 == 0);
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<RingEntry>() == 64);
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= HDR_BYTES);
 const _: () = assert!(QP_OFF % 64 == 0);
@@ -192,6 +189,26 @@ impl std::fmt::Debug for Segment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Segment(pid {}, nonce {:#x})", self.pid, self.nonce)
     }
+}
+
+/// Target: copies an inline payload `src` (read from a ring entry) into this process's own
+/// memory at `raddr`, covered by `lease` (taken by the caller on its own registration with
+/// remote-write access: the re-check of a peer-written entry).
+pub fn write_own(_lease: &Lease<'_>, raddr: u64, src: &[u8]) {
+    // SAFETY: `[raddr, raddr + len)` is inside a live registration of this process with
+    // remote-write access (the lease checked key, range and access, and keeps `dereg` from
+    // completing meanwhile); the owner keeps registered memory mapped until deregistered (as
+    // for in-process word copies); the source is `src`, borrowed for the call.
+    unsafe { sys::atomic_copy(raddr, src.as_ptr() as u64, src.len()) };
+}
+
+/// Initiator: reads `dst.len()` bytes of this process's own memory at `laddr` (an inline
+/// payload), covered by `lease` (taken by the caller on the local registration).
+pub fn read_own(_lease: &Lease<'_>, laddr: u64, dst: &mut [u8]) {
+    // SAFETY: `[laddr, laddr + len)` is inside a live local registration (the lease), probed
+    // at `reg_mr` and kept mapped until deregistered (as for in-process word copies); the
+    // destination is `dst`, borrowed mutably for the call.
+    unsafe { sys::atomic_copy(dst.as_mut_ptr() as u64, laddr, dst.len()) };
 }
 
 impl Segment {
@@ -338,8 +355,7 @@ impl Segment {
     pub fn clear_ring(&self, idx: usize) {
         if sys::punch(self.ring_ptr(idx), RING_BYTES).is_err() {
             for e in self.qp_block(idx).ring {
-                // Relaxed: published by the Release store of the QP's `state` at create.
-                e.seq.store(0, Ordering::Relaxed);
+                e.clear();
             }
         }
     }

@@ -30,10 +30,15 @@ use crossbeam_utils::CachePadded;
 use ibnet_core::provider::{SendWr, WcStatus, WrOpcode};
 use ibnet_core::sync::{AtomicU32, AtomicU64, Ordering};
 
+use crate::ring::INLINE_WORDS;
+
 pub const OP_WRITE: u32 = 0;
 pub const OP_WRITE_IMM: u32 = 1;
 pub const OP_READ: u32 = 2;
 pub const F_SIGNALED: u32 = 1 << 8;
+/// The WR's payload was captured into the entry at post (`inline`): it travels in the
+/// target's ring entry (`ring`), not by a copy.
+pub const F_INLINE: u32 = 1 << 9;
 
 /// One send-queue slot. Fields are atomics (Relaxed) published by `sq_tail` (Release) or by
 /// `run` (Release in `arm`, Acquire in a successful claim); only the poster writes them, and only while the slot is free.
@@ -56,6 +61,8 @@ pub struct SqEntry {
     run: AtomicU64,
     /// Chunk size of this WR.
     chunk: AtomicU64,
+    /// The payload of an `F_INLINE` WR (`ring::pack`), captured at post.
+    inline: [AtomicU64; INLINE_WORDS],
 }
 
 /// A claimed chunk: bytes `[off, off + len)` of the WR.
@@ -99,6 +106,7 @@ impl SqEntry {
             vendor: AtomicU32::new(0),
             run: AtomicU64::new(0),
             chunk: AtomicU64::new(0),
+            inline: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -176,12 +184,44 @@ impl SqEntry {
         })
     }
 
+    /// Chunks of WR `seq` not yet claimed (0 if the slot holds another WR).
+    pub fn unclaimed(&self, seq: u64) -> u32 {
+        // Relaxed: a hint for handing out tokens; claims themselves are CASes.
+        let cur = self.run.load(Ordering::Relaxed);
+        if cur & !0xffff_ffff == tag(seq) {
+            cur as u32
+        } else {
+            0
+        }
+    }
+
     /// A claimed chunk is done (copied, failed or skipped); `true` for the WR's last one (the
     /// caller must kick the combiner).
     pub fn chunk_done(&self) -> bool {
         // Release: pairs with the Acquire load in `landed` (through the release sequence of
         // these RMWs): this chunk's bytes and the WR's status happen-before its retirement.
         self.left.fetch_sub(1, Ordering::Release) == 1
+    }
+
+    /// Poster: the WR's payload travels inline (`words`, packed by `ring::pack`); before
+    /// [`SqEntry::arm`].
+    pub fn set_inline(&self, words: &[u64; INLINE_WORDS]) {
+        // Relaxed (all): published by the Release stores of `run` in `arm` and of `sq_tail`.
+        for (d, w) in self.inline.iter().zip(words) {
+            d.store(*w, Ordering::Relaxed);
+        }
+        self.flags.fetch_or(F_INLINE, Ordering::Relaxed);
+    }
+
+    /// The inline payload, if the WR carries one (combiner; ordered by `sq_tail`/`landed`).
+    pub fn inline(&self) -> Option<[u64; INLINE_WORDS]> {
+        // Relaxed (all): the caller synchronised with the poster (Acquire of `sq_tail`).
+        if self.flags.load(Ordering::Relaxed) & F_INLINE == 0 {
+            return None;
+        }
+        Some(std::array::from_fn(|i| {
+            self.inline[i].load(Ordering::Relaxed)
+        }))
     }
 
     /// A snapshot of the WR.

@@ -135,6 +135,25 @@ fn wr_fail_fails_the_senders_comm_with_the_chosen_status_and_flushes_the_receive
     );
 }
 
+/// The same for an 8-byte message (its payload would travel inline in the ring entry): the
+/// injected failure applies before, and nothing is delivered.
+#[test]
+fn wr_fail_applies_to_an_inline_message() {
+    let (ps, pr) = (provider("seed=7,wr_fail=1:RemoteAccessError"), provider(""));
+    let (mut s, mut r) = comms(&ps, &pr, CommConfig::default());
+    let (so, ro) = one_message(&ps, &pr, &mut s, &mut r, 8, 1);
+    assert_eq!(
+        completion(&so),
+        Some((WcStatus::RemoteAccessError, ReqType::Send)),
+        "{so:?}"
+    );
+    assert_eq!(
+        completion(&ro),
+        Some((WcStatus::WrFlushError, ReqType::Recv)),
+        "{ro:?}"
+    );
+}
+
 #[test]
 fn wr_fail_with_a_local_status_fails_the_sender_only() {
     let (ps, pr) = (provider("wr_fail=1:LocalProtectionError"), provider(""));

@@ -1,7 +1,8 @@
 //! Loom models of the shared segment's lock-free protocols, running the crate's own code
 //! (`ibnet_soft::lease`, `ibnet_soft::cq`, built on loom's atomics under `--cfg loom`): the
 //! registration lease against deregistration (the Dekker pair), a dead lane's voiding, the
-//! header's publication, and the CQ's slot reservation.
+//! header's publication, the CQ's slot reservation, and the inbound ring entry with an inline
+//! payload (`ibnet_soft::ring`).
 //!
 //! `LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" cargo test -p ibnet-soft --release
 //! --target-dir target/loom --test loom_seg`
@@ -9,6 +10,7 @@
 
 use ibnet_soft::cq::CqShared;
 use ibnet_soft::lease::{Header, MrSlot};
+use ibnet_soft::ring::{pack, Inline, RingEntry};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
@@ -104,5 +106,57 @@ fn cq_reservations_never_exceed_the_depth() {
         assert!(cq.reserve(1).is_err());
         cq.release(1);
         assert!(cq.reserve(1).is_ok());
+    });
+}
+
+/// The target sees a ring entry whole once its `seq` is published (payload, address, key,
+/// immediate, length), never a torn one; and when the initiator reuses the entry (after the
+/// target re-posted its receive: `posted`, Release/Acquire as `recv_posted`), a delivery
+/// without payload never shows the earlier payload's flag.
+#[test]
+fn a_ring_entry_with_an_inline_payload_is_seen_whole_and_reused_clean() {
+    loom::model(|| {
+        let e = Arc::new(RingEntry::new());
+        let posted = Arc::new(loom::sync::atomic::AtomicU64::new(1));
+        let p = Inline {
+            raddr: 0x1234_5678,
+            rkey: 0x0102_0304,
+            words: pack(&[1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        };
+        let (ei, pi) = (e.clone(), posted.clone());
+        let init = thread::spawn(move || {
+            ei.publish(0, 77, 9, Some(&p));
+            // Acquire: pairs with the target's Release below (as `recv_posted`).
+            while pi.load(loom::sync::atomic::Ordering::Acquire) < 2 {
+                thread::yield_now();
+            }
+            ei.publish(1, 78, 4096, None);
+        });
+        let d = loop {
+            if let Some(d) = e.take(0) {
+                break d;
+            }
+            thread::yield_now();
+        };
+        assert_eq!((d.imm, d.len), (77, 9));
+        assert_eq!(d.inline, Some(p));
+        assert_eq!(
+            &d.inline.unwrap().bytes()[..9],
+            &[1, 2, 3, 4, 5, 6, 7, 8, 9]
+        );
+        assert!(
+            e.take(1).is_none(),
+            "delivery 1 before the receive was re-posted"
+        );
+        // Release: pairs with the initiator's Acquire above.
+        posted.store(2, loom::sync::atomic::Ordering::Release);
+        let d = loop {
+            if let Some(d) = e.take(1) {
+                break d;
+            }
+            thread::yield_now();
+        };
+        assert_eq!((d.imm, d.len, d.inline), (78, 4096, None));
+        init.join().unwrap();
     });
 }

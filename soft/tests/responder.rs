@@ -82,6 +82,26 @@ fn helper_entry() {
             write_line(&mut out, &format!("STATUS {}", c[0].status as u32));
             read_line_with(&mut stdin, |l| (l == "QUIT").then_some(()));
         }
+        // Waits for GO, then writes `mixed_sequence` (inline and copied writes) into the
+        // parent's buffer; reports whether every WR succeeded.
+        "mixed_writer" => {
+            read_line_with(&mut stdin, |l| (l == "GO").then_some(()));
+            let wrs: Vec<_> = mixed_sequence()
+                .iter()
+                .enumerate()
+                .map(|(i, &(o, l, op))| {
+                    let (sa, da) = (buf.addr() + o as u64, peer.buf + o as u64);
+                    wr(
+                        i as u64, op, sa, l as u32, lkey, da, peer.rkey, i as u32, true,
+                    )
+                })
+                .collect();
+            me.post(&wrs).unwrap();
+            let c = me.wait(wrs.len());
+            let ok = c.iter().all(|c| c.status == WcStatus::Success);
+            write_line(&mut out, &format!("STATUS {ok}"));
+            read_line_with(&mut stdin, |l| (l == "QUIT").then_some(()));
+        }
         r => panic!("unknown role {r}"),
     }
 }
@@ -233,4 +253,51 @@ fn remote_access_error_flushes_the_targets_receives_across_processes() {
     write_line(&mut h.stdin, "QUIT");
     assert!(h.child.wait().unwrap().success(), "helper failed");
     let _ = h.info;
+}
+
+/// Inline (≤ 32 B WRITE_WITH_IMM, through the ring entry) and copied writes interleaved on one
+/// QP across two processes: every receive arrives in WR order with its bytes, and those of
+/// every earlier WR, in place.
+#[test]
+fn inline_and_copied_writes_interleave_in_order_across_processes() {
+    let p = provider();
+    let mut me = Side::new(&p);
+    let span = mixed_span();
+    let dst = Region::new(span);
+    let md = me.reg(&dst);
+    let key = me.key(&md);
+    let mut h = helper("mixed_writer", span, &mut me, &dst, key);
+    let seq = mixed_sequence();
+    let imms: Vec<usize> = (0..seq.len())
+        .filter(|&i| seq[i].2 == WrOpcode::WriteWithImm)
+        .collect();
+    for &i in &imms {
+        me.recv(i as u64);
+    }
+    write_line(&mut h.stdin, "GO");
+    let want = pattern(span, 3);
+    let mut got = 0;
+    while got < imms.len() {
+        for c in me.wait(1) {
+            let i = imms[got];
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            assert_eq!((c.wr_id, c.imm), (i as u64, i as u32), "order");
+            assert_eq!(c.byte_len as usize, seq[i].1);
+            for &(o, l, _) in seq.iter().take(i + 1) {
+                assert_eq!(
+                    &dst.bytes()[o..o + l],
+                    &want[o..o + l],
+                    "WR at {o} at receive {i}"
+                );
+            }
+            got += 1;
+        }
+    }
+    assert_eq!(
+        wait_line(&mut h, "STATUS "),
+        "STATUS true",
+        "the writer's WRs"
+    );
+    write_line(&mut h.stdin, "QUIT");
+    assert!(h.child.wait().unwrap().success(), "helper failed");
 }

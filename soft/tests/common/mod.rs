@@ -324,3 +324,39 @@ pub fn read_line_with<T>(r: &mut impl BufRead, f: impl Fn(&str) -> Option<T>) ->
         }
     }
 }
+
+// ---------------------------------------------------------------- inline payloads
+
+/// `(offset, length, opcode)` of a sequence mixing inline (≤ 32 B WRITE_WITH_IMM) and copied
+/// writes (larger ones, and plain writes of any size), into consecutive ranges.
+pub fn mixed_sequence() -> Vec<(usize, usize, WrOpcode)> {
+    use WrOpcode::{Write, WriteWithImm as Imm};
+    let shape = [
+        (8, Imm),
+        (4096, Imm),
+        (1, Imm),
+        (32, Imm),
+        (33, Imm),
+        (8, Write),
+        (16, Imm),
+        (70_000, Imm),
+        (24, Write),
+        (7, Imm),
+        (300_000, Write),
+        (32, Imm),
+    ];
+    let mut off = 0;
+    shape
+        .iter()
+        .map(|&(len, op)| {
+            let o = off;
+            off += len + 3; // odd offsets: unaligned destinations too
+            (o, len, op)
+        })
+        .collect()
+}
+
+/// Bytes the sequence spans.
+pub fn mixed_span() -> usize {
+    mixed_sequence().last().map(|&(o, l, _)| o + l).unwrap_or(0)
+}

@@ -1,0 +1,161 @@
+//! One entry of a QP's inbound ring (WRITE_WITH_IMM delivery) and its publish/take protocol,
+//! with small payloads carried *inline* (segment `VERSION` 4).
+//!
+//! An entry is one cache line: the initiator's combiner writes it with plain stores and
+//! publishes it with one Release store of `seq`; the target polls `seq` with Acquire and then
+//! reads the rest. A WRITE_WITH_IMM of at most [`INLINE_MAX`] bytes carries its payload in the
+//! entry (with the remote address and rkey), so the bytes cross in that one cache-line handoff
+//! instead of a `process_vm_writev`; the target copies them into its registered memory before
+//! it reports the receive (after re-checking rkey, range and remote-write access against its
+//! own registration table: the ring is peer-writable, never trusted).
+//! ```text
+//!  initiator (combiner, in WR order)              target (poller, in ring order)
+//!  raddr, key, data[..], meta   (Relaxed)
+//!  seq = t + 1                  (Release) ──────▶ seq == t + 1 ? (Acquire)
+//!                                                 read meta, key, raddr, data (Relaxed)
+//! ```
+//! Why 32 bytes: the entry is one 64-byte line (one handoff, as before), of which the signal
+//! (`seq`), `imm << 32 | len`, the remote address and `rkey << 32 | flag` take four words; the
+//! other four carry the payload. That holds the 8-byte messages latency-bound collectives send
+//! with room to spare; a larger entry would cost a second line (and 4× ring memory is already
+//! 64 KiB per active QP, up from 16 KiB), a smaller one would gain nothing.
+//!
+//! The module uses `ibnet_core::sync` atomics so that the loom model (`tests/loom_seg.rs`) runs
+//! these very functions.
+#![allow(missing_docs)] // pub only for the loom model (doc-hidden); documented here
+
+use ibnet_core::sync::{AtomicU64, Ordering};
+
+/// Most payload bytes a ring entry carries inline.
+pub const INLINE_MAX: usize = 32;
+/// Words of inline payload.
+pub const INLINE_WORDS: usize = INLINE_MAX / 8;
+
+/// `key`'s low bit: the entry carries its payload inline.
+const K_INLINE: u64 = 1;
+
+/// One write-with-immediate delivery (one cache line).
+#[repr(C, align(64))]
+pub struct RingEntry {
+    /// `t + 1` once the entry of delivery `t` is complete.
+    seq: AtomicU64,
+    /// `imm << 32 | byte_len`.
+    meta: AtomicU64,
+    /// Inline payload: where it goes in the target.
+    raddr: AtomicU64,
+    /// Inline payload: `rkey << 32 | K_INLINE`; 0 for a delivery without payload.
+    key: AtomicU64,
+    /// Inline payload bytes (native byte order of the words).
+    data: [AtomicU64; INLINE_WORDS],
+}
+
+/// A payload carried inline: `len` (≤ [`INLINE_MAX`]) bytes of `words` for `raddr`/`rkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inline {
+    pub raddr: u64,
+    pub rkey: u32,
+    pub words: [u64; INLINE_WORDS],
+}
+
+impl Inline {
+    /// The first `len` payload bytes.
+    pub fn bytes(&self) -> [u8; INLINE_MAX] {
+        let mut b = [0u8; INLINE_MAX];
+        for (c, w) in b.chunks_exact_mut(8).zip(self.words) {
+            c.copy_from_slice(&w.to_ne_bytes());
+        }
+        b
+    }
+}
+
+/// Packs up to [`INLINE_MAX`] bytes into payload words (the rest zero).
+pub fn pack(bytes: &[u8]) -> [u64; INLINE_WORDS] {
+    let mut b = [0u8; INLINE_MAX];
+    let n = bytes.len().min(INLINE_MAX);
+    b[..n].copy_from_slice(&bytes[..n]);
+    let mut w = [0u64; INLINE_WORDS];
+    for (w, c) in w.iter_mut().zip(b.chunks_exact(8)) {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        *w = u64::from_ne_bytes(a);
+    }
+    w
+}
+
+/// What the target read from an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub imm: u32,
+    pub len: u32,
+    /// The payload, when it travelled inline (its `len` not yet validated: see [`INLINE_MAX`]).
+    pub inline: Option<Inline>,
+}
+
+impl Default for RingEntry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RingEntry {
+    /// An empty entry (all zero: what a fresh or punched page reads as).
+    pub fn new() -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            meta: AtomicU64::new(0),
+            raddr: AtomicU64::new(0),
+            key: AtomicU64::new(0),
+            data: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Initiator (the QP's combiner, the only writer of this entry while the target has not
+    /// re-posted its receive): publishes delivery `t`.
+    pub fn publish(&self, t: u64, imm: u32, len: u32, inline: Option<&Inline>) {
+        // Relaxed (all but `seq`): published by the Release store of `seq` below.
+        self.meta
+            .store(((imm as u64) << 32) | len as u64, Ordering::Relaxed);
+        match inline {
+            Some(p) => {
+                self.raddr.store(p.raddr, Ordering::Relaxed);
+                for (d, w) in self.data.iter().zip(p.words) {
+                    d.store(w, Ordering::Relaxed);
+                }
+                self.key
+                    .store(((p.rkey as u64) << 32) | K_INLINE, Ordering::Relaxed);
+            }
+            None => self.key.store(0, Ordering::Relaxed),
+        }
+        // Release: pairs with the target's Acquire in `take`: the fields above, and every byte
+        // the initiator's QP copied before (which happened-before this point), are visible.
+        self.seq.store(t + 1, Ordering::Release);
+    }
+
+    /// Target (the QP's poller): delivery `t`, if it has been published.
+    pub fn take(&self, t: u64) -> Option<Delivery> {
+        // Acquire: pairs with the Release store of `seq` in `publish`.
+        if self.seq.load(Ordering::Acquire) != t + 1 {
+            return None;
+        }
+        // Relaxed (all): ordered by the Acquire load of `seq`; the initiator does not write
+        // this entry again before the target re-posts the receive, which it does after this.
+        let meta = self.meta.load(Ordering::Relaxed);
+        let key = self.key.load(Ordering::Relaxed);
+        let inline = (key & K_INLINE != 0).then(|| Inline {
+            raddr: self.raddr.load(Ordering::Relaxed),
+            rkey: (key >> 32) as u32,
+            words: std::array::from_fn(|i| self.data[i].load(Ordering::Relaxed)),
+        });
+        Some(Delivery {
+            imm: (meta >> 32) as u32,
+            len: meta as u32,
+            inline,
+        })
+    }
+
+    /// Owner: resets the entry (control path; published by the QP's `state` store at create).
+    pub fn clear(&self) {
+        // Relaxed: published by the Release store of the QP's `state` at create.
+        self.seq.store(0, Ordering::Relaxed);
+    }
+}
