@@ -272,11 +272,6 @@ impl Group {
         len: 1,
         lead: 0,
     };
-
-    /// `(position in the group order, sub index)` of every member, leader first.
-    pub fn members(self, order: &[u8; MAX_SUBS]) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (self.start..self.start + self.len).map(move |k| (k, order[k] as usize))
-    }
 }
 
 /// Iterator over the groups of a receive op ([`ProxyOp::group_walk`]); a copy walks again.

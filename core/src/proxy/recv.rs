@@ -3,9 +3,11 @@
 //! Subs are grouped at start (subs sharing a net comm, up to `max_recvs` per group); a group
 //! moves in lockstep through four stages, all run by each call, each as far as it can (NCCL
 //! moves one step per stage and returns after the first stage that moved; draining all four
-//! hands data over with fewer calls). Each call runs
-//! **retire** (4) first, so that slots the GPU consumed since the previous call are reposted
-//! by this one rather than the next:
+//! hands data over with fewer calls). Each call makes one pass per group: it looks the group's
+//! connections up once, then runs the four stages on them. Groups are independent (their own
+//! subs, requests and slots), so finishing one group before the next keeps every group's order.
+//! A pass runs **retire** (4) first, so that slots the GPU consumed since the previous call are
+//! reposted by this one rather than the next:
 //! 1. **post**: multi-receives per group, each covering the next slice of every member that still
 //!    has steps (depth-limited to `min(STEPS, SHARED_STEPS / nsubs)`, 1 for registered subs).
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
@@ -25,8 +27,8 @@ use super::op::{Group, ProxyOp, Sub};
 use super::pools::shared_offset;
 use super::profiler::{OpEvent, Profiler, StepEvent};
 use super::shared::{load_step, store_step, RecvMem, SIZE_EMPTY};
-use super::state::{lookup, Conn, ProxyState, Resources};
-use super::{Dir, Protocol, MAX_RECVS, MAX_SUBS, SHARED_STEPS, STEPS};
+use super::state::{lookup, Conn, ProxyConfig, ProxyState, Resources};
+use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
 use crate::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
@@ -36,62 +38,160 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         op: &mut ProxyOp<N>,
         prof: &mut P,
     ) -> Result<bool> {
-        // Each stage drains its work per group (it revisits a group while it moves), so a call
-        // can post, complete and hand over several steps. Retire first: slots the GPU consumed
-        // since the last call are reposted by this one.
-        // The groups are fixed once the op started; walked four times below, so listed once
-        // (one sub, the common case: one group, no walk at all).
-        let solo = [Group::SOLO];
-        let mut list;
-        let groups: &[Group] = if op.subs.len() == 1 {
-            &solo
-        } else {
-            list = [Group::SOLO; MAX_SUBS];
-            let mut n = 0;
-            for (slot, g) in list.iter_mut().zip(op.group_walk()) {
-                *slot = g;
-                n += 1;
-            }
-            &list[..n]
+        let ProxyState {
+            net,
+            mem,
+            cfg,
+            conns,
+            gens,
+            ..
+        } = self;
+        let shape = Shape {
+            cfg,
+            mem,
+            p: op.protocol,
+            slice: op.slice_steps,
+            nsubs: op.subs.len(),
+            max_depth: STEPS.min(SHARED_STEPS / op.subs.len()) as u64,
         };
-        let max_depth = STEPS.min(SHARED_STEPS / op.subs.len()) as u64;
+        // One sub, the common case: one group, no walk.
+        if op.subs.len() == 1 {
+            let links = [Link::of(conns, gens, &op.subs[0])?];
+            let pass = GroupPass::<_, _, true>::new(&shape, &links, Group::SOLO)?;
+            return Ok(!pass.run(net, op, prof)?);
+        }
+        // The groups are fixed once the op started; the walk is a copy of the group order, so
+        // the stages may change the subs meanwhile.
         let mut moved = false;
-        for &g in groups {
-            moved |= self.recv_retire(op, g, prof)?;
-        }
-        for &g in groups {
-            while self.recv_post(op, g, max_depth, prof)? {
-                moved = true; // post this group's next slice too (bounded by the depth)
+        for g in op.group_walk() {
+            let lead = Link::of(conns, gens, &op.subs[g.lead])?;
+            let mut links = [lead; MAX_RECVS];
+            if g.len > MAX_RECVS {
+                return Err(Error::Full {
+                    what: "buffers in one multi-receive",
+                    cap: MAX_RECVS,
+                });
             }
-        }
-        for &g in groups {
-            while self.recv_test(op, g, prof)? {
-                moved = true; // test its next receive too (bounded: `received` grew)
+            for (j, l) in links.iter_mut().enumerate().take(g.len).skip(1) {
+                *l = Link::of(conns, gens, &op.subs[op.order[g.start + j] as usize])?;
             }
-        }
-        for &g in groups {
-            while self.recv_hand_over(op, g, prof)? {
-                moved = true; // hand over its next step too (bounded: `transmitted` grew)
-            }
+            let pass = GroupPass::<_, _, false>::new(&shape, &links[..g.len], g)?;
+            moved |= pass.run(net, op, prof)?;
         }
         Ok(!moved)
     }
+}
 
-    /// Stage 1 for one group: posts one multi-receive covering the next slice of every member
-    /// that still has steps (at most `max_depth` ahead of `done`); returns whether it posted.
-    fn recv_post<P: Profiler>(
-        &mut self,
-        op: &mut ProxyOp<N>,
-        g: Group,
-        max_depth: u64,
-        prof: &mut P,
-    ) -> Result<bool> {
-        let p = op.protocol;
-        let slice = op.slice_steps;
-        let nsubs = op.subs.len();
+/// What every group of one receive op shares in one progress call.
+struct Shape<'a, M> {
+    cfg: &'a ProxyConfig,
+    mem: &'a M,
+    p: Protocol,
+    slice: u64,
+    nsubs: usize,
+    /// Slices posted ahead of `done`: `min(STEPS, SHARED_STEPS / nsubs)` (1 when registered).
+    max_depth: u64,
+}
+
+/// A group member's connection and its resources, looked up once per progress call.
+struct Link<'a, N: Net> {
+    c: &'a Conn<N>,
+    r: &'a Resources<N>,
+}
+
+impl<N: Net> Clone for Link<'_, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<N: Net> Copy for Link<'_, N> {}
+
+impl<'a, N: Net> Link<'a, N> {
+    fn of(conns: &'a [Option<Conn<N>>], gens: &[u16], sub: &Sub<N>) -> Result<Self> {
+        let c = lookup(conns, gens, sub.conn)?;
+        Ok(Self { c, r: c.res()? })
+    }
+}
+
+/// One group's pass: its members' connections (`links[j]` is the member at group position
+/// `j`, the leader first; `g.len` of them) and its receive comm.
+/// `ONE`: a group of one (the common case), compiled apart so its member loops unroll.
+struct GroupPass<'s, 'a, N: Net, M, const ONE: bool> {
+    shape: &'s Shape<'a, M>,
+    g: Group,
+    links: &'s [Link<'a, N>],
+    rc: N::Recv,
+}
+
+impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ONE> {
+    /// A pass over group `g`, whose members' connections are `links`.
+    fn new(shape: &'s Shape<'a, M>, links: &'s [Link<'a, N>], g: Group) -> Result<Self> {
+        // Grouping put subs of one comm together: the leader's comm is the group's.
+        let Some(CommRef::Recv(rc)) = links.first().map(|l| l.r.comm) else {
+            return Err(Error::BadState {
+                op: "recv progress",
+                state: "send comm",
+            });
+        };
+        Ok(Self {
+            shape,
+            g,
+            links,
+            rc,
+        })
+    }
+
+    /// Members.
+    #[inline(always)]
+    fn len(&self) -> usize {
+        if ONE {
+            1
+        } else {
+            self.links.len()
+        }
+    }
+
+    /// Sub index of the member at group position `j`.
+    #[inline(always)]
+    fn member(&self, op: &ProxyOp<N>, j: usize) -> usize {
+        if ONE {
+            self.g.lead // the leader is the group's only member
+        } else {
+            op.order[self.g.start + j] as usize
+        }
+    }
+
+    /// The four stages, each drained (each loop is bounded: its counter grows or it stops);
+    /// returns whether one moved.
+    fn run<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
+        let mut moved = self.retire(net, op, prof)?;
+        while self.post(net, op, prof)? {
+            moved = true;
+        }
+        while self.test(net, op, prof)? {
+            moved = true;
+        }
+        while self.hand_over(net, op, prof)? {
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    /// Stage 1: posts one multi-receive covering the next slice of every member that still
+    /// has steps (at most `max_depth` ahead of `done`); returns whether it posted.
+    #[inline(always)]
+    fn post<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
+        let Shape {
+            cfg,
+            p,
+            slice,
+            nsubs,
+            max_depth,
+            ..
+        } = *self.shape;
         let mut bufs = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
-        let mut comm = None;
-        for (k, si) in g.members(&op.order) {
+        for j in 0..self.len() {
+            let (k, si) = (self.g.start + j, self.member(op, j));
             let sub = &mut op.subs[si];
             if sub.posted >= sub.nsteps {
                 continue;
@@ -100,9 +200,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             if sub.posted >= sub.done + depth {
                 return Ok(false);
             }
-            let c = lookup(&self.conns, &self.gens, sub.conn)?;
-            let r = c.res()?;
-            comm = Some(r.comm);
+            let Link { c, r } = self.links[j];
             let step = sub.base + sub.posted;
             let slot = RecvMem::<STEPS>::slot(step);
             let fifo = &r.recv_mem.get().conn_fifo;
@@ -112,15 +210,15 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                     if fifo[RecvMem::<STEPS>::slot(sub.base)].size().is_none() {
                         return Ok(false);
                     }
-                    (sub.buff, sub.nbytes.min(self.cfg.max_net_size.max(1)))
+                    (sub.buff, sub.nbytes.min(cfg.max_net_size.max(1)))
                 } else {
                     let b = r.bufs[p.index()].ok_or(Error::Missing {
                         what: "shared buffer",
                     })?;
                     let sslot = (sub.posted % max_depth) as usize * nsubs + k;
-                    let off = shared_offset(self.cfg.p2p_chunk_size, c.req.channel, sslot)?;
+                    let off = shared_offset(cfg.p2p_chunk_size, c.req.channel, sslot)?;
                     fifo[slot].set_offset(off);
-                    (b.cpu + off as u64, self.cfg.p2p_chunk_size)
+                    (b.cpu + off as u64, cfg.p2p_chunk_size)
                 }
             } else {
                 let b = r.bufs[p.index()].ok_or(Error::Missing {
@@ -153,20 +251,15 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         if cnt == 0 {
             return Ok(false);
         }
-        let Some(CommRef::Recv(rc)) = comm else {
-            return Err(Error::BadState {
-                op: "recv progress",
-                state: "send comm",
-            });
-        };
-        let Some(req) = self.net.irecv(rc, &bufs)? else {
+        let Some(req) = net.irecv(self.rc, &bufs)? else {
             return Ok(false);
         };
-        let ls = &mut op.subs[g.lead];
+        let ls = &mut op.subs[self.g.lead];
         let ri = (ls.posted % STEPS as u64) as usize;
         ls.requests[ri] = Some(req);
         ls.req_count[ri] = cnt as u8;
-        for (_, si) in g.members(&op.order) {
+        for j in 0..self.len() {
+            let si = self.member(op, j);
             let sub = &mut op.subs[si];
             sub.posted += slice;
             prof.op_state(si, OpEvent::RecvPosted, sub.posted, sub.trans_size);
@@ -175,54 +268,40 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         Ok(true)
     }
 
-    /// Stage 2 for one group: tests its oldest posted multi-receive; when done, accounts every
-    /// member's bytes and starts the flush. Returns whether it completed.
-    fn recv_test<P: Profiler>(
-        &mut self,
-        op: &mut ProxyOp<N>,
-        g: Group,
-        prof: &mut P,
-    ) -> Result<bool> {
-        let p = op.protocol;
-        let slice = op.slice_steps;
-        let lead = g.lead;
+    /// Stage 2: tests the group's oldest posted multi-receive (only one that was posted and
+    /// not yet seen done); when done, accounts every member's bytes and starts the flush.
+    /// Returns whether it completed.
+    #[inline(always)]
+    fn test<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
+        let Shape { p, slice, .. } = *self.shape;
+        let lead = self.g.lead;
         let (posted, step) = (op.subs[lead].posted, op.subs[lead].received);
         if posted <= step {
             return Ok(false);
         }
         let ri = (step % STEPS as u64) as usize;
-        let lc = lookup(&self.conns, &self.gens, op.subs[lead].conn)?;
-        let comm = lc.res()?.comm;
-        let CommRef::Recv(rc) = comm else {
-            return Err(Error::BadState {
-                op: "recv progress",
-                state: "send comm",
-            });
-        };
         let req = op.subs[lead].requests[ri].ok_or(Error::BadState {
             op: "recv progress",
             state: "no request for a posted step",
         })?;
         let mut sizes = [0usize; MAX_RECVS];
-        if !self.net.test(comm, req, &mut sizes)? {
+        if !net.test(CommRef::Recv(self.rc), req, &mut sizes)? {
             return Ok(false);
         }
         let cnt = op.subs[lead].req_count[ri] as usize;
-        let flags = lc.props.sizes == SizeReport::Flags && cnt > 1;
+        let flags = self
+            .links
+            .first()
+            .is_some_and(|l| l.c.props.sizes == SizeReport::Flags)
+            && cnt > 1;
         let mut need_flush = false;
         let mut total = 0usize;
         let mut idx = 0;
         let mut fl = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
         let mut gdc_flush = None;
-        for (_, si) in g.members(&op.order) {
+        for (j, &Link { c, r }) in self.links[..self.len()].iter().enumerate() {
+            let si = self.member(op, j);
             let sub = &mut op.subs[si];
-            // The lead's connection is already at hand (a group of one: no second lookup).
-            let c = if si == lead {
-                lc
-            } else {
-                lookup(&self.conns, &self.gens, sub.conn)?
-            };
-            let r = c.res()?;
             let mut size = 0;
             if sub.received < sub.nsteps {
                 let raw = sizes[idx.min(MAX_RECVS - 1)];
@@ -233,7 +312,6 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                     (false, n) => n,
                 };
                 total += size;
-                let fifo = &r.recv_mem.get().conn_fifo;
                 if c.req.use_gdr && c.req.need_flush {
                     need_flush = true;
                     gdc_flush = gdc_flush.or(r.gdc_flush);
@@ -250,6 +328,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 if sub.reg && sub.piece_done(size) {
                     // Release: pairs with the GPU's Acquire poll; ordered before the `tail`
                     // store that ends the registered receive.
+                    let fifo = &r.recv_mem.get().conn_fifo;
                     fifo[RecvMem::<STEPS>::slot(sub.base)].publish(SIZE_EMPTY);
                 }
             }
@@ -266,43 +345,42 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         let ls = &mut op.subs[lead];
         ls.requests[ri] = None;
         ls.consumed[ri] = Some(req);
-        if total > 0 && p == Protocol::Simple && need_flush {
+        if need_flush && total > 0 && p == Protocol::Simple {
             if let Some(w) = gdc_flush {
-                self.mem.flush_read(w.get());
+                self.shape.mem.flush_read(w.get());
             } else if !fl.is_empty() {
-                let fr = self.net.iflush(rc, &fl)?;
+                let fr = net.iflush(self.rc, &fl)?;
                 op.subs[lead].requests[ri] = fr;
             }
         }
         Ok(true)
     }
 
-    /// Stage 3 for one group: once its oldest received step's flush (if any) completed, moves
-    /// every member's `tail`. Returns whether it handed over.
-    fn recv_hand_over<P: Profiler>(
-        &mut self,
+    /// Stage 3: once the group's oldest received step's flush (if any) completed, moves every
+    /// member's `tail`. Returns whether it handed over.
+    #[inline(always)]
+    fn hand_over<P: Profiler>(
+        &self,
+        net: &mut N,
         op: &mut ProxyOp<N>,
-        g: Group,
         prof: &mut P,
     ) -> Result<bool> {
-        let slice = op.slice_steps;
-        let lead = g.lead;
+        let slice = self.shape.slice;
+        let lead = self.g.lead;
         let (received, step) = (op.subs[lead].received, op.subs[lead].transmitted);
         if received <= step {
             return Ok(false);
         }
         let ri = (step % STEPS as u64) as usize;
         if let Some(req) = op.subs[lead].requests[ri] {
-            let comm = lookup(&self.conns, &self.gens, op.subs[lead].conn)?
-                .res()?
-                .comm;
             let mut sizes = [0usize; MAX_RECVS];
-            if !self.net.test(comm, req, &mut sizes)? {
+            if !net.test(CommRef::Recv(self.rc), req, &mut sizes)? {
                 return Ok(false);
             }
             op.subs[lead].requests[ri] = None;
         }
-        for (_, si) in g.members(&op.order) {
+        for (j, link) in self.links[..self.len()].iter().enumerate() {
+            let si = self.member(op, j);
             let sub = &mut op.subs[si];
             sub.transmitted += slice;
             prof.op_state(
@@ -318,39 +396,34 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 StepEvent::RecvGpuWait,
             );
             if step < sub.nsteps {
-                let r = lookup(&self.conns, &self.gens, sub.conn)?.res()?;
                 let tail = if sub.reg {
                     (sub.transmitted == sub.nsteps).then_some(sub.base + slice)
                 } else {
                     Some(sub.base + sub.transmitted)
                 };
                 if let Some(t) = tail {
-                    store_step(r.proxy_word(Dir::Recv), t);
-                    self.mem.store_fence();
+                    store_step(link.r.proxy_word(Dir::Recv), t);
+                    self.shape.mem.store_fence();
                 }
             }
         }
         Ok(true)
     }
 
-    /// Stage 4 for one group: retires every step the GPU consumed (its `head`), telling the
-    /// plugin with `irecv_consumed`. Returns whether one moved.
-    fn recv_retire<P: Profiler>(
-        &mut self,
-        op: &mut ProxyOp<N>,
-        g: Group,
-        prof: &mut P,
-    ) -> Result<bool> {
-        let slice = op.slice_steps;
-        let lead = g.lead;
+    /// Stage 4: retires every step the GPU consumed (its `head`), telling the plugin with
+    /// `irecv_consumed`. Returns whether one moved.
+    #[inline(always)]
+    fn retire<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
+        let slice = self.shape.slice;
+        let lead = self.g.lead;
         let mut moved = false;
-        for (_, si) in g.members(&op.order) {
+        for (j, link) in self.links[..self.len()].iter().enumerate() {
+            let si = self.member(op, j);
             let sub = &op.subs[si];
             if sub.done == sub.nsteps || sub.transmitted <= sub.done {
                 continue;
             }
-            let r = lookup(&self.conns, &self.gens, sub.conn)?.res()?;
-            let comm = r.comm;
+            let r = link.r;
             let head = if sub.reg {
                 sub.base + sub.nsteps
             } else {
@@ -364,10 +437,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 }
                 let ci = (sub.done % STEPS as u64) as usize;
                 if let Some(req) = op.subs[lead].consumed[ci].take() {
-                    if let CommRef::Recv(rc) = comm {
-                        let n = op.subs[lead].req_count[ci] as usize;
-                        self.net.irecv_consumed(rc, n, req)?;
-                    }
+                    let n = op.subs[lead].req_count[ci] as usize;
+                    net.irecv_consumed(self.rc, n, req)?;
                 }
                 let sub = &mut op.subs[si];
                 sub.done += slice;
@@ -378,7 +449,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                     if sub.own_mr {
                         if let Some(mr) = sub.mhandle.take() {
                             sub.own_mr = false;
-                            self.net.dereg_mr(comm, mr)?;
+                            net.dereg_mr(r.comm, mr)?;
                         }
                     }
                     op.ndone += 1;
