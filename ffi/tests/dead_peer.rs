@@ -46,7 +46,7 @@ fn init() -> bool {
     }
     std::env::set_var("IBNET_PROVIDER", "verbs");
     nccl_net_ibnet::log::set_sink(note);
-    assert_eq!(api::init(None, -1, None), ncclResult_t::Success);
+    assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
     assert!(n >= 1, "verbs provider: no device");
