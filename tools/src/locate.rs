@@ -28,12 +28,28 @@ pub fn search_dirs(exe: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The first existing candidate for `exe`.
+/// The newest existing candidate for `exe` (ties: the first in search order). Newest, not
+/// first: `cargo test` and `cargo build` of a dependent crate refresh the plugin in `deps/`
+/// but not the copy cargo lifted into `target/<profile>/` at the last `cargo build -p ibnet-ffi`,
+/// which would otherwise shadow it with old code.
 pub fn find_near(exe: &Path) -> Option<PathBuf> {
-    search_dirs(exe)
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for p in search_dirs(exe)
         .into_iter()
         .flat_map(|d| NAMES.iter().map(move |n| d.join(n)))
-        .find(|p| p.is_file())
+    {
+        let Ok(m) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if !m.is_file() {
+            continue;
+        }
+        let t = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+            best = Some((t, p));
+        }
+    }
+    best.map(|(_, p)| p)
 }
 
 /// ibnet's plugin: `IBNET_PLUGIN`, else next to the running executable; an error telling how
