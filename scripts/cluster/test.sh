@@ -178,7 +178,7 @@ t0=$SECONDS
 if [ -n "$ready" ] && [ "$(cat "$run/mbox-a/ready")" = ok ] && [ "$(cat "$run/mbox-b/ready")" = ok ]; then
   printf 'VM A GIDs:\n%s\nVM B GIDs:\n%s\n' "$(cat "$run/mbox-a/gids")" "$(cat "$run/mbox-b/gids")"
   # shellcheck source=cases.sh
-  . "$here/cases.sh"
+  . "${IBNET_CLUSTER_CASES:-$here/cases.sh}"
 else
   CASE=setup CA=0 CB=0 CASE_T0=$t0
   case_end FAIL "the VMs did not come up ready (a: $(cat "$run/mbox-a/ready" 2>/dev/null), b: $(cat "$run/mbox-b/ready" 2>/dev/null))"
