@@ -286,8 +286,12 @@ fault_case() {
   b=$(bound "${t:-20}" "${r:-7}")
   local by="" f=$LOG_A
   [ "$SURVIVOR" = b ] && f=$LOG_B
-  if grep -qE 'WARN.*is gone' "$f" 2>/dev/null; then by=" (seen by the bootstrap-socket watch: closed socket, probed every 0.1 s)"
-  elif grep -qE 'WARN.*got completion' "$f" 2>/dev/null; then by=" (seen by the transport: completion error)"; fi
+  # Which one found it: the survivor's first error WARN (only when it failed in time; a case
+  # ended by the harness has the other side's exit in its log).
+  case $(grep -oE 'WARN.*(is gone|got completion)' "$f" 2>/dev/null | head -1 | grep -oE 'is gone|got completion') in
+    "is gone") [[ $FAULT_T1 =~ ^[0-9] ]] && by=" (seen by the bootstrap-socket watch: closed socket, probed every 0.1 s)" ;;
+    "got completion") [[ $FAULT_T1 =~ ^[0-9] ]] && by=" (seen by the transport: $(grep -oE 'status=[A-Z_]+' "$f" | head -1))" ;;
+  esac
   NOTES+=("$name (NCCL_IB_TIMEOUT=${t:-20 (default)}, NCCL_IB_RETRY_CNT=${r:-7 (default)}): survivor $SURVIVOR: error WARN ${FAULT_T1} s after the fault$by, process done (close, finalize, dlclose, exit) ${FAULT_T2:-none} s; transport bound $b s ('none': nothing within ${FAULT_WAIT} s)")
   echo "    survivor $SURVIVOR: error ${FAULT_T1} s, done ${FAULT_T2:-none} s after the fault (transport bound $b s)"
 }
