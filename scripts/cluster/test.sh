@@ -17,7 +17,8 @@
 #    for each failed case, the timings and the summary line:
 #    CLUSTER-TEST-SUMMARY: N passed, N failed, N skipped | name=RESULT ...
 #
-# Environment: IBNET_CLUSTER_ONLY (case regex), IBNET_CLUSTER_TIMEOUT (whole run, s, default
+# Environment: IBNET_CLUSTER_ONLY (case regex), IBNET_CLUSTER_SUITE (guest Debian release, default
+# trixie), IBNET_CLUSTER_CASES (a cases file instead of cases.sh), IBNET_CLUSTER_TIMEOUT (whole run, s, default
 # 2400), IBNET_CLUSTER_MEM / IBNET_CLUSTER_SMP (per VM, 1G / 1), IBNET_CLUSTER_KEEP=1 (keep the
 # run folder), IBNET_RXE_CACHE (the image cache, shared with scripts/rxe), IBNET_RXE_BUILD=0
 # (stage what target/ holds).
@@ -36,7 +37,10 @@ here=$rxe . "$rxe/common.sh"
 
 step "host packages"
 rxe_host_packages python3
-step "VM image (scripts/rxe/image.sh)"
+# The guest kernel: Debian trixie's (6.12). Bookworm's 6.1 soft-RoCE wedges RC connections
+# between the two VMs after a retransmission (see README.md, "The soft-RoCE wedge").
+export IBNET_RXE_SUITE=${IBNET_CLUSTER_SUITE:-trixie}
+step "VM image (scripts/rxe/image.sh, Debian $IBNET_RXE_SUITE)"
 t0=$SECONDS
 img=$("$rxe/image.sh")
 t_image=$((SECONDS - t0))
@@ -178,7 +182,7 @@ t0=$SECONDS
 if [ -n "$ready" ] && [ "$(cat "$run/mbox-a/ready")" = ok ] && [ "$(cat "$run/mbox-b/ready")" = ok ]; then
   printf 'VM A GIDs:\n%s\nVM B GIDs:\n%s\n' "$(cat "$run/mbox-a/gids")" "$(cat "$run/mbox-b/gids")"
   # shellcheck source=cases.sh
-  . "$here/cases.sh"
+  . "${IBNET_CLUSTER_CASES:-$here/cases.sh}"
 else
   CASE=setup CA=0 CB=0 CASE_T0=$t0
   case_end FAIL "the VMs did not come up ready (a: $(cat "$run/mbox-a/ready" 2>/dev/null), b: $(cat "$run/mbox-b/ready" 2>/dev/null))"

@@ -9,7 +9,7 @@
 # `run.sh`. Everything that changes with the project lives in the share, so the image is only
 # rebuilt when this file changes (its hash is the cache key) or the image is missing.
 #
-#   $IBNET_RXE_CACHE/image/{vmlinuz,initrd.img,rootfs.img,key}
+#   $IBNET_RXE_CACHE/image/{vmlinuz,initrd.img,rootfs.img,key}   (image-SUITE/ for another suite)
 #
 # Needs root (debootstrap), debootstrap, e2fsprogs, and a Debian archive (MIRROR).
 set -euo pipefail
@@ -26,7 +26,9 @@ fi
 
 # Cache key: this script's build recipe (everything from the "recipe" marker on) and the suite.
 key=$( { sed -n '/^# ---- recipe/,$p' "$0"; echo "$SUITE $PACKAGES"; } | sha256sum | cut -c1-16)
-img=$CACHE/image
+# bookworm (the rxe suite's) keeps the folder `image`; another suite gets `image-SUITE`, so the
+# rxe suite's and the cluster suite's images live side by side in one cache.
+if [ "$SUITE" = bookworm ]; then img=$CACHE/image; else img=$CACHE/image-$SUITE; fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.image.lock"
 flock -w 1200 9 || { echo "image.sh: timed out waiting for $CACHE/.image.lock" >&2; exit 1; }
