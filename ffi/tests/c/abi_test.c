@@ -282,13 +282,14 @@ static int net_irecv(net_t* n, void* c, int k, void** d, const size_t* sz, int* 
                      : n->n6->irecv(c, k, d, isz, tags, mh, req);
 }
 
-/* ABI_TEST_FAULT=1 (two hosts): a failing test() is the expected end (the peer or the link was
- * killed): close the comm, finalize and dlclose like NCCL would, report, exit 3. */
+/* ABI_TEST_FAULT=1 (two hosts): a failing isend, irecv or test() is the expected end (the peer
+ * or the link was killed; which call sees it first is timing): close the comm, finalize and
+ * dlclose like NCCL would, report, exit 3. */
 static void* g_comm;
 static int g_comm_is_send;
 static void net_unload(net_t* n);
 static void fault_exit(net_t* n, int rc) {
-  printf("fault: test() returned ncclResult_t %d; closing the %s comm\n", rc, g_comm_is_send ? "send" : "recv");
+  printf("fault: a data call returned ncclResult_t %d; closing the %s comm\n", rc, g_comm_is_send ? "send" : "recv");
   fflush(stdout);
   int crc = g_comm_is_send ? CALL(n, closeSend, g_comm) : CALL(n, closeRecv, g_comm);
   net_unload(n); /* finalize (v11) and dlclose: must not hang or fail */
@@ -297,13 +298,25 @@ static void fault_exit(net_t* n, int rc) {
   exit(3);
 }
 
-static void wait_done(net_t* n, void* req, int* sizes) {
-  int done = 0;
+static int fault_mode(void) {
   static int fault = -1;
   if (fault < 0) fault = getenv("ABI_TEST_FAULT") != NULL;
+  return fault;
+}
+
+/* A data call's result: 0 to go on; with ABI_TEST_FAULT an error is the expected end. */
+#define EXPECT_POST(call)                              \
+  do {                                                 \
+    int post_rc_ = (call);                             \
+    if (post_rc_ != 0 && fault_mode()) fault_exit(n, post_rc_); \
+    EXPECT_RC(post_rc_, 0);                            \
+  } while (0)
+
+static void wait_done(net_t* n, void* req, int* sizes) {
+  int done = 0;
   while (!done) {
     int rc = CALL(n, test, req, &done, sizes);
-    if (rc != 0 && fault) fault_exit(n, rc);
+    if (rc != 0 && fault_mode()) fault_exit(n, rc);
     EXPECT_RC(rc, 0);
     if (!done) sched_yield(); /* leave CPU to the provider's copy threads on small hosts */
   }
@@ -367,7 +380,7 @@ static void run_recv(net_t* n, int wfd, int rfd) {
        * NCCL's adapter passes NULL. */
       void* req = ver >= 9 ? (void*)0x1 : NULL;
       if (it < ITERS) memset(buf, 0, sz);
-      do EXPECT_RC(net_irecv(n, rc, 1, &data, &sz, &tag, &mh, &req), 0); while (req == NULL);
+      do EXPECT_POST(net_irecv(n, rc, 1, &data, &sz, &tag, &mh, &req)); while (req == NULL);
       CHECK(req != (void*)0x1);
       wait_done(n, req, &got);
       CHECK(got == (int)g_sizes[s]);
@@ -394,7 +407,7 @@ static void run_recv(net_t* n, int wfd, int rfd) {
     }
     void* req = NULL;
     double t0 = now_s();
-    do EXPECT_RC(net_irecv(n, rc, 8, data, sz, tags, mhs, &req), 0); while (req == NULL);
+    do EXPECT_POST(net_irecv(n, rc, 8, data, sz, tags, mhs, &req)); while (req == NULL);
     wait_done(n, req, got);
     double dt = now_s() - t0;
     size_t total = 0;
@@ -419,7 +432,7 @@ static void run_recv(net_t* n, int wfd, int rfd) {
     size_t sz = 16;
     int tag = 7;
     void* req = NULL;
-    do EXPECT_RC(net_irecv(n, rc, 1, &data, &sz, &tag, &mh, &req), 0); while (req == NULL);
+    do EXPECT_POST(net_irecv(n, rc, 1, &data, &sz, &tag, &mh, &req)); while (req == NULL);
     char ack;
     CHECK(read(rfd, &ack, 1) == 1); /* the sender saw its error */
   }
@@ -449,7 +462,7 @@ static void run_send(net_t* n, int rfd, int wfd) {
       void* req = NULL;
       int got = -1;
       if (it < ITERS) fill(buf, g_sizes[s], (unsigned)(s * 100 + it));
-      do EXPECT_RC(net_isend(n, sc, buf, g_sizes[s], 7, mh, &req), 0); while (req == NULL);
+      do EXPECT_POST(net_isend(n, sc, buf, g_sizes[s], 7, mh, &req)); while (req == NULL);
       wait_done(n, req, &got);
       CHECK(got == (int)g_sizes[s]);
     }
@@ -459,7 +472,7 @@ static void run_send(net_t* n, int rfd, int wfd) {
       unsigned char* p = buf + (size_t)i * g_slot;
       fill(p, multi_len(i), 900 + i);
       reqs[i] = NULL;
-      do EXPECT_RC(net_isend(n, sc, p, multi_len(i), i, mh, &reqs[i]), 0); while (reqs[i] == NULL);
+      do EXPECT_POST(net_isend(n, sc, p, multi_len(i), i, mh, &reqs[i])); while (reqs[i] == NULL);
     }
     for (int i = 0; i < 8; i++) wait_done(n, reqs[i], NULL);
   }
