@@ -289,6 +289,16 @@ fn run(s: &mut State, data: &[u8]) {
         "{op:?} lkey {lkey:#x} laddr {laddr:#x} rkey {rkey:#x} raddr {raddr:#x} len {len}"
     );
     assert_eq!(got.wr_id, 9);
+    if want == WcStatus::Success && imm {
+        // The target's completion first: a WRITE_WITH_IMM of at most 32 bytes travels inline
+        // in the target's ring entry and lands when the target polls it (soft `qp.rs`, "Inline
+        // payloads"), as a receiver consumes such a write only after its own completion.
+        let r = poll_one(&s.p, &mut q.b_cq);
+        assert_eq!(
+            (r.status, r.wr_id, r.imm, r.byte_len),
+            (WcStatus::Success, 77, 0xABCD, len)
+        );
+    }
     // SAFETY: as above; the WR has completed.
     let arena = unsafe { std::slice::from_raw_parts(s.arena, ARENA) };
     if want == WcStatus::Success && len > 0 {
@@ -318,13 +328,6 @@ fn run(s: &mut State, data: &[u8]) {
         assert!(arena == &before[..], "a refused WR changed memory");
     }
     if want == WcStatus::Success {
-        if imm {
-            let r = poll_one(&s.p, &mut q.b_cq);
-            assert_eq!(
-                (r.status, r.wr_id, r.imm, r.byte_len),
-                (WcStatus::Success, 77, 0xABCD, len)
-            );
-        }
         s.qps = Some(q);
     } else {
         // The QPs are in the error state now: start over with a fresh pair.
