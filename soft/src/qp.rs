@@ -49,7 +49,9 @@
 //! eager: a later write whose bytes overlap an earlier WR that has not completed at the target
 //! (here: an inline payload not yet polled) may land first and then be overwritten. Verbs
 //! users never rewrite bytes of an outstanding receive (NCCL reuses a buffer only after its
-//! completion), and the provider already copies chunks of large WRs out of order.
+//! completion), and the provider already copies chunks of large WRs out of order. Nor is the
+//! payload in the target's memory when the *initiator's* completion arrives (unlike RC's ack
+//! of a write): it lands at the target's poll, which a receiver does before it reads the bytes.
 //!
 //! Only WRITE_WITH_IMM goes inline: its target polls for the receive anyway, which is where the
 //! payload is applied. A plain small write has no such progress point at the target (it may
