@@ -1,14 +1,10 @@
 //! The control channel between driver and responder: one TCP stream carrying newline-delimited
 //! JSON [`Msg`]s (configuration, connect handles, per-size steps and results). Never data.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
+use crate::jsonlink::{ControlMsg, JsonLink};
 use crate::sweep::{RunConfig, Step};
-use crate::Error;
 
 /// A control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,45 +37,14 @@ pub enum Msg {
     Fail(String),
 }
 
+impl ControlMsg for Msg {
+    fn failure(&self) -> Option<&str> {
+        match self {
+            Msg::Fail(why) => Some(why),
+            _ => None,
+        }
+    }
+}
+
 /// One end of the control stream.
-pub struct Ctrl {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Ctrl {
-    /// Wraps a connected stream; `timeout` bounds every receive.
-    pub fn new(s: TcpStream, timeout: Duration) -> Result<Self, Error> {
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(timeout))?;
-        Ok(Self {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
-    }
-
-    /// Sends one message.
-    pub fn send(&mut self, m: &Msg) -> Result<(), Error> {
-        let mut line = serde_json::to_vec(m)?;
-        line.push(b'\n');
-        self.w
-            .write_all(&line)
-            .map_err(|e| Error(format!("control connection to the peer lost: {e}")))
-    }
-
-    /// Receives one message; a `Fail` from the peer becomes an error.
-    pub fn recv(&mut self) -> Result<Msg, Error> {
-        let mut line = String::new();
-        let n = self
-            .r
-            .read_line(&mut line)
-            .map_err(|e| Error(format!("no answer from the peer: {e}")))?;
-        if n == 0 {
-            return Err(Error("the peer closed the control connection".into()));
-        }
-        match serde_json::from_str(&line)? {
-            Msg::Fail(why) => Err(Error(format!("peer: {why}"))),
-            m => Ok(m),
-        }
-    }
-}
+pub type Ctrl = JsonLink<Msg>;

@@ -32,6 +32,7 @@
 #[allow(unsafe_code)]
 pub mod buf;
 pub mod ctrl;
+pub mod jsonlink;
 pub mod locate;
 #[allow(unsafe_code)]
 pub mod log;

@@ -1,15 +1,11 @@
 //! The control link between a pair of soak threads (one per process): newline-delimited JSON
 //! [`Msg`]s over TCP on 127.0.0.1. It carries connect handles, the stop agreement and the
-//! results, never data; [`Link::poll`] lets a thread look for a message without waiting.
-
-use std::io::{BufRead, BufReader, ErrorKind, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+//! results, never data; [`JsonLink::poll`] lets a thread look for a message without waiting.
 
 use serde::{Deserialize, Serialize};
 
 use super::stats::Totals;
-use crate::Error;
+use crate::jsonlink::{ControlMsg, JsonLink};
 
 /// A control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,71 +22,23 @@ pub enum Msg {
     Fail(String),
 }
 
-/// One end of a control link.
-pub struct Link {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
+impl ControlMsg for Msg {
+    fn failure(&self) -> Option<&str> {
+        match self {
+            Msg::Fail(why) => Some(why),
+            _ => None,
+        }
+    }
 }
 
-impl Link {
-    /// Wraps a connected stream; `timeout` bounds every blocking receive.
-    pub fn new(s: TcpStream, timeout: Duration) -> Result<Self, Error> {
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(timeout))?;
-        Ok(Self {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
-    }
-
-    /// Sends one message.
-    pub fn send(&mut self, m: &Msg) -> Result<(), Error> {
-        let mut line = serde_json::to_vec(m)?;
-        line.push(b'\n');
-        self.w
-            .write_all(&line)
-            .map_err(|e| Error(format!("control link to the peer lost: {e}")))
-    }
-
-    /// Receives one message (waits up to the timeout); a `Fail` becomes an error.
-    pub fn recv(&mut self) -> Result<Msg, Error> {
-        let mut line = String::new();
-        let n = self
-            .r
-            .read_line(&mut line)
-            .map_err(|e| Error(format!("no answer from the peer: {e}")))?;
-        if n == 0 {
-            return Err(Error("the peer closed the control link".into()));
-        }
-        match serde_json::from_str(&line)? {
-            Msg::Fail(why) => Err(Error(format!("peer: {why}"))),
-            m => Ok(m),
-        }
-    }
-
-    /// A message if one has begun to arrive, else `None` at once. A message is one `write`
-    /// of a short line, so once its first byte is here the rest follows without a wait.
-    pub fn poll(&mut self) -> Result<Option<Msg>, Error> {
-        if self.r.buffer().is_empty() {
-            self.w.set_nonblocking(true)?;
-            let ready = match self.r.fill_buf() {
-                Ok(_) => Ok(true), // bytes, or EOF (which `recv` reports)
-                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
-                Err(e) => Err(Error(format!("control link to the peer lost: {e}"))),
-            };
-            self.w.set_nonblocking(false)?;
-            if !ready? {
-                return Ok(None);
-            }
-        }
-        self.recv().map(Some)
-    }
-}
+/// One end of a soak control link.
+pub type Link = JsonLink<Msg>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
 
     #[test]
     fn poll_sees_nothing_then_a_message_then_eof() {
