@@ -53,20 +53,6 @@ fn init() -> bool {
     true
 }
 
-fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
-    let mut mh = core::ptr::null_mut();
-    let r = api::reg_mr(
-        c,
-        b.as_mut_ptr() as *mut c_void,
-        b.len() as u64,
-        0,
-        None,
-        &mut mh,
-    );
-    assert_eq!(r, ncclResult_t::Success);
-    mh
-}
-
 fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void) -> *mut c_void {
     let mut req: *mut c_void = core::ptr::null_mut();
     let mut data = [buf.as_mut_ptr() as *mut c_void];

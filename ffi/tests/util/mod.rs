@@ -123,7 +123,8 @@ pub fn establish(
     (s, r, t0.elapsed())
 }
 
-fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
+/// Registers `b` (host memory) on comm `c`; panics on failure.
+pub fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
     let mut mh = core::ptr::null_mut();
     let r = api::reg_mr(
         c,
