@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nccl_net_ibnet::api::{self, Sizes};
+use nccl_net_ibnet::api;
 use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
@@ -53,27 +53,6 @@ fn init() -> bool {
     true
 }
 
-fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void) -> *mut c_void {
-    let mut req: *mut c_void = core::ptr::null_mut();
-    let mut data = [buf.as_mut_ptr() as *mut c_void];
-    let sizes = [buf.len()];
-    let tags = [1 as c_int];
-    let mut mhs = [mh];
-    let rc = api::irecv(
-        r,
-        1,
-        data.as_mut_ptr(),
-        Sizes::Size(sizes.as_ptr()),
-        tags.as_ptr(),
-        mhs.as_mut_ptr(),
-        core::ptr::null_mut(),
-        &mut req,
-    );
-    assert_eq!(rc, ncclResult_t::Success);
-    assert!(!req.is_null());
-    req
-}
-
 /// The peer's side (run in the child process): sets up its state, prints READY, then sleeps
 /// until it is killed.
 #[test]
@@ -103,7 +82,7 @@ fn child() {
             if role == "recv-big" {
                 let mut b = vec![0u8; BIG];
                 let mh = reg(r, &mut b);
-                post_recv(r, &mut b, mh);
+                post_recv(r, &mut b, mh, 1);
                 keep.push(b);
             }
         }
@@ -302,7 +281,7 @@ fn idle_with_receive_posted() -> Duration {
     ready();
     let mut b = vec![0u8; 4096];
     let mh = reg(r, &mut b);
-    let req = post_recv(r, &mut b, mh);
+    let req = post_recv(r, &mut b, mh, 1);
     let t0 = kill(&mut c);
     let mut done: c_int = 0;
     let took = until_error(t0, || api::test(req, &mut done, core::ptr::null_mut()));

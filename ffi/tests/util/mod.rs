@@ -153,18 +153,13 @@ pub fn wait(req: *mut c_void, limit: Duration) -> Result<(), ncclResult_t> {
     Ok(())
 }
 
-/// Sends `len` patterned bytes from `s` to `r` and verifies them.
-pub fn transfer(s: *mut c_void, r: *mut c_void, len: usize, seed: u8) {
-    let mut src: Vec<u8> = (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect();
-    let mut dst = vec![0u8; len];
-    let (ms, mr) = (reg(s, &mut src), reg(r, &mut dst));
-    let mut rreq = core::ptr::null_mut();
-    let mut data = [dst.as_mut_ptr() as *mut c_void];
-    let sizes = [len];
-    let tags = [7 as c_int];
-    let mut mhs = [mr];
+/// Posts one receive of all of `buf` (registered as `mh`) with `tag` on `r`; its request.
+pub fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void, tag: c_int) -> *mut c_void {
+    let mut req: *mut c_void = core::ptr::null_mut();
+    let mut data = [buf.as_mut_ptr() as *mut c_void];
+    let sizes = [buf.len()];
+    let tags = [tag];
+    let mut mhs = [mh];
     let rc = api::irecv(
         r,
         1,
@@ -173,9 +168,21 @@ pub fn transfer(s: *mut c_void, r: *mut c_void, len: usize, seed: u8) {
         tags.as_ptr(),
         mhs.as_mut_ptr(),
         core::ptr::null_mut(),
-        &mut rreq,
+        &mut req,
     );
     assert_eq!(rc, ncclResult_t::Success);
+    assert!(!req.is_null());
+    req
+}
+
+/// Sends `len` patterned bytes from `s` to `r` and verifies them.
+pub fn transfer(s: *mut c_void, r: *mut c_void, len: usize, seed: u8) {
+    let mut src: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect();
+    let mut dst = vec![0u8; len];
+    let (ms, mr) = (reg(s, &mut src), reg(r, &mut dst));
+    let rreq = post_recv(r, &mut dst, mr, 7);
     let mut sreq: *mut c_void = core::ptr::null_mut();
     let t0 = Instant::now();
     while sreq.is_null() {
