@@ -12,7 +12,9 @@
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
 //!   (size-adaptive: `len / (workers + 1)`, between `MIN_PIECE` and `chunk`) that the posting
 //!   thread and up to `workers` copy workers (one *token* each) claim until none is left, so
-//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`). Data movement is
+//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`).
+//!   While an earlier WR of the QP has not landed (a stream of large WRs), the poster hands
+//!   every chunk to the workers and returns at once instead, to post the next WR. Data movement is
 //!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
 //!   chunks are all done. For a `WriteWithImm` at the cursor it delivers the immediate into the
@@ -366,7 +368,22 @@ impl QpShared {
         let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
         let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
         let n = e.arm(seq, chunk, true) as u64;
-        // The poster copies too, and hands a token to a worker only while at least two chunks
+        // Relaxed: a hint (which mode suits); both are correct.
+        if self.sq_cursor.load(Ordering::Relaxed) < seq {
+            // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
+            // (or waking up) and more WRs are likely to follow. The workers take every chunk
+            // and the poster returns at once to post the next WR: `workers` streams copying
+            // back to back, instead of a poster that copies its share and posts nothing
+            // meanwhile.
+            for _ in 0..n.min(workers) {
+                if !engine.submit(self.clone(), seq) {
+                    self.run_chunks(seq, e, u64::MAX); // engine full or stopped
+                    return;
+                }
+            }
+            return;
+        }
+        // Idle QP (a latency-bound exchange): the poster copies too, and hands a token to a worker only while at least two chunks
         // are unclaimed (one for itself, one for the worker): a worker is woken only when it
         // will find work, and a WR of up to POSTER_MAX never waits for a sleeping worker.
         let tokens = (n - 1).min(workers);
