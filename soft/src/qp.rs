@@ -60,15 +60,16 @@
 //! ([`crate::Config::bounce_max`], at most `segment::BOUNCE_MAX`) goes the same way with the
 //! bytes out of line: at post the poster takes the same leases, then writes the payload with
 //! word stores into the next of the target QP's `BOUNCE_SLOTS` bounce slots (in the target's
-//! segment, mapped here), numbered `b` in post order; the combiner publishes `b` with the
-//! immediate; the target's poller, in ring order, re-checks rkey, range and access under a
-//! lease, copies the slot out into its memory, and publishes `bounce_done = b + 1` (Release).
-//! The poster writes slot `b` only once `bounce_done > b - BOUNCE_SLOTS` (Acquire; `ring::
-//! bounce_free`, loom-checked): a slot is never rewritten before it was copied out. With no
-//! slot free (the target has not polled), or an in-process peer (whose copies are word copies
-//! anyway), the WR is copied as any other. Two word copies of a few KiB on two cores cost less
-//! than a `process_vm_writev` (~0.5 µs of fixed cost: page pinning), which is what small and
-//! medium messages pay; the ordering and visibility rules are those of inline payloads.
+//! segment, mapped here; QPs of the first `BOUNCE_QPS` slot indices have them), numbered `b`
+//! in post order; the combiner publishes `b` with the immediate; the target's poller, in ring
+//! order, re-checks rkey, range and access under a lease, copies the slot out into its memory,
+//! and publishes `bounce_done = b + 1` (Release). The poster writes slot `b` only once
+//! `bounce_done > b - BOUNCE_SLOTS` (Acquire; `ring::bounce_free`, loom-checked): a slot is
+//! never rewritten before it was copied out. With no slot free (the target has not polled),
+//! or an in-process peer (whose copies are word copies anyway), the WR is copied as any other.
+//! Two word copies of a few KiB on two cores cost less than a `process_vm_writev` (~0.5 µs of
+//! fixed cost: page pinning), which is what small and medium messages pay; the ordering and
+//! visibility rules are those of inline payloads.
 //!
 //! Only WRITE_WITH_IMM goes inline: its target polls for the receive anyway, which is where the
 //! payload is applied. A plain small write has no such progress point at the target (it may
@@ -96,7 +97,7 @@ use crate::peer::Peer;
 use crate::ring::{self, INLINE_MAX};
 use crate::segment::{
     self, Dir, Fabric, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, BOUNCE_MAX,
-    BOUNCE_SLOTS, RING,
+    BOUNCE_QPS, BOUNCE_SLOTS, RING,
 };
 use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
 
@@ -483,13 +484,15 @@ impl QpShared {
     /// `capture_inline`; an error completes the WR as a failed copy's does), writes the payload
     /// into the slot and arms the WR with no chunks (landed); the combiner publishes the slot's
     /// number with the immediate. `false` (nothing done) when the WR must be copied instead:
-    /// in-process peer, no free slot, target gone, or the QP failed.
+    /// in-process peer, a target QP without bounce slots (beyond `BOUNCE_QPS`), no free slot,
+    /// target gone, or the QP failed.
     fn capture_bounce(&self, seq: u64, e: &SqEntry, len: u64) -> bool {
         let Some(r) = self.remote.get() else {
             return false;
         };
         // Relaxed: as in `copy_direct`.
         if !matches!(r.peer.fabric, Fabric::Cross { .. })
+            || r.block >= BOUNCE_QPS
             || self.fail.load(Ordering::Relaxed) != 0
             || self.err_seq.skips(seq)
         {
@@ -878,7 +881,8 @@ impl QpShared {
     fn apply_inline(&self, p: &ring::Inline, len: u32) -> bool {
         let max = match p.body {
             ring::Body::Words(_) => INLINE_MAX,
-            ring::Body::Bounce(_) => BOUNCE_MAX,
+            ring::Body::Bounce(_) if self.idx < BOUNCE_QPS => BOUNCE_MAX,
+            ring::Body::Bounce(_) => return false, // we have no bounce slots: corrupt
         };
         if len as usize > max {
             return false;

@@ -11,9 +11,9 @@
 //!  QP_OFF          QpHead × QP_SLOTS      per QP: state, responder error, recv_posted
 //!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (1024 × 64 B = 64 KiB, page
 //!                                         aligned; small payloads inline, see `ring`)
-//!  BOUNCE_OFF      Bounce × QP_SLOTS      per QP: BOUNCE_SLOTS × BOUNCE_MAX bytes (256 KiB)
-//!                                         of payloads written by the initiator (`qp.rs`,
-//!                                         "Bounce payloads")
+//!  BOUNCE_OFF      Bounce × BOUNCE_QPS    per QP of the first BOUNCE_QPS slots: BOUNCE_SLOTS
+//!                                         × BOUNCE_MAX bytes (256 KiB) of payloads written by
+//!                                         the initiator (`qp.rs`, "Bounce payloads")
 //!  FIFO_OFF        FIFO_SLOTS × FIFO_STRIDE  FIFO rings (`alloc_fifo`), page aligned
 //! ```
 //! The segment is sparse: a page costs memory only once touched. A QP's ring and bounce pages
@@ -120,13 +120,18 @@ pub const BOUNCE_SLOTS: usize = 32;
 /// Bytes of one bounce slot: the largest payload that travels through one.
 pub const BOUNCE_MAX: usize = 8 << 10;
 const BOUNCE_BYTES: usize = BOUNCE_SLOTS * BOUNCE_MAX;
+/// QP slots with bounce slots: the first ones (slot indices are handed out lowest first, so
+/// every QP has them while fewer than this many exist at once). Bounded so that the segment
+/// stays within what tools map (valgrind refuses an 80 GiB mapping): 512 MiB of address space,
+/// of which only what is used becomes memory.
+pub const BOUNCE_QPS: usize = 2048;
 const BOUNCE_OFF: usize = (RING_OFF + QP_SLOTS * RING_BYTES).next_multiple_of(4096);
 /// FIFO rings a segment holds (beyond them `alloc_fifo` falls back to the heap, and peers'
 /// writes into those rings to `process_vm_writev`).
 pub const FIFO_SLOTS: usize = 512;
 /// Bytes per FIFO slot (a ring, rounded up to pages).
 pub const FIFO_STRIDE: usize = std::mem::size_of::<FifoRing>().next_multiple_of(4096);
-const FIFO_OFF: usize = (BOUNCE_OFF + QP_SLOTS * BOUNCE_BYTES).next_multiple_of(4096);
+const FIFO_OFF: usize = (BOUNCE_OFF + BOUNCE_QPS * BOUNCE_BYTES).next_multiple_of(4096);
 /// Total bytes of a segment (virtual; pages are allocated as they are touched).
 pub const BYTES: usize = FIFO_OFF + FIFO_SLOTS * FIFO_STRIDE;
 
@@ -220,8 +225,8 @@ pub fn write_own(_lease: &Lease<'_>, raddr: u64, src: &[u8]) {
 }
 
 /// Initiator: writes `len` bytes of this process's own memory at `laddr` (covered by
-/// `_local`, a lease on the local registration) into bounce slot `b` of QP slot `idx` of
-/// `remote`, a peer's segment mapped here.
+/// `_local`, a lease on the local registration) into bounce slot `b` of QP slot `idx` (<
+/// [`BOUNCE_QPS`]) of `remote`, a peer's segment mapped here.
 pub fn write_bounce(
     _local: &Lease<'_>,
     laddr: u64,
@@ -238,7 +243,8 @@ pub fn write_bounce(
     unsafe { sys::atomic_copy(remote.bounce_ptr(idx, b), laddr, len) };
 }
 
-/// Target: copies `len` bytes (≤ [`BOUNCE_MAX`]) of bounce slot `b` of our QP slot `idx` into
+/// Target: copies `len` bytes (≤ [`BOUNCE_MAX`]) of bounce slot `b` of our QP slot `idx` (<
+/// [`BOUNCE_QPS`]) into
 /// this process's own memory at `raddr`, covered by `_lease` (taken by the caller on its own
 /// registration with remote-write access: the re-check of a peer-written entry).
 pub fn read_bounce(own: &Segment, idx: usize, b: u64, _lease: &Lease<'_>, raddr: u64, len: usize) {
@@ -398,11 +404,12 @@ impl Segment {
         }
     }
 
-    /// Address in our mapping of bounce slot `b % BOUNCE_SLOTS` of QP slot `idx`.
+    /// Address in our mapping of bounce slot `b % BOUNCE_SLOTS` of QP slot `idx` (which must
+    /// be < [`BOUNCE_QPS`]).
     fn bounce_ptr(&self, idx: usize, b: u64) -> u64 {
-        debug_assert!(idx < QP_SLOTS);
+        debug_assert!(idx < BOUNCE_QPS);
         let off = BOUNCE_OFF
-            + (idx % QP_SLOTS) * BOUNCE_BYTES
+            + (idx % BOUNCE_QPS) * BOUNCE_BYTES
             + (b % BOUNCE_SLOTS as u64) as usize * BOUNCE_MAX;
         self.map.as_ptr() as u64 + off as u64
     }
@@ -417,8 +424,10 @@ impl Segment {
                 e.clear();
             }
         }
-        let b = self.bounce_ptr(idx, 0) as *mut u8;
-        let _ = sys::punch(b, BOUNCE_BYTES); // only memory is at stake
+        if idx < BOUNCE_QPS {
+            let b = self.bounce_ptr(idx, 0) as *mut u8;
+            let _ = sys::punch(b, BOUNCE_BYTES); // only memory is at stake
+        }
     }
 
     /// Peer: claims a lease lane in this (the owner's) segment for the provider `(pid,
