@@ -445,9 +445,7 @@ impl Provider for SoftProvider {
                 i.seg.clone(),
                 cq.sh.clone(),
                 attr,
-                i.cfg.direct_max,
-                i.cfg.chunk,
-                i.cfg.bounce_max,
+                &i.cfg,
             )
             .with_faults(i.inject.clone()),
         );

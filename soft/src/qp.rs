@@ -179,16 +179,15 @@ fn status_of(v: u32) -> WcStatus {
 }
 
 impl QpShared {
-    /// A QP in the RESET state; its block in `own` must already be reset.
+    /// A QP in the RESET state, with the provider's tunables `cfg`; its block in `own` must
+    /// already be reset.
     pub fn new(
         qpn: u32,
         idx: usize,
         own: Arc<Segment>,
         cq: Arc<CqShared>,
         attr: &QpAttr,
-        direct_max: u64,
-        chunk: u64,
-        bounce_max: u64,
+        cfg: &crate::Config,
     ) -> Self {
         let scap = (attr.max_send_wr as usize).next_power_of_two();
         let rcap = (attr.max_recv_wr as usize).next_power_of_two();
@@ -218,9 +217,9 @@ impl QpShared {
             rq_head: CachePadded::new(AtomicU64::new(0)),
             rq_cutoff: AtomicU64::new(u64::MAX),
             destroyed: AtomicBool::new(false),
-            direct_max,
-            chunk: chunk.max(4096),
-            bounce_max: bounce_max.min(BOUNCE_MAX as u64),
+            direct_max: cfg.direct_max,
+            chunk: cfg.chunk.max(4096),
+            bounce_max: cfg.bounce_max.min(BOUNCE_MAX as u64),
             bounce_next: AtomicU64::new(0),
             bounce_seen: AtomicU64::new(0),
             faults: None,
