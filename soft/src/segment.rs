@@ -12,7 +12,7 @@
 //!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (1024 × 64 B = 64 KiB, page
 //!                                         aligned; small payloads inline, see `ring`)
 //!  BOUNCE_OFF      Bounce × BOUNCE_QPS    per QP of the first BOUNCE_QPS slots: BOUNCE_SLOTS
-//!                                         × BOUNCE_MAX bytes (256 KiB) of payloads written by
+//!                                         × BOUNCE_MAX bytes (512 KiB) of payloads written by
 //!                                         the initiator (`qp.rs`, "Bounce payloads")
 //!  FIFO_OFF        FIFO_SLOTS × FIFO_STRIDE  FIFO rings (`alloc_fifo`), page aligned
 //! ```
@@ -118,11 +118,11 @@ const RING_OFF: usize = (QP_OFF + QP_SLOTS * std::mem::size_of::<QpHead>() + 409
 /// and [`BOUNCE_MAX`] bytes that the initiator has written and the target not yet copied out.
 pub const BOUNCE_SLOTS: usize = 32;
 /// Bytes of one bounce slot: the largest payload that travels through one.
-pub const BOUNCE_MAX: usize = 8 << 10;
+pub const BOUNCE_MAX: usize = 16 << 10;
 const BOUNCE_BYTES: usize = BOUNCE_SLOTS * BOUNCE_MAX;
 /// QP slots with bounce slots: the first ones (slot indices are handed out lowest first, so
 /// every QP has them while fewer than this many exist at once). Bounded so that the segment
-/// stays within what tools map (valgrind refuses an 80 GiB mapping): 512 MiB of address space,
+/// stays within what tools map (valgrind refuses an 80 GiB mapping): 1 GiB of address space,
 /// of which only what is used becomes memory.
 pub const BOUNCE_QPS: usize = 2048;
 const BOUNCE_OFF: usize = (RING_OFF + QP_SLOTS * RING_BYTES).next_multiple_of(4096);

@@ -290,13 +290,21 @@ fn two_process_echo_sizes_0_to_64mib_byte_for_byte() {
 #[test]
 fn two_process_bounced_writes_land_byte_for_byte() {
     const LEN: usize = 4 << 20;
-    let p = provider();
+    // Every size up to the slot size bounces (the default stops at 4 KiB).
+    let p = ibnet_soft::SoftProvider::open_with(ibnet_soft::Config {
+        workers: 2,
+        bounce_max: ibnet_soft::BOUNCE_MAX as u64,
+        ..ibnet_soft::Config::default()
+    })
+    .unwrap();
     let mut me = Side::new(&p);
     let mut src = Region::new(LEN);
     fill_pattern(src.bytes_mut(), 5);
     let ms = me.reg(&src);
     let mut h = helper("sink", LEN, &mut me, &src, &ms);
-    let sizes = [33usize, 100, 1000, 2049, 4095, 4096, 4097, 8192, 40_000];
+    let sizes = [
+        33usize, 100, 1000, 2049, 4095, 4096, 4097, 8192, 16_384, 40_000,
+    ];
     let mut want = vec![0u8; LEN];
     let mut off = 0;
     let mut n = 0u64;
