@@ -5,6 +5,7 @@
 //! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times 32 KiB, copied by the posting thread and the workers) |
+//! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two word copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
 //! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
@@ -26,6 +27,9 @@ pub struct Config {
     pub direct_max: u64,
     /// Largest chunk of work spread over workers.
     pub chunk: u64,
+    /// Largest cross-process WRITE_WITH_IMM carried through a bounce slot of the target's
+    /// segment (at most [`crate::BOUNCE_MAX`]; 0: none).
+    pub bounce_max: u64,
     /// Microseconds an idle worker polls for work before sleeping.
     pub spin_us: u64,
     /// Allow any same-user process to attach (Yama `ptrace_scope = 1`).
@@ -41,6 +45,7 @@ impl Default for Config {
             workers: (cores / 4).clamp(1, 8),
             direct_max: 64 << 10,
             chunk: 256 << 10,
+            bounce_max: 4 << 10,
             spin_us: if cores >= 8 { 50 } else { 0 },
             set_ptracer: true,
             faults: Faults::OFF,
@@ -88,6 +93,9 @@ impl Config {
         if let Some(n) = num("IBNET_SOFT_CHUNK", 4096, 1 << 30) {
             c.chunk = n;
         }
+        if let Some(n) = num("IBNET_SOFT_BOUNCE_MAX", 0, crate::BOUNCE_MAX as u64) {
+            c.bounce_max = n;
+        }
         if let Some(n) = num("IBNET_SOFT_SPIN_US", 0, 1_000_000) {
             c.spin_us = n;
         }
@@ -115,8 +123,10 @@ mod tests {
             "IBNET_SOFT_CHUNK" => Some("12".into()),
             "IBNET_SOFT_PTRACER" => Some("yes".into()),
             "IBNET_SOFT_DIRECT_MAX" => Some(" 0x1000 ".into()),
+            "IBNET_SOFT_BOUNCE_MAX" => Some("1024".into()),
             _ => None,
         });
+        assert_eq!(c.bounce_max, 1024);
         assert_eq!(c.direct_max, 0x1000, "NCCL's integer syntax, trimmed");
         assert_eq!(c.workers, 3);
         assert_eq!(c.chunk, Config::default().chunk);
@@ -151,6 +161,20 @@ mod tests {
             [Error::Param {
                 name: "IBNET_SOFT_FAULTS",
                 ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn bounce_max_above_the_slot_size_is_refused() {
+        let (c, e) =
+            Config::from_lookup(|k| (k == "IBNET_SOFT_BOUNCE_MAX").then(|| "16385".into()));
+        assert_eq!(c.bounce_max, Config::default().bounce_max);
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: "IBNET_SOFT_BOUNCE_MAX",
+                reason: "out of range; default used",
             }]
         ));
     }

@@ -143,6 +143,7 @@ pub use fifo::SoftFifo;
 use idx::IdxAlloc;
 pub use peer::CMA_REFUSED;
 pub use probe::{probe, probe_with, ptrace_scope, Unavailable};
+pub use segment::BOUNCE_MAX;
 
 use crate::engine::Engine;
 use crate::peer::{Monitor, Peer};
@@ -433,6 +434,7 @@ impl Provider for SoftProvider {
         // Relaxed: published by the Release store of `state` below.
         b.recv_posted.store(0, Ordering::Relaxed);
         b.error.store(0, Ordering::Relaxed);
+        b.bounce_done.store(0, Ordering::Relaxed);
         i.seg.clear_ring(idx as usize); // reads as zeros; no page touched
                                         // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
         b.state.store(qpn as u64, Ordering::Release);
@@ -443,8 +445,7 @@ impl Provider for SoftProvider {
                 i.seg.clone(),
                 cq.sh.clone(),
                 attr,
-                i.cfg.direct_max,
-                i.cfg.chunk,
+                &i.cfg,
             )
             .with_faults(i.inject.clone()),
         );

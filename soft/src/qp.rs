@@ -12,7 +12,9 @@
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
 //!   (size-adaptive: `len / (workers + 1)`, between `MIN_PIECE` and `chunk`) that the posting
 //!   thread and up to `workers` copy workers (one *token* each) claim until none is left, so
-//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`). Data movement is
+//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`).
+//!   While an earlier WR of the QP has not landed (a stream of large WRs), the poster hands
+//!   every chunk to the workers and returns at once instead, to post the next WR. Data movement is
 //!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
 //!   chunks are all done. For a `WriteWithImm` at the cursor it delivers the immediate into the
@@ -53,6 +55,22 @@
 //! payload in the target's memory when the *initiator's* completion arrives (unlike RC's ack
 //! of a write): it lands at the target's poll, which a receiver does before it reads the bytes.
 //!
+//! ## Bounce payloads (medium WRITE_WITH_IMM without a syscall)
+//! Between processes, a WRITE_WITH_IMM of `INLINE_MAX` + 1 ..= `bounce_max` bytes
+//! ([`crate::Config::bounce_max`], at most `segment::BOUNCE_MAX`) goes the same way with the
+//! bytes out of line: at post the poster takes the same leases, then writes the payload with
+//! word stores into the next of the target QP's `BOUNCE_SLOTS` bounce slots (in the target's
+//! segment, mapped here; QPs of the first `BOUNCE_QPS` slot indices have them), numbered `b`
+//! in post order; the combiner publishes `b` with the immediate; the target's poller, in ring
+//! order, re-checks rkey, range and access under a lease, copies the slot out into its memory,
+//! and publishes `bounce_done = b + 1` (Release). The poster writes slot `b` only once
+//! `bounce_done > b - BOUNCE_SLOTS` (Acquire; `ring::bounce_free`, loom-checked): a slot is
+//! never rewritten before it was copied out. With no slot free (the target has not polled),
+//! or an in-process peer (whose copies are word copies anyway), the WR is copied as any other.
+//! Two word copies of a few KiB on two cores cost less than a `process_vm_writev` (~0.5 µs of
+//! fixed cost: page pinning), which is what small and medium messages pay; the ordering and
+//! visibility rules are those of inline payloads.
+//!
 //! Only WRITE_WITH_IMM goes inline: its target polls for the receive anyway, which is where the
 //! payload is applied. A plain small write has no such progress point at the target (it may
 //! just watch memory), so it keeps its copy; the common one, a clear-to-send FIFO element, is
@@ -78,7 +96,8 @@ use crate::engine::{Engine, Job};
 use crate::peer::Peer;
 use crate::ring::{self, INLINE_MAX};
 use crate::segment::{
-    self, Dir, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, RING,
+    self, Dir, Fabric, Segment, ACC_LOCAL_WRITE, ACC_REMOTE_READ, ACC_REMOTE_WRITE, BOUNCE_MAX,
+    BOUNCE_QPS, BOUNCE_SLOTS, RING,
 };
 use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
 
@@ -137,6 +156,12 @@ pub struct QpShared {
     destroyed: AtomicBool,
     direct_max: u64,
     chunk: u64,
+    /// Largest WRITE_WITH_IMM sent bounced (0: none).
+    bounce_max: u64,
+    /// The next bounce slot number (poster only).
+    bounce_next: AtomicU64,
+    /// The target's `bounce_done` as last read (poster only).
+    bounce_seen: AtomicU64,
     /// Armed `IBNET_SOFT_FAULTS` (None: the normal case).
     faults: Option<Arc<crate::inject::Inject>>,
 }
@@ -154,15 +179,15 @@ fn status_of(v: u32) -> WcStatus {
 }
 
 impl QpShared {
-    /// A QP in the RESET state; its block in `own` must already be reset.
+    /// A QP in the RESET state, with the provider's tunables `cfg`; its block in `own` must
+    /// already be reset.
     pub fn new(
         qpn: u32,
         idx: usize,
         own: Arc<Segment>,
         cq: Arc<CqShared>,
         attr: &QpAttr,
-        direct_max: u64,
-        chunk: u64,
+        cfg: &crate::Config,
     ) -> Self {
         let scap = (attr.max_send_wr as usize).next_power_of_two();
         let rcap = (attr.max_recv_wr as usize).next_power_of_two();
@@ -192,8 +217,11 @@ impl QpShared {
             rq_head: CachePadded::new(AtomicU64::new(0)),
             rq_cutoff: AtomicU64::new(u64::MAX),
             destroyed: AtomicBool::new(false),
-            direct_max,
-            chunk: chunk.max(4096),
+            direct_max: cfg.direct_max,
+            chunk: cfg.chunk.max(4096),
+            bounce_max: cfg.bounce_max.min(BOUNCE_MAX as u64),
+            bounce_next: AtomicU64::new(0),
+            bounce_seen: AtomicU64::new(0),
             faults: None,
         }
     }
@@ -317,9 +345,14 @@ impl QpShared {
     }
 
     fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {
-        if e.op() == OP_WRITE_IMM && len > 0 && len <= INLINE_MAX as u64 {
-            self.capture_inline(seq, e, len); // travels in the target's ring entry
-            return;
+        if e.op() == OP_WRITE_IMM && len > 0 {
+            if len <= INLINE_MAX as u64 {
+                self.capture_inline(seq, e, len); // travels in the target's ring entry
+                return;
+            }
+            if len <= self.bounce_max && self.capture_bounce(seq, e, len) {
+                return; // travels through a bounce slot of the target's segment
+            }
         }
         let workers = if len <= self.direct_max {
             0
@@ -335,7 +368,22 @@ impl QpShared {
         let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
         let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
         let n = e.arm(seq, chunk, true) as u64;
-        // The poster copies too, and hands a token to a worker only while at least two chunks
+        // Relaxed: a hint (which mode suits); both are correct.
+        if self.sq_cursor.load(Ordering::Relaxed) < seq {
+            // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
+            // (or waking up) and more WRs are likely to follow. The workers take every chunk
+            // and the poster returns at once to post the next WR: `workers` streams copying
+            // back to back, instead of a poster that copies its share and posts nothing
+            // meanwhile.
+            for _ in 0..n.min(workers) {
+                if !engine.submit(self.clone(), seq) {
+                    self.run_chunks(seq, e, u64::MAX); // engine full or stopped
+                    return;
+                }
+            }
+            return;
+        }
+        // Idle QP (a latency-bound exchange): the poster copies too, and hands a token to a worker only while at least two chunks
         // are unclaimed (one for itself, one for the worker): a worker is woken only when it
         // will find work, and a WR of up to POSTER_MAX never waits for a sleeping worker.
         let tokens = (n - 1).min(workers);
@@ -428,6 +476,80 @@ impl QpShared {
         let mut buf = [0u8; INLINE_MAX];
         segment::read_own(&ll, w.laddr, &mut buf[..len as usize]);
         Ok(ring::pack(&buf))
+    }
+
+    /// Sends WR `seq` (a cross-process WRITE_WITH_IMM of at most `bounce_max` bytes) bounced
+    /// when a bounce slot of the target is free: after the checks a copy makes (as
+    /// `capture_inline`; an error completes the WR as a failed copy's does), writes the payload
+    /// into the slot and arms the WR with no chunks (landed); the combiner publishes the slot's
+    /// number with the immediate. `false` (nothing done) when the WR must be copied instead:
+    /// in-process peer, a target QP without bounce slots (beyond `BOUNCE_QPS`), no free slot,
+    /// target gone, or the QP failed.
+    fn capture_bounce(&self, seq: u64, e: &SqEntry, len: u64) -> bool {
+        let Some(r) = self.remote.get() else {
+            return false;
+        };
+        // Relaxed: as in `copy_direct`.
+        if !matches!(r.peer.fabric, Fabric::Cross { .. })
+            || r.block >= BOUNCE_QPS
+            || self.fail.load(Ordering::Relaxed) != 0
+            || self.err_seq.skips(seq)
+        {
+            return false;
+        }
+        let Some(b) = self.bounce_slot(r) else {
+            return false;
+        };
+        let w = e.load();
+        match self.write_bounce(r, &w, len, b) {
+            Ok(()) => {
+                e.set_bounce(b);
+                self.bounce_next.store(b + 1, Ordering::Relaxed); // poster only
+            }
+            Err((st, v)) => {
+                e.set_err(st, v);
+                self.err_seq.note(seq);
+                self.mark_responder(st);
+            }
+        }
+        e.arm(seq, self.chunk, false);
+        true
+    }
+
+    /// The next bounce slot number, if that slot of the target is free (its payload copied
+    /// out, or never used), and the target QP still lives.
+    fn bounce_slot(&self, r: &Remote) -> Option<u64> {
+        // Relaxed (both): poster only.
+        let b = self.bounce_next.load(Ordering::Relaxed);
+        let mut seen = self.bounce_seen.load(Ordering::Relaxed);
+        let blk = r.peer.seg.qp_block(r.block);
+        if !ring::bounce_free(b, &mut seen, blk.bounce_done, BOUNCE_SLOTS as u64) {
+            return None;
+        }
+        self.bounce_seen.store(seen, Ordering::Relaxed); // poster only
+                                                         // Acquire: pairs with the target's Release store of its QP number at create (its
+                                                         // bounce slots are ours to write only while it is the QP we connected to).
+        (blk.state.load(Ordering::Acquire) == r.qpn as u64).then_some(b)
+    }
+
+    /// The leases a write of `w` needs (as `check_inline`), then the payload written into
+    /// bounce slot `b` of the target under the local lease.
+    fn write_bounce(
+        &self,
+        r: &Remote,
+        w: &Wr,
+        len: u64,
+        b: u64,
+    ) -> core::result::Result<(), (WcStatus, u32)> {
+        let ll = self
+            .own
+            .lease(w.lkey, w.laddr, len, 0, true)
+            .map_err(|_| (WcStatus::LocalProtectionError, 0))?;
+        r.peer
+            .lease(w.rkey, w.raddr, len, ACC_REMOTE_WRITE, false)
+            .map_err(|_| (WcStatus::RemoteAccessError, 0))?;
+        segment::write_bounce(&ll, w.laddr, &r.peer.seg, r.block, b, len as usize);
+        Ok(())
     }
 
     /// Claims and copies chunks of WR `seq` until none is left, or `budget` bytes were copied;
@@ -585,10 +707,10 @@ impl QpShared {
         }
         // Relaxed: the entry itself was published by `sq_tail`.
         let (imm, len) = (e.imm.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed));
-        let inline = e.inline().map(|words| ring::Inline {
+        let inline = e.inline().map(|body| ring::Inline {
             raddr: e.raddr.load(Ordering::Relaxed), // Relaxed: as above
             rkey: e.rkey.load(Ordering::Relaxed),   // Relaxed: as above
-            words,
+            body,
         });
         // Publishes with a Release store of the entry's `seq` (pairs with the target's Acquire
         // in `poll_into`): the entry, and every byte this QP copied before (which
@@ -685,6 +807,7 @@ impl QpShared {
         let cut = self.rq_cutoff.load(Ordering::Relaxed);
         // Never beyond `posted`: a peer can never complete more than was posted.
         let limit = posted.min(cut);
+        let mut bounced = None;
         while rh < limit && n < out.len() {
             // Acquire inside `take`: pairs with the initiator's Release in `deliver` (data,
             // meta and inline payload visible).
@@ -692,6 +815,9 @@ impl QpShared {
                 break;
             };
             if let Some(p) = d.inline {
+                if let ring::Body::Bounce(b) = p.body {
+                    bounced = Some(b);
+                }
                 if !self.apply_inline(&p, d.len) {
                     // A responder error (as RC): this and every later receive is flushed.
                     self.set_fail(WcStatus::WrFlushError);
@@ -713,6 +839,11 @@ impl QpShared {
             n += 1;
             released += 1;
             rh += 1;
+        }
+        if let Some(last) = bounced {
+            // Our copies out of every slot up to `last` happened before the initiator reuses
+            // them (Release inside).
+            ring::bounce_release(b.bounce_done, last);
         }
         if fail != 0 && cut == u64::MAX && n < out.len() {
             // Everything delivered before we looked is harvested: fix the cut here.
@@ -747,7 +878,12 @@ impl QpShared {
     /// entry is peer-written) its length, and its rkey, range and remote-write access against
     /// our own registration table under a lease; `false` on a responder error.
     fn apply_inline(&self, p: &ring::Inline, len: u32) -> bool {
-        if len as usize > INLINE_MAX {
+        let max = match p.body {
+            ring::Body::Words(_) => INLINE_MAX,
+            ring::Body::Bounce(_) if self.idx < BOUNCE_QPS => BOUNCE_MAX,
+            ring::Body::Bounce(_) => return false, // we have no bounce slots: corrupt
+        };
+        if len as usize > max {
             return false;
         }
         let Ok(lease) = self
@@ -756,7 +892,14 @@ impl QpShared {
         else {
             return false;
         };
-        segment::write_own(&lease, p.raddr, &p.bytes()[..len as usize]);
+        match p.body {
+            ring::Body::Words(w) => {
+                segment::write_own(&lease, p.raddr, &ring::bytes(&w)[..len as usize]);
+            }
+            ring::Body::Bounce(b) => {
+                segment::read_bounce(&self.own, self.idx, b, &lease, p.raddr, len as usize);
+            }
+        }
         true
     }
 }

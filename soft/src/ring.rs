@@ -14,6 +14,13 @@
 //!  seq = t + 1                  (Release) ──────▶ seq == t + 1 ? (Acquire)
 //!                                                 read meta, key, raddr, data (Relaxed)
 //! ```
+//! A payload of up to `segment::BOUNCE_MAX` bytes between a cross-process pair travels
+//! *bounced*: the initiator has written it into a bounce slot of the target's segment, and the
+//! entry carries the slot's number `b` (in `data[0]`) instead of the bytes; the target copies it
+//! out the same way (re-checks included) and then publishes `bounce_done = b + 1` (Release)
+//! in its QP head, which the initiator reads (Acquire) before it reuses a slot (`qp.rs`,
+//! "Bounce payloads").
+//!
 //! Why 32 bytes: the entry is one 64-byte line (one handoff, as before), of which the signal
 //! (`seq`), `imm << 32 | len`, the remote address and `rkey << 32 | flag` take four words; the
 //! other four carry the payload. That holds the 8-byte messages latency-bound collectives send
@@ -33,6 +40,8 @@ pub const INLINE_WORDS: usize = INLINE_MAX / 8;
 
 /// `key`'s low bit: the entry carries its payload inline.
 const K_INLINE: u64 = 1;
+/// `key`'s second bit: the payload is in bounce slot `data[0]`.
+const K_BOUNCE: u64 = 2;
 
 /// One write-with-immediate delivery (one cache line).
 #[repr(C, align(64))]
@@ -43,29 +52,36 @@ pub struct RingEntry {
     meta: AtomicU64,
     /// Inline payload: where it goes in the target.
     raddr: AtomicU64,
-    /// Inline payload: `rkey << 32 | K_INLINE`; 0 for a delivery without payload.
+    /// Payload: `rkey << 32 | K_INLINE` or `rkey << 32 | K_BOUNCE`; 0 for a delivery without.
     key: AtomicU64,
     /// Inline payload bytes (native byte order of the words).
     data: [AtomicU64; INLINE_WORDS],
 }
 
-/// A payload carried inline: `len` (≤ [`INLINE_MAX`]) bytes of `words` for `raddr`/`rkey`.
+/// Where the bytes of a payload are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// In the entry: `len` (≤ [`INLINE_MAX`]) bytes of these words.
+    Words([u64; INLINE_WORDS]),
+    /// In bounce slot `b` (mod the slot count) of the target's QP (`len` ≤ its size).
+    Bounce(u64),
+}
+
+/// A payload that travels with its immediate, for `raddr`/`rkey` of the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Inline {
     pub raddr: u64,
     pub rkey: u32,
-    pub words: [u64; INLINE_WORDS],
+    pub body: Body,
 }
 
-impl Inline {
-    /// The first `len` payload bytes.
-    pub fn bytes(&self) -> [u8; INLINE_MAX] {
-        let mut b = [0u8; INLINE_MAX];
-        for (c, w) in b.chunks_exact_mut(8).zip(self.words) {
-            c.copy_from_slice(&w.to_ne_bytes());
-        }
-        b
+/// The bytes of payload words (the first `len` are the payload's).
+pub fn bytes(words: &[u64; INLINE_WORDS]) -> [u8; INLINE_MAX] {
+    let mut b = [0u8; INLINE_MAX];
+    for (c, w) in b.chunks_exact_mut(8).zip(words) {
+        c.copy_from_slice(&w.to_ne_bytes());
     }
+    b
 }
 
 /// Packs up to [`INLINE_MAX`] bytes into payload words (the rest zero).
@@ -80,6 +96,29 @@ pub fn pack(bytes: &[u8]) -> [u64; INLINE_WORDS] {
         *w = u64::from_ne_bytes(a);
     }
     w
+}
+
+/// Initiator: may bounce slot number `b` be written? It may once the target has copied out
+/// every payload up to `b - slots` (its `done` word, Acquire, re-read only when `seen`, the
+/// value last read, says no). A `done` beyond `b` is impossible (peer-written): no.
+pub fn bounce_free(b: u64, seen: &mut u64, done: &AtomicU64, slots: u64) -> bool {
+    if b.wrapping_sub(*seen) < slots {
+        return true;
+    }
+    // Acquire: pairs with the target's Release in `bounce_release`: its copies out of the
+    // slot happened before we write it again.
+    let d = done.load(Ordering::Acquire);
+    if d > b {
+        return false;
+    }
+    *seen = d;
+    b - d < slots
+}
+
+/// Target: every bounce payload up to number `b` has been copied out (after the copies).
+pub fn bounce_release(done: &AtomicU64, b: u64) {
+    // Release: pairs with the initiator's Acquire in `bounce_free`.
+    done.store(b.wrapping_add(1), Ordering::Release);
 }
 
 /// What the target read from an entry.
@@ -118,11 +157,20 @@ impl RingEntry {
         match inline {
             Some(p) => {
                 self.raddr.store(p.raddr, Ordering::Relaxed);
-                for (d, w) in self.data.iter().zip(p.words) {
-                    d.store(w, Ordering::Relaxed);
-                }
+                let k = match p.body {
+                    Body::Words(words) => {
+                        for (d, w) in self.data.iter().zip(words) {
+                            d.store(w, Ordering::Relaxed);
+                        }
+                        K_INLINE
+                    }
+                    Body::Bounce(b) => {
+                        self.data[0].store(b, Ordering::Relaxed);
+                        K_BOUNCE
+                    }
+                };
                 self.key
-                    .store(((p.rkey as u64) << 32) | K_INLINE, Ordering::Relaxed);
+                    .store(((p.rkey as u64) << 32) | k, Ordering::Relaxed);
             }
             None => self.key.store(0, Ordering::Relaxed),
         }
@@ -141,10 +189,19 @@ impl RingEntry {
         // this entry again before the target re-posts the receive, which it does after this.
         let meta = self.meta.load(Ordering::Relaxed);
         let key = self.key.load(Ordering::Relaxed);
-        let inline = (key & K_INLINE != 0).then(|| Inline {
+        let body = if key & K_INLINE != 0 {
+            Some(Body::Words(std::array::from_fn(|i| {
+                self.data[i].load(Ordering::Relaxed)
+            })))
+        } else if key & K_BOUNCE != 0 {
+            Some(Body::Bounce(self.data[0].load(Ordering::Relaxed)))
+        } else {
+            None
+        };
+        let inline = body.map(|body| Inline {
             raddr: self.raddr.load(Ordering::Relaxed),
             rkey: (key >> 32) as u32,
-            words: std::array::from_fn(|i| self.data[i].load(Ordering::Relaxed)),
+            body,
         });
         Some(Delivery {
             imm: (meta >> 32) as u32,

@@ -11,11 +11,14 @@
 //!  QP_OFF          QpHead × QP_SLOTS      per QP: state, responder error, recv_posted
 //!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (1024 × 64 B = 64 KiB, page
 //!                                         aligned; small payloads inline, see `ring`)
+//!  BOUNCE_OFF      Bounce × BOUNCE_QPS    per QP of the first BOUNCE_QPS slots: BOUNCE_SLOTS
+//!                                         × BOUNCE_MAX bytes (512 KiB) of payloads written by
+//!                                         the initiator (`qp.rs`, "Bounce payloads")
 //!  FIFO_OFF        FIFO_SLOTS × FIFO_STRIDE  FIFO rings (`alloc_fifo`), page aligned
 //! ```
-//! The segment is sparse: a page costs memory only once touched. A QP's ring pages are
-//! punched out (`MADV_REMOVE`) when the QP is created and destroyed, so an idle or closed QP
-//! costs only its 192-byte head, and the table can be as large as the plugin advertises
+//! The segment is sparse: a page costs memory only once touched. A QP's ring and bounce pages
+//! are punched out (`MADV_REMOVE`) when the QP is created and destroyed, so an idle or closed
+//! QP costs only its 192-byte head, and the table can be as large as the plugin advertises
 //! ([`QP_SLOTS`]).
 //!
 //! ## FIFO rings in shared memory (small writes without a syscall)
@@ -92,7 +95,7 @@ pub use crate::ring::RingEntry;
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
 pub const MR_SLOTS: usize = 1 << 16;
 /// Bits of a QP number that hold its slot index; the 5 bits above hold a generation (QP numbers
@@ -111,12 +114,24 @@ const MR_OFF: usize = HDR_BYTES;
 const QP_OFF: usize = MR_OFF + MR_SLOTS * std::mem::size_of::<MrSlot>();
 const RING_BYTES: usize = RING * std::mem::size_of::<RingEntry>();
 const RING_OFF: usize = (QP_OFF + QP_SLOTS * std::mem::size_of::<QpHead>() + 4095) & !4095;
+/// Bounce slots of a QP: payloads of cross-process WRITE_WITH_IMMs between `ring::INLINE_MAX`
+/// and [`BOUNCE_MAX`] bytes that the initiator has written and the target not yet copied out.
+pub const BOUNCE_SLOTS: usize = 32;
+/// Bytes of one bounce slot: the largest payload that travels through one.
+pub const BOUNCE_MAX: usize = 16 << 10;
+const BOUNCE_BYTES: usize = BOUNCE_SLOTS * BOUNCE_MAX;
+/// QP slots with bounce slots: the first ones (slot indices are handed out lowest first, so
+/// every QP has them while fewer than this many exist at once). Bounded so that the segment
+/// stays within what tools map (valgrind refuses an 80 GiB mapping): 1 GiB of address space,
+/// of which only what is used becomes memory.
+pub const BOUNCE_QPS: usize = 2048;
+const BOUNCE_OFF: usize = (RING_OFF + QP_SLOTS * RING_BYTES).next_multiple_of(4096);
 /// FIFO rings a segment holds (beyond them `alloc_fifo` falls back to the heap, and peers'
 /// writes into those rings to `process_vm_writev`).
 pub const FIFO_SLOTS: usize = 512;
 /// Bytes per FIFO slot (a ring, rounded up to pages).
 pub const FIFO_STRIDE: usize = std::mem::size_of::<FifoRing>().next_multiple_of(4096);
-const FIFO_OFF: usize = (RING_OFF + QP_SLOTS * RING_BYTES).next_multiple_of(4096);
+const FIFO_OFF: usize = (BOUNCE_OFF + BOUNCE_QPS * BOUNCE_BYTES).next_multiple_of(4096);
 /// Total bytes of a segment (virtual; pages are allocated as they are touched).
 pub const BYTES: usize = FIFO_OFF + FIFO_SLOTS * FIFO_STRIDE;
 
@@ -139,7 +154,11 @@ pub struct QpHead {
     /// Receives posted so far (written by the owner).
     recv_posted: AtomicU64,
     _p1: [u64; 7],
-    _p3: [u64; 8],
+    /// Bounce payloads copied out so far (`b + 1` after the one numbered `b`; written by the
+    /// owner after the copy, read by the initiator before it reuses a slot: `ring`'s
+    /// `bounce_free`/`bounce_release`, whose atomics the loom model swaps).
+    bounce_done: ibnet_core::sync::AtomicU64,
+    _p3: [u64; 7],
 }
 
 /// The receive side of one QP: its head and its inbound ring (two places of the segment).
@@ -151,12 +170,15 @@ pub struct QpBlock<'a> {
     pub error: &'a AtomicU64,
     /// Receives posted so far (written by the owner).
     pub recv_posted: &'a AtomicU64,
+    /// Bounce payloads copied out so far (written by the owner, see [`QpHead`]).
+    pub bounce_done: &'a ibnet_core::sync::AtomicU64,
     /// One entry per delivery `t`, at `t % RING`.
     pub ring: &'a [RingEntry; RING],
 }
 
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<QpHead>() == 192);
 const _: () = assert!(RING_BYTES % 4096 == 0);
 #[cfg(not(loom))]
@@ -200,6 +222,38 @@ pub fn write_own(_lease: &Lease<'_>, raddr: u64, src: &[u8]) {
     // completing meanwhile); the owner keeps registered memory mapped until deregistered (as
     // for in-process word copies); the source is `src`, borrowed for the call.
     unsafe { sys::atomic_copy(raddr, src.as_ptr() as u64, src.len()) };
+}
+
+/// Initiator: writes `len` bytes of this process's own memory at `laddr` (covered by
+/// `_local`, a lease on the local registration) into bounce slot `b` of QP slot `idx` (<
+/// [`BOUNCE_QPS`]) of `remote`, a peer's segment mapped here.
+pub fn write_bounce(
+    _local: &Lease<'_>,
+    laddr: u64,
+    remote: &Segment,
+    idx: usize,
+    b: u64,
+    len: usize,
+) {
+    let len = len.min(BOUNCE_MAX);
+    // SAFETY: the source is inside a live local registration (the lease), probed at `reg_mr`
+    // and kept mapped until deregistered; the destination is one bounce slot (`len` ≤ its
+    // size) inside our mapping of `remote`, which the caller borrows; the segment is written
+    // with atomic stores only (its owner reads it with atomic loads).
+    unsafe { sys::atomic_copy(remote.bounce_ptr(idx, b), laddr, len) };
+}
+
+/// Target: copies `len` bytes (≤ [`BOUNCE_MAX`]) of bounce slot `b` of our QP slot `idx` (<
+/// [`BOUNCE_QPS`]) into
+/// this process's own memory at `raddr`, covered by `_lease` (taken by the caller on its own
+/// registration with remote-write access: the re-check of a peer-written entry).
+pub fn read_bounce(own: &Segment, idx: usize, b: u64, _lease: &Lease<'_>, raddr: u64, len: usize) {
+    let len = len.min(BOUNCE_MAX);
+    // SAFETY: the destination is inside a live registration of this process with remote-write
+    // access (the lease checked key, range and access, and keeps `dereg` from completing
+    // meanwhile), kept mapped until deregistered; the source is one bounce slot inside our own
+    // mapping, read with atomic loads (peers may write it concurrently).
+    unsafe { sys::atomic_copy(raddr, own.bounce_ptr(idx, b), len) };
 }
 
 /// Initiator: reads `dst.len()` bytes of this process's own memory at `laddr` (an inline
@@ -345,18 +399,34 @@ impl Segment {
             state: &h.state,
             error: &h.error,
             recv_posted: &h.recv_posted,
+            bounce_done: &h.bounce_done,
             ring,
         }
     }
 
-    /// Owner: zeroes QP slot `idx`'s inbound ring and gives its pages back to the system
-    /// (`MADV_REMOVE`; by atomic stores where the kernel refuses). Control path (create and
-    /// destroy of a QP).
+    /// Address in our mapping of bounce slot `b % BOUNCE_SLOTS` of QP slot `idx` (which must
+    /// be < [`BOUNCE_QPS`]).
+    fn bounce_ptr(&self, idx: usize, b: u64) -> u64 {
+        debug_assert!(idx < BOUNCE_QPS);
+        let off = BOUNCE_OFF
+            + (idx % BOUNCE_QPS) * BOUNCE_BYTES
+            + (b % BOUNCE_SLOTS as u64) as usize * BOUNCE_MAX;
+        self.map.as_ptr() as u64 + off as u64
+    }
+
+    /// Owner: zeroes QP slot `idx`'s inbound ring and gives its pages, and its bounce slots'
+    /// pages, back to the system (`MADV_REMOVE`; the ring by atomic stores where the kernel
+    /// refuses; bounce slots hold nothing a reader trusts: no need to zero them). Control path
+    /// (create and destroy of a QP).
     pub fn clear_ring(&self, idx: usize) {
         if sys::punch(self.ring_ptr(idx), RING_BYTES).is_err() {
             for e in self.qp_block(idx).ring {
                 e.clear();
             }
+        }
+        if idx < BOUNCE_QPS {
+            let b = self.bounce_ptr(idx, 0) as *mut u8;
+            let _ = sys::punch(b, BOUNCE_BYTES); // only memory is at stake
         }
     }
 

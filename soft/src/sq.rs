@@ -30,7 +30,7 @@ use crossbeam_utils::CachePadded;
 use ibnet_core::provider::{SendWr, WcStatus, WrOpcode};
 use ibnet_core::sync::{AtomicU32, AtomicU64, Ordering};
 
-use crate::ring::INLINE_WORDS;
+use crate::ring::{Body, INLINE_WORDS};
 
 pub const OP_WRITE: u32 = 0;
 pub const OP_WRITE_IMM: u32 = 1;
@@ -39,6 +39,9 @@ pub const F_SIGNALED: u32 = 1 << 8;
 /// The WR's payload was captured into the entry at post (`inline`): it travels in the
 /// target's ring entry (`ring`), not by a copy.
 pub const F_INLINE: u32 = 1 << 9;
+/// The WR's payload was written into a bounce slot of the target at post (its number in
+/// `inline[0]`): it travels bounced (`ring`), not by a copy.
+pub const F_BOUNCE: u32 = 1 << 10;
 
 /// One send-queue slot. Fields are atomics (Relaxed) published by `sq_tail` (Release) or by
 /// `run` (Release in `arm`, Acquire in a successful claim); only the poster writes them, and only while the slot is free.
@@ -213,15 +216,27 @@ impl SqEntry {
         self.flags.fetch_or(F_INLINE, Ordering::Relaxed);
     }
 
-    /// The inline payload, if the WR carries one (combiner; ordered by `sq_tail`/`landed`).
-    pub fn inline(&self) -> Option<[u64; INLINE_WORDS]> {
+    /// Poster: the WR's payload is in bounce slot `b` of the target; before [`SqEntry::arm`].
+    pub fn set_bounce(&self, b: u64) {
+        // Relaxed (both): published by the Release stores of `run` in `arm` and of `sq_tail`.
+        self.inline[0].store(b, Ordering::Relaxed);
+        self.flags.fetch_or(F_BOUNCE, Ordering::Relaxed);
+    }
+
+    /// The payload that travels with the immediate, if the WR carries one (combiner; ordered
+    /// by `sq_tail`/`landed`).
+    pub fn inline(&self) -> Option<Body> {
         // Relaxed (all): the caller synchronised with the poster (Acquire of `sq_tail`).
-        if self.flags.load(Ordering::Relaxed) & F_INLINE == 0 {
-            return None;
+        let f = self.flags.load(Ordering::Relaxed);
+        if f & F_INLINE != 0 {
+            Some(Body::Words(std::array::from_fn(|i| {
+                self.inline[i].load(Ordering::Relaxed)
+            })))
+        } else if f & F_BOUNCE != 0 {
+            Some(Body::Bounce(self.inline[0].load(Ordering::Relaxed)))
+        } else {
+            None
         }
-        Some(std::array::from_fn(|i| {
-            self.inline[i].load(Ordering::Relaxed)
-        }))
     }
 
     /// A snapshot of the WR.

@@ -1,4 +1,4 @@
-//! Small WRITE_WITH_IMM payloads carried inline in the target's ring entry (segment version 4):
+//! Small WRITE_WITH_IMM payloads carried inline in the target's ring entry (segment version 4 and later):
 //! bytes and order when inline and copied writes interleave on one QP, and remote access
 //! errors on an inline write surfacing as they do for a copied one (the initiator's check at
 //! post) or at the target's re-check (its MR deregistered while the payload was in flight).

@@ -2,7 +2,7 @@
 //! (`ibnet_soft::lease`, `ibnet_soft::cq`, built on loom's atomics under `--cfg loom`): the
 //! registration lease against deregistration (the Dekker pair), a dead lane's voiding, the
 //! header's publication, the CQ's slot reservation, and the inbound ring entry with an inline
-//! payload (`ibnet_soft::ring`).
+//! payload and the reuse of a bounce slot (`ibnet_soft::ring`).
 //!
 //! `LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" cargo test -p ibnet-soft --release
 //! --target-dir target/loom --test loom_seg`
@@ -10,7 +10,7 @@
 
 use ibnet_soft::cq::CqShared;
 use ibnet_soft::lease::{Header, MrSlot};
-use ibnet_soft::ring::{pack, Inline, RingEntry};
+use ibnet_soft::ring::{bytes, pack, Body, Inline, RingEntry};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
@@ -121,7 +121,7 @@ fn a_ring_entry_with_an_inline_payload_is_seen_whole_and_reused_clean() {
         let p = Inline {
             raddr: 0x1234_5678,
             rkey: 0x0102_0304,
-            words: pack(&[1, 2, 3, 4, 5, 6, 7, 8, 9]),
+            body: Body::Words(pack(&[1, 2, 3, 4, 5, 6, 7, 8, 9])),
         };
         let (ei, pi) = (e.clone(), posted.clone());
         let init = thread::spawn(move || {
@@ -140,10 +140,14 @@ fn a_ring_entry_with_an_inline_payload_is_seen_whole_and_reused_clean() {
         };
         assert_eq!((d.imm, d.len), (77, 9));
         assert_eq!(d.inline, Some(p));
-        assert_eq!(
-            &d.inline.unwrap().bytes()[..9],
-            &[1, 2, 3, 4, 5, 6, 7, 8, 9]
-        );
+        let Some(Inline {
+            body: Body::Words(w),
+            ..
+        }) = d.inline
+        else {
+            panic!("an inline payload: {d:?}");
+        };
+        assert_eq!(&bytes(&w)[..9], &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
         assert!(
             e.take(1).is_none(),
             "delivery 1 before the receive was re-posted"
@@ -157,6 +161,59 @@ fn a_ring_entry_with_an_inline_payload_is_seen_whole_and_reused_clean() {
             thread::yield_now();
         };
         assert_eq!((d.imm, d.len, d.inline), (78, 4096, None));
+        init.join().unwrap();
+    });
+}
+
+/// A bounce slot is never written by the initiator while the target copies out of it: with one
+/// slot, the second payload is written only after `bounce_free` saw the target's
+/// `bounce_release` of the first, which happens after the target's read of it (the slot is a
+/// non-atomic cell here: loom reports any overlap as a data race); each delivery shows its own
+/// payload.
+#[test]
+fn a_bounce_slot_is_reused_only_after_the_target_copied_it_out() {
+    use ibnet_core::sync::AtomicU64;
+    loom::model(|| {
+        let e = Arc::new(RingEntry::new());
+        let slot = Arc::new(UnsafeCell::new(0u64));
+        let done = Arc::new(AtomicU64::new(0));
+        let posted = Arc::new(AtomicU64::new(1));
+        let bounce = |b| Inline {
+            raddr: 0x1000,
+            rkey: 7,
+            body: Body::Bounce(b),
+        };
+        let (ei, si, di, pi) = (e.clone(), slot.clone(), done.clone(), posted.clone());
+        let init = thread::spawn(move || {
+            let mut seen = 0;
+            for b in 0..2u64 {
+                while !ibnet_soft::ring::bounce_free(b, &mut seen, &di, 1) {
+                    thread::yield_now();
+                }
+                // SAFETY: the slot is ours to write (what is checked).
+                si.with_mut(|p| unsafe { *p = 100 + b });
+                // Acquire: pairs with the target's Release below (as `recv_posted`).
+                while pi.load(loom::sync::atomic::Ordering::Acquire) <= b {
+                    thread::yield_now();
+                }
+                ei.publish(b, b as u32, 64, Some(&bounce(b)));
+            }
+        });
+        for t in 0..2u64 {
+            let d = loop {
+                if let Some(d) = e.take(t) {
+                    break d;
+                }
+                thread::yield_now();
+            };
+            assert_eq!(d.inline, Some(bounce(t)));
+            // SAFETY: published to us by the entry (what is checked).
+            let v = slot.with(|p| unsafe { *p });
+            assert_eq!(v, 100 + t, "delivery {t} shows its own payload");
+            ibnet_soft::ring::bounce_release(&done, t);
+            // Release: pairs with the initiator's Acquire above.
+            posted.store(t + 2, loom::sync::atomic::Ordering::Release);
+        }
         init.join().unwrap();
     });
 }

@@ -78,6 +78,23 @@ fn helper_entry() {
                 me.post(&[w]).unwrap();
             }
         }
+        // Take every WRITE_WITH_IMM (re-posting its receive); at QUIT print a hash of the
+        // buffer.
+        "sink" => {
+            for i in 0..64 {
+                me.recv(i);
+            }
+            'outer: loop {
+                for c in me.wait(1) {
+                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                    if c.imm == QUIT {
+                        break 'outer;
+                    }
+                    me.recv(c.wr_id);
+                }
+            }
+            write_line(&mut out, &format!("SUM {:x}", fnv(buf.bytes())));
+        }
         // Post receives and sleep until killed.
         "victim" => {
             for i in 0..64 {
@@ -89,6 +106,13 @@ fn helper_entry() {
         r => panic!("unknown role {r}"),
     }
     drop(mr);
+}
+
+/// FNV-1a of `b`.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// The "fifo" helper: a FIFO ring from `alloc_fifo` (in the shared segment), registered for
@@ -258,6 +282,91 @@ fn two_process_echo_sizes_0_to_64mib_byte_for_byte() {
     me.post(&[q]).unwrap();
     assert_eq!(me.wait(1)[0].status, WcStatus::Success);
     assert!(h.child.wait().unwrap().success(), "helper failed");
+}
+
+/// WRITE_WITH_IMMs of sizes around the inline and bounce limits, in rounds (so that bounce
+/// slots are reused once the target has copied them out, and fall back to a copy when none is
+/// free), interleaved with larger copied ones: every byte lands where it was written.
+#[test]
+fn two_process_bounced_writes_land_byte_for_byte() {
+    const LEN: usize = 4 << 20;
+    // Every size up to the slot size bounces (the default stops at 4 KiB).
+    let p = ibnet_soft::SoftProvider::open_with(ibnet_soft::Config {
+        workers: 2,
+        bounce_max: ibnet_soft::BOUNCE_MAX as u64,
+        ..ibnet_soft::Config::default()
+    })
+    .unwrap();
+    let mut me = Side::new(&p);
+    let mut src = Region::new(LEN);
+    fill_pattern(src.bytes_mut(), 5);
+    let ms = me.reg(&src);
+    let mut h = helper("sink", LEN, &mut me, &src, &ms);
+    let sizes = [
+        33usize, 100, 1000, 2049, 4095, 4096, 4097, 8192, 16_384, 40_000,
+    ];
+    let mut want = vec![0u8; LEN];
+    let mut off = 0;
+    let mut n = 0u64;
+    for _round in 0..12 {
+        let mut wrs = Vec::new();
+        for _ in 0..20 {
+            let len = sizes[n as usize % sizes.len()];
+            want[off..off + len].copy_from_slice(&src.bytes()[off..off + len]);
+            wrs.push(wr(
+                n,
+                WrOpcode::WriteWithImm,
+                src.addr() + off as u64,
+                len as u32,
+                me.key(&ms),
+                h.info.buf + off as u64,
+                h.info.rkey,
+                n as u32,
+                true,
+            ));
+            off += len.next_multiple_of(64);
+            n += 1;
+        }
+        me.post(&wrs).unwrap();
+        for c in me.wait(wrs.len()) {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+        }
+    }
+    let q = wr(999, WrOpcode::WriteWithImm, 0, 0, 0, 0, 0, QUIT, true);
+    me.post(&[q]).unwrap();
+    assert_eq!(me.wait(1)[0].status, WcStatus::Success);
+    wait_line(&mut h, &format!("SUM {:x}", fnv(&want)));
+    assert!(h.child.wait().unwrap().success(), "helper failed");
+}
+
+/// A bounce-sized WRITE_WITH_IMM with a stale rkey fails as a copied one does
+/// (`RemoteAccessError`; the WR behind it flushed).
+#[test]
+fn two_process_bounced_write_with_a_bad_rkey_is_a_remote_access_error() {
+    let p = provider();
+    let mut me = Side::new(&p);
+    let local = Region::new(1 << 20);
+    let ml = me.reg(&local);
+    let h = helper("victim", 1 << 20, &mut me, &local, &ml);
+    let w = |id, rkey| {
+        wr(
+            id,
+            WrOpcode::WriteWithImm,
+            local.addr(),
+            1000,
+            me.key(&ml),
+            h.info.buf,
+            rkey,
+            0,
+            true,
+        )
+    };
+    me.post(&[w(1, h.info.rkey ^ 0x1_0000), w(2, h.info.rkey)])
+        .unwrap();
+    let c = me.wait(2);
+    assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::RemoteAccessError));
+    assert_eq!((c[1].wr_id, c[1].status), (2, WcStatus::WrFlushError));
+    drop(h);
 }
 
 #[test]
