@@ -57,6 +57,7 @@ pub mod handshake_io;
 pub mod ifaddr;
 pub mod log;
 pub mod nccl;
+pub mod nic;
 pub mod plugin;
 pub mod profiler;
 pub mod proxy;

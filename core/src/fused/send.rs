@@ -115,6 +115,8 @@ pub struct FusedSend<P: Provider> {
     poisoned: bool,
     events: Vec<RailEvent, N>,
     resent: u64,
+    /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
+    carried: [u64; N],
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -152,6 +154,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             poisoned: false,
             events: Vec::new(),
             resent: 0,
+            carried: [0; N],
         };
         let access = Access {
             local_write: true,
@@ -263,6 +266,12 @@ impl<P: Provider + Clone> FusedSend<P> {
         self.resent
     }
 
+    /// Bytes rail `i` carried so far: its parts of every message posted on it, and the parts
+    /// of failed rails it wrote again.
+    pub fn rail_bytes(&self, i: usize) -> u64 {
+        self.carried.get(i).copied().unwrap_or(0)
+    }
+
     /// Whether rail `i` is still in use.
     pub fn rail_live(&self, i: usize) -> bool {
         self.live.get(i).copied().unwrap_or(false)
@@ -345,7 +354,10 @@ impl<P: Provider + Clone> FusedSend<P> {
             };
             let part = m.parts[i];
             match self.rails[i].isend_at(addr + part.off, part.len, tag, mrs[i], part.off) {
-                Ok(Some(sub)) => self.msgs[k as usize].legs[i] = Leg::Native(sub),
+                Ok(Some(sub)) => {
+                    self.carried[i] += part.len;
+                    self.msgs[k as usize].legs[i] = Leg::Native(sub);
+                }
                 Ok(None) => {
                     return Err(self.poison(Error::BadState {
                         op: "isend",
@@ -483,6 +495,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         match self.rails[c].iwrite(local, raddr + part.off, rkey) {
             Ok(id) => {
                 self.resent += part.len;
+                self.carried[c] += part.len;
                 self.msgs[k].legs[i] = Leg::Moving {
                     carrier: c as u8,
                     id,

@@ -28,8 +28,9 @@ use ibnet_core::error::PeerId;
 use ibnet_core::handshake::{Acceptor, Event};
 use ibnet_core::Error;
 
-use crate::dev::{AnyRecv, Dev};
+use crate::dev::{AnyRecv, Infos};
 use crate::handshake_io::{pump, stalled, AtPeer, Where};
+use crate::nic::Nic;
 use crate::plugin::Plugin;
 use crate::watch::Watch;
 
@@ -48,8 +49,10 @@ pub(super) struct Accepting {
     machine: Box<Acceptor>,
     /// Created at the connector's `PeerInfo`; handed to NCCL at `Done`.
     recv: Option<Box<AnyRecv>>,
-    /// The connector (GID, LID, QP), from its `PeerInfo`.
+    /// The connector (GID, LID, QP), from its first `PeerInfo`.
     remote: PeerId,
+    /// The connector's rail infos received so far (rail order).
+    peers: Box<Infos>,
     deadline: Instant,
 }
 
@@ -86,17 +89,24 @@ impl Pending {
     pub(super) fn add(
         &mut self,
         (stream, peer): (TcpStream, SocketAddr),
-        dev: &Dev,
+        nic: &Nic,
         nonce: u64,
         timeout: u64,
     ) {
+        let ports = nic.ports();
+        let machine = match Acceptor::with_rails(nonce, &ports) {
+            Ok(m) => Box::new(m),
+            // Unreachable: a NIC has 1..=MAX_RAILS ports.
+            Err(_) => Box::new(Acceptor::new(nonce, &nic.dev().port_info())),
+        };
         self.conns.push(Accepting {
             stream,
             peer,
             state: "RecvHello",
-            machine: Box::new(Acceptor::new(nonce, &dev.port_info())),
+            machine,
             recv: None,
             remote: PeerId::default(),
+            peers: Box::default(),
             deadline: Instant::now() + Duration::from_secs(timeout),
         });
     }
@@ -133,10 +143,10 @@ impl Pending {
     }
 
     /// Steps every connection; returns the first comm completed. Failed ones are dropped.
-    pub(super) fn step_all(&mut self, dev: &Dev, plugin: &Plugin, nonce: u64) -> Option<Accepted> {
+    pub(super) fn step_all(&mut self, nic: &Nic, plugin: &Plugin, nonce: u64) -> Option<Accepted> {
         let mut i = 0;
         while i < self.conns.len() {
-            match step(&mut self.conns[i], dev, plugin, nonce, self.spent) {
+            match step(&mut self.conns[i], nic, plugin, nonce, self.spent) {
                 Ok(Step::Waiting) => i += 1,
                 Ok(Step::Done(r)) => {
                     self.spent = true;
@@ -211,7 +221,7 @@ impl Pending {
 /// Drives one connection as far as it goes now.
 fn step(
     a: &mut Accepting,
-    dev: &Dev,
+    nic: &Nic,
     plugin: &Plugin,
     nonce: u64,
     spent: bool,
@@ -228,16 +238,15 @@ fn step(
                 if spent {
                     return Err(replay);
                 }
-                dev.check_peer(&info)?;
-                let addr = a.stream.peer_addr().ok();
-                a.remote = super::connect::peer_id(&info, addr);
-                let cfg = plugin.comm_config(dev, -1);
-                let mut recv = Box::new(dev.new_recv(cfg, &info)?);
-                if let Some(addr) = addr {
-                    recv.set_peer_addr(addr);
+                nic.check_peer(core::slice::from_ref(&info))?;
+                if a.peers.is_empty() {
+                    a.remote = super::connect::peer_id(&info, a.stream.peer_addr().ok());
                 }
-                a.machine.handle_local_info(recv.local_info())?;
-                a.recv = Some(recv);
+                // Cannot fail: the machine reports one info per rail, at most MAX_RAILS.
+                let _ = a.peers.push(info);
+                if a.peers.len() == a.machine.rails() {
+                    set_up(a, nic, plugin)?;
+                }
             }
             Some(Event::Done) if spent => return Err(replay),
             Some(Event::Done) => {
@@ -251,4 +260,21 @@ fn step(
     }
     stalled(a.deadline, a.machine.state_name())?;
     Ok(Step::Waiting)
+}
+
+/// Every rail's info is in: the receive comm (one core comm per rail when fused), and this
+/// side's answer for each rail.
+fn set_up(a: &mut Accepting, nic: &Nic, plugin: &Plugin) -> Result<(), Error> {
+    let cfg = plugin.comm_config(nic.dev(), -1);
+    let mut recv = Box::new(nic.new_recv(cfg, &a.peers, a.machine.peer_rails())?);
+    if let Ok(addr) = a.stream.peer_addr() {
+        recv.set_peer_addr(addr);
+    }
+    super::connect::rail_local(nic, &a.peers, a.machine.peer_rails(), a.remote);
+    let (infos, rails) = recv.rail_infos(&nic.rail_devs())?;
+    a.recv = Some(recv);
+    for (info, rail) in infos.into_iter().zip(rails.0) {
+        a.machine.handle_local_rail(info, rail)?;
+    }
+    Ok(())
 }

@@ -12,18 +12,19 @@ use std::time::{Duration, Instant};
 use ibnet_core::comm::CommConfig;
 use ibnet_core::error::PeerId;
 use ibnet_core::handshake::{Connector, Event};
-use ibnet_core::wire::{ConnectHandle, QpInfo};
+use ibnet_core::wire::{ConnectHandle, QpInfo, RailList};
 use ibnet_core::Error;
 
 use super::comm::publish;
-use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
+use super::common::{missing, out_ptr, plugin, random_u64, sys};
 use super::entry::entry_at;
 use super::init::ctx_tc;
 use crate::connect_registry::{self as registry, ConnectStage, Connecting};
-use crate::dev::{AnySend, Dev};
+use crate::dev::AnySend;
 use crate::handles::Kind;
 use crate::handshake_io::{pump, stalled, Where};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use crate::nic::Nic;
 use crate::sock;
 use crate::watch::Watch;
 
@@ -34,7 +35,7 @@ type Connected = (Box<AnySend>, TcpStream, PeerId);
 /// `state` follows the machine (the state an error happened in, for its message).
 fn connect_step(
     c: &mut Connecting,
-    d: &Dev,
+    nic: &Nic,
     cfg: CommConfig,
     state: &mut &'static str,
 ) -> Result<Option<Connected>, Error> {
@@ -42,39 +43,48 @@ fn connect_step(
         op: "connect",
         state: "failed earlier",
     })?;
-    let (mut stream, mut send, mut machine, mut remote) = match stage {
+    let (mut stream, mut send, mut machine, mut remote, mut peers) = match stage {
         ConnectStage::Tcp(s) => {
             if !sock::connect_done(&s).map_err(|e| sys("connect", &e))? {
                 stalled(c.deadline, "TcpConnect")?;
                 c.stage = Some(ConnectStage::Tcp(s));
                 return Ok(None);
             }
-            let mut send = Box::new(d.new_send(cfg)?);
+            let mut send = Box::new(nic.new_send(cfg)?);
             if let Ok(a) = s.peer_addr() {
                 send.set_peer_addr(a);
             }
-            let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
+            let (infos, rails) = send.rail_infos(&nic.rail_devs())?;
+            let machine = Box::new(Connector::with_rails(c.nonce, &infos, &rails)?);
             *state = machine.state_name();
-            (s, send, machine, PeerId::default())
+            (s, send, machine, PeerId::default(), Box::default())
         }
         ConnectStage::Shake {
             stream,
             send,
             machine,
             remote,
+            peers,
         } => {
             *state = machine.state_name();
-            (stream, send, machine, remote)
+            (stream, send, machine, remote, peers)
         }
     };
     loop {
         match pump(&mut stream, &mut *machine)? {
             Some(Event::PeerInfo(info)) => {
                 *state = machine.state_name();
-                d.check_peer(&info)?;
-                remote = peer_id(&info, stream.peer_addr().ok());
-                send.connect(&info)?;
-                machine.handle_qps_connected()?;
+                nic.check_peer(core::slice::from_ref(&info))?;
+                if peers.is_empty() {
+                    remote = peer_id(&info, stream.peer_addr().ok());
+                }
+                // Cannot fail: the machine reports one info per rail, at most MAX_RAILS.
+                let _ = peers.push(info);
+                if peers.len() == machine.rails() {
+                    send.connect_rails(&peers, machine.peer_rails())?;
+                    rail_local(nic, &peers, machine.peer_rails(), remote);
+                    machine.handle_qps_connected()?;
+                }
             }
             Some(Event::Done) => return Ok(Some((send, stream, remote))),
             None => break,
@@ -87,8 +97,51 @@ fn connect_step(
         send,
         machine,
         remote,
+        peers,
     });
     Ok(None)
+}
+
+/// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line per connection whose ends do not sit on the same
+/// rails, as NCCL 2.28 reports them: a rail whose local and remote GIDs have different subnet
+/// prefixes (the upper 64 bits; on an IB fabric each rail is its own subnet), or fused NICs
+/// over different physical device numbers (with the same topology on both hosts, rail `i` is
+/// the same device number at both ends).
+pub(super) fn rail_local(nic: &Nic, peers: &[QpInfo], peer_rails: &RailList, remote: PeerId) {
+    let Some(p) = crate::plugin::current() else {
+        return;
+    };
+    if !p.params.ib_warn_rail_local {
+        return;
+    }
+    let ours = nic.rail_devs();
+    let theirs: heapless::Vec<u16, 4> = peer_rails.0.iter().map(|r| r.dev).collect();
+    let ports = nic.ports();
+    for (i, (port, peer)) in ports.iter().zip(peers).enumerate() {
+        if port.gid.0[..8] != peer.gid.0[..8] {
+            crate::info!(
+                crate::log::NET,
+                "NCCL_IB_WARN_RAIL_LOCAL: rail {i} (device {}) with peer {remote}: local GID \
+                 subnet prefix {:02x?} differs from the remote's {:02x?} (not rail-local)",
+                ours.get(i).copied().unwrap_or(0),
+                &port.gid.0[..8],
+                &peer.gid.0[..8]
+            );
+        }
+    }
+    if ours.len() > 1 {
+        let v = ibnet_core::fused::VNic::new(
+            &ours.iter().map(|&d| i32::from(d)).collect::<Vec<_>>(),
+            usize::from(u16::MAX),
+        );
+        if v.is_ok_and(|v| v.rails_differ(&theirs)) {
+            crate::info!(
+                crate::log::NET,
+                "NCCL_IB_WARN_RAIL_LOCAL: fused NIC over devices {ours:?} connected to the peer's \
+                 devices {theirs:?} (peer {remote}): the rails differ"
+            );
+        }
+    }
 }
 
 /// The peer's identity in error messages (socket address, GID, LID, first QP number).
@@ -125,7 +178,8 @@ pub fn connect(
             state: "TcpConnect",
         });
         let p = plugin()?;
-        let d = device(&p, dev)?;
+        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev)?;
+        let d = nic.dev();
         if h.provider != d.provider_tag() {
             return Err(Error::Wire {
                 what: "handle provider (the listener runs another IBNET_PROVIDER)",
@@ -133,7 +187,7 @@ pub fn connect(
             });
         }
         let tc = tc.unwrap_or_else(|| ctx_tc(ctx));
-        let cfg = p.comm_config(&d, tc);
+        let cfg = p.comm_config(d, tc);
         let mut token = registry::token(hb);
         let now = Instant::now();
         let timeout = Duration::from_secs(p.cfg.handshake_timeout_s);
@@ -160,16 +214,15 @@ pub fn connect(
         } else {
             "SendInfo"
         };
-        let step = connect_step(&mut c, &d, cfg, &mut state);
+        let step = connect_step(&mut c, &nic, cfg, &mut state);
         *at = Some(Where {
             peer: h.addr,
             state,
         });
         match step? {
             Some((send, stream, remote)) => {
-                let at = (d, dev as u8, dev_cache(&p, dev)?);
                 let w = Watch::new(stream, h.addr, remote, p.cfg.stall_warn_s);
-                *out = publish(Kind::Send, at, *send, Some(w), AnySend::close)?;
+                *out = publish(Kind::Send, &nic, *send, Some(w), AnySend::close)?;
             }
             None => {
                 registry::park(token, c);
