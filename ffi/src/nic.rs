@@ -130,16 +130,20 @@ pub enum Nic {
 }
 
 impl Nic {
-    /// What device number `dev` names over the physical devices `phys`, whose fused NICs set
-    /// up so far are `fused`.
-    pub fn resolve(phys: Phys<'_>, fused: &FusedNics, dev: core::ffi::c_int) -> Result<Self> {
+    /// What device number `dev`, naming the vNIC `v` (see `crate::vdev::lookup`), is over the
+    /// physical devices `phys`, whose fused NICs set up so far are `fused`.
+    pub fn resolve(
+        phys: Phys<'_>,
+        fused: &FusedNics,
+        dev: core::ffi::c_int,
+        v: VNic,
+    ) -> Result<Self> {
         let bad = Error::OutOfRange {
             what: "dev",
             value: dev as i64,
             min: 0,
-            max: (phys.0.len() + crate::vdev::count()) as i64 - 1,
+            max: i64::from(u8::MAX),
         };
-        let v = crate::vdev::resolve(phys.0.len(), dev).ok_or(bad)?;
         let index = u8::try_from(dev).map_err(|_| bad)?;
         let d = v.devs()[0] as usize;
         match (v.is_fused(), phys.0.get(d), phys.1.get(d)) {

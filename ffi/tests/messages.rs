@@ -163,7 +163,9 @@ fn bootstrap_errors_name_the_peer() {
     let n = info.encode(&mut b).unwrap();
     s.write_all(&b[..n]).unwrap();
     // Wire v4: the rail list follows the rails' infos.
-    let n = ibnet_core::wire::RailList::single(0).encode(&mut b).unwrap();
+    let n = ibnet_core::wire::RailList::single(0)
+        .encode(&mut b)
+        .unwrap();
     s.write_all(&b[..n]).unwrap();
     let t0 = Instant::now();
     let log = loop {

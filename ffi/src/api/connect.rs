@@ -178,7 +178,8 @@ pub fn connect(
             state: "TcpConnect",
         });
         let p = plugin()?;
-        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev)?;
+        let v = crate::vdev::lookup(p.devs.len(), dev)?;
+        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev, v)?;
         let d = nic.dev();
         if h.provider != d.provider_tag() {
             return Err(Error::Wire {

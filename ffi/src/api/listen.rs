@@ -64,7 +64,8 @@ pub fn listen(
         // SAFETY: NCCL passes a NCCL_NET_HANDLE_MAXSIZE buffer or NULL (rejected).
         let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
         let p = plugin()?;
-        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev)?;
+        let v = crate::vdev::lookup(p.devs.len(), dev)?;
+        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev, v)?;
         let d = nic.dev();
         let bind = p.bind.ok_or(Error::Provider {
             call: "listen (no bootstrap interface; see NCCL_SOCKET_IFNAME)",
