@@ -599,10 +599,10 @@ fn first(infos: &[QpInfo]) -> Result<&QpInfo> {
 /// Makes fused comms over the rails `devs` (all of one provider).
 pub fn fused_send(devs: &[Dev], cfg: CommConfig) -> Result<AnySend> {
     if let Some(v) = verbs_rails(devs) {
-        return Ok(AnySend::FusedVerbs(Box::new(FusedSend::new(&v, cfg)?)));
+        return Ok(AnySend::FusedVerbs(crate::boxed::send(&v, cfg)?));
     }
     let s = soft_rails(devs)?;
-    Ok(AnySend::FusedSoft(Box::new(FusedSend::new(&s, cfg)?)))
+    Ok(AnySend::FusedSoft(crate::boxed::send(&s, cfg)?))
 }
 
 /// The receive side of [`fused_send`], connected to the sender's rails (`remote`) whose back
@@ -614,12 +614,12 @@ pub fn fused_recv(
     peer: &RailList,
 ) -> Result<AnyRecv> {
     if let Some(v) = verbs_rails(devs) {
-        let mut r = Box::new(FusedRecv::new(&v, cfg, remote)?);
+        let mut r = crate::boxed::recv(&v, cfg, remote)?;
         r.set_back_ring(&rings(peer))?;
         return Ok(AnyRecv::FusedVerbs(r));
     }
     let s = soft_rails(devs)?;
-    let mut r = Box::new(FusedRecv::new(&s, cfg, remote)?);
+    let mut r = crate::boxed::recv(&s, cfg, remote)?;
     r.set_back_ring(&rings(peer))?;
     Ok(AnyRecv::FusedSoft(r))
 }

@@ -92,28 +92,10 @@ impl FusedNics {
             index,
             devs: devs?,
             caches: caches?,
-            cache: new_fused_cache(),
+            cache: crate::boxed::mr_cache(),
         });
         t.push(f.clone());
         Ok(f)
-    }
-}
-
-/// A fused cache built in place on the heap (never on the stack).
-#[allow(unsafe_code)]
-fn new_fused_cache() -> Arc<FusedCacheT> {
-    let mut a = Arc::<FusedCacheT>::new_uninit();
-    match Arc::get_mut(&mut a).map(|m| m.as_mut_ptr()) {
-        Some(p) => {
-            // SAFETY: `p` points into the fresh, unshared allocation of `a`, valid and aligned
-            // for one FusedCacheT; `init_in_place` initialises all of it.
-            unsafe {
-                FusedCacheT::init_in_place(p);
-                a.assume_init()
-            }
-        }
-        // Unreachable (a fresh Arc is unique); the plain constructor is still correct.
-        None => Arc::new(FusedCacheT::new()),
     }
 }
 

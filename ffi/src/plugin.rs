@@ -230,22 +230,8 @@ fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
 }
 
 /// A device's registration cache, built in place on the heap (1 MiB: never on the stack).
-#[allow(unsafe_code)]
 pub fn new_mr_cache() -> Arc<MrCacheT> {
-    let mut a = Arc::<MrCacheT>::new_uninit();
-    let p = Arc::get_mut(&mut a).map(|m| m.as_mut_ptr());
-    match p {
-        Some(p) => {
-            // SAFETY: `p` points into the fresh, unshared allocation of `a`, valid and aligned
-            // for one MrCacheT; `init_in_place` initialises all of it.
-            unsafe {
-                MrCacheT::init_in_place(p);
-                a.assume_init()
-            }
-        }
-        // Unreachable (a fresh Arc is unique); the plain constructor is still correct.
-        None => Arc::new(MrCacheT::new()),
-    }
+    crate::boxed::mr_cache()
 }
 
 /// Takes a reference, initialising the plugin on the first one.

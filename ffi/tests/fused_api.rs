@@ -148,23 +148,8 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Runs `f` on a thread with room for the comms (a fused comm holds one comm per rail,
-/// ~200 KB, and debug builds copy it on the stack several times while building it).
-fn big_stack(f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(f)
-        .expect("spawn")
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-}
-
 #[test]
 fn a_fused_nic_through_the_api() {
-    big_stack(a_fused_nic_through_the_api_body);
-}
-
-fn a_fused_nic_through_the_api_body() {
     if !init_soft(&[("NCCL_SOCKET_IFNAME", "lo"), ("IBNET_SOFT_DEVICES", "2")]) {
         return;
     }

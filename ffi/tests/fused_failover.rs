@@ -14,15 +14,6 @@ use nccl_net_ibnet::log::Level;
 use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use util::*;
 
-fn big_stack(f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(f)
-        .expect("spawn")
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-}
-
 fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
     let mut mh = core::ptr::null_mut();
     let p = b.as_mut_ptr() as *mut c_void;
@@ -33,10 +24,6 @@ fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
 
 #[test]
 fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
-    big_stack(body);
-}
-
-fn body() {
     let env = [
         ("NCCL_SOCKET_IFNAME", "lo"),
         ("IBNET_SOFT_DEVICES", "2"),
