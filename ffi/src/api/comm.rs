@@ -124,6 +124,40 @@ impl<C> CommBox<C> {
         }
     }
 
+    /// At close, one INFO line of a fused comm's rails: what each carried (sender), which
+    /// failed, the bytes written again. Nothing for a plain comm.
+    #[cold]
+    fn log_fused_close(&self, kind: Kind, stats: Option<crate::dev::FusedStats>) {
+        let (Some(f), Some(s)) = (&self.fused, stats) else {
+            return;
+        };
+        let side = if kind == Kind::Send {
+            "send"
+        } else {
+            "receive"
+        };
+        let peer = self.addr.map_or("?".into(), |a| a.to_string());
+        let mut rails = String::new();
+        for i in 0..s.rails {
+            let name = f
+                .devs
+                .get(i)
+                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned());
+            let state = if s.live[i] { "up" } else { "FAILED" };
+            if kind == Kind::Send {
+                rails += &format!(" rail {i} ({name}) {state} {} bytes;", s.rail_bytes[i]);
+            } else {
+                rails += &format!(" rail {i} ({name}) {state};");
+            }
+        }
+        crate::info!(
+            crate::log::NET,
+            "{side} comm to {peer} closed: fused NIC [{}]:{rails} {} bytes re-sent",
+            f.index,
+            s.resent
+        );
+    }
+
     /// The provider comm, for a data-path call.
     ///
     /// # Safety
@@ -268,6 +302,7 @@ fn close<C>(
     name: &'static str,
     what: &'static str,
     kind: Kind,
+    stats: impl FnOnce(&C) -> Option<crate::dev::FusedStats>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> ncclResult_t {
     entry(name, || {
@@ -278,6 +313,8 @@ fn close<C>(
         // SAFETY: a slot of `kind` holds a `CommBox<C>` we leaked (the callers below pair
         // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
         let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
+        // SAFETY: `b` is the only owner now (above); a shared reference for the counters.
+        b.log_fused_close(kind, stats(unsafe { &*b.comm.get() }));
         let r = close(b.comm.into_inner());
         // The last comm closed: stop the plugin's threads (v6–v10 have no finalize).
         crate::plugin::idle();
@@ -287,12 +324,28 @@ fn close<C>(
 
 /// `closeSend`.
 pub fn close_send(comm: *mut c_void) -> ncclResult_t {
-    close(comm, "closeSend", "sendComm", Kind::Send, AnySend::close)
+    let stats = AnySend::fused_stats;
+    close(
+        comm,
+        "closeSend",
+        "sendComm",
+        Kind::Send,
+        stats,
+        AnySend::close,
+    )
 }
 
 /// `closeRecv`.
 pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
-    close(comm, "closeRecv", "recvComm", Kind::Recv, AnyRecv::close)
+    let stats = AnyRecv::fused_stats;
+    close(
+        comm,
+        "closeRecv",
+        "recvComm",
+        Kind::Recv,
+        stats,
+        AnyRecv::close,
+    )
 }
 
 /// The rails' counters of a fused send or receive comm (tests and tools; `None`: a plain
