@@ -301,7 +301,7 @@ impl Config {
 
 /// Variables ibnet parses but does not implement. Each one set to a non-default value is one
 /// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
-/// ignored. None at present (`NCCL_IB_WARN_RAIL_LOCAL` is implemented by `api::connect`,
+/// ignored. None at present (`NCCL_IB_WARN_RAIL_LOCAL` is implemented by `api::accepting`,
 /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` by `api::shared_listen`).
 pub const UNIMPLEMENTED: &[&str] = &[];
 

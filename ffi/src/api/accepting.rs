@@ -25,7 +25,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ibnet_core::error::PeerId;
+use ibnet_core::fused::{VNic, MAX_DEVS_PER_NIC};
 use ibnet_core::handshake::{Acceptor, Event};
+use ibnet_core::wire::RailList;
 use ibnet_core::Error;
 
 use crate::dev::{AnyRecv, Infos};
@@ -262,6 +264,30 @@ fn step(
     Ok(Step::Waiting)
 }
 
+/// `NCCL_IB_WARN_RAIL_LOCAL=1`: one INFO line when the connecting peer's physical devices are
+/// not ours, as NCCL 2.28 checks them when it accepts: the device numbers both lists share are
+/// fewer than the longer list has (numbers compared as numbers, since both hosts number their
+/// devices alike; a plain device is a list of one, so device 0 accepting from the peer's
+/// device 1 is reported too). Only the accepting side checks; off by default.
+fn rail_local(nic: &Nic, peer_rails: &RailList, remote: PeerId) {
+    if !crate::plugin::current().is_some_and(|p| p.params.ib_warn_rail_local) {
+        return;
+    }
+    let ours = nic.rail_devs();
+    let theirs: heapless::Vec<u16, MAX_DEVS_PER_NIC> = peer_rails.0.iter().map(|r| r.dev).collect();
+    let v = VNic::new(
+        &ours.iter().map(|&d| i32::from(d)).collect::<Vec<_>>(),
+        usize::from(u16::MAX),
+    );
+    if v.is_ok_and(|v| v.rails_differ(&theirs)) {
+        crate::info!(
+            crate::log::NET,
+            "accept from {remote}: the peer's physical devices {theirs:?} are not this side's \
+             {ours:?} (NCCL_IB_WARN_RAIL_LOCAL=1; set 0 to stop this line)"
+        );
+    }
+}
+
 /// Every rail's info is in: the receive comm (one core comm per rail when fused), and this
 /// side's answer for each rail.
 fn set_up(a: &mut Accepting, nic: &Nic, plugin: &Plugin) -> Result<(), Error> {
@@ -270,7 +296,7 @@ fn set_up(a: &mut Accepting, nic: &Nic, plugin: &Plugin) -> Result<(), Error> {
     if let Ok(addr) = a.stream.peer_addr() {
         recv.set_peer_addr(addr);
     }
-    super::connect::rail_local(nic, &a.peers, a.machine.peer_rails(), a.remote);
+    rail_local(nic, a.machine.peer_rails(), a.remote);
     let (infos, rails) = recv.rail_infos(&nic.rail_devs())?;
     a.recv = Some(recv);
     for (info, rail) in infos.into_iter().zip(rails.0) {

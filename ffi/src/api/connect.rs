@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ibnet_core::comm::CommConfig;
 use ibnet_core::error::PeerId;
 use ibnet_core::handshake::{Connector, Event};
-use ibnet_core::wire::{ConnectHandle, QpInfo, RailList};
+use ibnet_core::wire::{ConnectHandle, QpInfo};
 use ibnet_core::Error;
 
 use super::comm::publish;
@@ -82,7 +82,6 @@ fn connect_step(
                 let _ = peers.push(info);
                 if peers.len() == machine.rails() {
                     send.connect_rails(&peers, machine.peer_rails())?;
-                    rail_local(nic, &peers, machine.peer_rails(), remote);
                     machine.handle_qps_connected()?;
                 }
             }
@@ -100,48 +99,6 @@ fn connect_step(
         peers,
     });
     Ok(None)
-}
-
-/// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line per connection whose ends do not sit on the same
-/// rails, as NCCL 2.28 reports them: a rail whose local and remote GIDs have different subnet
-/// prefixes (the upper 64 bits; on an IB fabric each rail is its own subnet), or fused NICs
-/// over different physical device numbers (with the same topology on both hosts, rail `i` is
-/// the same device number at both ends).
-pub(super) fn rail_local(nic: &Nic, peers: &[QpInfo], peer_rails: &RailList, remote: PeerId) {
-    let Some(p) = crate::plugin::current() else {
-        return;
-    };
-    if !p.params.ib_warn_rail_local {
-        return;
-    }
-    let ours = nic.rail_devs();
-    let theirs: heapless::Vec<u16, 4> = peer_rails.0.iter().map(|r| r.dev).collect();
-    let ports = nic.ports();
-    for (i, (port, peer)) in ports.iter().zip(peers).enumerate() {
-        if port.gid.0[..8] != peer.gid.0[..8] {
-            crate::info!(
-                crate::log::NET,
-                "NCCL_IB_WARN_RAIL_LOCAL: rail {i} (device {}) with peer {remote}: local GID \
-                 subnet prefix {:02x?} differs from the remote's {:02x?} (not rail-local)",
-                ours.get(i).copied().unwrap_or(0),
-                &port.gid.0[..8],
-                &peer.gid.0[..8]
-            );
-        }
-    }
-    if ours.len() > 1 {
-        let v = ibnet_core::fused::VNic::new(
-            &ours.iter().map(|&d| i32::from(d)).collect::<Vec<_>>(),
-            usize::from(u16::MAX),
-        );
-        if v.is_ok_and(|v| v.rails_differ(&theirs)) {
-            crate::info!(
-                crate::log::NET,
-                "NCCL_IB_WARN_RAIL_LOCAL: fused NIC over devices {ours:?} connected to the peer's \
-                 devices {theirs:?} (peer {remote}): the rails differ"
-            );
-        }
-    }
 }
 
 /// The peer's identity in error messages (socket address, GID, LID, first QP number).
