@@ -218,12 +218,12 @@ fused_perf() {
 }
 export -f rxe_counters fused_perf
 t fused-rails-plugin "$IBNET_RXE_CASE_TIMEOUT" "fused_perf fused-rails-plugin '' --min-bytes 8 \
-  --max-bytes 1M --iters 10 && logged fused-rails-plugin 'fused: rails 0 rxe0 [0-9]+ Gb/s, 1 rxe1' \
+  --max-bytes 512K --iters 5 && logged fused-rails-plugin 'fused: rails 0 rxe0 [0-9]+ Gb/s, 1 rxe1' \
   'rail 0 \(rxe0\) up [1-9][0-9]* bytes; rail 1 \(rxe1\) up [1-9][0-9]* bytes; 0 bytes re-sent' \
   'FUSED-COUNTERS rxe0: sent_pkts \+[1-9]' 'FUSED-COUNTERS rxe1: sent_pkts \+[1-9]' && \
   ! grep -q 'of the fused NIC failed' /tmp/fused-rails-plugin.log"
 t fused-failover-linkdown-plugin 300 "fused_perf fused-failover-linkdown-plugin 3 --bw-only \
-  --min-bytes 256K --max-bytes 256K --iters 1000 && \
+  --min-bytes 256K --max-bytes 256K --iters 400 && \
   logged fused-failover-linkdown-plugin 'rail 1 \(rxe1\) of the fused NIC failed .*its traffic moved to rail 0 \(rxe0\)' \
   'rail 1 \(rxe1\) FAILED' 'FUSED-FAILOVER detected' 'FUSED-RESENT [1-9]' \
   '262144,.*,ok\$|256KiB .* ok'"
