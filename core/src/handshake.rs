@@ -2,22 +2,28 @@
 //!
 //! `ffi` owns the socket; these types decide what to send, validate everything received, and
 //! say when the caller must act on its QPs. The stages are the seed's (`ncclIbConnect` /
-//! `ncclIbAccept`), plus a [`Hello`] carrying the listener's nonce:
+//! `ncclIbAccept`), plus a [`Hello`] carrying the listener's nonce and the connector's rail
+//! count, and a [`RailList`] after each side's QP infos (one `QpInfo` per rail: a fused NIC
+//! has up to [`MAX_RAILS`], a plain device one):
 //!
 //! ```text
 //!  Connector                                            Acceptor
-//!  SendInfo ── Hello{nonce} · QpInfo{qpns, fifo} ─────▶ RecvHello → RecvInfo
-//!  RecvInfo                                             Setup: Event::PeerInfo(connector's info,
+//!  SendInfo ── Hello{nonce, n} · QpInfo×n · RailList ─▶ RecvHello (n = the listener's, else
+//!  RecvInfo                                             refused) → RecvInfo → RecvRails
+//!     │                                                 Setup: Event::PeerInfo ×n (rail order;
 //!     │                                                        mtu = min(its, ours));
 //!     │                                                 caller creates + connects its QPs, then
-//!     │                                                 handle_local_info(own QpInfo)
-//!     ◀──────────────────────── QpInfo{qpns, mtu} ───── SendInfo
-//!  Connect: Event::PeerInfo(acceptor's info);           RecvReady
+//!     │                                                 handle_local_rail ×n (own QpInfo, rail)
+//!     ◀──────────────────── QpInfo×n{qpns, mtu} · RailList ── SendInfo
+//!  RecvInfo → RecvRails                                 RecvReady
+//!  Connect: Event::PeerInfo ×n (acceptor's infos);         │
 //!  caller connects its QPs (RTR/RTS), then                 │
 //!  handle_qps_connected()                                  │
 //!  SendReady ── Ready ────────────────────────────────▶    │
 //!  Done: Event::Done                                    Done: Event::Done
 //! ```
+//! The peer's [`RailList`] (its devices, and a fused comm's notice rings) is readable with
+//! `peer_rails()` from the first [`Event::PeerInfo`] on.
 //!
 //! # Driving a machine
 //! Inputs are `handle_*`, outputs `poll_*`. In a loop, until [`Event::Done`] or an error:
@@ -31,10 +37,10 @@
 //!
 //! # Errors
 //! Anything malformed or inconsistent from the peer (magic, version, lengths, counts, MTU, link
-//! layer, nonce, a missing FIFO) is an [`Error::Wire`] and moves the machine to `Failed`; a
-//! peer that closes early is [`Error::PeerGone`]; every later input returns the same error.
-//! An input the current state does not accept (a caller bug) is an [`Error::BadState`] and
-//! leaves the state unchanged. Nothing panics.
+//! layer, nonce, a missing FIFO, a rail count other than ours) is an [`Error::Wire`] and moves
+//! the machine to `Failed`; a peer that closes early is [`Error::PeerGone`]; every later input
+//! returns the same error. An input the current state does not accept (a caller bug) is an
+//! [`Error::BadState`] and leaves the state unchanged. Nothing panics.
 //!
 //! Each machine changes state in exactly one function (`step`), matching on
 //! `(state, input)`; [`Connector::state_name`] names the state for logs.
@@ -44,25 +50,29 @@ use core::mem;
 use crate::error::{Error, PeerId, Result};
 use crate::provider::{LinkLayer, Mtu, PortInfo};
 use crate::wire::{
-    check_ready, ready_bytes, Hello, QpInfo, HELLO_LEN, QP_INFO_HEADER_LEN, QP_INFO_MAX_LEN,
-    READY_LEN,
+    check_ready, ready_bytes, Hello, QpInfo, RailInfo, RailList, HELLO_LEN, MAX_RAILS,
+    QP_INFO_HEADER_LEN, QP_INFO_MAX_LEN, RAILS_MAX_LEN, READY_LEN,
 };
 
 /// What a machine reports to its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(clippy::large_enum_variant)] // no `alloc` to box into; one event per handshake
+#[allow(clippy::large_enum_variant)] // no `alloc` to box into; one event per rail
 pub enum Event {
-    /// The peer's validated info. Its `mtu` is the path MTU to use: for the acceptor the
-    /// minimum of both ports', for the connector the acceptor's answer (already that minimum).
+    /// The peer's validated info for the next rail (rail order). Its `mtu` is the path MTU to
+    /// use: for the acceptor the minimum of both ports', for the connector the acceptor's
+    /// answer (already that minimum).
     PeerInfo(QpInfo),
     /// The handshake is complete; the socket is no longer needed.
     Done,
 }
 
+/// Bytes one side sends at most: Hello, a `QpInfo` per rail, the rail list.
+const TX_MAX: usize = HELLO_LEN + MAX_RAILS * QP_INFO_MAX_LEN + RAILS_MAX_LEN;
+
 /// Bytes queued for the socket.
 #[derive(Clone)]
 struct Tx {
-    buf: [u8; HELLO_LEN + QP_INFO_MAX_LEN],
+    buf: [u8; TX_MAX],
     len: usize,
     sent: usize,
 }
@@ -70,15 +80,26 @@ struct Tx {
 impl Tx {
     fn new(parts: &[&[u8]]) -> Self {
         let mut t = Self {
-            buf: [0; HELLO_LEN + QP_INFO_MAX_LEN],
+            buf: [0; TX_MAX],
             len: 0,
             sent: 0,
         };
         for p in parts {
-            t.buf[t.len..t.len + p.len()].copy_from_slice(p);
-            t.len += p.len();
+            t.push(p);
         }
         t
+    }
+    /// Appends `p` (callers stay within [`TX_MAX`]: at most one Hello, `MAX_RAILS` infos and
+    /// one rail list).
+    fn push(&mut self, p: &[u8]) {
+        self.buf[self.len..self.len + p.len()].copy_from_slice(p);
+        self.len += p.len();
+    }
+    /// Appends what `enc` writes into the free room.
+    fn push_with(&mut self, enc: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<()> {
+        let n = enc(&mut self.buf[self.len..])?;
+        self.len += n;
+        Ok(())
     }
     fn pending(&self) -> &[u8] {
         &self.buf[self.sent..self.len]
@@ -130,6 +151,13 @@ impl Rx {
         }
         Ok(self.got == self.need && self.need > QP_INFO_HEADER_LEN)
     }
+    /// A whole `QpInfo` decoded, or `None` while bytes are missing.
+    fn qp_info(&mut self) -> Result<Option<QpInfo>> {
+        if !self.qp_info_progress()? {
+            return Ok(None);
+        }
+        QpInfo::decode(self.bytes()).map(Some)
+    }
 }
 
 /// One input to a machine (private: the public `handle_*` methods build these).
@@ -138,7 +166,7 @@ enum Input<'a> {
     Recv(&'a [u8]),
     Sent(usize),
     QpsConnected,
-    LocalInfo(QpInfo),
+    LocalInfo(QpInfo, RailInfo),
     Eof,
 }
 
@@ -148,7 +176,7 @@ impl Input<'_> {
             Self::Recv(_) => "handle_recv",
             Self::Sent(_) => "handle_sent",
             Self::QpsConnected => "handle_qps_connected",
-            Self::LocalInfo(_) => "handle_local_info",
+            Self::LocalInfo(..) => "handle_local_rail",
             Self::Eof => "handle_eof",
         }
     }
@@ -170,16 +198,21 @@ fn peer_id(i: &QpInfo) -> PeerId {
     }
 }
 
+/// The rails' infos a side received so far.
+type Peers = heapless::Vec<QpInfo, MAX_RAILS>;
+
 // ---------------------------------------------------------------------------------------------
 
 /// The connecting (sending) side's states; each owns only what is valid in it.
 enum CState {
-    /// Sending Hello + our QpInfo.
+    /// Sending Hello, our QpInfos and rail list.
     SendInfo(Tx),
-    /// Receiving the acceptor's QpInfo.
+    /// Receiving the acceptor's QpInfo of the next rail.
     RecvInfo(Rx),
-    /// The caller connects its QPs; `peer` is `Some` until [`Event::PeerInfo`] is polled.
-    Connect { peer: Option<QpInfo> },
+    /// Receiving the acceptor's rail list.
+    RecvRails(Rx),
+    /// The caller connects its QPs; `next` is the rail whose [`Event::PeerInfo`] comes next.
+    Connect { next: usize },
     /// Sending Ready.
     SendReady(Tx),
     /// Complete; `reported` once [`Event::Done`] was polled.
@@ -190,36 +223,68 @@ enum CState {
 
 /// The connecting side of a handshake (NCCL `connect`, the future `SendComm`).
 ///
-/// Created with the local QpInfo (QPs created, FIFO registered). See the module docs for the
-/// driving loop.
+/// Created with the local QpInfo of each rail (QPs created, FIFO registered). See the module
+/// docs for the driving loop.
 pub struct Connector {
     state: CState,
     link_layer: LinkLayer,
-    mtu: Mtu,
+    mtu: [Mtu; MAX_RAILS],
     nqps: usize,
+    rails: usize,
     peer: PeerId,
+    peers: Peers,
+    peer_rails: RailList,
 }
 
 impl Connector {
-    /// Starts a handshake: `nonce` comes from the listener's
+    /// Starts a one-rail handshake: `nonce` comes from the listener's
     /// [`ConnectHandle`](crate::wire::ConnectHandle); `local` describes this side's QPs and
     /// must carry its FIFO. Errors if `local` cannot be encoded (see [`QpInfo::encode`]) or has
     /// no FIFO.
     pub fn new(nonce: u64, local: &QpInfo) -> Result<Self> {
-        if local.fifo.is_none() {
-            return Err(Error::Missing {
-                what: "connector FIFO in local QpInfo",
+        Self::with_rails(nonce, core::slice::from_ref(local), &RailList::single(0))
+    }
+
+    /// Starts a handshake over `locals.len()` rails (rail order): `locals[i]` describes rail
+    /// `i`'s QPs (each with its FIFO, all of one link layer and QP count), `rails` their
+    /// devices and, for a fused comm, this side's back ring on each.
+    pub fn with_rails(nonce: u64, locals: &[QpInfo], rails: &RailList) -> Result<Self> {
+        let n = locals.len();
+        if n == 0 || n > MAX_RAILS || rails.len() != n {
+            return Err(Error::OutOfRange {
+                what: "rails of a connect (QP infos and rail list)",
+                value: n as i64,
+                min: 1,
+                max: MAX_RAILS as i64,
             });
         }
-        let mut info = [0u8; QP_INFO_MAX_LEN];
-        let n = local.encode(&mut info)?;
-        let tx = Tx::new(&[&Hello { nonce }.encode(), &info[..n]]);
+        let mut tx = Tx::new(&[&Hello { nonce }.encode_rails(n as u8)]);
+        let mut mtu = [Mtu::M256; MAX_RAILS];
+        for (i, l) in locals.iter().enumerate() {
+            if l.fifo.is_none() {
+                return Err(Error::Missing {
+                    what: "connector FIFO in local QpInfo",
+                });
+            }
+            if l.link_layer != locals[0].link_layer || l.qpn.len() != locals[0].qpn.len() {
+                return Err(Error::BadState {
+                    op: "connect",
+                    state: "rails differ in link layer or QP count",
+                });
+            }
+            mtu[i] = l.mtu;
+            tx.push_with(|b| l.encode(b))?;
+        }
+        tx.push_with(|b| rails.encode(b))?;
         Ok(Self {
             state: CState::SendInfo(tx),
-            link_layer: local.link_layer,
-            mtu: local.mtu,
-            nqps: local.qpn.len(),
+            link_layer: locals[0].link_layer,
+            mtu,
+            nqps: locals[0].qpn.len(),
+            rails: n,
             peer: PeerId::default(),
+            peers: Peers::new(),
+            peer_rails: RailList::default(),
         })
     }
 
@@ -234,7 +299,7 @@ impl Connector {
     /// How many bytes the machine wants to read now (0: none). Read at most this many.
     pub fn poll_recv_len(&self) -> usize {
         match &self.state {
-            CState::RecvInfo(rx) => rx.wanted(),
+            CState::RecvInfo(rx) | CState::RecvRails(rx) => rx.wanted(),
             _ => 0,
         }
     }
@@ -242,13 +307,27 @@ impl Connector {
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         match &mut self.state {
-            CState::Connect { peer } => peer.take().map(Event::PeerInfo),
+            CState::Connect { next } if *next < self.peers.len() => {
+                *next += 1;
+                Some(Event::PeerInfo(self.peers[*next - 1].clone()))
+            }
             CState::Done { reported } if !*reported => {
                 *reported = true;
                 Some(Event::Done)
             }
             _ => None,
         }
+    }
+
+    /// The acceptor's devices (and notice rings of a fused comm); empty before the first
+    /// [`Event::PeerInfo`].
+    pub fn peer_rails(&self) -> &RailList {
+        &self.peer_rails
+    }
+
+    /// How many rails this connect has.
+    pub fn rails(&self) -> usize {
+        self.rails
     }
 
     /// `n` bytes of [`Connector::poll_transmit`] were written.
@@ -268,7 +347,8 @@ impl Connector {
         Ok(used)
     }
 
-    /// The caller has connected every QP to the peer's (after [`Event::PeerInfo`]).
+    /// The caller has connected every rail's QPs to the peer's (after the last rail's
+    /// [`Event::PeerInfo`]).
     pub fn handle_qps_connected(&mut self) -> Result<()> {
         self.step(Input::QpsConnected).map(drop)
     }
@@ -288,6 +368,7 @@ impl Connector {
         match self.state {
             CState::SendInfo(_) => "SendInfo",
             CState::RecvInfo(_) => "RecvInfo",
+            CState::RecvRails(_) => "RecvRails",
             CState::Connect { .. } => "Connect",
             CState::SendReady(_) => "SendReady",
             CState::Done { .. } => "Done",
@@ -295,7 +376,7 @@ impl Connector {
         }
     }
 
-    /// Checks the acceptor's answer against our side.
+    /// Checks the acceptor's answer for the next rail against our side.
     fn check_peer(&self, p: &QpInfo) -> Result<()> {
         if p.link_layer != self.link_layer {
             return Err(wire(
@@ -306,7 +387,7 @@ impl Connector {
         if p.qpn.len() != self.nqps {
             return Err(wire("peer nqps differs from ours", p.qpn.len() as u64));
         }
-        if p.mtu > self.mtu {
+        if p.mtu > self.mtu[self.peers.len()] {
             return Err(wire("peer answered an MTU above ours", p.mtu as u8));
         }
         // Wire v3: the answer carries the acceptor's sizes FIFO (multi-receive sizes).
@@ -314,6 +395,45 @@ impl Connector {
             return Err(wire("acceptor sent no sizes FIFO", 0u64));
         }
         Ok(())
+    }
+
+    /// Bytes of the acceptor's next QpInfo: the next state once it is whole and checked.
+    fn recv_info(&mut self, mut rx: Rx, d: &[u8]) -> (CState, Result<usize>) {
+        let n = rx.fill(d);
+        let got = rx
+            .qp_info()
+            .and_then(|p| p.map(|p| self.check_peer(&p).map(|()| p)).transpose());
+        match got {
+            Ok(None) => (CState::RecvInfo(rx), Ok(n)),
+            Ok(Some(p)) => {
+                // Cannot fail: one info per rail, at most MAX_RAILS (the state moves on after
+                // the last one).
+                let _ = self.peers.push(p);
+                if self.peers.len() < self.rails {
+                    (CState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n))
+                } else {
+                    let len = RailList::encoded_len(self.rails);
+                    (CState::RecvRails(Rx::new(len)), Ok(n))
+                }
+            }
+            Err(e) => (CState::Failed(e), Err(e)),
+        }
+    }
+
+    /// Bytes of the acceptor's rail list: the rails' events come next once it is whole.
+    fn recv_rails(&mut self, mut rx: Rx, d: &[u8]) -> (CState, Result<usize>) {
+        let n = rx.fill(d);
+        if rx.wanted() > 0 {
+            return (CState::RecvRails(rx), Ok(n));
+        }
+        match RailList::decode(rx.bytes(), self.rails) {
+            Ok(l) => {
+                self.peer_rails = l;
+                self.peer = peer_id(&self.peers[0]);
+                (CState::Connect { next: 0 }, Ok(n))
+            }
+            Err(e) => (CState::Failed(e), Err(e)),
+        }
     }
 
     /// The only place the state changes.
@@ -331,29 +451,17 @@ impl Connector {
                 let e = Error::PeerGone { peer: self.peer };
                 (CState::Failed(e), Err(e))
             }
-            // Our Hello + QpInfo go out; once all is written, wait for the answer.
+            // Our Hello, QpInfos and rail list go out; once all is written, wait for the answer.
             (CState::SendInfo(mut tx), Input::Sent(n)) => match tx.advance(n, op, name) {
                 Ok(true) => (CState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(0)),
                 Ok(false) => (CState::SendInfo(tx), Ok(0)),
                 Err(e) => (CState::SendInfo(tx), Err(e)),
             },
-            // The acceptor's QpInfo comes in; validate it fully before reporting it.
-            (CState::RecvInfo(mut rx), Input::Recv(d)) => {
-                let n = rx.fill(d);
-                let got = rx
-                    .qp_info_progress()
-                    .and_then(|whole| whole.then(|| QpInfo::decode(rx.bytes())).transpose());
-                match got.and_then(|p| p.map(|p| self.check_peer(&p).map(|()| p)).transpose()) {
-                    Ok(None) => (CState::RecvInfo(rx), Ok(n)),
-                    Ok(Some(p)) => {
-                        self.peer = peer_id(&p);
-                        (CState::Connect { peer: Some(p) }, Ok(n))
-                    }
-                    Err(e) => (CState::Failed(e), Err(e)),
-                }
-            }
-            // QPs are connected (and the event was taken): say Ready.
-            (CState::Connect { peer: None }, Input::QpsConnected) => {
+            // The acceptor's QpInfos come in; each is validated fully before it is reported.
+            (CState::RecvInfo(rx), Input::Recv(d)) if !d.is_empty() => self.recv_info(rx, d),
+            (CState::RecvRails(rx), Input::Recv(d)) if !d.is_empty() => self.recv_rails(rx, d),
+            // Every rail's QPs are connected (and every event was taken): say Ready.
+            (CState::Connect { next }, Input::QpsConnected) if next == self.peers.len() => {
                 (CState::SendReady(Tx::new(&[&ready_bytes()])), Ok(0))
             }
             (CState::SendReady(mut tx), Input::Sent(n)) => match tx.advance(n, op, name) {
@@ -377,16 +485,19 @@ impl Connector {
 enum AState {
     /// Receiving the connector's Hello.
     RecvHello(Rx),
-    /// Receiving the connector's QpInfo.
+    /// Receiving the connector's QpInfo of the next rail.
     RecvInfo(Rx),
-    /// The caller creates and connects its QPs; `peer` is `Some` until polled. `nqps` is the
-    /// count the caller must match.
+    /// Receiving the connector's rail list.
+    RecvRails(Rx),
+    /// The caller creates and connects its QPs: `next` is the rail whose [`Event::PeerInfo`]
+    /// comes next, `answered` how many rails the caller answered (into `tx`, with `rails`).
     Setup {
-        peer: Option<QpInfo>,
-        nqps: usize,
-        mtu: Mtu,
+        next: usize,
+        answered: usize,
+        tx: Tx,
+        rails: RailList,
     },
-    /// Sending our QpInfo.
+    /// Sending our QpInfos and rail list.
     SendInfo(Tx),
     /// Receiving Ready.
     RecvReady(Rx),
@@ -398,27 +509,54 @@ enum AState {
 
 /// The accepting side of a handshake (NCCL `accept`, the future `RecvComm`).
 ///
-/// Created per accepted socket with the listener's nonce and the local port. See the module
-/// docs for the driving loop.
+/// Created per accepted socket with the listener's nonce and the local ports (one per rail).
+/// See the module docs for the driving loop.
 pub struct Acceptor {
     state: AState,
     nonce: u64,
     link_layer: LinkLayer,
-    mtu: Mtu,
+    mtu: [Mtu; MAX_RAILS],
+    rails: usize,
     peer: PeerId,
+    peers: Peers,
+    peer_rails: RailList,
 }
 
 impl Acceptor {
-    /// Starts accepting: `nonce` is the one this listener put in its handle; `port` is the
-    /// local port the QPs will use.
+    /// Starts accepting on one rail: `nonce` is the one this listener put in its handle;
+    /// `port` is the local port the QPs will use.
     pub fn new(nonce: u64, port: &PortInfo) -> Self {
+        let mut mtu = [Mtu::M256; MAX_RAILS];
+        mtu[0] = port.mtu;
         Self {
             state: AState::RecvHello(Rx::new(HELLO_LEN)),
             nonce,
             link_layer: port.link_layer,
-            mtu: port.mtu,
+            mtu,
+            rails: 1,
             peer: PeerId::default(),
+            peers: Peers::new(),
+            peer_rails: RailList::default(),
         }
+    }
+
+    /// Starts accepting on the rails whose ports are `ports` (rail order, 1..=[`MAX_RAILS`],
+    /// of rail 0's link layer): a connector must announce as many rails.
+    pub fn with_rails(nonce: u64, ports: &[PortInfo]) -> Result<Self> {
+        let (Some(first), true) = (ports.first(), ports.len() <= MAX_RAILS) else {
+            return Err(Error::OutOfRange {
+                what: "rails of an accept (ports)",
+                value: ports.len() as i64,
+                min: 1,
+                max: MAX_RAILS as i64,
+            });
+        };
+        let mut me = Self::new(nonce, first);
+        for (m, p) in me.mtu.iter_mut().zip(ports) {
+            *m = p.mtu;
+        }
+        me.rails = ports.len();
+        Ok(me)
     }
 
     /// Bytes to write to the socket now, if any.
@@ -432,7 +570,10 @@ impl Acceptor {
     /// How many bytes the machine wants to read now (0: none). Read at most this many.
     pub fn poll_recv_len(&self) -> usize {
         match &self.state {
-            AState::RecvHello(rx) | AState::RecvInfo(rx) | AState::RecvReady(rx) => rx.wanted(),
+            AState::RecvHello(rx)
+            | AState::RecvInfo(rx)
+            | AState::RecvRails(rx)
+            | AState::RecvReady(rx) => rx.wanted(),
             _ => 0,
         }
     }
@@ -440,13 +581,27 @@ impl Acceptor {
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         match &mut self.state {
-            AState::Setup { peer, .. } => peer.take().map(Event::PeerInfo),
+            AState::Setup { next, .. } if *next < self.peers.len() => {
+                *next += 1;
+                Some(Event::PeerInfo(self.peers[*next - 1].clone()))
+            }
             AState::Done { reported } if !*reported => {
                 *reported = true;
                 Some(Event::Done)
             }
             _ => None,
         }
+    }
+
+    /// The connector's devices (and back rings of a fused comm); empty before the first
+    /// [`Event::PeerInfo`].
+    pub fn peer_rails(&self) -> &RailList {
+        &self.peer_rails
+    }
+
+    /// How many rails this accept has.
+    pub fn rails(&self) -> usize {
+        self.rails
     }
 
     /// Bytes read from the socket, in any split. Consumes as many as the handshake expects
@@ -466,12 +621,18 @@ impl Acceptor {
         self.step(Input::Sent(n)).map(drop)
     }
 
-    /// After [`Event::PeerInfo`]: the caller created as many QPs as the peer has, connected
-    /// them, and gives this side's info to send back. Its `mtu` is replaced by the negotiated
-    /// one. Errors (state unchanged) when the QP count or link layer disagrees, or `local`
-    /// cannot be encoded.
+    /// One-rail [`Acceptor::handle_local_rail`] on device 0 without a ring.
     pub fn handle_local_info(&mut self, local: QpInfo) -> Result<()> {
-        self.step(Input::LocalInfo(local)).map(drop)
+        self.handle_local_rail(local, RailInfo::default())
+    }
+
+    /// After the next unanswered rail's [`Event::PeerInfo`]: the caller created as many QPs as
+    /// the peer has on that rail, connected them, and gives this side's info (its `mtu` is
+    /// replaced by the negotiated one) and rail description to send back; after the last rail
+    /// the answer goes out. Errors (state unchanged) when the QP count or link layer
+    /// disagrees, `local` cannot be encoded, or `rail` has a ring exactly when it must not.
+    pub fn handle_local_rail(&mut self, local: QpInfo, rail: RailInfo) -> Result<()> {
+        self.step(Input::LocalInfo(local, rail)).map(drop)
     }
 
     /// The socket reached end-of-file: [`Error::PeerGone`] unless the handshake is done.
@@ -489,6 +650,7 @@ impl Acceptor {
         match self.state {
             AState::RecvHello(_) => "RecvHello",
             AState::RecvInfo(_) => "RecvInfo",
+            AState::RecvRails(_) => "RecvRails",
             AState::Setup { .. } => "Setup",
             AState::SendInfo(_) => "SendInfo",
             AState::RecvReady(_) => "RecvReady",
@@ -497,7 +659,8 @@ impl Acceptor {
         }
     }
 
-    /// Checks the connector's info against our port; returns the negotiated MTU.
+    /// Checks the connector's info for the next rail against our port; returns the
+    /// negotiated MTU.
     fn check_peer(&self, p: &QpInfo) -> Result<Mtu> {
         if p.link_layer != self.link_layer {
             return Err(wire(
@@ -508,17 +671,23 @@ impl Acceptor {
         if p.fifo.is_none() {
             return Err(wire("connector sent no FIFO", 0u64));
         }
-        Ok(p.mtu.min(self.mtu))
+        if let Some(first) = self.peers.first() {
+            if first.qpn.len() != p.qpn.len() {
+                return Err(wire("peer's rails differ in nqps", p.qpn.len() as u64));
+            }
+        }
+        Ok(p.mtu.min(self.mtu[self.peers.len()]))
     }
 
-    /// Encodes the caller's answer, after checking it against what the peer needs.
-    fn answer(&self, mut local: QpInfo, nqps: usize, mtu: Mtu) -> Result<Tx> {
+    /// Encodes the caller's answer for rail `i` into `tx`, after checking it against what the
+    /// peer needs.
+    fn answer(&self, tx: &mut Tx, mut local: QpInfo, i: usize) -> Result<()> {
         if local.fifo.is_none() {
             return Err(Error::Missing {
                 what: "the acceptor's sizes FIFO",
             });
         }
-        let n = local.qpn.len();
+        let (n, nqps) = (local.qpn.len(), self.peers[i].qpn.len());
         if n != nqps {
             let (v, m) = (n as i64, nqps as i64);
             return Err(Error::OutOfRange {
@@ -534,10 +703,131 @@ impl Acceptor {
                 state: "link layer changed",
             });
         }
-        local.mtu = mtu;
+        local.mtu = self.peers[i].mtu;
         let mut buf = [0u8; QP_INFO_MAX_LEN];
         let len = local.encode(&mut buf)?;
-        Ok(Tx::new(&[&buf[..len]]))
+        tx.push(&buf[..len]);
+        Ok(())
+    }
+
+    /// The caller's answer for the next rail; after the last one, the whole answer goes out.
+    fn local_rail(
+        &self,
+        (next, answered, mut tx, mut rails): (usize, usize, Tx, RailList),
+        local: QpInfo,
+        rail: RailInfo,
+    ) -> (AState, Result<usize>) {
+        let op = "handle_local_rail";
+        if answered >= next {
+            let setup = AState::Setup {
+                next,
+                answered,
+                tx,
+                rails,
+            };
+            let state = "Setup (no rail's PeerInfo awaits an answer)";
+            return (setup, Err(Error::BadState { op, state }));
+        }
+        let (len, n_rails) = (tx.len, rails.0.len());
+        let mut r = self.answer(&mut tx, local, answered);
+        if r.is_ok() {
+            // Cannot fail: one entry per rail, at most MAX_RAILS.
+            let _ = rails.0.push(rail);
+            if answered + 1 == self.rails {
+                r = tx.push_with(|b| rails.encode(b));
+                if r.is_ok() {
+                    return (AState::SendInfo(tx), Ok(0));
+                }
+            }
+        }
+        if let Err(e) = r {
+            // Refused: nothing of this answer stays queued.
+            tx.len = len;
+            rails.0.truncate(n_rails);
+            let setup = AState::Setup {
+                next,
+                answered,
+                tx,
+                rails,
+            };
+            return (setup, Err(e));
+        }
+        let setup = AState::Setup {
+            next,
+            answered: answered + 1,
+            tx,
+            rails,
+        };
+        (setup, Ok(0))
+    }
+
+    /// Bytes of the connector's Hello: its nonce must be ours, its rail count our rails'.
+    fn recv_hello(&mut self, mut rx: Rx, d: &[u8]) -> (AState, Result<usize>) {
+        let n = rx.fill(d);
+        if rx.wanted() > 0 {
+            return (AState::RecvHello(rx), Ok(n));
+        }
+        let e = match Hello::decode_rails(rx.bytes()) {
+            Ok((h, _)) if h.nonce != self.nonce => {
+                wire("Hello nonce is not this listener's", h.nonce)
+            }
+            Ok((_, r)) if usize::from(r) != self.rails => wire(
+                "peer's rail count differs from this listener's (a fused NIC on one side \
+                 only: both ends must fuse as many devices)",
+                r,
+            ),
+            Ok(_) => return (AState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n)),
+            Err(e) => e,
+        };
+        (AState::Failed(e), Err(e))
+    }
+
+    /// Bytes of the connector's next QpInfo: validated fully, the MTU negotiated.
+    fn recv_info(&mut self, mut rx: Rx, d: &[u8]) -> (AState, Result<usize>) {
+        let n = rx.fill(d);
+        let checked = rx.qp_info().and_then(|p| {
+            p.map(|mut p| {
+                p.mtu = self.check_peer(&p)?;
+                Ok(p)
+            })
+            .transpose()
+        });
+        match checked {
+            Ok(None) => (AState::RecvInfo(rx), Ok(n)),
+            Ok(Some(p)) => {
+                // Cannot fail: one info per rail, at most MAX_RAILS.
+                let _ = self.peers.push(p);
+                if self.peers.len() < self.rails {
+                    (AState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n))
+                } else {
+                    let len = RailList::encoded_len(self.rails);
+                    (AState::RecvRails(Rx::new(len)), Ok(n))
+                }
+            }
+            Err(e) => (AState::Failed(e), Err(e)),
+        }
+    }
+
+    /// Bytes of the connector's rail list: the rails' events come next once it is whole.
+    fn recv_rails(&mut self, mut rx: Rx, d: &[u8]) -> (AState, Result<usize>) {
+        let n = rx.fill(d);
+        if rx.wanted() > 0 {
+            return (AState::RecvRails(rx), Ok(n));
+        }
+        match RailList::decode(rx.bytes(), self.rails) {
+            Ok(l) => {
+                self.peer_rails = l;
+                self.peer = peer_id(&self.peers[0]);
+                let setup = AState::Setup {
+                    next: 0,
+                    answered: 0,
+                    tx: Tx::new(&[]),
+                    rails: RailList::default(),
+                };
+                (setup, Ok(n))
+            }
+            Err(e) => (AState::Failed(e), Err(e)),
+        }
     }
 
     /// The only place the state changes.
@@ -555,80 +845,28 @@ impl Acceptor {
                 let e = Error::PeerGone { peer: self.peer };
                 (AState::Failed(e), Err(e))
             }
-            // The Hello must carry our nonce, or the connection is not for us.
-            (AState::RecvHello(mut rx), Input::Recv(d)) => {
-                let n = rx.fill(d);
-                if rx.wanted() > 0 {
-                    (AState::RecvHello(rx), Ok(n))
-                } else {
-                    match Hello::decode(rx.bytes()) {
-                        Ok(h) if h.nonce == self.nonce => {
-                            (AState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n))
-                        }
-                        Ok(h) => {
-                            let e = wire("Hello nonce is not this listener's", h.nonce);
-                            (AState::Failed(e), Err(e))
-                        }
-                        Err(e) => (AState::Failed(e), Err(e)),
-                    }
-                }
-            }
-            // The connector's QpInfo: validate fully, negotiate the MTU, report it.
-            (AState::RecvInfo(mut rx), Input::Recv(d)) => {
-                let n = rx.fill(d);
-                let got = rx
-                    .qp_info_progress()
-                    .and_then(|whole| whole.then(|| QpInfo::decode(rx.bytes())).transpose());
-                let checked = got.and_then(|p| {
-                    p.map(|mut p| {
-                        p.mtu = self.check_peer(&p)?;
-                        Ok(p)
-                    })
-                    .transpose()
-                });
-                match checked {
-                    Ok(None) => (AState::RecvInfo(rx), Ok(n)),
-                    Ok(Some(p)) => {
-                        self.peer = peer_id(&p);
-                        let (nqps, mtu) = (p.qpn.len(), p.mtu);
-                        (
-                            AState::Setup {
-                                peer: Some(p),
-                                nqps,
-                                mtu,
-                            },
-                            Ok(n),
-                        )
-                    }
-                    Err(e) => (AState::Failed(e), Err(e)),
-                }
-            }
-            // Our QPs are up: answer with our info (a bad answer is refused, state kept).
+            // The Hello must carry our nonce and rail count, or the connection is not for us.
+            (AState::RecvHello(rx), Input::Recv(d)) if !d.is_empty() => self.recv_hello(rx, d),
+            // The connector's QpInfos and rail list: validated, the MTU negotiated, reported.
+            (AState::RecvInfo(rx), Input::Recv(d)) if !d.is_empty() => self.recv_info(rx, d),
+            (AState::RecvRails(rx), Input::Recv(d)) if !d.is_empty() => self.recv_rails(rx, d),
+            // Our QPs of a rail are up: its answer (a bad answer is refused, state kept).
             (
                 AState::Setup {
-                    peer: None,
-                    nqps,
-                    mtu,
+                    next,
+                    answered,
+                    tx,
+                    rails,
                 },
-                Input::LocalInfo(local),
-            ) => match self.answer(local, nqps, mtu) {
-                Ok(tx) => (AState::SendInfo(tx), Ok(0)),
-                Err(e) => (
-                    AState::Setup {
-                        peer: None,
-                        nqps,
-                        mtu,
-                    },
-                    Err(e),
-                ),
-            },
+                Input::LocalInfo(local, rail),
+            ) => self.local_rail((next, answered, tx, rails), local, rail),
             (AState::SendInfo(mut tx), Input::Sent(n)) => match tx.advance(n, op, name) {
                 Ok(true) => (AState::RecvReady(Rx::new(READY_LEN)), Ok(0)),
                 Ok(false) => (AState::SendInfo(tx), Ok(0)),
                 Err(e) => (AState::SendInfo(tx), Err(e)),
             },
             // The connector's QPs are connected: done.
-            (AState::RecvReady(mut rx), Input::Recv(d)) => {
+            (AState::RecvReady(mut rx), Input::Recv(d)) if !d.is_empty() => {
                 let n = rx.fill(d);
                 if rx.wanted() > 0 {
                     (AState::RecvReady(rx), Ok(n))

@@ -25,7 +25,9 @@
 //! * Fixed capacities everywhere; exhausting one is an [`Error`], never a panic.
 //! * The core reads no clock and performs no I/O: callers feed bytes and completions in.
 //! * `unsafe` code is denied at the crate root and allowed only in [`mr_cache`] (the
-//!   registration value cell, through [`sync::UnsafeCell`]) and [`proxy`]'s shared-memory and
+//!   registration value cell, through [`sync::UnsafeCell`], and building a cache in place),
+//!   [`fused`]'s in-place constructors (`FusedSend::init`, `FusedRecv::init`: a fused comm is
+//!   written field by field into the caller's memory, never whole on the stack) and [`proxy`]'s shared-memory and
 //!   memory-provider modules (`proxy::shared`, `proxy::device`, `proxy::mem`), each block with a `SAFETY` comment.
 #![cfg_attr(not(any(test, loom)), no_std)]
 #![deny(unsafe_code)]

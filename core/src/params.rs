@@ -196,8 +196,8 @@ pub struct Params {
     /// `NCCL_IB_MERGE_NICS`: `makeVDevice` may fuse several physical devices into one virtual
     /// NIC (default on, as NCCL 2.28; off: a vNIC of more than one device is refused).
     pub ib_merge_nics: bool,
-    /// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line when the two ends of a connection over a fused
-    /// NIC do not use the same physical devices (default off, as NCCL 2.28).
+    /// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line when a connection's accepting side finds the
+    /// peer's physical device numbers are not its own, fused or not (default off, as NCCL 2.28).
     pub ib_warn_rail_local: bool,
     /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (default off).
     pub ib_sock_client_port_reuse: bool,

@@ -38,9 +38,23 @@
 //! A receiver reads the fixed header first; [`QpInfo::frame_len`] validates it and says how
 //! many bytes the whole message has.
 //!
-//! `Hello` (16 B): magic "IBNH", version, reserved 0 (2 B), nonce (8 B): the connector proves it
+//! `Hello` (16 B): magic "IBNH", version, reserved 0 (1 B), rails (1 B, 1..=[`MAX_RAILS`]: the
+//! connector's devices, more than one for a fused NIC), nonce (8 B): the connector proves it
 //! read this listener's handle (NCCL's socket magic plays this role in the seed).
 //! `Ready` (8 B): magic "IBNR", version, reserved 0 (2 B).
+//!
+//! Devices (multi-rail): each side sends one `QpInfo` per rail (rail order), then one
+//! [`RailList`] (`8 + 16·n` B) naming each rail's physical device and, for a fused comm
+//! (`n > 1`), the ring its peer writes rail notices into (the receiver's notice ring, the
+//! sender's back ring; see `crate::fused`):
+//! ```text
+//!   0   4   magic "IBNL"      8+16i   8   ring addr   (0 for one rail, ≠ 0 for more)
+//!   4   2   version          16+16i   4   ring rkey   (idem)
+//!   6   1   n (1..=4)        20+16i   2   physical device index
+//!   7   1   reserved (0)     22+16i   2   reserved (0)
+//! ```
+//! Both sides must have the same number of rails: the acceptor refuses a Hello whose rail
+//! count differs from its listener's (a fused NIC on one side only).
 //!
 //! [`ConnectHandle`] (44 B encoded inside NCCL's 128-byte handle):
 //! ```text
@@ -62,9 +76,13 @@ pub const MAX_QPS: usize = 128;
 
 /// The handshake wire version. Peers with another version are rejected.
 ///
-/// 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
+/// 4: the Hello carries the connector's rail count, each side sends one `QpInfo` per rail and a
+/// [`RailList`] (NIC fusion); 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
 /// a multi-receive's sizes); 2: `QpInfo` carries each QP's ECE.
-pub const WIRE_VERSION: u16 = 3;
+pub const WIRE_VERSION: u16 = 4;
+
+/// Most rails (physical devices) of one comm (a fused NIC's `NCCL_IB_MAX_DEVS_PER_NIC`).
+pub const MAX_RAILS: usize = 4;
 
 /// Largest QP number a verbs QP can have (24 bits).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;
@@ -75,6 +93,7 @@ pub const NCCL_NET_HANDLE_MAXSIZE: usize = 128;
 const QP_INFO_MAGIC: u32 = u32::from_le_bytes(*b"IBNQ");
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"IBNH");
 const READY_MAGIC: u32 = u32::from_le_bytes(*b"IBNR");
+const RAILS_MAGIC: u32 = u32::from_le_bytes(*b"IBNL");
 const HANDLE_MAGIC: u32 = u32::from_le_bytes(*b"IBNC");
 
 const FLAG_FIFO: u8 = 1;
@@ -126,6 +145,8 @@ pub const QP_INFO_MAX_LEN: usize = QP_INFO_HEADER_LEN + (4 + ECE_LEN) * MAX_QPS 
 pub const HELLO_LEN: usize = 16;
 /// Bytes of an encoded ready message.
 pub const READY_LEN: usize = 8;
+/// Largest encoded [`RailList`].
+pub const RAILS_MAX_LEN: usize = RailList::encoded_len(MAX_RAILS);
 
 const _: () = assert!(QP_INFO_MAX_LEN <= u16::MAX as usize);
 // The counts travel in one byte each.
@@ -456,25 +477,147 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// The encoded message.
+    /// The encoded message of a one-rail connector.
     pub fn encode(&self) -> [u8; HELLO_LEN] {
+        self.encode_rails(1)
+    }
+
+    /// The encoded message of a connector with `rails` devices (1..=[`MAX_RAILS`]; the
+    /// caller's [`RailList`] has that many).
+    pub fn encode_rails(&self, rails: u8) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         let mut w = Wr { b: &mut b, at: 0 };
         w.u32(HELLO_MAGIC);
         w.u16(WIRE_VERSION);
-        w.u16(0);
+        w.u8(0);
+        w.u8(rails);
         w.u64(self.nonce);
         b
     }
 
     /// Decodes exactly [`HELLO_LEN`] bytes.
     pub fn decode(b: &[u8]) -> Result<Self> {
+        Self::decode_rails(b).map(|(h, _)| h)
+    }
+
+    /// Decodes exactly [`HELLO_LEN`] bytes: the Hello and the connector's rail count
+    /// (1..=[`MAX_RAILS`]).
+    pub fn decode_rails(b: &[u8]) -> Result<(Self, u8)> {
         let mut r = Rd { b, at: 0 };
         r.preamble(HELLO_MAGIC, "Hello magic")?;
-        r.zero(2)?;
+        r.zero(1)?;
+        let rails = r.u8()?;
+        if rails == 0 || usize::from(rails) > MAX_RAILS {
+            return Err(wire("Hello rail count", rails));
+        }
         let nonce = r.u64()?;
         r.end()?;
-        Ok(Self { nonce })
+        Ok((Self { nonce }, rails))
+    }
+}
+
+/// One rail of a comm as its side announces it (see [`RailList`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RailInfo {
+    /// The rail's physical device index on this side (what `NCCL_IB_WARN_RAIL_LOCAL` compares).
+    pub dev: u16,
+    /// The ring the peer writes rail notices into (fused comms only).
+    pub ring: Option<RemoteBuf>,
+}
+
+/// The devices of one side of a comm, rail order (wire v4; see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RailList(pub heapless::Vec<RailInfo, MAX_RAILS>);
+
+impl RailList {
+    /// One rail on device `dev` (a plain comm).
+    pub fn single(dev: u16) -> Self {
+        let mut v = heapless::Vec::new();
+        // Cannot fail: capacity MAX_RAILS ≥ 1.
+        let _ = v.push(RailInfo { dev, ring: None });
+        Self(v)
+    }
+
+    /// How many rails.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is no rail (never true of a decoded list).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Bytes of an encoded list of `n` rails.
+    pub const fn encoded_len(n: usize) -> usize {
+        8 + 16 * n
+    }
+
+    /// Checks what [`RailList::decode`] would reject: 1..=[`MAX_RAILS`] rails, a ring on
+    /// every rail exactly when there are several.
+    fn check(&self, what: &'static str) -> Result<()> {
+        let n = self.0.len();
+        if n == 0 {
+            return Err(wire(what, 0u64));
+        }
+        for r in &self.0 {
+            match (n > 1, r.ring) {
+                (true, Some(b)) if b.addr != 0 && b.rkey != 0 => {}
+                (false, None) => {}
+                (true, _) => return Err(wire("fused rail without a notice ring", r.dev)),
+                (false, Some(_)) => return Err(wire("notice ring on a one-rail comm", r.dev)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes into `out`, returning the bytes written.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize> {
+        self.check("local rail list (no rail)")?;
+        let len = Self::encoded_len(self.0.len());
+        if out.len() < len {
+            return Err(too_small(out.len()));
+        }
+        let mut w = Wr { b: out, at: 0 };
+        w.u32(RAILS_MAGIC);
+        w.u16(WIRE_VERSION);
+        w.u8(self.0.len() as u8);
+        w.u8(0);
+        for r in &self.0 {
+            let ring = r.ring.unwrap_or_default();
+            w.u64(ring.addr);
+            w.u32(ring.rkey);
+            w.u16(r.dev);
+            w.u16(0);
+        }
+        Ok(len)
+    }
+
+    /// Decodes exactly [`RailList::encoded_len`]`(n)` bytes of a list that must have `n` rails.
+    pub fn decode(b: &[u8], n: usize) -> Result<Self> {
+        let mut r = Rd { b, at: 0 };
+        r.preamble(RAILS_MAGIC, "rail list magic")?;
+        let got = r.u8()?;
+        if usize::from(got) != n {
+            return Err(wire(
+                "rail list count differs from the rails announced",
+                got,
+            ));
+        }
+        r.zero(1)?;
+        let mut v = heapless::Vec::new();
+        for _ in 0..n {
+            let (addr, rkey) = (r.u64()?, r.u32()?);
+            let dev = r.u16()?;
+            r.zero(2)?;
+            let ring = (addr != 0 || rkey != 0).then_some(RemoteBuf { addr, rkey });
+            v.push(RailInfo { dev, ring })
+                .map_err(|_| wire("rail list count", got))?;
+        }
+        r.end()?;
+        let l = Self(v);
+        l.check("rail list count")?;
+        Ok(l)
     }
 }
 

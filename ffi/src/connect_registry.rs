@@ -22,7 +22,7 @@ use ibnet_core::handshake::Connector;
 use ibnet_core::wire::{HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::Error;
 
-use crate::dev::AnySend;
+use crate::dev::{AnySend, Infos};
 use crate::nccl::types::NCCL_NET_HANDLE_MAXSIZE;
 
 /// Offset of the connector's progress token in the handle: the first 8 bytes of the scratch
@@ -45,6 +45,8 @@ pub enum ConnectStage {
         machine: Box<Connector>,
         /// The peer (GID, LID, QP), once its QP info arrived.
         remote: PeerId,
+        /// The acceptor's rail infos received so far (rail order).
+        peers: Box<Infos>,
     },
 }
 

@@ -5,9 +5,11 @@
 use std::net::SocketAddr;
 
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
+use ibnet_core::fused::{FusedBuf, RailEvent};
+use ibnet_core::fused::{FusedRecv, FusedSend};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
-use ibnet_core::wire::QpInfo;
+use ibnet_core::wire::{QpInfo, RailInfo, RailList, RemoteBuf};
 use ibnet_core::{Error, Result};
 
 use ibnet_soft::{SoftMr, SoftProvider};
@@ -19,9 +21,13 @@ use crate::verbs::provider::{VMr, VerbsPort};
 pub enum Dev {
     /// A libibverbs port.
     Verbs(VerbsPort),
-    /// The software provider's `soft0` (same host only, host memory only).
-    Soft(SoftProvider),
+    /// One of the software provider's devices, `soft0`.. (same host only, host memory only),
+    /// with its number (`IBNET_SOFT_DEVICES` opens several, each its own provider instance).
+    Soft(SoftProvider, u8),
 }
+
+/// The names of the soft devices (`IBNET_SOFT_DEVICES` ≤ 4).
+const SOFT_NAMES: [&std::ffi::CStr; 4] = [c"soft0", c"soft1", c"soft2", c"soft3"];
 
 /// A send comm over some provider.
 pub enum AnySend {
@@ -29,6 +35,10 @@ pub enum AnySend {
     Verbs(SendComm<VerbsPort>),
     /// Over ibnet-soft.
     Soft(SendComm<SoftProvider>),
+    /// Fused over verbs devices (boxed: one comm per rail).
+    FusedVerbs(Box<FusedSend<VerbsPort>>),
+    /// Fused over soft devices.
+    FusedSoft(Box<FusedSend<SoftProvider>>),
 }
 
 /// A receive comm over some provider.
@@ -37,6 +47,10 @@ pub enum AnyRecv {
     Verbs(RecvComm<VerbsPort>),
     /// Over ibnet-soft.
     Soft(RecvComm<SoftProvider>),
+    /// Fused over verbs devices (boxed: one comm per rail).
+    FusedVerbs(Box<FusedRecv<VerbsPort>>),
+    /// Fused over soft devices.
+    FusedSoft(Box<FusedRecv<SoftProvider>>),
 }
 
 /// A registration over some provider.
@@ -104,7 +118,7 @@ impl Dev {
     pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
         let budget = match self {
             Dev::Verbs(p) => p.dev.max_qp,
-            Dev::Soft(_) => SOFT_QP_BUDGET,
+            Dev::Soft(..) => SOFT_QP_BUDGET,
         };
         let per_comm = i32::from(cfg.nqps.max(1)) + i32::from(cfg.gdr_flush);
         (budget / per_comm).clamp(1, MAX_COMMS)
@@ -142,7 +156,7 @@ impl Dev {
                 }
             }
             // Host memory only: NCCL stages GPU buffers through host memory for this device.
-            Dev::Soft(_) => Props {
+            Dev::Soft(..) => Props {
                 name: self.name().as_ptr(),
                 pci_path: core::ptr::null(),
                 guid: SOFT_GUID,
@@ -166,7 +180,7 @@ impl Dev {
     pub fn gpu_direct(&self) -> bool {
         match self {
             Dev::Verbs(p) => crate::gpu::gpu_direct().possible(p.dev.dmabuf),
-            Dev::Soft(_) => false,
+            Dev::Soft(..) => false,
         }
     }
 
@@ -174,7 +188,7 @@ impl Dev {
     pub fn name(&self) -> &std::ffi::CStr {
         match self {
             Dev::Verbs(p) => p.dev.name.as_c_str(),
-            Dev::Soft(_) => c"soft0",
+            Dev::Soft(_, i) => SOFT_NAMES[usize::from(*i) % SOFT_NAMES.len()],
         }
     }
 
@@ -182,7 +196,7 @@ impl Dev {
     pub fn provider_tag(&self) -> u8 {
         match self {
             Dev::Verbs(_) => PROVIDER_TAG_VERBS,
-            Dev::Soft(_) => PROVIDER_TAG_SOFT,
+            Dev::Soft(..) => PROVIDER_TAG_SOFT,
         }
     }
 
@@ -190,7 +204,7 @@ impl Dev {
     pub fn port_info(&self) -> ibnet_core::provider::PortInfo {
         match self {
             Dev::Verbs(p) => p.port_info(),
-            Dev::Soft(p) => p.port_info(),
+            Dev::Soft(p, _) => p.port_info(),
         }
     }
 
@@ -198,7 +212,7 @@ impl Dev {
     pub fn new_send(&self, cfg: CommConfig) -> Result<AnySend> {
         Ok(match self {
             Dev::Verbs(p) => AnySend::Verbs(SendComm::new(p.clone(), cfg)?),
-            Dev::Soft(p) => AnySend::Soft(SendComm::new(p.clone(), cfg)?),
+            Dev::Soft(p, _) => AnySend::Soft(SendComm::new(p.clone(), cfg)?),
         })
     }
 
@@ -206,7 +220,7 @@ impl Dev {
     /// tried (so a bogus handshake is named as such, not as a host permission problem). Soft:
     /// the address must decode and name this process or a live process of our own user.
     pub fn check_peer(&self, remote: &QpInfo) -> Result<()> {
-        let Dev::Soft(_) = self else { return Ok(()) };
+        let Dev::Soft(..) = self else { return Ok(()) };
         let a = ibnet_soft::SoftAddr::decode(&remote.addr).ok_or(Error::Wire {
             what: "soft peer address (undecodable)",
             value: 0,
@@ -234,7 +248,7 @@ impl Dev {
     pub fn new_recv(&self, cfg: CommConfig, remote: &QpInfo) -> Result<AnyRecv> {
         Ok(match self {
             Dev::Verbs(p) => AnyRecv::Verbs(RecvComm::new(p.clone(), cfg, remote)?),
-            Dev::Soft(p) => AnyRecv::Soft(RecvComm::new(p.clone(), cfg, remote)?),
+            Dev::Soft(p, _) => AnyRecv::Soft(RecvComm::new(p.clone(), cfg, remote)?),
         })
     }
 
@@ -252,7 +266,7 @@ impl Dev {
                 let k = p.mr_keys(&mr);
                 (AnyMr::Verbs(p.clone(), mr), k)
             }
-            Dev::Soft(p) => {
+            Dev::Soft(p, _) => {
                 let mr = p.reg_mr(addr, len, access, kind)?;
                 let k = p.mr_keys(&mr);
                 (AnyMr::Soft(p.clone(), mr), k)
@@ -271,29 +285,106 @@ impl AnyMr {
     }
 }
 
+/// A plain-comm method on a comm that is fused (the callers dispatch on the comm's kind
+/// first, so this is a caller bug, reported as one).
+fn not_plain(op: &'static str) -> Error {
+    Error::BadState {
+        op,
+        state: "comm is fused (use the rail-aware call)",
+    }
+}
+
+/// A fused-comm method on a plain comm (a caller bug, as [`not_plain`]).
+fn not_fused(op: &'static str) -> Error {
+    Error::BadState {
+        op,
+        state: "comm is not fused",
+    }
+}
+
 macro_rules! each {
-    ($e:expr, $c:ident => $body:expr) => {
+    ($e:expr, $op:literal, $c:ident => $body:expr) => {
         match $e {
             Self::Verbs($c) => $body,
             Self::Soft($c) => $body,
+            Self::FusedVerbs(_) | Self::FusedSoft(_) => Err(not_plain($op)),
         }
     };
 }
 
+macro_rules! fused {
+    ($e:expr, $op:literal, $c:ident => $body:expr) => {
+        match $e {
+            Self::FusedVerbs($c) => $body,
+            Self::FusedSoft($c) => $body,
+            Self::Verbs(_) | Self::Soft(_) => Err(not_fused($op)),
+        }
+    };
+}
+
+/// What a fused comm's rails did, for tests and tools (`api::fused_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FusedStats {
+    /// Rails of the comm.
+    pub rails: usize,
+    /// Bytes each rail carried (sender; 0 at the receiver).
+    pub rail_bytes: [u64; ibnet_core::fused::MAX_DEVS_PER_NIC],
+    /// Whether each rail is still in use.
+    pub live: [bool; ibnet_core::fused::MAX_DEVS_PER_NIC],
+    /// Bytes written again on another rail after their rail failed (sender).
+    pub resent: u64,
+}
+
+/// Rails taken out of use since the last call, for the caller to log.
+pub type RailEvents = heapless::Vec<RailEvent, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+
 impl AnySend {
-    /// Our QP info for the peer.
-    pub fn local_info(&self) -> QpInfo {
-        each!(self, c => c.local_info())
+    /// Each rail's QP info for the peer and this side's rail list (devices `devs`, rail
+    /// order; a fused comm adds its back ring on each rail).
+    pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
+        let one = |i: QpInfo| {
+            let mut v = Infos::new();
+            // Cannot fail: capacity ≥ 1.
+            let _ = v.push(i);
+            (v, RailList::single(devs.first().copied().unwrap_or(0)))
+        };
+        match self {
+            Self::Verbs(c) => Ok(one(c.local_info())),
+            Self::Soft(c) => Ok(one(c.local_info())),
+            Self::FusedVerbs(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.back_ring())),
+            Self::FusedSoft(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.back_ring())),
+        }
     }
-    /// See `SendComm::set_peer_addr`.
+    /// See `SendComm::set_peer_addr` (a fused comm's rails name no peer address).
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
-        each!(self, c => c.set_peer_addr(a))
+        match self {
+            Self::Verbs(c) => c.set_peer_addr(a),
+            Self::Soft(c) => c.set_peer_addr(a),
+            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
+        }
     }
-    /// QPs to RTS.
-    pub fn connect(&mut self, remote: &QpInfo) -> Result<()> {
-        each!(self, c => c.connect(remote))
+    /// Connects every rail to the acceptor's (`infos`, rail order; `peer` its rail list with
+    /// a fused comm's notice rings).
+    pub fn connect_rails(&mut self, infos: &[QpInfo], peer: &RailList) -> Result<()> {
+        fn fused<P: Provider + Clone>(
+            c: &mut FusedSend<P>,
+            infos: &[QpInfo],
+            peer: &RailList,
+        ) -> Result<()> {
+            for (i, info) in infos.iter().enumerate() {
+                c.connect(i, info)?;
+            }
+            c.set_notice_ring(&rings(peer))
+        }
+        match self {
+            Self::Verbs(c) => c.connect(first(infos)?),
+            Self::Soft(c) => c.connect(first(infos)?),
+            Self::FusedVerbs(c) => fused(c, infos, peer),
+            Self::FusedSoft(c) => fused(c, infos, peer),
+        }
     }
     /// See `SendComm::isend`.
+    #[inline]
     pub fn isend(
         &mut self,
         addr: u64,
@@ -302,49 +393,254 @@ impl AnySend {
         mr: MrKeys,
         parent: usize,
     ) -> Result<Option<ReqId>> {
-        each!(self, c => c.isend_under(addr, size, tag, mr, parent))
+        each!(self, "isend", c => c.isend_under(addr, size, tag, mr, parent))
     }
-    /// See `SendComm::set_events`.
+    /// See `FusedSend::isend` (`mrs`: the buffer's keys on each rail).
+    pub fn isend_fused(
+        &mut self,
+        addr: u64,
+        size: u64,
+        tag: u32,
+        mrs: &[MrKeys],
+    ) -> Result<Option<ReqId>> {
+        fused!(self, "isend", c => c.isend(addr, size, tag, mrs))
+    }
+    /// See `SendComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
-        each!(self, c => c.set_events(sink))
+        match self {
+            Self::Verbs(c) => c.set_events(sink),
+            Self::Soft(c) => c.set_events(sink),
+            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
+        }
     }
-    /// See `SendComm::test`.
+    /// See `SendComm::test` / `FusedSend::test`.
+    #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        each!(self, c => c.test(id))
+        match self {
+            Self::Verbs(c) => c.test(id),
+            Self::Soft(c) => c.test(id),
+            Self::FusedVerbs(c) => c.test(id),
+            Self::FusedSoft(c) => c.test(id),
+        }
+    }
+    /// Rails taken out of use since the last call (always none for a plain comm).
+    pub fn take_events(&mut self) -> RailEvents {
+        match self {
+            Self::Verbs(_) | Self::Soft(_) => RailEvents::new(),
+            Self::FusedVerbs(c) => c.take_events(),
+            Self::FusedSoft(c) => c.take_events(),
+        }
+    }
+    /// The rails' counters of a fused comm (`None`: plain).
+    pub fn fused_stats(&self) -> Option<FusedStats> {
+        fn stats<P: Provider + Clone>(c: &FusedSend<P>) -> FusedStats {
+            let mut s = FusedStats {
+                rails: c.rails(),
+                resent: c.resent_bytes(),
+                ..FusedStats::default()
+            };
+            for i in 0..s.rails {
+                s.rail_bytes[i] = c.rail_bytes(i);
+                s.live[i] = c.rail_live(i);
+            }
+            s
+        }
+        match self {
+            Self::Verbs(_) | Self::Soft(_) => None,
+            Self::FusedVerbs(c) => Some(stats(c)),
+            Self::FusedSoft(c) => Some(stats(c)),
+        }
     }
     /// Closes.
     pub fn close(self) -> Result<()> {
-        each!(self, c => c.close())
+        match self {
+            Self::Verbs(c) => c.close(),
+            Self::Soft(c) => c.close(),
+            Self::FusedVerbs(c) => c.close(),
+            Self::FusedSoft(c) => c.close(),
+        }
     }
 }
 
 impl AnyRecv {
-    /// Our QP info for the peer.
-    pub fn local_info(&self) -> QpInfo {
-        each!(self, c => c.local_info())
+    /// Each rail's QP info for the peer and this side's rail list (devices `devs`; a fused
+    /// comm adds its notice ring on each rail).
+    pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
+        let one = |i: QpInfo| {
+            let mut v = Infos::new();
+            // Cannot fail: capacity ≥ 1.
+            let _ = v.push(i);
+            (v, RailList::single(devs.first().copied().unwrap_or(0)))
+        };
+        match self {
+            Self::Verbs(c) => Ok(one(c.local_info())),
+            Self::Soft(c) => Ok(one(c.local_info())),
+            Self::FusedVerbs(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.notice_ring())),
+            Self::FusedSoft(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.notice_ring())),
+        }
     }
-    /// See `RecvComm::set_peer_addr`.
+    /// See `RecvComm::set_peer_addr` (a fused comm's rails name no peer address).
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
-        each!(self, c => c.set_peer_addr(a))
+        match self {
+            Self::Verbs(c) => c.set_peer_addr(a),
+            Self::Soft(c) => c.set_peer_addr(a),
+            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
+        }
     }
     /// See `RecvComm::irecv`.
+    #[inline]
     pub fn irecv(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
-        each!(self, c => c.irecv_under(bufs, parents))
+        each!(self, "irecv", c => c.irecv_under(bufs, parents))
     }
-    /// See `RecvComm::set_events`.
+    /// See `FusedRecv::irecv`.
+    pub fn irecv_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
+        fused!(self, "irecv", c => c.irecv(bufs))
+    }
+    /// See `RecvComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
-        each!(self, c => c.set_events(sink))
+        match self {
+            Self::Verbs(c) => c.set_events(sink),
+            Self::Soft(c) => c.set_events(sink),
+            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
+        }
     }
     /// See `RecvComm::iflush`.
     pub fn iflush(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
-        each!(self, c => c.iflush(bufs))
+        each!(self, "iflush", c => c.iflush(bufs))
     }
-    /// See `RecvComm::test`.
+    /// See `FusedRecv::iflush`.
+    pub fn iflush_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
+        fused!(self, "iflush", c => c.iflush(bufs))
+    }
+    /// See `RecvComm::test` / `FusedRecv::test`.
+    #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        each!(self, c => c.test(id))
+        match self {
+            Self::Verbs(c) => c.test(id),
+            Self::Soft(c) => c.test(id),
+            Self::FusedVerbs(c) => c.test(id),
+            Self::FusedSoft(c) => c.test(id),
+        }
+    }
+    /// Rails taken out of use since the last call (always none for a plain comm).
+    pub fn take_events(&mut self) -> RailEvents {
+        match self {
+            Self::Verbs(_) | Self::Soft(_) => RailEvents::new(),
+            Self::FusedVerbs(c) => c.take_events(),
+            Self::FusedSoft(c) => c.take_events(),
+        }
+    }
+    /// The rails' state of a fused comm (`None`: plain).
+    pub fn fused_stats(&self) -> Option<FusedStats> {
+        fn stats<P: Provider + Clone>(c: &FusedRecv<P>, n: usize) -> FusedStats {
+            let mut s = FusedStats {
+                rails: n,
+                ..FusedStats::default()
+            };
+            for i in 0..n {
+                s.live[i] = c.rail_live(i);
+            }
+            s
+        }
+        match self {
+            Self::Verbs(_) | Self::Soft(_) => None,
+            Self::FusedVerbs(c) => Some(stats(c, c.notice_ring().len())),
+            Self::FusedSoft(c) => Some(stats(c, c.notice_ring().len())),
+        }
     }
     /// Closes.
     pub fn close(self) -> Result<()> {
-        each!(self, c => c.close())
+        match self {
+            Self::Verbs(c) => c.close(),
+            Self::Soft(c) => c.close(),
+            Self::FusedVerbs(c) => c.close(),
+            Self::FusedSoft(c) => c.close(),
+        }
     }
+}
+
+/// QP infos of a comm's rails, rail order.
+pub type Infos = heapless::Vec<QpInfo, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+
+/// A fused comm's rail infos (`info(i)` per rail of `devs`) and rail list (`ring` per rail).
+fn fused_infos(
+    devs: &[u16],
+    info: impl Fn(usize) -> Option<QpInfo>,
+    ring: &[RemoteBuf],
+) -> (Infos, RailList) {
+    let mut v = Infos::new();
+    let mut l = RailList::default();
+    for (i, (&d, r)) in devs.iter().zip(ring).enumerate() {
+        if let Some(q) = info(i) {
+            // Cannot fail: at most MAX_DEVS_PER_NIC rails.
+            let _ = v.push(q);
+            let _ = l.0.push(RailInfo {
+                dev: d,
+                ring: Some(*r),
+            });
+        }
+    }
+    (v, l)
+}
+
+/// The rings a peer's rail list names (rail order; a ring missing on a fused list was refused
+/// by the handshake).
+fn rings(peer: &RailList) -> heapless::Vec<RemoteBuf, { ibnet_core::fused::MAX_DEVS_PER_NIC }> {
+    peer.0.iter().map(|r| r.ring.unwrap_or_default()).collect()
+}
+
+/// The only rail's info of a plain comm.
+fn first(infos: &[QpInfo]) -> Result<&QpInfo> {
+    infos.first().ok_or(Error::Missing {
+        what: "the peer's QP info",
+    })
+}
+
+/// Makes fused comms over the rails `devs` (all of one provider).
+pub fn fused_send(devs: &[Dev], cfg: CommConfig) -> Result<AnySend> {
+    if let Some(v) = verbs_rails(devs) {
+        return Ok(AnySend::FusedVerbs(crate::boxed::send(&v, cfg)?));
+    }
+    let s = soft_rails(devs)?;
+    Ok(AnySend::FusedSoft(crate::boxed::send(&s, cfg)?))
+}
+
+/// The receive side of [`fused_send`], connected to the sender's rails (`remote`) whose back
+/// rings `peer` names.
+pub fn fused_recv(
+    devs: &[Dev],
+    cfg: CommConfig,
+    remote: &[QpInfo],
+    peer: &RailList,
+) -> Result<AnyRecv> {
+    if let Some(v) = verbs_rails(devs) {
+        let mut r = crate::boxed::recv(&v, cfg, remote)?;
+        r.set_back_ring(&rings(peer))?;
+        return Ok(AnyRecv::FusedVerbs(r));
+    }
+    let s = soft_rails(devs)?;
+    let mut r = crate::boxed::recv(&s, cfg, remote)?;
+    r.set_back_ring(&rings(peer))?;
+    Ok(AnyRecv::FusedSoft(r))
+}
+
+fn verbs_rails(devs: &[Dev]) -> Option<Vec<VerbsPort>> {
+    devs.iter()
+        .map(|d| match d {
+            Dev::Verbs(p) => Some(p.clone()),
+            Dev::Soft(..) => None,
+        })
+        .collect()
+}
+
+fn soft_rails(devs: &[Dev]) -> Result<Vec<SoftProvider>> {
+    devs.iter()
+        .map(|d| match d {
+            Dev::Soft(p, _) => Ok(p.clone()),
+            Dev::Verbs(_) => Err(Error::BadState {
+                op: "fused comm",
+                state: "rails of different providers (verbs and soft)",
+            }),
+        })
+        .collect()
 }

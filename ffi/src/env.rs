@@ -110,6 +110,12 @@ pub struct Config {
     pub sock_client_port_reuse: bool,
     /// `NCCL_IB_SOCK_SERVER_PORT_REUSE`.
     pub sock_server_port_reuse: bool,
+    /// `IBNET_SOFT_DEVICES=N` (1..=4, default 1): with `IBNET_PROVIDER=soft`, open `soft0` ..
+    /// `soft{N-1}`, each its own provider instance (fused-NIC tests on one host).
+    pub soft_devices: u8,
+    /// `IBNET_SOFT_FAULTS_DEV=N` (tests only): `IBNET_SOFT_FAULTS` arms only `softN` (unset:
+    /// every soft device), so one rail of a fused NIC can fail.
+    pub soft_faults_dev: Option<u8>,
 }
 
 impl Default for Config {
@@ -125,6 +131,8 @@ pub const NAMES: &[&str] = &[
     "IBNET_FORCE_FLUSH",
     "IBNET_FAULT_RO_EINVAL",
     "IBNET_FAULT_MQP_ETIMEDOUT",
+    "IBNET_SOFT_DEVICES",
+    "IBNET_SOFT_FAULTS_DEV",
 ];
 
 fn family(f: AddrFamily) -> i32 {
@@ -192,6 +200,8 @@ impl Config {
             ece_enable: p.ib_ece_enable,
             sock_client_port_reuse: p.ib_sock_client_port_reuse,
             sock_server_port_reuse: p.ib_sock_server_port_reuse,
+            soft_devices: 1,
+            soft_faults_dev: None,
         }
     }
 
@@ -212,6 +222,23 @@ impl Config {
                     return Err("must be in 0..=1000 calls");
                 }
                 self.fault_mqp_etimedout = n as u32;
+            }
+            "IBNET_SOFT_DEVICES" | "IBNET_SOFT_FAULTS_DEV" => {
+                let n = ibnet_core::params::parse_int(v.trim())?;
+                let max = if name == "IBNET_SOFT_DEVICES" { 4 } else { 3 };
+                let min = if name == "IBNET_SOFT_DEVICES" { 1 } else { 0 };
+                if !(min..=max).contains(&n) {
+                    return Err(if name == "IBNET_SOFT_DEVICES" {
+                        "must be in 1..=4 devices"
+                    } else {
+                        "must be a soft device number in 0..=3"
+                    });
+                }
+                if name == "IBNET_SOFT_DEVICES" {
+                    self.soft_devices = n as u8;
+                } else {
+                    self.soft_faults_dev = Some(n as u8);
+                }
             }
             "IBNET_STALL_WARN" => {
                 let n = ibnet_core::params::parse_int(v.trim())?;
@@ -274,21 +301,12 @@ impl Config {
 
 /// Variables ibnet parses but does not implement. Each one set to a non-default value is one
 /// WARN at init and is reset to its default ([`Config::from_env`]), so nothing is silently
-/// ignored.
-pub const UNIMPLEMENTED: &[&str] = &["NCCL_IB_WARN_RAIL_LOCAL"];
+/// ignored. None at present (`NCCL_IB_WARN_RAIL_LOCAL` is implemented by `api::accepting`,
+/// `NCCL_IB_SOCK_SERVER_PORT_REUSE` by `api::shared_listen`).
+pub const UNIMPLEMENTED: &[&str] = &[];
 
 /// Resets every [`UNIMPLEMENTED`] variable that is set, with one WARN each.
-/// (`NCCL_IB_SOCK_SERVER_PORT_REUSE` is implemented by `api::shared_listen`.)
-fn refuse_unimplemented(p: &mut Params) {
-    if p.ib_warn_rail_local {
-        crate::warn!(
-            "NCCL_IB_WARN_RAIL_LOCAL=1 is not supported by ibnet yet (fused NICs are not \
-             offered to NCCL: makeVDevice is not exported, so no connection spans rails); \
-             ignoring it"
-        );
-        p.ib_warn_rail_local = false;
-    }
-}
+fn refuse_unimplemented(_p: &mut Params) {}
 
 #[cfg(test)]
 mod tests {
@@ -341,7 +359,7 @@ mod tests {
         p.set("NCCL_IB_SOCK_SERVER_PORT_REUSE", "1").unwrap();
         p.set("NCCL_IB_SOCK_CLIENT_PORT_REUSE", "1").unwrap();
         refuse_unimplemented(&mut p);
-        assert_eq!(UNIMPLEMENTED, ["NCCL_IB_WARN_RAIL_LOCAL"]);
+        assert!(UNIMPLEMENTED.is_empty());
         assert!(p.ib_sock_server_port_reuse, "implemented: kept");
         assert!(p.ib_sock_client_port_reuse, "implemented: kept");
         let c = Config::from_params(&p);

@@ -15,6 +15,8 @@
 //!      ├── watch             a connected comm's peer liveness (its kept bootstrap socket)
 //!  plugin        init/finalize refcount, device discovery, bootstrap address
 //!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv, AnyMr, registration cache types
+//!      ├── nic, vdev virtual NICs (makeVDevice, merging rules) and a fused NIC's registrations
+//!      ├── boxed     fused comms built in place on the heap (never whole on the stack)
 //!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
 //!      ├── (soft)    ibnet-soft's soft0 as dev::Dev::Soft (IBNET_PROVIDER=soft; no module here)
 //!      └── env, log  NCCL variables; logging through NCCL's logger ("NET/IBNET")
@@ -47,6 +49,7 @@
 
 pub mod abi;
 pub mod api;
+pub mod boxed;
 pub mod connect_registry;
 pub mod dev;
 pub mod env;
@@ -57,6 +60,7 @@ pub mod handshake_io;
 pub mod ifaddr;
 pub mod log;
 pub mod nccl;
+pub mod nic;
 pub mod plugin;
 pub mod profiler;
 pub mod proxy;

@@ -37,6 +37,8 @@ pub struct Plugin {
     pub caches: Vec<Arc<MrCacheT>>,
     /// The bootstrap address (port 0) listeners bind to.
     pub bind: Option<SocketAddr>,
+    /// The fused NICs comms were set up on (made on first use; see [`crate::nic`]).
+    pub fused: crate::nic::FusedNics,
 }
 
 impl Plugin {
@@ -84,7 +86,7 @@ fn shut_down(p: Option<Arc<Plugin>>) {
     crate::connect_registry::drop_all();
     if let Some(p) = p {
         for d in &p.devs {
-            if let Dev::Soft(sp) = d {
+            if let Dev::Soft(sp, _) = d {
                 sp.shutdown();
             }
         }
@@ -173,13 +175,15 @@ fn discover(cfg: &Config) -> Vec<Dev> {
     };
     match cfg.provider {
         ProviderChoice::Auto | ProviderChoice::Verbs => verbs(),
-        ProviderChoice::Soft => soft(),
+        ProviderChoice::Soft => soft(cfg),
     }
 }
 
-/// `IBNET_PROVIDER=soft`: `soft0` if the host lets processes of one user attach to each
-/// other's memory, else zero devices with a WARN naming the cause and the fix.
-fn soft() -> Vec<Dev> {
+/// `IBNET_PROVIDER=soft`: `soft0` (and up to `soft3` with `IBNET_SOFT_DEVICES`, each its own
+/// provider instance, for fused-NIC tests on one host) if the host lets processes of one user
+/// attach to each other's memory, else zero devices with a WARN naming the cause and the fix.
+/// `IBNET_SOFT_FAULTS` arms every soft device, or with `IBNET_SOFT_FAULTS_DEV=N` only `softN`.
+fn soft(cfg: &Config) -> Vec<Dev> {
     let (scfg, bad) = ibnet_soft::Config::from_env();
     for e in bad {
         warn!("IBNET_PROVIDER=soft: {e}");
@@ -188,20 +192,29 @@ fn soft() -> Vec<Dev> {
         warn!("IBNET_PROVIDER=soft: cross-memory attach is not permitted on this host; reporting 0 devices: {u}");
         return Vec::new();
     }
-    match SoftProvider::open_with(scfg) {
-        Ok(p) => {
-            info!(
-                crate::log::INIT | crate::log::NET,
-                "IBNET_PROVIDER=soft: using soft0 (software RDMA, same host only, host memory only; {} copy worker(s))",
-                scfg.workers
-            );
-            vec![Dev::Soft(p)]
+    let mut out = Vec::new();
+    for i in 0..cfg.soft_devices {
+        let mut c = scfg;
+        if cfg.soft_faults_dev.is_some_and(|d| d != i) {
+            c.faults = ibnet_soft::faults::Faults::OFF;
         }
-        Err(e) => {
-            warn!("IBNET_PROVIDER=soft: cannot open soft0: {e}; reporting 0 devices");
-            Vec::new()
+        match SoftProvider::open_with(c) {
+            Ok(p) => {
+                info!(
+                    crate::log::INIT | crate::log::NET,
+                    "IBNET_PROVIDER=soft: using soft{i} (software RDMA, same host only, host memory only; {} copy worker(s){})",
+                    c.workers,
+                    if c.faults == ibnet_soft::faults::Faults::OFF { "" } else { "; faults armed" }
+                );
+                out.push(Dev::Soft(p, i));
+            }
+            Err(e) => {
+                warn!("IBNET_PROVIDER=soft: cannot open soft{i}: {e}; reporting {i} device(s)");
+                break;
+            }
         }
     }
+    out
 }
 
 fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
@@ -217,22 +230,8 @@ fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
 }
 
 /// A device's registration cache, built in place on the heap (1 MiB: never on the stack).
-#[allow(unsafe_code)]
 pub fn new_mr_cache() -> Arc<MrCacheT> {
-    let mut a = Arc::<MrCacheT>::new_uninit();
-    let p = Arc::get_mut(&mut a).map(|m| m.as_mut_ptr());
-    match p {
-        Some(p) => {
-            // SAFETY: `p` points into the fresh, unshared allocation of `a`, valid and aligned
-            // for one MrCacheT; `init_in_place` initialises all of it.
-            unsafe {
-                MrCacheT::init_in_place(p);
-                a.assume_init()
-            }
-        }
-        // Unreachable (a fresh Arc is unique); the plain constructor is still correct.
-        None => Arc::new(MrCacheT::new()),
-    }
+    crate::boxed::mr_cache()
 }
 
 /// Takes a reference, initialising the plugin on the first one.
@@ -286,6 +285,7 @@ fn create() -> Arc<Plugin> {
         devs,
         caches,
         bind,
+        fused: Default::default(),
     })
 }
 

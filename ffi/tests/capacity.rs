@@ -30,7 +30,7 @@ fn max_comms_fit_for_any_qps_per_connection() {
     let Some(_probe) = soft() else { return };
     for (nqps, flush) in [(1, false), (2, false), (3, true), (16, false), (128, false)] {
         let Some(sp) = soft() else { return };
-        let d = Dev::Soft(sp.clone());
+        let d = Dev::Soft(sp.clone(), 0);
         let c = cfg(nqps, flush);
         let n = d.max_comms(&c);
         assert!(n >= 1);

@@ -162,6 +162,11 @@ fn bootstrap_errors_name_the_peer() {
     let mut b = [0u8; QP_INFO_MAX_LEN];
     let n = info.encode(&mut b).unwrap();
     s.write_all(&b[..n]).unwrap();
+    // Wire v4: the rail list follows the rails' infos.
+    let n = ibnet_core::wire::RailList::single(0)
+        .encode(&mut b)
+        .unwrap();
+    s.write_all(&b[..n]).unwrap();
     let t0 = Instant::now();
     let log = loop {
         assert!(

@@ -1,7 +1,8 @@
-//! `makeVDevice` through the API (the entry is not in the exported tables yet): one device is
-//! that device, bad descriptions are refused with the right code and one WARN each, and the
-//! device count and properties stay those of the physical devices. The fusion rules themselves
-//! are unit-tested over device descriptions (`vdev::merge`).
+//! `makeVDevice` through the API (exported in the v9–v11 tables): one device is that device,
+//! bad descriptions are refused with the right code and one WARN each, and the device count and
+//! properties stay those of the physical devices. A real fusion over two soft devices, with
+//! comms over it, is `fused_api.rs`; the fusion rules themselves are unit-tested over device
+//! descriptions (`vdev::merge`).
 
 mod util;
 
@@ -61,4 +62,14 @@ fn make_vdevice_through_the_api() {
     let v11 = Props11::from_props(&p, 0);
     assert_eq!((v11.v9.vprops.ndevs, v11.v9.vprops.devs[0]), (1, 0));
     assert_eq!(v11.v9.speed, p.speed);
+    // The exported tables carry the entry (NCCL 2.28 calls it with NCCL_IB_MERGE_NICS on).
+    assert!(nccl_net_ibnet::abi::exports::ncclNetPlugin_v9
+        .make_vdevice
+        .is_some());
+    assert!(nccl_net_ibnet::abi::exports::ncclNetPlugin_v10
+        .make_vdevice
+        .is_some());
+    assert!(nccl_net_ibnet::abi::exports::ncclNetPlugin_v11
+        .make_vdevice
+        .is_some());
 }

@@ -55,28 +55,17 @@ fn rails() -> Option<(Vec<VerbsPort>, CommConfig)> {
     Some((out, CommConfig::from_params(&params, link, None, false)))
 }
 
-/// Runs `f` on a thread with room for the comms (a fused comm holds one comm per rail, and
-/// debug builds copy them on the stack).
-fn big_stack(f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(f)
-        .expect("spawn")
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-}
-
 struct Pair {
     rails: Vec<VerbsPort>,
-    s: FusedSend<VerbsPort>,
-    r: FusedRecv<VerbsPort>,
+    s: Box<FusedSend<VerbsPort>>,
+    r: Box<FusedRecv<VerbsPort>>,
 }
 
 fn pair(rails: Vec<VerbsPort>, cfg: CommConfig) -> Pair {
     let n = rails.len();
-    let mut s = FusedSend::new(&rails, cfg).expect("fused send");
+    let mut s = nccl_net_ibnet::boxed::send(&rails, cfg).expect("fused send");
     let infos: Vec<_> = (0..n).map(|i| s.local_info(i).unwrap()).collect();
-    let r = FusedRecv::new(&rails, cfg, &infos).expect("fused recv");
+    let r = nccl_net_ibnet::boxed::recv(&rails, cfg, &infos).expect("fused recv");
     for i in 0..n {
         s.connect(i, &r.local_info(i).unwrap()).expect("connect");
     }
@@ -154,10 +143,6 @@ fn send(p: &mut Pair, sb: &AlignedBuf, size: usize, tag: u32, rid: ReqId) -> Req
 
 #[test]
 fn verbs_fused_two_rails_stripe_every_message() {
-    big_stack(verbs_fused_two_rails_stripe_every_message_body);
-}
-
-fn verbs_fused_two_rails_stripe_every_message_body() {
     let Some((rails, cfg)) = rails() else { return };
     let names: Vec<String> = rails
         .iter()
@@ -200,10 +185,6 @@ fn verbs_fused_two_rails_stripe_every_message_body() {
 
 #[test]
 fn verbs_fused_failover_keeps_every_byte() {
-    big_stack(verbs_fused_failover_keeps_every_byte_body);
-}
-
-fn verbs_fused_failover_keeps_every_byte_body() {
     let Ok(cmd) = std::env::var("IBNET_FUSED_FAULT_CMD") else {
         eprintln!("SKIP: IBNET_FUSED_FAULT_CMD not set");
         return;

@@ -2,8 +2,9 @@
 //! points `isend`, `irecv` and `test` (through the `ncclNetPlugin_v9` table, as NCCL calls
 //! them) allocate nothing on the calling thread, over the soft provider; nor do they (through
 //! `api`, the bodies of the v10/v11 entries) with NCCL's profiler callback set and parents
-//! passed, so that QP events start and stop. A counting global allocator counts the
-//! allocations of the thread that is armed.
+//! passed, so that QP events start and stop; nor over a fused NIC of two soft devices
+//! (`makeVDevice`: each message striped over both rails). A counting global allocator counts
+//! the allocations of the thread that is armed.
 
 mod util;
 
@@ -188,7 +189,7 @@ fn transfer_profiled(
 
 #[test]
 fn isend_irecv_test_allocate_nothing() {
-    if !util::init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
+    if !util::init_soft(&[("NCCL_SOCKET_IFNAME", "lo"), ("IBNET_SOFT_DEVICES", "2")]) {
         return;
     }
     // NCCL's profiler callback (v10/v11 init): comms made from now on get an event table.
@@ -252,4 +253,62 @@ fn isend_irecv_test_allocate_nothing() {
     assert_eq!(nccl_net_ibnet::api::dereg_mr(s, ms), ncclResult_t::Success);
     assert_eq!(nccl_net_ibnet::api::dereg_mr(r, mr), ncclResult_t::Success);
     util::close(s, r, l);
+
+    // A fused NIC of soft0 and soft1: isend/irecv/test stripe every message over both rails
+    // (the 8-byte ones go whole on rail 0), still allocating nothing.
+    nccl_net_ibnet::profiler::set(None);
+    let (s, r, l) = fused_pair();
+    let (ms, mr) = (reg(s, &mut src), reg(r, &mut dst));
+    for _ in 0..100 {
+        transfer(s, r, bufs, (ms, mr), len);
+    }
+    // Relaxed: as above.
+    let before = ALLOCS.load(Ordering::Relaxed);
+    ARMED.with(|a| a.set(true));
+    for i in 0..1000 {
+        transfer(s, r, bufs, (ms, mr), if i % 2 == 0 { len } else { 8 });
+    }
+    ARMED.with(|a| a.set(false));
+    // Relaxed: as above.
+    let n = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        n, 0,
+        "{n} allocation(s) in 1000 fused isend/irecv/test transfers"
+    );
+    let st = nccl_net_ibnet::api::fused_stats(s).expect("a fused comm");
+    assert!(st.rail_bytes[0] > 0 && st.rail_bytes[1] > 0, "{st:?}");
+    assert_eq!(dst, src);
+    assert_eq!(nccl_net_ibnet::api::dereg_mr(s, ms), ncclResult_t::Success);
+    assert_eq!(nccl_net_ibnet::api::dereg_mr(r, mr), ncclResult_t::Success);
+    util::close(s, r, l);
+}
+
+/// A connected send/receive pair over the fused NIC of soft0 and soft1, and its listener.
+fn fused_pair() -> (*mut c_void, *mut c_void, *mut c_void) {
+    use nccl_net_ibnet::api;
+    use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, NCCL_NET_HANDLE_MAXSIZE};
+    let mut d = -1;
+    let p = ncclNetVDeviceProps_t {
+        ndevs: 2,
+        devs: [0, 1, 0, 0],
+    };
+    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
+    let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
+    let hp = h.as_mut_ptr() as *mut c_void;
+    let mut l = core::ptr::null_mut();
+    let rc = api::listen(core::ptr::null_mut(), d, hp, &mut l);
+    assert_eq!(rc, ncclResult_t::Success);
+    let (mut s, mut r): (*mut c_void, *mut c_void) = (core::ptr::null_mut(), core::ptr::null_mut());
+    let t0 = Instant::now();
+    while s.is_null() || r.is_null() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no connection");
+        if s.is_null() {
+            let rc = api::connect(core::ptr::null_mut(), d, hp, &mut s, None);
+            assert_eq!(rc, ncclResult_t::Success);
+        }
+        if r.is_null() {
+            assert_eq!(api::accept(l, &mut r), ncclResult_t::Success);
+        }
+    }
+    (s, r, l)
 }

@@ -169,3 +169,61 @@ t fused-rails "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { $fused verbs_fused_two_ra
 t fused-failover-linkdown "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { NCCL_IB_TIMEOUT=14 \
   IBNET_FUSED_FAULT_CMD='ip link set dummy1 down' $fused verbs_fused_failover_keeps_every_byte; \
   rc=\$?; rail2_down; exit \$rc; }"
+
+# ---- The same two rails through the plugin's C API: ibnet-perf --fuse 0,1 makes the virtual
+# NIC with makeVDevice (rxe0+rxe1) and sweeps it with --check (every byte verified). Each case
+# prints every device's packet counters (rxe hw_counters) before and after, and with -v the
+# plugin's close line per comm: the bytes each rail carried, which rail failed, the bytes
+# written again. fused_perf NAME [S] [ARGS]: with S, dummy1 goes down S seconds after both
+# comms are connected (the time is stamped, as is every output line, so the log shows how long
+# the rail took to be declared failed: NCCL_IB_TIMEOUT=14, NCCL_IB_RETRY_CNT=3).
+rxe_counters() {
+  local d
+  for d in rxe0 rxe1; do
+    printf '%s %s %s\n' "$d" "$(cat /sys/class/infiniband/$d/ports/1/hw_counters/sent_pkts)" \
+      "$(cat /sys/class/infiniband/$d/ports/1/hw_counters/rcvd_pkts)"
+  done
+}
+fused_perf() {
+  local name=$1 down=${2:-} log=/tmp/$1.log rc d s0 r0 s1 r1
+  rail2_up || return 1
+  rxe_counters >"/tmp/$name.c0"
+  rm -f "$log"
+  if [ -n "$down" ]; then
+    # S seconds after both comms are up (both accepts logged), whatever the VM's speed.
+    ( for _ in $(seq 1200); do
+        [ "$(grep -c 'handshaken' "$log" 2>/dev/null)" -ge 2 ] && break; sleep 0.1
+      done
+      sleep "$down"; echo "$EPOCHREALTIME" >"/tmp/$name.down"; ip link set dummy1 down ) &
+  fi
+  NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=3 "$BIN/ibnet-perf" --plugin "$LIB/libnccl-net-ibnet.so" \
+    --fuse 0,1 --check -v \
+    --timeout 60 --window 4 --warmup 1 "${@:3}" 2>&1 |
+    while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done | tee "$log"
+  rc=${PIPESTATUS[0]}
+  wait
+  rxe_counters >"/tmp/$name.c1"
+  rail2_down
+  while read -r d s0 r0 && read -r _ s1 r1 <&3; do
+    echo "FUSED-COUNTERS $d: sent_pkts +$((s1 - s0)) rcvd_pkts +$((r1 - r0))"
+  done <"/tmp/$name.c0" 3<"/tmp/$name.c1" | tee -a "$log"
+  if [ -n "$down" ]; then
+    awk -v t0="$(cat "/tmp/$name.down")" '/of the fused NIC failed/ && !n++ {
+      printf "FUSED-FAILOVER detected %.3f s after dummy1 went down\n", $1 - t0 }' "$log" |
+      tee -a "$log"
+    awk '/closed: fused NIC/ && /send comm/ { s += $(NF - 2) } END {
+      printf "FUSED-RESENT %d bytes\n", s }' "$log" | tee -a "$log"
+  fi
+  return "$rc"
+}
+export -f rxe_counters fused_perf
+t fused-rails-plugin "$IBNET_RXE_CASE_TIMEOUT" "fused_perf fused-rails-plugin '' --min-bytes 8 \
+  --max-bytes 512K --iters 5 && logged fused-rails-plugin 'fused: rails 0 rxe0 [0-9]+ Gb/s, 1 rxe1' \
+  'rail 0 \(rxe0\) up [1-9][0-9]* bytes; rail 1 \(rxe1\) up [1-9][0-9]* bytes; 0 bytes re-sent' \
+  'FUSED-COUNTERS rxe0: sent_pkts \+[1-9]' 'FUSED-COUNTERS rxe1: sent_pkts \+[1-9]' && \
+  ! grep -q 'of the fused NIC failed' /tmp/fused-rails-plugin.log"
+t fused-failover-linkdown-plugin 300 "fused_perf fused-failover-linkdown-plugin 3 --bw-only \
+  --min-bytes 256K --max-bytes 256K --iters 400 && \
+  logged fused-failover-linkdown-plugin 'rail 1 \(rxe1\) of the fused NIC failed .*its traffic moved to rail 0 \(rxe0\)' \
+  'rail 1 \(rxe1\) FAILED' 'FUSED-FAILOVER detected' 'FUSED-RESENT [1-9]' \
+  '262144,.*,ok\$|256KiB .* ok'"

@@ -24,6 +24,33 @@ use ibnet_core::comm::{CommConfig, RecvComm, SendComm};
 use ibnet_core::provider::Provider;
 use ibnet_core::Result;
 
+/// A fused send comm over the rails `devs`, built in place on the heap (`FusedSend::init`; a
+/// fused comm is too large to pass through a test thread's stack in a debug build).
+#[allow(unsafe_code)]
+pub fn fused_send<P: Provider + Clone>(
+    devs: &[P],
+    cfg: CommConfig,
+) -> Result<Box<ibnet_core::fused::FusedSend<P>>> {
+    let mut b = Box::new_uninit();
+    ibnet_core::fused::FusedSend::init(&mut b, devs, cfg)?;
+    // SAFETY: `init` returned `Ok`, which it does only once every field of `*b` is written.
+    Ok(unsafe { b.assume_init() })
+}
+
+/// A fused receive comm over `devs`, connected to the sender's rails `remote`, built in place
+/// on the heap (see [`fused_send`]).
+#[allow(unsafe_code)]
+pub fn fused_recv<P: Provider + Clone>(
+    devs: &[P],
+    cfg: CommConfig,
+    remote: &[ibnet_core::wire::QpInfo],
+) -> Result<Box<ibnet_core::fused::FusedRecv<P>>> {
+    let mut b = Box::new_uninit();
+    ibnet_core::fused::FusedRecv::init(&mut b, devs, cfg, remote)?;
+    // SAFETY: `init` returned `Ok`, which it does only once every field of `*b` is written.
+    Ok(unsafe { b.assume_init() })
+}
+
 /// Connects a send and a receive comm through `dev`, passing the handshake messages directly
 /// (the `wire`/`handshake` layers are tested on their own).
 pub fn connect_pair<P: Provider + Clone>(

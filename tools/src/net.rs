@@ -38,6 +38,9 @@ pub struct DevProps {
     pub max_recvs: i32,
     /// `regIsGlobal` (false for v6/v7, which have none).
     pub reg_is_global: bool,
+    /// The physical devices behind this device, rail order (v9+ `vProps`: one for a plain
+    /// device, 2 to 4 for a virtual NIC made by `makeVDevice`; empty before v9).
+    pub rails: Vec<i32>,
 }
 
 /// A comm or listen comm handed out by the plugin.
@@ -163,6 +166,25 @@ impl Plugin {
             max_comms: p.max_comms,
             max_recvs: p.max_recvs,
             reg_is_global: p.reg_is_global,
+            rails: p
+                .vprops
+                .devs
+                .iter()
+                .take(usize::try_from(p.vprops.ndevs).unwrap_or(0))
+                .copied()
+                .collect(),
+        })
+    }
+
+    /// `makeVDevice(devs)` (v9+): the device number of the virtual NIC that fuses `devs`.
+    pub fn make_vdevice(&self, devs: &[i32]) -> Result<i32, Error> {
+        self.plugin.make_vdevice(devs).map_err(|e| match e {
+            CallError::Null { .. } => Error(format!(
+                "plugin {} ({}) has no makeVDevice (NCCL net ABI v9 or newer needed to fuse devices)",
+                self.name,
+                self.version().symbol()
+            )),
+            e => Error(format!("fusing devices {devs:?}: {e}")),
         })
     }
 

@@ -49,6 +49,11 @@ pub struct RunConfig {
     pub timeout_s: u64,
     /// Device index on each side.
     pub dev: i32,
+    /// The physical devices the driver fused into `dev` (`--fuse`; empty: none). The
+    /// responder fuses the same ones (its own `--fuse`, if given, instead) and uses the
+    /// device number its plugin returns.
+    #[serde(default)]
+    pub fuse: Vec<i32>,
     /// Run the latency (ping-pong) phase.
     #[serde(default = "yes")]
     pub latency: bool,
@@ -74,6 +79,7 @@ impl Default for RunConfig {
             max_mem: 1 << 30,
             timeout_s: 30,
             dev: 0,
+            fuse: Vec::new(),
             latency: true,
             bandwidth: true,
         }

@@ -2,6 +2,9 @@
 //! every rail's part is, natively (the rail's own completion) or by notice (another rail
 //! carried it; see the module doc of `crate::fused`).
 
+use core::mem::MaybeUninit;
+use core::ptr::addr_of_mut;
+
 use heapless::Vec;
 
 use super::event::RailEvent;
@@ -99,9 +102,21 @@ pub struct FusedRecv<P: Provider> {
 }
 
 impl<P: Provider + Clone> FusedRecv<P> {
-    /// One receive comm per rail device in `devs`, connected to the sender's rails described
-    /// by `remote` (same order), and the notice ring registered on each.
-    pub fn new(devs: &[P], cfg: CommConfig, remote: &[QpInfo]) -> Result<Self> {
+    /// Builds a fused receive comm in `slot`: one receive comm per rail device in `devs`,
+    /// connected to the sender's rails described by `remote` (same order), and the notice ring
+    /// and back stage registered on each.
+    ///
+    /// Written field by field into `slot` (a `Box::new_uninit`'s, say), so the comm never
+    /// passes through the stack whole; see `FusedSend::init`, whose contract this shares: on
+    /// `Ok`, `slot` holds the comm; on `Err`, nothing (what was made is released); a previous
+    /// value is overwritten without being dropped.
+    #[allow(unsafe_code)]
+    pub fn init<'a>(
+        slot: &'a mut MaybeUninit<Self>,
+        devs: &[P],
+        cfg: CommConfig,
+        remote: &[QpInfo],
+    ) -> Result<&'a mut Self> {
         if devs.is_empty() || devs.len() > N || remote.len() != devs.len() {
             return Err(Error::OutOfRange {
                 what: "rails of a fused comm",
@@ -110,67 +125,101 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 max: devs.len().min(N) as i64,
             });
         }
-        let mut rails = Vec::new();
-        for (d, r) in devs.iter().zip(remote) {
-            // Cannot fail: at most N rails (checked above).
-            let _ = rails.push(RecvComm::new(d.clone(), cfg, r)?);
-        }
         let ring = devs[0].alloc_fifo()?;
         let back_stage = devs[0].alloc_fifo()?;
-        let mut me = Self {
-            rails,
-            live: [false; N],
-            msgs: [Msg::FREE; MAX_REQUESTS],
-            free: (0..MAX_REQUESTS).rev().map(|i| i as u8).collect(),
-            seq: 0,
-            ring,
-            ring_mrs: Vec::new(),
-            ring_keys: [MrKeys::default(); N],
-            back_stage,
-            back_mrs: Vec::new(),
-            back_keys: [MrKeys::default(); N],
-            back_ring: [RemoteBuf::default(); N],
-            back_needed: 0,
-            back_told: 0,
-            back_pending: [None; N],
-            poisoned: false,
-            events: Vec::new(),
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` comes from `slot`, an exclusive borrow of memory valid and aligned for
+        // one `Self`. Each field is written exactly once through a raw field pointer (never
+        // read, never turned into a reference to an uninitialised value); `msgs`, the large
+        // one, element by element.
+        unsafe {
+            addr_of_mut!((*p).rails).write(Vec::new());
+            addr_of_mut!((*p).live).write([false; N]);
+            let msgs = addr_of_mut!((*p).msgs).cast::<Msg>();
+            for i in 0..MAX_REQUESTS {
+                msgs.add(i).write(Msg::FREE);
+            }
+            addr_of_mut!((*p).free).write((0..MAX_REQUESTS).rev().map(|i| i as u8).collect());
+            addr_of_mut!((*p).seq).write(0);
+            addr_of_mut!((*p).ring).write(ring);
+            addr_of_mut!((*p).ring_mrs).write(Vec::new());
+            addr_of_mut!((*p).ring_keys).write([MrKeys::default(); N]);
+            addr_of_mut!((*p).back_stage).write(back_stage);
+            addr_of_mut!((*p).back_mrs).write(Vec::new());
+            addr_of_mut!((*p).back_keys).write([MrKeys::default(); N]);
+            addr_of_mut!((*p).back_ring).write([RemoteBuf::default(); N]);
+            addr_of_mut!((*p).back_needed).write(0);
+            addr_of_mut!((*p).back_told).write(0);
+            addr_of_mut!((*p).back_pending).write([None; N]);
+            addr_of_mut!((*p).poisoned).write(false);
+            addr_of_mut!((*p).events).write(Vec::new());
+        }
+        // Every field written above: this pattern names them all, so a new field that the
+        // writes above miss does not compile.
+        let _ = |s: &Self| {
+            let Self {
+                rails: _,
+                live: _,
+                msgs: _,
+                free: _,
+                seq: _,
+                ring: _,
+                ring_mrs: _,
+                ring_keys: _,
+                back_stage: _,
+                back_mrs: _,
+                back_keys: _,
+                back_ring: _,
+                back_needed: _,
+                back_told: _,
+                back_pending: _,
+                poisoned: _,
+                events: _,
+            } = s;
         };
-        let access = Access {
+        // SAFETY: every field of `*p` was written above.
+        let r = unsafe { slot.assume_init_mut() }.set_up(devs, cfg, remote);
+        if let Err(e) = r {
+            // SAFETY: `slot` is initialised (above) and dropped once here; the caller is told
+            // it holds nothing on `Err`.
+            unsafe { slot.assume_init_drop() };
+            return Err(e);
+        }
+        // SAFETY: initialised above and not dropped (`set_up` succeeded).
+        Ok(unsafe { slot.assume_init_mut() })
+    }
+
+    /// The fallible part of [`init`](Self::init): the rails' comms and the registrations of
+    /// the notice ring and back stage on each rail (dropping `self` releases what was made).
+    fn set_up(&mut self, devs: &[P], cfg: CommConfig, remote: &[QpInfo]) -> Result<()> {
+        for (d, r) in devs.iter().zip(remote) {
+            // Cannot fail: at most N rails (checked by `init`).
+            let _ = self.rails.push(RecvComm::new(d.clone(), cfg, r)?);
+        }
+        let remote_access = Access {
             local_write: true,
             remote_write: true,
             ..Access::default()
         };
+        let local = Access {
+            local_write: true,
+            ..Access::default()
+        };
+        let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
         for (i, d) in devs.iter().enumerate() {
-            let base = me.ring.base_addr();
-            let mr = d.reg_mr(
-                base,
-                FifoRing::<MAX_REQUESTS>::BYTES as u64,
-                access,
-                RegKind::Plain,
-            )?;
-            me.ring_keys[i] = d.mr_keys(&mr);
+            let mr = d.reg_mr(self.ring.base_addr(), bytes, remote_access, RegKind::Plain)?;
+            self.ring_keys[i] = d.mr_keys(&mr);
             // Cannot fail: one entry per rail.
-            let _ = me.ring_mrs.push((d.clone(), mr));
-            let base = me.back_stage.base_addr();
-            let local = Access {
-                local_write: true,
-                ..Access::default()
-            };
-            let mr = d.reg_mr(
-                base,
-                FifoRing::<MAX_REQUESTS>::BYTES as u64,
-                local,
-                RegKind::Plain,
-            )?;
-            me.back_keys[i] = d.mr_keys(&mr);
+            let _ = self.ring_mrs.push((d.clone(), mr));
+            let mr = d.reg_mr(self.back_stage.base_addr(), bytes, local, RegKind::Plain)?;
+            self.back_keys[i] = d.mr_keys(&mr);
             // Cannot fail: one entry per rail.
-            let _ = me.back_mrs.push((d.clone(), mr));
+            let _ = self.back_mrs.push((d.clone(), mr));
         }
-        for l in me.live.iter_mut().take(devs.len()) {
+        for l in self.live.iter_mut().take(devs.len()) {
             *l = true;
         }
-        Ok(me)
+        Ok(())
     }
 
     /// Rail `i`'s answer to the sender.

@@ -2,6 +2,9 @@
 //! the rails, and a failed rail's parts moved to a healthy one (see the module doc of
 //! `crate::fused` for the protocol).
 
+use core::mem::MaybeUninit;
+use core::ptr::addr_of_mut;
+
 use heapless::Vec;
 
 use super::event::RailEvent;
@@ -115,12 +118,26 @@ pub struct FusedSend<P: Provider> {
     poisoned: bool,
     events: Vec<RailEvent, N>,
     resent: u64,
+    /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
+    carried: [u64; N],
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
-    /// One send comm per rail device in `devs` (rail order), and the notice stage registered
-    /// on each.
-    pub fn new(devs: &[P], cfg: CommConfig) -> Result<Self> {
+    /// Builds a fused send comm in `slot`: one send comm per rail device in `devs` (rail
+    /// order), and the notice stage and back ring registered on each.
+    ///
+    /// The comm is large (about 200 KB with four rails: the message table and one comm per
+    /// rail), so it is written field by field into `slot` (a `Box::new_uninit`'s, say) and
+    /// never passes through the stack whole; each rail's comm is made on the stack one at a
+    /// time, as a plain comm is. On `Ok`, `slot` holds the comm (the returned reference), so
+    /// the caller may `assume_init` it; on `Err`, `slot` holds nothing: what was made is
+    /// released. A previous value in `slot` is overwritten without being dropped.
+    #[allow(unsafe_code)]
+    pub fn init<'a>(
+        slot: &'a mut MaybeUninit<Self>,
+        devs: &[P],
+        cfg: CommConfig,
+    ) -> Result<&'a mut Self> {
         if devs.is_empty() || devs.len() > N {
             return Err(Error::OutOfRange {
                 what: "rails of a fused comm",
@@ -129,65 +146,99 @@ impl<P: Provider + Clone> FusedSend<P> {
                 max: N as i64,
             });
         }
-        let mut rails = Vec::new();
-        for d in devs {
-            // Cannot fail: at most N rails (checked above).
-            let _ = rails.push(SendComm::new(d.clone(), cfg)?);
-        }
         let stage = devs[0].alloc_fifo()?;
         let back = devs[0].alloc_fifo()?;
-        let mut me = Self {
-            rails,
-            live: [false; N],
-            msgs: [Msg::FREE; MAX_REQUESTS],
-            free: (0..MAX_REQUESTS).rev().map(|i| i as u8).collect(),
-            stage,
-            stage_mrs: Vec::new(),
-            stage_keys: [MrKeys::default(); N],
-            ring: [RemoteBuf::default(); N],
-            back,
-            back_mrs: Vec::new(),
-            back_keys: [MrKeys::default(); N],
-            degraded: false,
-            poisoned: false,
-            events: Vec::new(),
-            resent: 0,
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` comes from `slot`, an exclusive borrow of memory valid and aligned for
+        // one `Self`. Each field is written exactly once through a raw field pointer (never
+        // read, never turned into a reference to an uninitialised value); `msgs`, the large
+        // one, element by element.
+        unsafe {
+            addr_of_mut!((*p).rails).write(Vec::new());
+            addr_of_mut!((*p).live).write([false; N]);
+            let msgs = addr_of_mut!((*p).msgs).cast::<Msg>();
+            for i in 0..MAX_REQUESTS {
+                msgs.add(i).write(Msg::FREE);
+            }
+            addr_of_mut!((*p).free).write((0..MAX_REQUESTS).rev().map(|i| i as u8).collect());
+            addr_of_mut!((*p).stage).write(stage);
+            addr_of_mut!((*p).stage_mrs).write(Vec::new());
+            addr_of_mut!((*p).stage_keys).write([MrKeys::default(); N]);
+            addr_of_mut!((*p).ring).write([RemoteBuf::default(); N]);
+            addr_of_mut!((*p).back).write(back);
+            addr_of_mut!((*p).back_mrs).write(Vec::new());
+            addr_of_mut!((*p).back_keys).write([MrKeys::default(); N]);
+            addr_of_mut!((*p).degraded).write(false);
+            addr_of_mut!((*p).poisoned).write(false);
+            addr_of_mut!((*p).events).write(Vec::new());
+            addr_of_mut!((*p).resent).write(0);
+            addr_of_mut!((*p).carried).write([0; N]);
+        }
+        // Every field written above: this pattern names them all, so a new field that the
+        // writes above miss does not compile.
+        let _ = |s: &Self| {
+            let Self {
+                rails: _,
+                live: _,
+                msgs: _,
+                free: _,
+                stage: _,
+                stage_mrs: _,
+                stage_keys: _,
+                ring: _,
+                back: _,
+                back_mrs: _,
+                back_keys: _,
+                degraded: _,
+                poisoned: _,
+                events: _,
+                resent: _,
+                carried: _,
+            } = s;
         };
-        let access = Access {
+        // SAFETY: every field of `*p` was written above.
+        let r = unsafe { slot.assume_init_mut() }.set_up(devs, cfg);
+        if let Err(e) = r {
+            // SAFETY: `slot` is initialised (above) and dropped once here; the caller is told
+            // it holds nothing on `Err`.
+            unsafe { slot.assume_init_drop() };
+            return Err(e);
+        }
+        // SAFETY: initialised above and not dropped (`set_up` succeeded).
+        Ok(unsafe { slot.assume_init_mut() })
+    }
+
+    /// The fallible part of [`init`](Self::init): the rails' comms and the registrations of
+    /// the notice stage and back ring on each rail (dropping `self` releases what was made).
+    fn set_up(&mut self, devs: &[P], cfg: CommConfig) -> Result<()> {
+        for d in devs {
+            // Cannot fail: at most N rails (checked by `init`).
+            let _ = self.rails.push(SendComm::new(d.clone(), cfg)?);
+        }
+        let local = Access {
             local_write: true,
             ..Access::default()
         };
+        let remote = Access {
+            local_write: true,
+            remote_write: true,
+            ..Access::default()
+        };
+        let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
         for (i, d) in devs.iter().enumerate() {
-            let base = me.stage.base_addr();
-            let mr = d.reg_mr(
-                base,
-                FifoRing::<MAX_REQUESTS>::BYTES as u64,
-                access,
-                RegKind::Plain,
-            )?;
-            me.stage_keys[i] = d.mr_keys(&mr);
+            let mr = d.reg_mr(self.stage.base_addr(), bytes, local, RegKind::Plain)?;
+            self.stage_keys[i] = d.mr_keys(&mr);
             // Cannot fail: one entry per rail.
-            let _ = me.stage_mrs.push((d.clone(), mr));
-            let remote = Access {
-                local_write: true,
-                remote_write: true,
-                ..Access::default()
-            };
-            let base = me.back.base_addr();
-            let mr = d.reg_mr(
-                base,
-                FifoRing::<MAX_REQUESTS>::BYTES as u64,
-                remote,
-                RegKind::Plain,
-            )?;
-            me.back_keys[i] = d.mr_keys(&mr);
+            let _ = self.stage_mrs.push((d.clone(), mr));
+            let mr = d.reg_mr(self.back.base_addr(), bytes, remote, RegKind::Plain)?;
+            self.back_keys[i] = d.mr_keys(&mr);
             // Cannot fail: one entry per rail.
-            let _ = me.back_mrs.push((d.clone(), mr));
+            let _ = self.back_mrs.push((d.clone(), mr));
         }
-        for l in me.live.iter_mut().take(devs.len()) {
+        for l in self.live.iter_mut().take(devs.len()) {
             *l = true;
         }
-        Ok(me)
+        Ok(())
     }
 
     /// How many rails the comm has.
@@ -261,6 +312,12 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Bytes written again on another rail after their own rail failed.
     pub fn resent_bytes(&self) -> u64 {
         self.resent
+    }
+
+    /// Bytes rail `i` carried so far: its parts of every message posted on it, and the parts
+    /// of failed rails it wrote again.
+    pub fn rail_bytes(&self, i: usize) -> u64 {
+        self.carried.get(i).copied().unwrap_or(0)
     }
 
     /// Whether rail `i` is still in use.
@@ -345,7 +402,10 @@ impl<P: Provider + Clone> FusedSend<P> {
             };
             let part = m.parts[i];
             match self.rails[i].isend_at(addr + part.off, part.len, tag, mrs[i], part.off) {
-                Ok(Some(sub)) => self.msgs[k as usize].legs[i] = Leg::Native(sub),
+                Ok(Some(sub)) => {
+                    self.carried[i] += part.len;
+                    self.msgs[k as usize].legs[i] = Leg::Native(sub);
+                }
                 Ok(None) => {
                     return Err(self.poison(Error::BadState {
                         op: "isend",
@@ -483,6 +543,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         match self.rails[c].iwrite(local, raddr + part.off, rkey) {
             Ok(id) => {
                 self.resent += part.len;
+                self.carried[c] += part.len;
                 self.msgs[k].legs[i] = Leg::Moving {
                     carrier: c as u8,
                     id,

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 
 /// The most physical devices one virtual NIC fuses (NCCL's `NCCL_IB_MAX_DEVS_PER_NIC`).
-pub const MAX_DEVS_PER_NIC: usize = 4;
+pub const MAX_DEVS_PER_NIC: usize = crate::wire::MAX_RAILS;
 
 /// The physical devices of one virtual NIC, in rail order: rail `i` is device `devs()[i]`.
 ///

@@ -215,8 +215,13 @@ fn link_layer_mismatch_is_a_hard_error() {
 fn feed_connector_answer(c: &mut Connector, answer: &QpInfo) -> Result<usize> {
     let n = c.poll_transmit().unwrap().len();
     c.handle_sent(n).unwrap();
-    let mut b = [0u8; crate::wire::QP_INFO_MAX_LEN];
-    let len = answer.encode(&mut b).unwrap();
+    let mut b = [0u8; crate::wire::QP_INFO_MAX_LEN + crate::wire::RAILS_MAX_LEN];
+    let mut len = answer.encode(&mut b).unwrap();
+    // An encode error (a bad answer) was caught above; a frame the connector refuses stops
+    // it before the rail list.
+    len += crate::wire::RailList::single(0)
+        .encode(&mut b[len..])
+        .unwrap();
     c.handle_recv(&b[..len])
 }
 
@@ -316,6 +321,8 @@ fn sizes_fifo_is_required_in_the_answer() {
     let mut b = [0u8; crate::wire::QP_INFO_MAX_LEN];
     let n = peer.encode(&mut b).unwrap();
     assert_eq!(a.handle_recv(&b[..n]), Ok(n));
+    let n = crate::wire::RailList::single(0).encode(&mut b).unwrap();
+    assert_eq!(a.handle_recv(&b[..n]), Ok(n));
     assert!(matches!(a.poll_event(), Some(Event::PeerInfo(_))));
     assert!(matches!(
         a.handle_local_info(qps(1, 9, LinkLayer::Ethernet, Mtu::M4096, false)),
@@ -389,8 +396,11 @@ fn wrong_inputs_are_errors_not_panics() {
     let n = c.poll_transmit().unwrap().len();
     c.handle_sent(n).unwrap();
     let mut b = [0xAAu8; crate::wire::QP_INFO_MAX_LEN + 5];
-    let len = qps(1, 9, LinkLayer::Ethernet, Mtu::M256, true)
+    let mut len = qps(1, 9, LinkLayer::Ethernet, Mtu::M256, true)
         .encode(&mut b)
+        .unwrap();
+    len += crate::wire::RailList::single(0)
+        .encode(&mut b[len..])
         .unwrap();
     assert_eq!(c.handle_recv(&b[..len + 5]), Ok(len));
     assert_eq!(c.state_name(), "Connect");
@@ -500,7 +510,7 @@ fn corrupted_connector_stream() {
         if res.is_ok() {
             // Then the whole stream was consumed (or framing stopped early) with no panic.
             assert!(
-                matches!(a.state_name(), "Setup" | "RecvInfo"),
+                matches!(a.state_name(), "Setup" | "RecvInfo" | "RecvRails"),
                 "flip at {at}"
             );
         }
@@ -516,6 +526,126 @@ fn machines_are_small() {
         size_of::<QpInfo>(),
     );
     println!("Connector {c} B, Acceptor {a} B, QpInfo {q} B");
-    // Each holds one largest message (128 QPs with their ECE options): ~2.2 KiB; ffi boxes them.
-    assert!(c <= 2304 && a <= 2304, "Connector {c} B, Acceptor {a} B");
+    // Each holds its largest outgoing stream (a QpInfo of 128 QPs with their ECE options per
+    // rail, 4 rails: ~8.6 KiB), one incoming message (~2.2 KiB) and the peer's decoded infos
+    // (4 × ~2.2 KiB): under 24 KiB; ffi boxes them.
+    assert!(
+        c <= 24 * 1024 && a <= 24 * 1024,
+        "Connector {c} B, Acceptor {a} B"
+    );
+}
+
+fn fused_rails(n: usize, base: u64) -> crate::wire::RailList {
+    let mut l = crate::wire::RailList::default();
+    for i in 0..n {
+        let ring = Some(RemoteBuf {
+            addr: base + i as u64 * 0x100,
+            rkey: 7 + i as u32,
+        });
+        l.0.push(crate::wire::RailInfo {
+            dev: i as u16,
+            ring,
+        })
+        .unwrap();
+    }
+    l
+}
+
+/// Wire v4: two rails. Each side's QpInfo per rail is reported in rail order (the acceptor's
+/// MTU lowered per rail to that rail's port), and each side reads the other's rail list
+/// (devices and notice rings).
+#[test]
+fn two_rails_complete_with_rail_lists() {
+    let locals = [
+        qps(2, 100, LinkLayer::Ethernet, Mtu::M4096, true),
+        qps(2, 200, LinkLayer::Ethernet, Mtu::M4096, true),
+    ];
+    let mut c = Connector::with_rails(NONCE, &locals, &fused_rails(2, 0x10_000)).unwrap();
+    let ports = [
+        port(LinkLayer::Ethernet, Mtu::M1024),
+        port(LinkLayer::Ethernet, Mtu::M2048),
+    ];
+    let mut a = Acceptor::with_rails(NONCE, &ports).unwrap();
+    assert_eq!((c.rails(), a.rails()), (2, 2));
+    // The whole connector stream at once, then the acceptor's events and answers.
+    let s = c.poll_transmit().unwrap().to_vec();
+    c.handle_sent(s.len()).unwrap();
+    assert_eq!(a.handle_recv(&s), Ok(s.len()));
+    let mut seen = Vec::new();
+    while let Some(Event::PeerInfo(p)) = a.poll_event() {
+        seen.push(p);
+    }
+    assert_eq!(seen.len(), 2);
+    assert_eq!((seen[0].qpn[0], seen[0].mtu), (100, Mtu::M1024));
+    assert_eq!((seen[1].qpn[0], seen[1].mtu), (200, Mtu::M2048));
+    assert_eq!(a.peer_rails(), &fused_rails(2, 0x10_000));
+    let back = fused_rails(2, 0x20_000);
+    for (i, r) in back.0.iter().enumerate() {
+        let ans = qps(
+            2,
+            300 + i as u32 * 100,
+            LinkLayer::Ethernet,
+            Mtu::M4096,
+            true,
+        );
+        a.handle_local_rail(ans, *r).unwrap();
+    }
+    let s = a.poll_transmit().unwrap().to_vec();
+    a.handle_sent(s.len()).unwrap();
+    assert_eq!(c.handle_recv(&s), Ok(s.len()));
+    let mut got = Vec::new();
+    while let Some(Event::PeerInfo(p)) = c.poll_event() {
+        got.push(p);
+    }
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].qpn[0], got[0].mtu), (300, Mtu::M1024));
+    assert_eq!((got[1].qpn[0], got[1].mtu), (400, Mtu::M2048));
+    assert_eq!(c.peer_rails(), &back);
+    c.handle_qps_connected().unwrap();
+    let r = c.poll_transmit().unwrap().to_vec();
+    c.handle_sent(r.len()).unwrap();
+    assert_eq!(a.handle_recv(&r), Ok(r.len()));
+    assert_eq!(a.poll_event(), Some(Event::Done));
+    assert_eq!(c.poll_event(), Some(Event::Done));
+}
+
+/// A connector with another rail count than the listener's is refused by name (a fused NIC on
+/// one side only), and a fused rail list without notice rings is refused at either end.
+#[test]
+fn rail_count_mismatch_is_refused() {
+    let l = qps(1, 100, LinkLayer::Ethernet, Mtu::M4096, true);
+    let locals = [l.clone(), l.clone()];
+    let mut c = Connector::with_rails(NONCE, &locals, &fused_rails(2, 0x1000)).unwrap();
+    let mut a = Acceptor::new(NONCE, &port(LinkLayer::Ethernet, Mtu::M4096));
+    let s = c.poll_transmit().unwrap().to_vec();
+    c.handle_sent(s.len()).unwrap();
+    match a.handle_recv(&s) {
+        Err(Error::Wire { what, value: 2 }) => assert!(what.contains("rail count"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(a.state_name(), "Failed");
+    // One rail against a two-rail listener.
+    let mut c = Connector::new(NONCE, &l).unwrap();
+    let ports = [port(LinkLayer::Ethernet, Mtu::M4096); 2];
+    let mut a = Acceptor::with_rails(NONCE, &ports).unwrap();
+    let s = c.poll_transmit().unwrap().to_vec();
+    c.handle_sent(s.len()).unwrap();
+    assert!(matches!(
+        a.handle_recv(&s),
+        Err(Error::Wire { value: 1, .. })
+    ));
+    // Two rails without rings cannot even be sent.
+    let mut plain = crate::wire::RailList::single(0);
+    plain
+        .0
+        .push(crate::wire::RailInfo { dev: 1, ring: None })
+        .unwrap();
+    assert!(matches!(
+        Connector::with_rails(NONCE, &locals, &plain),
+        Err(Error::Wire { .. })
+    ));
+    // More rails than the list names, or none.
+    assert!(Connector::with_rails(NONCE, &locals, &crate::wire::RailList::single(0)).is_err());
+    assert!(Connector::with_rails(NONCE, &[], &crate::wire::RailList::default()).is_err());
+    assert!(Acceptor::with_rails(NONCE, &[]).is_err());
 }

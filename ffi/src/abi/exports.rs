@@ -1,9 +1,6 @@
 //! The six exported tables. Entries ibnet leaves NULL: `getDeviceMr`/`irecvConsumed` (no
-//! device offload) and `makeVDevice`: `api::make_vdevice` exists, but a fused vNIC cannot carry
-//! a connection through the plugin yet (no rail list in the handshake, registrations on one
-//! device), and NCCL 2.28 fails its init when a `makeVDevice` it calls fails, so NCCL is not
-//! offered fusion and uses each physical device as its own NIC. NCCL reads these tables in
-//! place.
+//! device offload). `makeVDevice` (v9–v11) fuses devices into a virtual NIC whose comms stripe
+//! over every rail (`crate::nic`, `ibnet_core::fused`). NCCL reads these tables in place.
 #![allow(unsafe_code)] // `#[no_mangle]` statics: the exported symbols NCCL looks up by name.
 
 use super::shims::*;
@@ -68,18 +65,18 @@ export!(
     /// `ncclNetPlugin_v9` (NCCL 2.24–2.25).
     ncclNetPlugin_v9: ncclNet_v9_t, Props9,
     [init_log, listen_dev, connect_dev, accept, reg_mr, isend_size, irecv_size],
-    get_device_mr: None, irecv_consumed: None, make_vdevice: None
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice)
 );
 export!(
     /// `ncclNetPlugin_v10` (NCCL 2.26–2.27).
     ncclNetPlugin_v10: ncclNet_v10_t, Props9,
     [init_log_prof, listen_dev, connect_v10, accept, reg_mr, isend_ph, irecv_ph],
-    get_device_mr: None, irecv_consumed: None, make_vdevice: None
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice)
 );
 export!(
     /// `ncclNetPlugin_v11` (NCCL 2.28).
     ncclNetPlugin_v11: ncclNet_v11_t, Props11,
     [init_v11, listen_v11, connect_v11, accept, reg_mr, isend_ph, irecv_ph],
-    get_device_mr: None, irecv_consumed: None, make_vdevice: None,
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice),
     finalize: Some(finalize), set_net_attr: Some(set_net_attr)
 );

@@ -46,6 +46,14 @@ pub(crate) unsafe extern "C" fn set_net_attr(ctx: V, a: *mut ncclNetAttr_t) -> n
     api::set_net_attr(ctx, a)
 }
 /// `devices`.
+/// `makeVDevice` (v9–v11): the device number of a fused NIC (`api::make_vdevice`).
+pub(crate) unsafe extern "C" fn make_vdevice(
+    d: *mut c_int,
+    props: *mut crate::nccl::types::ncclNetVDeviceProps_t,
+) -> ncclResult_t {
+    api::make_vdevice(d, props)
+}
+
 pub(crate) unsafe extern "C" fn devices(n: *mut c_int) -> ncclResult_t {
     api::devices(n)
 }

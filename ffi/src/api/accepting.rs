@@ -25,11 +25,14 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ibnet_core::error::PeerId;
+use ibnet_core::fused::{VNic, MAX_DEVS_PER_NIC};
 use ibnet_core::handshake::{Acceptor, Event};
+use ibnet_core::wire::RailList;
 use ibnet_core::Error;
 
-use crate::dev::{AnyRecv, Dev};
+use crate::dev::{AnyRecv, Infos};
 use crate::handshake_io::{pump, stalled, AtPeer, Where};
+use crate::nic::Nic;
 use crate::plugin::Plugin;
 use crate::watch::Watch;
 
@@ -48,8 +51,10 @@ pub(super) struct Accepting {
     machine: Box<Acceptor>,
     /// Created at the connector's `PeerInfo`; handed to NCCL at `Done`.
     recv: Option<Box<AnyRecv>>,
-    /// The connector (GID, LID, QP), from its `PeerInfo`.
+    /// The connector (GID, LID, QP), from its first `PeerInfo`.
     remote: PeerId,
+    /// The connector's rail infos received so far (rail order).
+    peers: Box<Infos>,
     deadline: Instant,
 }
 
@@ -86,17 +91,24 @@ impl Pending {
     pub(super) fn add(
         &mut self,
         (stream, peer): (TcpStream, SocketAddr),
-        dev: &Dev,
+        nic: &Nic,
         nonce: u64,
         timeout: u64,
     ) {
+        let ports = nic.ports();
+        let machine = match Acceptor::with_rails(nonce, &ports) {
+            Ok(m) => Box::new(m),
+            // Unreachable: a NIC has 1..=MAX_RAILS ports.
+            Err(_) => Box::new(Acceptor::new(nonce, &nic.dev().port_info())),
+        };
         self.conns.push(Accepting {
             stream,
             peer,
             state: "RecvHello",
-            machine: Box::new(Acceptor::new(nonce, &dev.port_info())),
+            machine,
             recv: None,
             remote: PeerId::default(),
+            peers: Box::default(),
             deadline: Instant::now() + Duration::from_secs(timeout),
         });
     }
@@ -133,10 +145,10 @@ impl Pending {
     }
 
     /// Steps every connection; returns the first comm completed. Failed ones are dropped.
-    pub(super) fn step_all(&mut self, dev: &Dev, plugin: &Plugin, nonce: u64) -> Option<Accepted> {
+    pub(super) fn step_all(&mut self, nic: &Nic, plugin: &Plugin, nonce: u64) -> Option<Accepted> {
         let mut i = 0;
         while i < self.conns.len() {
-            match step(&mut self.conns[i], dev, plugin, nonce, self.spent) {
+            match step(&mut self.conns[i], nic, plugin, nonce, self.spent) {
                 Ok(Step::Waiting) => i += 1,
                 Ok(Step::Done(r)) => {
                     self.spent = true;
@@ -211,7 +223,7 @@ impl Pending {
 /// Drives one connection as far as it goes now.
 fn step(
     a: &mut Accepting,
-    dev: &Dev,
+    nic: &Nic,
     plugin: &Plugin,
     nonce: u64,
     spent: bool,
@@ -228,16 +240,15 @@ fn step(
                 if spent {
                     return Err(replay);
                 }
-                dev.check_peer(&info)?;
-                let addr = a.stream.peer_addr().ok();
-                a.remote = super::connect::peer_id(&info, addr);
-                let cfg = plugin.comm_config(dev, -1);
-                let mut recv = Box::new(dev.new_recv(cfg, &info)?);
-                if let Some(addr) = addr {
-                    recv.set_peer_addr(addr);
+                nic.check_peer(core::slice::from_ref(&info))?;
+                if a.peers.is_empty() {
+                    a.remote = super::connect::peer_id(&info, a.stream.peer_addr().ok());
                 }
-                a.machine.handle_local_info(recv.local_info())?;
-                a.recv = Some(recv);
+                // Cannot fail: the machine reports one info per rail, at most MAX_RAILS.
+                let _ = a.peers.push(info);
+                if a.peers.len() == a.machine.rails() {
+                    set_up(a, nic, plugin)?;
+                }
             }
             Some(Event::Done) if spent => return Err(replay),
             Some(Event::Done) => {
@@ -251,4 +262,45 @@ fn step(
     }
     stalled(a.deadline, a.machine.state_name())?;
     Ok(Step::Waiting)
+}
+
+/// `NCCL_IB_WARN_RAIL_LOCAL=1`: one INFO line when the connecting peer's physical devices are
+/// not ours, as NCCL 2.28 checks them when it accepts: the device numbers both lists share are
+/// fewer than the longer list has (numbers compared as numbers, since both hosts number their
+/// devices alike; a plain device is a list of one, so device 0 accepting from the peer's
+/// device 1 is reported too). Only the accepting side checks; off by default.
+fn rail_local(nic: &Nic, peer_rails: &RailList, remote: PeerId) {
+    if !crate::plugin::current().is_some_and(|p| p.params.ib_warn_rail_local) {
+        return;
+    }
+    let ours = nic.rail_devs();
+    let theirs: heapless::Vec<u16, MAX_DEVS_PER_NIC> = peer_rails.0.iter().map(|r| r.dev).collect();
+    let v = VNic::new(
+        &ours.iter().map(|&d| i32::from(d)).collect::<Vec<_>>(),
+        usize::from(u16::MAX),
+    );
+    if v.is_ok_and(|v| v.rails_differ(&theirs)) {
+        crate::info!(
+            crate::log::NET,
+            "accept from {remote}: the peer's physical devices {theirs:?} are not this side's \
+             {ours:?} (NCCL_IB_WARN_RAIL_LOCAL=1; set 0 to stop this line)"
+        );
+    }
+}
+
+/// Every rail's info is in: the receive comm (one core comm per rail when fused), and this
+/// side's answer for each rail.
+fn set_up(a: &mut Accepting, nic: &Nic, plugin: &Plugin) -> Result<(), Error> {
+    let cfg = plugin.comm_config(nic.dev(), -1);
+    let mut recv = Box::new(nic.new_recv(cfg, &a.peers, a.machine.peer_rails())?);
+    if let Ok(addr) = a.stream.peer_addr() {
+        recv.set_peer_addr(addr);
+    }
+    rail_local(nic, a.machine.peer_rails(), a.remote);
+    let (infos, rails) = recv.rail_infos(&nic.rail_devs())?;
+    a.recv = Some(recv);
+    for (info, rail) in infos.into_iter().zip(rails.0) {
+        a.machine.handle_local_rail(info, rail)?;
+    }
+    Ok(())
 }

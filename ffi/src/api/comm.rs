@@ -19,6 +19,7 @@ use crate::dev::{AnyRecv, AnySend, Dev, MrCacheT};
 use crate::handles::{self, Kind};
 use crate::handshake_io::{Where, CONNECTED};
 use crate::nccl::types::ncclResult_t;
+use crate::nic::{FusedNic, Nic};
 use crate::watch::Watch;
 
 /// A send or receive comm handed to NCCL (as a [`crate::handles`] token, whose slot also
@@ -32,6 +33,9 @@ pub struct CommBox<C> {
     /// The plugin device index (low 8 bits), carried by this device's mhandles.
     pub(crate) dev_index: u8,
     pub(crate) cache: Arc<MrCacheT>,
+    /// The fused NIC of a fused comm (its rails, their caches and its own registrations);
+    /// `None` for a plain comm, whose path is unchanged by fusion.
+    pub(crate) fused: Option<Arc<FusedNic>>,
     /// The peer's bootstrap socket address (None: a comm made without a handshake, in tests).
     pub(crate) addr: Option<SocketAddr>,
     comm: UnsafeCell<C>,
@@ -49,15 +53,16 @@ pub type RecvCommBox = CommBox<AnyRecv>;
 
 impl<C> CommBox<C> {
     fn new(
-        (dev, dev_index, cache): (Dev, u8, Arc<MrCacheT>),
+        nic: &Nic,
         comm: C,
         watch: Option<Watch>,
         events: Option<Box<crate::profiler::EventTable>>,
     ) -> Box<Self> {
         Box::new(Self {
-            dev,
-            dev_index,
-            cache,
+            dev: nic.dev().clone(),
+            dev_index: nic.index(),
+            cache: nic.cache(),
+            fused: nic.fused(),
             addr: watch.as_ref().map(|w| w.addr),
             comm: UnsafeCell::new(comm),
             watch: UnsafeCell::new(watch),
@@ -82,6 +87,75 @@ impl<C> CommBox<C> {
             peer,
             state: CONNECTED,
         })
+    }
+
+    /// Logs rails a fused comm took out of use (one line each: which rail, why, where its
+    /// traffic went; WARN, or the comm's error when no rail is left). Nothing for none.
+    #[cold]
+    pub(crate) fn log_rail_events(&self, side: &str, events: crate::dev::RailEvents) {
+        let Some(f) = &self.fused else { return };
+        if events.is_empty() {
+            return;
+        }
+        let name = |i: u8| {
+            f.devs
+                .get(usize::from(i))
+                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned())
+        };
+        let peer = self.addr.map_or("?".into(), |a| a.to_string());
+        for e in events {
+            match e.to {
+                Some(to) => crate::warn!(
+                    "{side} comm to {peer}: rail {} ({}) of the fused NIC failed ({}); its \
+                     traffic moved to rail {to} ({})",
+                    e.rail,
+                    name(e.rail),
+                    e.error,
+                    name(to)
+                ),
+                None => crate::warn!(
+                    "{side} comm to {peer}: rail {} ({}) of the fused NIC failed ({}); no \
+                     healthy rail left: the comm fails",
+                    e.rail,
+                    name(e.rail),
+                    e.error
+                ),
+            }
+        }
+    }
+
+    /// At close, one INFO line of a fused comm's rails: what each carried (sender), which
+    /// failed, the bytes written again. Nothing for a plain comm.
+    #[cold]
+    fn log_fused_close(&self, kind: Kind, stats: Option<crate::dev::FusedStats>) {
+        let (Some(f), Some(s)) = (&self.fused, stats) else {
+            return;
+        };
+        let side = if kind == Kind::Send {
+            "send"
+        } else {
+            "receive"
+        };
+        let peer = self.addr.map_or("?".into(), |a| a.to_string());
+        let mut rails = String::new();
+        for i in 0..s.rails {
+            let name = f
+                .devs
+                .get(i)
+                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned());
+            let state = if s.live[i] { "up" } else { "FAILED" };
+            if kind == Kind::Send {
+                rails += &format!(" rail {i} ({name}) {state} {} bytes;", s.rail_bytes[i]);
+            } else {
+                rails += &format!(" rail {i} ({name}) {state};");
+            }
+        }
+        crate::info!(
+            crate::log::NET,
+            "{side} comm to {peer} closed: fused NIC [{}]:{rails} {} bytes re-sent",
+            f.index,
+            s.resent
+        );
     }
 
     /// The provider comm, for a data-path call.
@@ -115,17 +189,18 @@ impl Profiled for crate::dev::AnyRecv {
     }
 }
 
-/// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of device
-/// `dev` (index `dev_index`) and returns its token; a full table closes the comm. The comm
-/// sends profiler events when NCCL gave `init` a profiler callback ([`crate::profiler`]).
+/// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of the
+/// device or fused NIC `at` and returns its token; a full table closes the comm. The comm
+/// sends profiler events when NCCL gave `init` a profiler callback ([`crate::profiler`]; a
+/// fused comm sends none).
 pub(crate) fn publish<C: Profiled>(
     kind: Kind,
-    at: (Dev, u8, Arc<MrCacheT>),
+    at: &Nic,
     mut comm: C,
     watch: Option<Watch>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> Result<*mut c_void, Error> {
-    let (table, sink) = crate::profiler::EventTable::for_comm(at.1).unzip();
+    let (table, sink) = crate::profiler::EventTable::for_comm(at.index()).unzip();
     comm.set_events(sink);
     let raw = Box::into_raw(CommBox::new(at, comm, watch, table));
     match handles::insert(kind, raw as *mut ()) {
@@ -227,6 +302,7 @@ fn close<C>(
     name: &'static str,
     what: &'static str,
     kind: Kind,
+    stats: impl FnOnce(&C) -> Option<crate::dev::FusedStats>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> ncclResult_t {
     entry(name, || {
@@ -237,6 +313,8 @@ fn close<C>(
         // SAFETY: a slot of `kind` holds a `CommBox<C>` we leaked (the callers below pair
         // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
         let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
+        // SAFETY: `b` is the only owner now (above); a shared reference for the counters.
+        b.log_fused_close(kind, stats(unsafe { &*b.comm.get() }));
         let r = close(b.comm.into_inner());
         // The last comm closed: stop the plugin's threads (v6–v10 have no finalize).
         crate::plugin::idle();
@@ -246,10 +324,39 @@ fn close<C>(
 
 /// `closeSend`.
 pub fn close_send(comm: *mut c_void) -> ncclResult_t {
-    close(comm, "closeSend", "sendComm", Kind::Send, AnySend::close)
+    let stats = AnySend::fused_stats;
+    close(
+        comm,
+        "closeSend",
+        "sendComm",
+        Kind::Send,
+        stats,
+        AnySend::close,
+    )
 }
 
 /// `closeRecv`.
 pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
-    close(comm, "closeRecv", "recvComm", Kind::Recv, AnyRecv::close)
+    let stats = AnyRecv::fused_stats;
+    close(
+        comm,
+        "closeRecv",
+        "recvComm",
+        Kind::Recv,
+        stats,
+        AnyRecv::close,
+    )
+}
+
+/// The rails' counters of a fused send or receive comm (tests and tools; `None`: a plain
+/// comm or not a comm). Control path: call it between data-path calls of the comm, never
+/// concurrently with them.
+pub fn fused_stats(comm: *mut c_void) -> Option<crate::dev::FusedStats> {
+    match comm_ref(comm, "comm", "fused_stats").ok()? {
+        // SAFETY: as a data-path call (`CommBox::comm_mut`): the caller does not run one on
+        // this comm meanwhile, and only a shared reference is made.
+        CommRef::Send(s) => unsafe { s.comm_mut() }.fused_stats(),
+        // SAFETY: as above.
+        CommRef::Recv(r) => unsafe { r.comm_mut() }.fused_stats(),
+    }
 }

@@ -16,14 +16,15 @@ use ibnet_core::wire::{ConnectHandle, QpInfo};
 use ibnet_core::Error;
 
 use super::comm::publish;
-use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
+use super::common::{missing, out_ptr, plugin, random_u64, sys};
 use super::entry::entry_at;
 use super::init::ctx_tc;
 use crate::connect_registry::{self as registry, ConnectStage, Connecting};
-use crate::dev::{AnySend, Dev};
+use crate::dev::AnySend;
 use crate::handles::Kind;
 use crate::handshake_io::{pump, stalled, Where};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use crate::nic::Nic;
 use crate::sock;
 use crate::watch::Watch;
 
@@ -34,7 +35,7 @@ type Connected = (Box<AnySend>, TcpStream, PeerId);
 /// `state` follows the machine (the state an error happened in, for its message).
 fn connect_step(
     c: &mut Connecting,
-    d: &Dev,
+    nic: &Nic,
     cfg: CommConfig,
     state: &mut &'static str,
 ) -> Result<Option<Connected>, Error> {
@@ -42,39 +43,47 @@ fn connect_step(
         op: "connect",
         state: "failed earlier",
     })?;
-    let (mut stream, mut send, mut machine, mut remote) = match stage {
+    let (mut stream, mut send, mut machine, mut remote, mut peers) = match stage {
         ConnectStage::Tcp(s) => {
             if !sock::connect_done(&s).map_err(|e| sys("connect", &e))? {
                 stalled(c.deadline, "TcpConnect")?;
                 c.stage = Some(ConnectStage::Tcp(s));
                 return Ok(None);
             }
-            let mut send = Box::new(d.new_send(cfg)?);
+            let mut send = Box::new(nic.new_send(cfg)?);
             if let Ok(a) = s.peer_addr() {
                 send.set_peer_addr(a);
             }
-            let machine = Box::new(Connector::new(c.nonce, &send.local_info())?);
+            let (infos, rails) = send.rail_infos(&nic.rail_devs())?;
+            let machine = Box::new(Connector::with_rails(c.nonce, &infos, &rails)?);
             *state = machine.state_name();
-            (s, send, machine, PeerId::default())
+            (s, send, machine, PeerId::default(), Box::default())
         }
         ConnectStage::Shake {
             stream,
             send,
             machine,
             remote,
+            peers,
         } => {
             *state = machine.state_name();
-            (stream, send, machine, remote)
+            (stream, send, machine, remote, peers)
         }
     };
     loop {
         match pump(&mut stream, &mut *machine)? {
             Some(Event::PeerInfo(info)) => {
                 *state = machine.state_name();
-                d.check_peer(&info)?;
-                remote = peer_id(&info, stream.peer_addr().ok());
-                send.connect(&info)?;
-                machine.handle_qps_connected()?;
+                nic.check_peer(core::slice::from_ref(&info))?;
+                if peers.is_empty() {
+                    remote = peer_id(&info, stream.peer_addr().ok());
+                }
+                // Cannot fail: the machine reports one info per rail, at most MAX_RAILS.
+                let _ = peers.push(info);
+                if peers.len() == machine.rails() {
+                    send.connect_rails(&peers, machine.peer_rails())?;
+                    machine.handle_qps_connected()?;
+                }
             }
             Some(Event::Done) => return Ok(Some((send, stream, remote))),
             None => break,
@@ -87,6 +96,7 @@ fn connect_step(
         send,
         machine,
         remote,
+        peers,
     });
     Ok(None)
 }
@@ -125,7 +135,9 @@ pub fn connect(
             state: "TcpConnect",
         });
         let p = plugin()?;
-        let d = device(&p, dev)?;
+        let v = crate::vdev::lookup(p.devs.len(), dev)?;
+        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev, v)?;
+        let d = nic.dev();
         if h.provider != d.provider_tag() {
             return Err(Error::Wire {
                 what: "handle provider (the listener runs another IBNET_PROVIDER)",
@@ -133,7 +145,7 @@ pub fn connect(
             });
         }
         let tc = tc.unwrap_or_else(|| ctx_tc(ctx));
-        let cfg = p.comm_config(&d, tc);
+        let cfg = p.comm_config(d, tc);
         let mut token = registry::token(hb);
         let now = Instant::now();
         let timeout = Duration::from_secs(p.cfg.handshake_timeout_s);
@@ -160,16 +172,15 @@ pub fn connect(
         } else {
             "SendInfo"
         };
-        let step = connect_step(&mut c, &d, cfg, &mut state);
+        let step = connect_step(&mut c, &nic, cfg, &mut state);
         *at = Some(Where {
             peer: h.addr,
             state,
         });
         match step? {
             Some((send, stream, remote)) => {
-                let at = (d, dev as u8, dev_cache(&p, dev)?);
                 let w = Watch::new(stream, h.addr, remote, p.cfg.stall_warn_s);
-                *out = publish(Kind::Send, at, *send, Some(w), AnySend::close)?;
+                *out = publish(Kind::Send, &nic, *send, Some(w), AnySend::close)?;
             }
             None => {
                 registry::park(token, c);

@@ -11,14 +11,17 @@ use ibnet_core::comm::{Done, RecvBuf};
 use ibnet_core::fifo::MAX_RECVS;
 use ibnet_core::Error;
 
+use super::comm::SendCommBox;
 use super::comm::{recv_comm, request, send_comm, CommRef};
 use super::common::{missing, out_ptr};
 use super::entry::entry_at;
-use super::mr::{covers, mr_get};
+use super::mr::{covers, fused_mr_get, mr_get};
 use crate::dev::MrCacheT;
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
+use crate::nic::FusedNic;
 use crate::watch::Watch;
+use ibnet_core::fused::FusedBuf;
 
 /// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
 /// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.
@@ -37,6 +40,9 @@ pub fn isend(
         *out = core::ptr::null_mut();
         let s = send_comm(comm, "isend")?;
         *at = s.at();
+        if let Some(f) = &s.fused {
+            return isend_fused(s, f, comm, data, size, tag, mhandle, out);
+        }
         let m = mr_get(&s.cache, s.dev_index, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
@@ -65,6 +71,49 @@ pub fn isend(
         }
         Ok(())
     })
+}
+
+/// `isend` on a fused comm: the buffer's keys on every rail, the message striped by the core.
+#[allow(clippy::too_many_arguments)] // isend's arguments, resolved
+fn isend_fused(
+    s: &SendCommBox,
+    f: &FusedNic,
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: u64,
+    tag: c_int,
+    mhandle: *mut c_void,
+    out: &mut *mut c_void,
+) -> Result<(), Error> {
+    let (keys, m) = fused_mr_get(f, mhandle)?;
+    if data.is_null() && size > 0 {
+        return Err(missing("data"));
+    }
+    covers(&m, data as u64, size)?;
+    let n = f.devs.len();
+    // SAFETY: a data-path call; see `CommBox::comm_mut`.
+    let (c, w) = unsafe { s.parts_mut() };
+    let r = c.isend_fused(data as u64, size, tag as u32, &keys[..n]);
+    let ev = c.take_events();
+    if !ev.is_empty() {
+        s.log_rail_events("send", ev);
+    }
+    let id = match (r?, w) {
+        (Some(id), w) => {
+            w.map(Watch::progress);
+            Some(id)
+        }
+        (None, None) => None,
+        (None, Some(w)) => {
+            w.tag = tag as u32;
+            w.waiting("clear-to-send (a matching irecv)", comm as usize)?;
+            None
+        }
+    };
+    if let Some(id) = id {
+        *out = handles::request_token(comm as usize, id) as *mut c_void;
+    }
+    Ok(())
 }
 
 /// Sizes of an `irecv`/`iflush`: `int` (v6–v8, iflush) or `size_t` (v9+).
@@ -143,6 +192,53 @@ fn gather(
     Ok((bufs, n))
 }
 
+/// NCCL's `n` buffers of a fused comm, each with its keys on every rail.
+fn gather_fused(
+    f: &FusedNic,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: Sizes,
+    tags: *const c_int,
+    mhandles: *mut *mut c_void,
+) -> Result<([FusedBuf; MAX_RECVS], usize), Error> {
+    if n < 1 || n as usize > MAX_RECVS {
+        return Err(Error::OutOfRange {
+            what: "n (receives in one irecv)",
+            value: n as i64,
+            min: 1,
+            max: MAX_RECVS as i64,
+        });
+    }
+    let n = n as usize;
+    if data.is_null() || mhandles.is_null() {
+        return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
+    }
+    let mut bufs = [FusedBuf::default(); MAX_RECVS];
+    for (i, b) in bufs.iter_mut().enumerate().take(n) {
+        // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
+        let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
+        let size = size_at(sizes, i)?;
+        // SAFETY: as above.
+        let tag = if tags.is_null() {
+            0
+        } else {
+            unsafe { *tags.add(i) }
+        };
+        let (keys, m) = fused_mr_get(f, mh)?;
+        if d.is_null() && size > 0 {
+            return Err(missing("data[i]"));
+        }
+        covers(&m, d as u64, size)?;
+        *b = FusedBuf {
+            addr: d as u64,
+            size,
+            tag: tag as u32,
+            mrs: keys,
+        };
+    }
+    Ok((bufs, n))
+}
+
 /// `irecv`. On entry `*request` may hold NCCL's optional-completion hint (0x1); it is always
 /// overwritten. `phandles` (v10/v11; NULL: none) holds NCCL's profiler parent per buffer.
 #[allow(clippy::too_many_arguments)] // the C signature, plus the profiler handles
@@ -163,6 +259,23 @@ pub fn irecv(
         *at = r.at();
         if tags.is_null() {
             return Err(missing("tags"));
+        }
+        if let Some(f) = &r.fused {
+            let (bufs, n) = gather_fused(f, n, data, sizes, tags, mhandles)?;
+            // SAFETY: a data-path call; see `CommBox::comm_mut`.
+            let (c, w) = unsafe { r.parts_mut() };
+            if let Some(w) = w {
+                w.tag = bufs[0].tag;
+            }
+            let res = c.irecv_fused(&bufs[..n]);
+            let ev = c.take_events();
+            if !ev.is_empty() {
+                r.log_rail_events("receive", ev);
+            }
+            if let Some(id) = res? {
+                *out = handles::request_token(comm as usize, id) as *mut c_void;
+            }
+            return Ok(());
         }
         let (bufs, n) = gather(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
@@ -199,6 +312,20 @@ pub fn iflush(
         let r = recv_comm(comm, "iflush")?;
         *at = r.at();
         let no_tags = core::ptr::null();
+        if let Some(f) = &r.fused {
+            let (bufs, n) = gather_fused(f, n, data, Sizes::Int(sizes), no_tags, mhandles)?;
+            // SAFETY: a data-path call; see `CommBox::comm_mut`.
+            let c = unsafe { r.comm_mut() };
+            let res = c.iflush_fused(&bufs[..n]);
+            let ev = c.take_events();
+            if !ev.is_empty() {
+                r.log_rail_events("receive", ev);
+            }
+            if let Some(id) = res? {
+                *out = handles::request_token(comm as usize, id) as *mut c_void;
+            }
+            return Ok(());
+        }
         let (bufs, n) = gather(
             &r.cache,
             r.dev_index,
@@ -232,13 +359,21 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 *at = b.at();
                 // SAFETY: a data-path call; see `CommBox::comm_mut`.
                 let (c, w) = unsafe { b.parts_mut() };
-                watched(|| c.test(id), w, "the send's completion", req)
+                let r = watched(|| c.test(id), w, "the send's completion", req);
+                if b.fused.is_some() {
+                    b.log_rail_events("send", c.take_events());
+                }
+                r
             }
             (CommRef::Recv(b), id) => {
                 *at = b.at();
                 // SAFETY: as above.
                 let (c, w) = unsafe { b.parts_mut() };
-                watched(|| c.test(id), w, "data (a matching isend)", req)
+                let r = watched(|| c.test(id), w, "data (a matching isend)", req);
+                if b.fused.is_some() {
+                    b.log_rail_events("receive", c.take_events());
+                }
+                r
             }
         };
         let Some(d) = res? else {

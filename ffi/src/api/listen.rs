@@ -13,21 +13,20 @@ use ibnet_core::Error;
 
 use super::accepting::Pending;
 use super::comm::publish;
-use super::common::{dev_cache, device, missing, out_ptr, plugin, random_u64, sys};
+use super::common::{missing, out_ptr, plugin, random_u64, sys};
 use super::entry::{entry, entry_on};
 use super::shared_listen::SharedListener;
-use crate::dev::{AnyRecv, Dev, MrCacheT};
+use crate::dev::AnyRecv;
 use crate::handles::{self, Kind};
 use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use crate::nic::Nic;
 use crate::plugin::Plugin;
 use crate::sock;
 
 /// What `listen` returns (NCCL holds its [`crate::handles`] token, whose slot also holds the
 /// comm's lifecycle).
 pub struct ListenComm {
-    dev: Dev,
-    dev_index: u8,
-    cache: Arc<MrCacheT>,
+    nic: Nic,
     plugin: Arc<Plugin>,
     listener: Listener,
     nonce: u64,
@@ -65,7 +64,9 @@ pub fn listen(
         // SAFETY: NCCL passes a NCCL_NET_HANDLE_MAXSIZE buffer or NULL (rejected).
         let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
         let p = plugin()?;
-        let d = device(&p, dev)?;
+        let v = crate::vdev::lookup(p.devs.len(), dev)?;
+        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev, v)?;
+        let d = nic.dev();
         let bind = p.bind.ok_or(Error::Provider {
             call: "listen (no bootstrap interface; see NCCL_SOCKET_IFNAME)",
             errno: libc::ENODEV,
@@ -88,9 +89,7 @@ pub fn listen(
         }
         .encode(hb)?;
         let lc = Box::new(ListenComm {
-            dev: d,
-            dev_index: dev as u8,
-            cache: dev_cache(&p, dev)?,
+            nic,
             plugin: p,
             listener: l,
             nonce,
@@ -134,7 +133,7 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
             Listener::Own(l) => {
                 while lc.pending.has_room() {
                     match sock::try_accept_from(l) {
-                        Ok(Some(c)) => lc.pending.add(c, &lc.dev, lc.nonce, timeout),
+                        Ok(Some(c)) => lc.pending.add(c, &lc.nic, lc.nonce, timeout),
                         Ok(None) => break,
                         // ECONNABORTED, EMFILE, …: nothing to hand a handshake; serve the others.
                         Err(e) => {
@@ -148,16 +147,15 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
                 let wait = std::time::Duration::from_secs(timeout);
                 let (conns, err) = s.take(lc.nonce, lc.pending.room(), wait);
                 for c in conns {
-                    lc.pending.add(c, &lc.dev, lc.nonce, timeout);
+                    lc.pending.add(c, &lc.nic, lc.nonce, timeout);
                 }
                 if let Some(e) = err {
                     lc.pending.accept_failed(&sys("accept", &e));
                 }
             }
         }
-        if let Some((recv, w)) = lc.pending.step_all(&lc.dev, &lc.plugin, lc.nonce) {
-            let at = (lc.dev.clone(), lc.dev_index, lc.cache.clone());
-            *out = publish(Kind::Recv, at, *recv, Some(w), AnyRecv::close)?;
+        if let Some((recv, w)) = lc.pending.step_all(&lc.nic, &lc.plugin, lc.nonce) {
+            *out = publish(Kind::Recv, &lc.nic, *recv, Some(w), AnyRecv::close)?;
         }
         Ok(())
     })

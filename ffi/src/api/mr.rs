@@ -20,6 +20,8 @@ use super::entry::entry_on;
 use crate::dev::{AnyMr, CachedMr, Dev, MrCacheT};
 use crate::handles::{mh_decode, mh_encode};
 use crate::nccl::types::ncclResult_t;
+use crate::nic::FusedNic;
+use ibnet_core::fused::MAX_DEVS_PER_NIC;
 
 /// What the data path needs of a registration.
 pub(crate) struct MrInfo {
@@ -60,11 +62,36 @@ pub(crate) fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
 
 /// The device and registration cache of a comm: shared fields only (the proxy service
 /// thread calls `regMr`/`deregMr` while the progress thread runs the comm's data path).
-fn comm_dev(c: *mut c_void) -> Result<(&'static Dev, u8, &'static MrCacheT), Error> {
+type CommDev = (
+    &'static Dev,
+    u8,
+    &'static MrCacheT,
+    Option<&'static FusedNic>,
+);
+
+fn comm_dev(c: *mut c_void) -> Result<CommDev, Error> {
     Ok(match comm_ref(c, "comm", "regMr/deregMr")? {
-        CommRef::Send(s) => (&s.dev, s.dev_index, &*s.cache),
-        CommRef::Recv(r) => (&r.dev, r.dev_index, &*r.cache),
+        CommRef::Send(s) => (&s.dev, s.dev_index, &*s.cache, s.fused.as_deref()),
+        CommRef::Recv(r) => (&r.dev, r.dev_index, &*r.cache, r.fused.as_deref()),
     })
+}
+
+/// What the data path needs of a fused registration: its keys on each rail.
+pub(crate) fn fused_mr_get(
+    f: &FusedNic,
+    m: *mut c_void,
+) -> Result<([MrKeys; MAX_DEVS_PER_NIC], MrInfo), Error> {
+    let h = mh_decode(m as usize, f.index)?;
+    let v = f.cache.get(h).ok_or(Error::BadState {
+        op: "memory handle",
+        state: "not a live ibnet registration of this fused NIC (stale or deregistered)",
+    })?;
+    let info = MrInfo {
+        keys: v.keys[0],
+        base: v.base,
+        len: v.len,
+    };
+    Ok((v.keys, info))
 }
 
 /// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))): through the device's registration
@@ -80,7 +107,7 @@ pub fn reg_mr(
     entry_on("regMr", comm, || {
         let out = out_ptr(mhandle, "mhandle")?;
         *out = core::ptr::null_mut();
-        let (d, dev_index, cache) = comm_dev(comm)?;
+        let (d, dev_index, cache, fused) = comm_dev(comm)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
@@ -89,6 +116,12 @@ pub fn reg_mr(
             Some((offset, fd)) => RegKind::DmaBuf { fd, offset },
             None => RegKind::Plain,
         };
+        if let Some(f) = fused {
+            // One registration per rail, behind one fused entry (see `crate::nic`).
+            let h = f.reg(data as u64, size.max(1), page_size(), kind)?;
+            *out = mh_encode(h, dev_index) as *mut c_void;
+            return Ok(());
+        }
         // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
         // covers one page.
         let r = cache
@@ -129,8 +162,11 @@ fn page_size() -> u64 {
 /// `deregMr`: drops one reference; the last one deregisters.
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
     entry_on("deregMr", comm, || {
-        let (_, dev_index, cache) = comm_dev(comm)?;
+        let (_, dev_index, cache, fused) = comm_dev(comm)?;
         let h = mh_decode(mhandle as usize, dev_index)?;
+        if let Some(f) = fused {
+            return f.dereg(h);
+        }
         cache.release(h, |v| {
             // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
             // calls this closure once, for the last reference, so it is reclaimed once.

@@ -20,11 +20,11 @@ use crate::nccl::types::ncclResult_t;
 fn soft_send() -> Option<(ibnet_soft::SoftProvider, *mut c_void)> {
     ibnet_soft::probe_with(false).ok()?;
     let sp = ibnet_soft::SoftProvider::open_with(ibnet_soft::Config::default()).ok()?;
-    let d = Dev::Soft(sp.clone());
+    let d = Dev::Soft(sp.clone(), 0);
     let cfg = CommConfig::from_params(&Params::default(), LinkLayer::Ethernet, None, false);
     let s = d.new_send(cfg).unwrap();
-    let at = (d, 0, crate::plugin::new_mr_cache());
-    let tok = publish(handles::Kind::Send, at, s, None, AnySend::close).unwrap();
+    let at = crate::nic::Nic::Plain(d, 0, crate::plugin::new_mr_cache());
+    let tok = publish(handles::Kind::Send, &at, s, None, AnySend::close).unwrap();
     Some((sp, tok))
 }
 

@@ -33,7 +33,8 @@ use std::path::Path;
 use crate::nccl::props::{Props, VersionProps};
 use crate::nccl::tables::*;
 use crate::nccl::types::{
-    ncclDebugLogger_t, ncclNetCommConfig_t, ncclResult_t, NCCL_NET_TRAFFIC_CLASS_UNDEF,
+    ncclDebugLogger_t, ncclNetCommConfig_t, ncclNetVDeviceProps_t, ncclResult_t,
+    NCCL_NET_MAX_DEVS_PER_NIC, NCCL_NET_TRAFFIC_CLASS_UNDEF,
 };
 
 /// The ABI versions the loader speaks, newest first (the order it looks for them in).
@@ -338,6 +339,35 @@ impl ForeignPlugin {
         // SAFETY: valid out-pointer.
         check("ncclNet devices", unsafe { f(&mut n) })?;
         Ok(n)
+    }
+
+    /// `makeVDevice` (v9+): the device number of the virtual NIC fusing the devices `devs`
+    /// (1 to `NCCL_NET_MAX_DEVS_PER_NIC` of them). [`CallError::Null`] when the table has none
+    /// (v6–v8, or a NULL entry).
+    pub fn make_vdevice(&self, devs: &[c_int]) -> CallResult<c_int> {
+        const CALL: &str = "ncclNet makeVDevice";
+        let f = by_version!(self.table, {
+            [V11, V10, V9] t => t.make_vdevice,
+            [V8, V7, V6] _t => None,
+        });
+        let f = need(f, CALL)?;
+        let mut props = ncclNetVDeviceProps_t {
+            ndevs: devs.len() as c_int,
+            devs: [0; NCCL_NET_MAX_DEVS_PER_NIC],
+        };
+        if devs.is_empty() || devs.len() > props.devs.len() {
+            return Err(CallError::Arg(ibnet_core::Error::OutOfRange {
+                what: "devices of a virtual NIC",
+                value: devs.len() as i64,
+                min: 1,
+                max: props.devs.len() as i64,
+            }));
+        }
+        props.devs[..devs.len()].copy_from_slice(devs);
+        let mut d: c_int = -1;
+        // SAFETY: valid out-pointers; the plugin reads `props` and writes `d` during the call.
+        check(CALL, unsafe { f(&mut d, &mut props) })?;
+        Ok(d)
     }
 
     /// `getProperties(dev)`. The strings it points to are the plugin's, valid at least until

@@ -64,6 +64,16 @@ pub fn resolve(nphys: usize, dev: c_int) -> Option<VNic> {
     table().get(d - nphys).map(|e| e.vnic)
 }
 
+/// [`resolve`], or the error naming the device numbers in range.
+pub fn lookup(nphys: usize, dev: c_int) -> Result<VNic, Error> {
+    resolve(nphys, dev).ok_or(Error::OutOfRange {
+        what: "dev",
+        value: i64::from(dev),
+        min: 0,
+        max: (nphys + count()) as i64 - 1,
+    })
+}
+
 /// The descriptions [`merge::fuse`] compares, one per physical device of `p`: properties,
 /// link layer, name.
 fn descriptions(p: &Plugin) -> Vec<(Props, u8, String)> {

@@ -74,6 +74,11 @@ struct Args {
     /// Plugin device index (on both sides).
     #[arg(long, default_value_t = 0)]
     dev: i32,
+    /// Fuse these physical devices (comma-separated, 2 to 4, e.g. `0,1`) into one virtual NIC
+    /// with the plugin's makeVDevice (NCCL net ABI v9+) and measure it instead of --dev. The
+    /// peer fuses the same devices, or on a --server its own --fuse if given.
+    #[arg(long, value_name = "DEVS", value_delimiter = ',', num_args = 1.., conflicts_with = "dev")]
+    fuse: Vec<i32>,
     /// Seconds any single wait may take before the run fails.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     timeout: u64,
@@ -179,6 +184,37 @@ fn load(path: &std::path::Path) -> Result<(Plugin, i32, Option<String>), Error> 
     Ok((p, n, note))
 }
 
+/// The device to measure: `dev`, or the virtual NIC fusing `fuse` (made here through the
+/// plugin's makeVDevice), with its properties and a description naming its rails.
+fn choose(
+    p: &Plugin,
+    n: i32,
+    dev: i32,
+    fuse: &[i32],
+    multirecv: usize,
+) -> Result<(i32, DevProps, String), Error> {
+    if fuse.is_empty() {
+        let props = pick(p, n, dev, multirecv)?;
+        let desc = format!("{dev} {}", props.name);
+        return Ok((dev, props, desc));
+    }
+    if let Some(d) = fuse.iter().find(|&&d| d < 0 || d >= n) {
+        return Err(Error(format!(
+            "--fuse {d}: the plugin has devices 0..{}",
+            n - 1
+        )));
+    }
+    let v = p.make_vdevice(fuse)?;
+    let props = pick(p, p.devices()?, v, multirecv)?;
+    let mut rails = Vec::new();
+    for &r in &props.rails {
+        let rp = p.properties(r)?;
+        rails.push(format!("{r} {} {} Gb/s", rp.name, rp.speed_mbps / 1000));
+    }
+    let desc = format!("{v} {} [fused: rails {}]", props.name, rails.join(", "));
+    Ok((v, props, desc))
+}
+
 fn pick(p: &Plugin, n: i32, dev: i32, multirecv: usize) -> Result<DevProps, Error> {
     if dev < 0 || dev >= n {
         return Err(Error(format!(
@@ -215,12 +251,20 @@ fn responder(a: &Args, stream: TcpStream) -> Result<(), Error> {
             return Err(Error("expected Hello from the driver".into()));
         };
         let (p, n, _) = load(&plugin_path(a)?)?;
-        let props = pick(&p, n, cfg.dev, cfg.multirecv)?;
+        let fuse = if a.fuse.is_empty() {
+            &cfg.fuse
+        } else {
+            &a.fuse
+        };
+        let (dev, _, desc) = choose(&p, n, cfg.dev, fuse, cfg.multirecv)?;
+        if a.server && !fuse.is_empty() {
+            eprintln!("ibnet-perf: device {desc}");
+        }
         ctrl.send(&Msg::Info {
             plugin: p.name().into(),
-            device: props.name.clone(),
+            device: desc,
         })?;
-        let ep = Endpoint::establish(&p, cfg.dev, timeout, |h| {
+        let ep = Endpoint::establish(&p, dev, timeout, |h| {
             ctrl.send(&Msg::Handle(h))?;
             match ctrl.recv()? {
                 Msg::Handle(h) => Ok(h),
@@ -310,12 +354,13 @@ fn driver(a: &Args) -> Result<(), Error> {
         max_mem: a.max_mem.max(1),
         timeout_s: a.timeout,
         dev: a.dev,
+        fuse: a.fuse.clone(),
         latency: !a.bw_only,
         bandwidth: !a.latency_only,
     };
     let path = plugin_path(a)?;
     let (p, n, note) = load(&path)?;
-    let props = pick(&p, n, a.dev, cfg.multirecv)?;
+    let (dev, props, desc) = choose(&p, n, a.dev, &a.fuse, cfg.multirecv)?;
     let timeout = Duration::from_secs(a.timeout);
     let (stream, mut guard, mode) = match &a.client {
         Some(hp) => (
@@ -333,7 +378,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         plugin_path: path.display().to_string(),
         plugin_name: p.name().into(),
         abi: p.version().symbol().into(),
-        device: format!("{} {}", a.dev, props.name),
+        device: desc,
         speed_mbps: props.speed_mbps,
         provider: note,
         mode,
@@ -349,10 +394,13 @@ fn driver(a: &Args) -> Result<(), Error> {
     }
     let res = (|| -> Result<Vec<sweep::Row>, Error> {
         ctrl.send(&Msg::Hello(cfg.clone()))?;
-        let Msg::Info { .. } = ctrl.recv()? else {
+        let Msg::Info { device, .. } = ctrl.recv()? else {
             return Err(Error("expected Info from the peer".into()));
         };
-        let ep = Endpoint::establish(&p, a.dev, timeout, |h| {
+        if !a.fuse.is_empty() {
+            eprintln!("ibnet-perf: peer device {device}");
+        }
+        let ep = Endpoint::establish(&p, dev, timeout, |h| {
             ctrl.send(&Msg::Handle(h))?;
             match ctrl.recv()? {
                 Msg::Handle(h) => Ok(h),
