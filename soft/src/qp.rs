@@ -187,7 +187,7 @@ impl QpShared {
         own: Arc<Segment>,
         cq: Arc<CqShared>,
         attr: &QpAttr,
-        cfg: &crate::Config,
+        cfg: &crate::config::Config,
     ) -> Self {
         let scap = (attr.max_send_wr as usize).next_power_of_two();
         let rcap = (attr.max_recv_wr as usize).next_power_of_two();
