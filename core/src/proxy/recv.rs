@@ -13,8 +13,9 @@
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
 //!    offset goes into `connFifo`. Registered: the user buffer, once the GPU set the size at
 //!    `base` (its kernel started), at most 1 GiB. Tag = the peer's rank.
-//! 2. **receive**: `test` multi-receives, oldest first, while they complete; registered subs short of their total move
-//!    on to one more piece; when data landed in GPU memory and the connection needs it, flush
+//! 2. **receive**: `test` multi-receives posted by earlier passes (this pass's clear-to-send
+//!    has only just left: their data cannot be there), oldest first, while they complete;
+//!    registered subs short of their total move on to one more piece; when data landed in GPU memory and the connection needs it, flush
 //!    (a GDR-copy read, or `iflush` of the non-empty buffers) — SIMPLE only.
 //! 3. **hand over**: once a step's flush (if any) completed, store `tail = base + transmitted`
 //!    (Release; once, at the end, for a registered sub).
@@ -175,12 +176,16 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
     /// returns whether one moved.
     fn run<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
         let mut moved = self.retire(net, op, prof)?;
+        // Receives posted by this pass are tested from the next one: their clear-to-send
+        // leaves with this post, so their data cannot be there yet (an RDMA sender writes only
+        // after seeing it), and testing them would only fail.
+        let old = op.subs[self.lead()].posted;
         while self.post(net, op, prof)? {
             moved = true;
         }
         // The sizes `test` fills, set up once per pass (a group's test resets what it reads).
         let mut sizes = [0usize; MAX_RECVS];
-        while self.test(net, op, prof, &mut sizes)? {
+        while self.test(net, op, prof, old, &mut sizes)? {
             moved = true;
         }
         while self.hand_over(net, op, prof)? {
@@ -308,20 +313,21 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
         }))
     }
 
-    /// Stage 2: tests the group's oldest posted multi-receive (only one that was posted and
-    /// not yet seen done); when done, accounts every member's bytes and starts the flush.
-    /// Returns whether it completed.
+    /// Stage 2: tests the group's oldest posted multi-receive (only one that was posted before
+    /// `posted`, the leader's count when the pass began, and not yet seen done); when done,
+    /// accounts every member's bytes and starts the flush. Returns whether it completed.
     #[inline(always)]
     fn test<P: Profiler>(
         &self,
         net: &mut N,
         op: &mut ProxyOp<N>,
         prof: &mut P,
+        posted: u64,
         sizes: &mut [usize; MAX_RECVS],
     ) -> Result<bool> {
         let Shape { p, slice, .. } = *self.shape;
         let lead = self.lead();
-        let (posted, step) = (op.subs[lead].posted, op.subs[lead].received);
+        let step = op.subs[lead].received;
         if posted <= step {
             return Ok(false);
         }
