@@ -319,6 +319,7 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
         self.dev.dereg_mr(m)
     }
 
+    #[inline(always)]
     fn isend(
         &mut self,
         comm: u16,
@@ -330,6 +331,7 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
         self.send(comm)?.isend(addr, size as u64, tag, mr.keys)
     }
 
+    #[inline(always)]
     fn irecv(&mut self, comm: u16, bufs: &[NetBuf<InProcessMr>]) -> Result<Option<ReqId>> {
         if let [b] = bufs {
             // One buffer (the common case): no table of `MAX_RECVS` to fill.
@@ -346,6 +348,7 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
         self.recv(comm)?.iflush(&rb[..n])
     }
 
+    #[inline(always)]
     fn test(
         &mut self,
         comm: CommRef<u16, u16>,
