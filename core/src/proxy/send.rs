@@ -105,6 +105,7 @@ struct SendPass<'a, N: Net> {
 
 impl<N: Net> SendPass<'_, N> {
     /// Stage 1: posts every credit the depth allows; returns whether one moved.
+    #[inline(always)]
     fn post<M: MemProvider, P: Profiler>(
         &self,
         sub: &mut Sub<N>,
@@ -236,6 +237,7 @@ impl<N: Net> SendPass<'_, N> {
 
     /// Stage 3: retires every finished send, oldest first; returns whether one moved and
     /// whether the sub finished.
+    #[inline(always)]
     fn complete<M: MemProvider, P: Profiler>(
         &self,
         sub: &mut Sub<N>,
