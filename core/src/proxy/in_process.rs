@@ -359,8 +359,9 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
             CommRef::Send(c) => self.send(c)?.test(req),
             CommRef::Recv(c) => self.recv(c)?.test(req),
         };
+        // Read the sizes where the comm returned them (a `Done` is 72 bytes: no copy).
         let d = match done {
-            Ok(Some(d)) => d,
+            Ok(Some(ref d)) => d,
             Ok(None) => return Ok(false),
             Err(e) => return Err(e),
         };
