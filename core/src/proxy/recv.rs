@@ -174,6 +174,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
 
     /// The four stages, each drained (each loop is bounded: its counter grows or it stops);
     /// returns whether one moved.
+    #[inline(always)]
     fn run<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
         let mut moved = self.retire(net, op, prof)?;
         // Receives posted by this pass are tested from the next one: their clear-to-send
