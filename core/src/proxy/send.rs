@@ -69,7 +69,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 recv_mem: res.recv_mem.get(),
                 head: res.proxy_word(Dir::Send),
                 shared: conn.req.shared,
-                buf: res.bufs[op.protocol.index()],
+                buf: res.bufs[op.protocol.index()].as_ref(),
             };
             idle &= !pass.post(sub, &self.mem, prof)?;
             idle &= !pass.transmit(sub, &mut self.net, prof)?;
@@ -100,7 +100,7 @@ struct SendPass<'a, N: Net> {
     recv_mem: &'a RecvMem,
     head: &'a AtomicU64,
     shared: bool,
-    buf: Option<Buf>,
+    buf: Option<&'a Buf>,
 }
 
 impl<N: Net> SendPass<'_, N> {
@@ -198,7 +198,7 @@ impl<N: Net> SendPass<'_, N> {
             return Ok(None);
         };
         let size = size as usize;
-        let Some(b) = self.buf.as_ref() else {
+        let Some(b) = self.buf else {
             return Err(Error::Missing {
                 what: "protocol buffer of the connection",
             });
