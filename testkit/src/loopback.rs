@@ -72,7 +72,6 @@ struct Fabric {
     qps: Vec<Qp>,
     cqs: Vec<Cq>,
     mrs: Vec<Option<Mr>>,
-    next_key: u32,
     fault: Option<Fault>,
     wrs_posted: u64,
 }
@@ -128,16 +127,43 @@ impl Loopback {
     }
 }
 
+/// Multiplier of the key scramble (odd, so invertible modulo 2^32) and its inverse.
+const KEY_MUL: u32 = 0x9e37_79b9;
+const KEY_MUL_INV: u32 = 0x144c_bc89;
+/// An rkey is its lkey with these bits flipped (the two differ, as on a NIC).
+const RKEY_XOR: u32 = 0x5555_0000;
+
+/// The keys of registration `i` (its index in the fabric's table, never reused): an odd number
+/// scrambled, so keys look arbitrary yet are distinct and lead back to `i` ([`index_of`]).
+fn keys_of(i: usize) -> MrKeys {
+    let lkey = ((i as u32) << 1 | 1).wrapping_mul(KEY_MUL);
+    MrKeys {
+        lkey,
+        rkey: lkey ^ RKEY_XOR,
+    }
+}
+
+/// The table index an lkey of [`keys_of`] names (any other key names some index whose keys
+/// differ, or none).
+fn index_of(lkey: u32) -> usize {
+    (lkey.wrapping_mul(KEY_MUL_INV) >> 1) as usize
+}
+
 impl Fabric {
+    /// Whether a live registration has key `key` (its rkey when `remote`) and covers
+    /// `[addr, addr + len)` with `need`. Keys name their registration ([`keys_of`]), so this is
+    /// one lookup, as a NIC's key table, not a scan of every registration.
     fn find(&self, key: u32, remote: bool, addr: u64, len: u64, need: Access) -> bool {
-        self.mrs.iter().flatten().any(|m| {
-            let k = if remote { m.keys.rkey } else { m.keys.lkey };
-            k == key
-                && addr >= m.addr
-                && addr.checked_add(len).is_some_and(|e| e <= m.addr + m.len)
-                && (!need.remote_write || m.access.remote_write)
-                && (!need.remote_read || m.access.remote_read)
-        })
+        let lkey = if remote { key ^ RKEY_XOR } else { key };
+        let Some(Some(m)) = self.mrs.get(index_of(lkey)) else {
+            return false;
+        };
+        let k = if remote { m.keys.rkey } else { m.keys.lkey };
+        k == key
+            && addr >= m.addr
+            && addr.checked_add(len).is_some_and(|e| e <= m.addr + m.len)
+            && (!need.remote_write || m.access.remote_write)
+            && (!need.remote_read || m.access.remote_read)
     }
 
     fn push(&mut self, cq: usize, wc: Completion) {
@@ -417,15 +443,11 @@ impl Provider for Loopback {
             return Err(bad("reg_mr"));
         }
         let mut f = self.fabric.borrow_mut();
-        f.next_key += 1;
-        let key = f.next_key.wrapping_mul(0x9e37_79b9) | 1;
+        let keys = keys_of(f.mrs.len());
         f.mrs.push(Some(Mr {
             addr,
             len,
-            keys: MrKeys {
-                lkey: key,
-                rkey: key ^ 0x5555_0000,
-            },
+            keys,
             access,
         }));
         Ok(LoopMr(f.mrs.len() - 1))

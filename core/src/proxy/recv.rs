@@ -13,8 +13,9 @@
 //!    Dedicated buffers: the slot's place in the buffer. Shared buffers: a shared slot whose
 //!    offset goes into `connFifo`. Registered: the user buffer, once the GPU set the size at
 //!    `base` (its kernel started), at most 1 GiB. Tag = the peer's rank.
-//! 2. **receive**: `test` multi-receives, oldest first, while they complete; registered subs short of their total move
-//!    on to one more piece; when data landed in GPU memory and the connection needs it, flush
+//! 2. **receive**: `test` multi-receives posted by earlier passes (this pass's clear-to-send
+//!    has only just left: their data cannot be there), oldest first, while they complete;
+//!    registered subs short of their total move on to one more piece; when data landed in GPU memory and the connection needs it, flush
 //!    (a GDR-copy read, or `iflush` of the non-empty buffers) — SIMPLE only.
 //! 3. **hand over**: once a step's flush (if any) completed, store `tail = base + transmitted`
 //!    (Release; once, at the end, for a registered sub).
@@ -155,20 +156,37 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
     #[inline(always)]
     fn member(&self, op: &ProxyOp<N>, j: usize) -> usize {
         if ONE {
-            self.g.lead // the leader is the group's only member
+            self.lead() // the leader is the group's only member
         } else {
             op.order[self.g.start + j] as usize
         }
     }
 
+    /// Sub index of the group's leader (a constant for a group of one).
+    #[inline(always)]
+    fn lead(&self) -> usize {
+        if ONE {
+            Group::SOLO.lead
+        } else {
+            self.g.lead
+        }
+    }
+
     /// The four stages, each drained (each loop is bounded: its counter grows or it stops);
     /// returns whether one moved.
+    #[inline(always)]
     fn run<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
         let mut moved = self.retire(net, op, prof)?;
+        // Receives posted by this pass are tested from the next one: their clear-to-send
+        // leaves with this post, so their data cannot be there yet (an RDMA sender writes only
+        // after seeing it), and testing them would only fail.
+        let old = op.subs[self.lead()].posted;
         while self.post(net, op, prof)? {
             moved = true;
         }
-        while self.test(net, op, prof)? {
+        // The sizes `test` fills, set up once per pass (a group's test resets what it reads).
+        let mut sizes = [0usize; MAX_RECVS];
+        while self.test(net, op, prof, old, &mut sizes)? {
             moved = true;
         }
         while self.hand_over(net, op, prof)? {
@@ -181,80 +199,42 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
     /// has steps (at most `max_depth` ahead of `done`); returns whether it posted.
     #[inline(always)]
     fn post<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
-        let Shape {
-            cfg,
-            p,
-            slice,
-            nsubs,
-            max_depth,
-            ..
-        } = *self.shape;
-        let mut bufs = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
-        for j in 0..self.len() {
-            let (k, si) = (self.g.start + j, self.member(op, j));
+        let (req, cnt) = if ONE {
+            let si = self.lead();
             let sub = &mut op.subs[si];
             if sub.posted >= sub.nsteps {
-                continue;
-            }
-            let depth = if sub.reg { 1 } else { max_depth };
-            if sub.posted >= sub.done + depth {
                 return Ok(false);
             }
-            let Link { c, r } = self.links[j];
-            let step = sub.base + sub.posted;
-            let slot = RecvMem::<STEPS>::slot(step);
-            let fifo = &r.recv_mem.get().conn_fifo;
-            let (addr, mut size) = if p == Protocol::Simple && c.req.shared {
-                if sub.reg {
-                    // Touch the user buffer only once the GPU kernel has started.
-                    if fifo[RecvMem::<STEPS>::slot(sub.base)].size().is_none() {
-                        return Ok(false);
-                    }
-                    (sub.buff, sub.nbytes.min(cfg.max_net_size.max(1)))
-                } else {
-                    let b = r.bufs[p.index()].ok_or(Error::Missing {
-                        what: "shared buffer",
-                    })?;
-                    let sslot = (sub.posted % max_depth) as usize * nsubs + k;
-                    let off = shared_offset(cfg.p2p_chunk_size, c.req.channel, sslot)?;
-                    fifo[slot].set_offset(off);
-                    (b.cpu + off as u64, cfg.p2p_chunk_size)
-                }
-            } else {
-                let b = r.bufs[p.index()].ok_or(Error::Missing {
-                    what: "protocol buffer of the connection",
-                })?;
-                let step_size = b.size / STEPS;
-                (
-                    b.cpu + (slot * step_size) as u64,
-                    step_size * slice as usize,
-                )
+            let Some(b) = self.member_buf(0, si, sub, prof)? else {
+                return Ok(false);
             };
-            size = size.min(sub.nbytes);
-            prof.step_start(si, sub.posted, sub.posted + slice);
-            let mr = sub.mhandle.ok_or(Error::Missing {
-                what: "memory handle",
-            })?;
-            sub.posted_sizes[(sub.posted % STEPS as u64) as usize] = size;
-            bufs.push(NetBuf {
-                addr,
-                size,
-                tag: c.req.tp_remote_rank,
-                mr,
-            })
-            .map_err(|_| Error::Full {
-                what: "buffers in one multi-receive",
-                cap: MAX_RECVS,
-            })?;
-        }
-        let cnt = bufs.len();
-        if cnt == 0 {
-            return Ok(false);
-        }
-        let Some(req) = net.irecv(self.rc, &bufs)? else {
+            (net.irecv(self.rc, &[b])?, 1)
+        } else {
+            let mut bufs = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
+            for j in 0..self.len() {
+                let si = self.member(op, j);
+                let sub = &mut op.subs[si];
+                if sub.posted >= sub.nsteps {
+                    continue;
+                }
+                let Some(b) = self.member_buf(j, si, sub, prof)? else {
+                    return Ok(false);
+                };
+                bufs.push(b).map_err(|_| Error::Full {
+                    what: "buffers in one multi-receive",
+                    cap: MAX_RECVS,
+                })?;
+            }
+            if bufs.is_empty() {
+                return Ok(false);
+            }
+            (net.irecv(self.rc, &bufs)?, bufs.len())
+        };
+        let Some(req) = req else {
             return Ok(false);
         };
-        let ls = &mut op.subs[self.g.lead];
+        let slice = self.shape.slice;
+        let ls = &mut op.subs[self.lead()];
         let ri = (ls.posted % STEPS as u64) as usize;
         ls.requests[ri] = Some(req);
         ls.req_count[ri] = cnt as u8;
@@ -268,14 +248,87 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
         Ok(true)
     }
 
-    /// Stage 2: tests the group's oldest posted multi-receive (only one that was posted and
-    /// not yet seen done); when done, accounts every member's bytes and starts the flush.
-    /// Returns whether it completed.
+    /// The buffer member `j` (sub `si`, which still has steps) receives its next slice into,
+    /// or `None` when it cannot post yet (depth reached; registered: the kernel not started).
     #[inline(always)]
-    fn test<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
+    fn member_buf<P: Profiler>(
+        &self,
+        j: usize,
+        si: usize,
+        sub: &mut Sub<N>,
+        prof: &mut P,
+    ) -> Result<Option<NetBuf<N::Mr>>> {
+        let Shape {
+            cfg,
+            p,
+            slice,
+            nsubs,
+            max_depth,
+            ..
+        } = *self.shape;
+        let depth = if sub.reg { 1 } else { max_depth };
+        if sub.posted >= sub.done + depth {
+            return Ok(None);
+        }
+        let Link { c, r } = self.links[j];
+        let step = sub.base + sub.posted;
+        let slot = RecvMem::<STEPS>::slot(step);
+        let fifo = &r.recv_mem.get().conn_fifo;
+        let (addr, mut size) = if p == Protocol::Simple && c.req.shared {
+            if sub.reg {
+                // Touch the user buffer only once the GPU kernel has started.
+                if fifo[RecvMem::<STEPS>::slot(sub.base)].size().is_none() {
+                    return Ok(None);
+                }
+                (sub.buff, sub.nbytes.min(cfg.max_net_size.max(1)))
+            } else {
+                let b = r.bufs[p.index()].ok_or(Error::Missing {
+                    what: "shared buffer",
+                })?;
+                let sslot = (sub.posted % max_depth) as usize * nsubs + self.g.start + j;
+                let off = shared_offset(cfg.p2p_chunk_size, c.req.channel, sslot)?;
+                fifo[slot].set_offset(off);
+                (b.cpu + off as u64, cfg.p2p_chunk_size)
+            }
+        } else {
+            let b = r.bufs[p.index()].ok_or(Error::Missing {
+                what: "protocol buffer of the connection",
+            })?;
+            let step_size = b.size / STEPS;
+            (
+                b.cpu + (slot * step_size) as u64,
+                step_size * slice as usize,
+            )
+        };
+        size = size.min(sub.nbytes);
+        prof.step_start(si, sub.posted, sub.posted + slice);
+        let mr = sub.mhandle.ok_or(Error::Missing {
+            what: "memory handle",
+        })?;
+        sub.posted_sizes[(sub.posted % STEPS as u64) as usize] = size;
+        Ok(Some(NetBuf {
+            addr,
+            size,
+            tag: c.req.tp_remote_rank,
+            mr,
+        }))
+    }
+
+    /// Stage 2: tests the group's oldest posted multi-receive (only one that was posted before
+    /// `posted`, the leader's count when the pass began, and not yet seen done); when done,
+    /// accounts every member's bytes and starts the flush. Returns whether it completed.
+    #[inline(always)]
+    fn test<P: Profiler>(
+        &self,
+        net: &mut N,
+        op: &mut ProxyOp<N>,
+        prof: &mut P,
+        posted: u64,
+        sizes: &mut [usize; MAX_RECVS],
+    ) -> Result<bool> {
         let Shape { p, slice, .. } = *self.shape;
-        let lead = self.g.lead;
-        let (posted, step) = (op.subs[lead].posted, op.subs[lead].received);
+        let lead = self.lead();
+        let step = op.subs[lead].received;
         if posted <= step {
             return Ok(false);
         }
@@ -284,8 +337,12 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
             op: "recv progress",
             state: "no request for a posted step",
         })?;
-        let mut sizes = [0usize; MAX_RECVS];
-        if !net.test(CommRef::Recv(self.rc), req, &mut sizes)? {
+        if ONE {
+            sizes[0] = 0;
+        } else {
+            *sizes = [0; MAX_RECVS];
+        }
+        if !net.test(CommRef::Recv(self.rc), req, sizes)? {
             return Ok(false);
         }
         let cnt = op.subs[lead].req_count[ri] as usize;
@@ -366,7 +423,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
         prof: &mut P,
     ) -> Result<bool> {
         let slice = self.shape.slice;
-        let lead = self.g.lead;
+        let lead = self.lead();
         let (received, step) = (op.subs[lead].received, op.subs[lead].transmitted);
         if received <= step {
             return Ok(false);
@@ -415,7 +472,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
     #[inline(always)]
     fn retire<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
         let slice = self.shape.slice;
-        let lead = self.g.lead;
+        let lead = self.lead();
         let mut moved = false;
         for (j, link) in self.links[..self.len()].iter().enumerate() {
             let si = self.member(op, j);

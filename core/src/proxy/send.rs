@@ -23,9 +23,10 @@ use super::pools::shared_offset;
 use super::profiler::{OpEvent, Profiler, StepEvent};
 use super::shared::{load_step, store_step, BufView, RecvMem, SIZE_EMPTY};
 use super::state::ProxyState;
-use super::state::{lookup, Conn, ProxyConfig, Resources};
+use super::state::{lookup, Buf, Conn, ProxyConfig, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
 use crate::error::{Error, Result};
+use crate::sync::AtomicU64;
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// One pass over a send op; returns whether it was idle.
@@ -35,7 +36,12 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         prof: &mut P,
     ) -> Result<bool> {
         let nsubs = op.subs.len();
-        let max_depth = STEPS.min(SHARED_STEPS / nsubs) as u64;
+        // One sub (the common case) needs no division.
+        let max_depth = if nsubs == 1 {
+            STEPS as u64
+        } else {
+            STEPS.min(SHARED_STEPS / nsubs) as u64
+        };
         let mut idle = true;
         for s in 0..nsubs {
             let sub = &mut op.subs[s];
@@ -60,6 +66,10 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 conn,
                 res,
                 comm,
+                recv_mem: res.recv_mem.get(),
+                head: res.proxy_word(Dir::Send),
+                shared: conn.req.shared,
+                buf: res.bufs[op.protocol.index()].as_ref(),
             };
             idle &= !pass.post(sub, &self.mem, prof)?;
             idle &= !pass.transmit(sub, &mut self.net, prof)?;
@@ -84,10 +94,18 @@ struct SendPass<'a, N: Net> {
     conn: &'a Conn<N>,
     res: &'a Resources<N>,
     comm: N::Send,
+    /// What the per-step stages read, looked up once per call: the ring's `RecvMem`, the
+    /// counter the proxy writes (`head`, or its GDR-copy word), shared-buffer mode and the
+    /// protocol's buffer.
+    recv_mem: &'a RecvMem,
+    head: &'a AtomicU64,
+    shared: bool,
+    buf: Option<&'a Buf>,
 }
 
 impl<N: Net> SendPass<'_, N> {
     /// Stage 1: posts every credit the depth allows; returns whether one moved.
+    #[inline(always)]
     fn post<M: MemProvider, P: Profiler>(
         &self,
         sub: &mut Sub<N>,
@@ -95,11 +113,11 @@ impl<N: Net> SendPass<'_, N> {
         prof: &mut P,
     ) -> Result<bool> {
         let (s, slice) = (self.s, self.slice);
-        let recv_mem = self.res.recv_mem.get();
+        let recv_mem = self.recv_mem;
         let mut moved = false;
         while sub.posted < sub.nsteps && sub.posted < sub.done + self.max_depth {
             prof.step_start(s, sub.posted, sub.posted + slice);
-            if self.conn.req.shared {
+            if self.shared {
                 let step = sub.base + sub.posted;
                 if !sub.reg {
                     let slot = (sub.posted % self.max_depth) as usize * self.nsubs + s;
@@ -110,7 +128,7 @@ impl<N: Net> SendPass<'_, N> {
                 // A registered sub gets one credit: the GPU hands over the whole buffer.
                 if !sub.reg || sub.posted == slice {
                     let head = (sub.base + sub.posted).wrapping_sub(STEPS as u64);
-                    store_step(self.res.proxy_word(Dir::Send), head);
+                    store_step(self.head, head);
                     mem.store_fence();
                 }
             } else {
@@ -128,6 +146,10 @@ impl<N: Net> SendPass<'_, N> {
     fn transmit<P: Profiler>(&self, sub: &mut Sub<N>, net: &mut N, prof: &mut P) -> Result<bool> {
         let (s, slice) = (self.s, self.slice);
         let mut moved = false;
+        if sub.transmitted >= sub.posted {
+            return Ok(false);
+        }
+        let (mr, tag) = (sub.mhandle, self.conn.req.tp_rank);
         while sub.transmitted < sub.posted && sub.transmitted < sub.done + STEPS as u64 {
             let step = sub.base + sub.transmitted;
             let Some((addr, size)) = self.ready(sub, step)? else {
@@ -139,10 +161,12 @@ impl<N: Net> SendPass<'_, N> {
                 sub.transmitted + slice,
                 sub.trans_size,
             );
-            let mr = sub.mhandle.ok_or(Error::Missing {
-                what: "memory handle",
-            })?;
-            let Some(req) = net.isend(self.comm, addr, size, self.conn.req.tp_rank, mr)? else {
+            let Some(mr) = mr else {
+                return Err(Error::Missing {
+                    what: "memory handle",
+                });
+            };
+            let Some(req) = net.isend(self.comm, addr, size, tag, mr)? else {
                 break;
             };
             sub.requests[RecvMem::<STEPS>::slot(step)] = Some(req);
@@ -164,7 +188,7 @@ impl<N: Net> SendPass<'_, N> {
     /// size set and `tail` past the step; LL: every line flag; LL128 in host memory: every line
     /// flag too. Registered: the GPU moved `tail` past `base` (the user buffer is ready).
     fn ready(&self, sub: &Sub<N>, step: u64) -> Result<Option<(u64, usize)>> {
-        let recv_mem = self.res.recv_mem.get();
+        let recv_mem = self.recv_mem;
         if sub.reg {
             let go = load_step(&recv_mem.tail) > sub.base;
             return Ok(go.then(|| (sub.buff, sub.nbytes.min(self.cfg.max_net_size.max(1)))));
@@ -174,11 +198,13 @@ impl<N: Net> SendPass<'_, N> {
             return Ok(None);
         };
         let size = size as usize;
-        let b = self.res.bufs[p.index()].ok_or(Error::Missing {
-            what: "protocol buffer of the connection",
-        })?;
+        let Some(b) = self.buf else {
+            return Err(Error::Missing {
+                what: "protocol buffer of the connection",
+            });
+        };
         let slot = RecvMem::<STEPS>::slot(step);
-        let (off, room) = if self.conn.req.shared && p == Protocol::Simple {
+        let (off, room) = if self.shared && p == Protocol::Simple {
             let off = recv_mem.conn_fifo[slot].offset() as usize;
             (off, self.cfg.p2p_chunk_size)
         } else {
@@ -211,6 +237,7 @@ impl<N: Net> SendPass<'_, N> {
 
     /// Stage 3: retires every finished send, oldest first; returns whether one moved and
     /// whether the sub finished.
+    #[inline(always)]
     fn complete<M: MemProvider, P: Profiler>(
         &self,
         sub: &mut Sub<N>,
@@ -219,9 +246,10 @@ impl<N: Net> SendPass<'_, N> {
         prof: &mut P,
     ) -> Result<(bool, bool)> {
         let (s, slice) = (self.s, self.slice);
-        let (r, shared) = (self.res, self.conn.req.shared);
-        let recv_mem = r.recv_mem.get();
+        let (r, shared) = (self.res, self.shared);
+        let recv_mem = self.recv_mem;
         let (mut moved, mut finished) = (false, false);
+        let mut sizes = [0usize; MAX_RECVS];
         while sub.done < sub.transmitted {
             let step = sub.base + sub.done;
             let slot = RecvMem::<STEPS>::slot(step);
@@ -229,7 +257,7 @@ impl<N: Net> SendPass<'_, N> {
                 op: "send progress",
                 state: "no request for a transmitted step",
             })?;
-            let mut sizes = [0usize; MAX_RECVS];
+            sizes[0] = 0;
             if !net.test(r.comm, req, &mut sizes)? {
                 break;
             }
@@ -249,10 +277,10 @@ impl<N: Net> SendPass<'_, N> {
             };
             if sub.reg {
                 if let Some(h) = head {
-                    store_step(r.proxy_word(Dir::Send), h);
+                    store_step(self.head, h);
                 }
             } else {
-                recv_mem.retire(step, head.map(|h| (r.proxy_word(Dir::Send), h)));
+                recv_mem.retire(step, head.map(|h| (self.head, h)));
             }
             if head.is_some() {
                 mem.store_fence();
