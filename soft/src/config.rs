@@ -93,7 +93,11 @@ impl Config {
         if let Some(n) = num("IBNET_SOFT_CHUNK", 4096, 1 << 30) {
             c.chunk = n;
         }
-        if let Some(n) = num("IBNET_SOFT_BOUNCE_MAX", 0, crate::segment::BOUNCE_MAX as u64) {
+        if let Some(n) = num(
+            "IBNET_SOFT_BOUNCE_MAX",
+            0,
+            crate::segment::BOUNCE_MAX as u64,
+        ) {
             c.bounce_max = n;
         }
         if let Some(n) = num("IBNET_SOFT_SPIN_US", 0, 1_000_000) {
