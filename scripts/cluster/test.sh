@@ -20,12 +20,12 @@
 # Environment: IBNET_CLUSTER_ONLY (case regex), IBNET_CLUSTER_SUITE (guest Debian release, default
 # trixie), IBNET_CLUSTER_CASES (a cases file instead of cases.sh), IBNET_CLUSTER_DEADLINE (s from
 # the first case on, default 1200: a case due later is not run but reported FAIL),
-# IBNET_CLUSTER_TIMEOUT (most seconds one VM boot may live, default 2400), IBNET_CLUSTER_HUNG (s without the guest
-# agent's heartbeat before a VM counts as hung, default 120), IBNET_CLUSTER_REBOOTS (most reboots
-# of the VMs after a crash or hang, default 3), IBNET_CLUSTER_CPU (qemu -cpu model, default
-# max), IBNET_CLUSTER_MEM / IBNET_CLUSTER_SMP (per VM, 1G / 1), IBNET_CLUSTER_KEEP=1 (keep the
-# run folder), IBNET_RXE_CACHE (the image cache, shared with scripts/rxe), IBNET_RXE_BUILD=0
-# (stage what target/ holds).
+# IBNET_CLUSTER_TIMEOUT (most seconds one VM boot may live, default 2400), IBNET_CLUSTER_HUNG
+# (s without the guest agent's heartbeat before a VM counts as hung, default 120),
+# IBNET_CLUSTER_REBOOTS (most reboots of the VMs after a crash or hang, default 3),
+# IBNET_CLUSTER_CPU (qemu -cpu model, default max), IBNET_CLUSTER_MEM / IBNET_CLUSTER_SMP (per VM,
+# 1G / 1), IBNET_CLUSTER_KEEP=1 (keep the run folder), IBNET_RXE_CACHE (the image cache, shared
+# with scripts/rxe), IBNET_RXE_BUILD=0 (stage what target/ holds).
 #
 # Nothing waits unbounded: every job runs under `timeout` in the guest, every wait on the host is
 # bounded and ends at once when a VM is down (qemu exited, kernel panic/Oops on its console, or
