@@ -4,125 +4,8 @@
 # Server on VM A (10.20.0.1 on mgmt), client on VM B; both through the plugin with
 # IBNET_PROVIDER=verbs and NCCL_SOCKET_IFNAME=mgmt.
 # Keep it lean: under TCG a process start costs seconds and rxe moves ~10 MB/s between the VMs.
+# The machinery (pair, stall_watch, has, ...) is pair.sh's, sourced by test.sh before this file.
 # shellcheck shell=bash
-
-PORT=18600
-A_MGMT=10.20.0.1
-NOTES=() # lines for the closing report: netem throughputs, detection times
-WEDGES=() # cases run a second time: the soft-RoCE transport wedged (rxe_wedge), or a fault
-# case's transfer failed before its fault was injected (a spurious retry timeout under load)
-
-# pair NAME TIMEOUT "SERVER on A" "CLIENT on B" [CHECK] — starts the server, then the client once
-# the server listens on $PORT (this case's TCP port, exported to both), waits for both. PASS when
-# both exit 0 and CHECK (a function, given the server's and the client's log) passes. With
-# PAIR_RC=any the exit statuses are left to CHECK ($SRC, $CRC; 124 means still running).
-pair() {
-  local name=$1 to=$2 srv=$3 cli=$4 check=${5:-} port=$((PORT++)) sid why=
-  selected "$name" || return 0
-  case_begin "$name"
-  SRC=0 CRC=0 WEDGE=
-  job a "export PORT=$port; timeout -k 5 $to bash -o pipefail -c $(printf %q "$srv")"; sid=$JID
-  job a "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; sleep 0.2; done; exit 1"
-  jwait a "$JID" 90 || true
-  job b "export PORT=$port; timeout -k 5 $to bash -o pipefail -c $(printf %q "$cli")"; CID=$JID SID=$sid
-  LOG_A=$(jlog a "$sid") LOG_B=$(jlog b "$CID")
-  if [ -n "${PAIR_DURING:-}" ]; then $PAIR_DURING; else stall_watch "$to"; fi
-  jwait b "$CID" $((to + 30)) || CRC=$?
-  jwait a "$sid" 40 || SRC=$?
-  # A side still running after its peer is done never leaves its port to the next case.
-  if [ "$CRC" = 124 ]; then kill_case b; fi
-  if [ "$SRC" = 124 ]; then kill_case a; fi
-  if [ "${PAIR_RC:-0}" = 0 ] && { [ $SRC != 0 ] || [ $CRC != 0 ]; }; then why="server rc=$SRC, client rc=$CRC"; fi
-  if [ -z "$why" ] && [ -n "$check" ]; then why=$($check "$LOG_A" "$LOG_B") || why=${why:-check failed}; fi
-  if [ -n "$WEDGE" ] && [ -z "${PAIR_RERUN:-}" ]; then
-    echo "    $name: $WEDGE: the case runs once more"
-    WEDGES+=("$name: $WEDGE")
-    PAIR_RERUN=1 pair "$@"
-    return
-  fi
-  if [ -n "${PAIR_RERUN:-}" ]; then why="${why:+$why; }second run: the first wedged in rxe"; fi
-  if [[ $why == KNOWN:* ]]; then case_end SKIP "$why"; else
-    case_end "$([ -z "$why" ] && echo PASS || echo FAIL)" "$why"
-  fi
-}
-
-# stall_watch SECONDS — while the client runs: the first time either side's plugin WARNs that a
-# wait is stalled (IBNET_STALL_WARN), prints both VMs' RDMA and link state (QPs with their PSNs,
-# rxe counters, rail qdiscs and NIC counters, where the processes' threads sleep), prints it
-# again 20 s later and ends both sides, so a stalled transfer fails in minutes with the evidence
-# in the report instead of running into its timeout. When the two snapshots show the soft-RoCE
-# transport itself wedged (see rxe_wedge) WEDGE says how, and pair runs the case once more.
-stall_watch() {
-  local end=$((SECONDS + $1)) s1a s1b s2a s2b
-  while [ $SECONDS -lt $end ] && [ ! -e "${LOG_B%.log}.rc" ]; do
-    if grep -qE 'WARN.*has waited [0-9]+s' "$LOG_A" "$LOG_B" 2>/dev/null; then
-      echo "    stalled: $(grep -hE 'WARN.*has waited' "$LOG_A" "$LOG_B" | head -2 | cut -d' ' -f2- | tr '\n' ' ')"
-      s1a=$(rdma_state a) s1b=$(rdma_state b)
-      sed 's/^/    [a] /' <<<"$s1a"; sed 's/^/    [b] /' <<<"$s1b"
-      sleep 20
-      echo "    20 s later (then both sides are ended):"
-      s2a=$(rdma_state a) s2b=$(rdma_state b)
-      sed 's/^/    [a] /' <<<"$s2a"; sed 's/^/    [b] /' <<<"$s2b"
-      WEDGE=$(rxe_wedge "$s1a" "$s1b" "$s2a" "$s2b")
-      WEDGE=${WEDGE:+the soft-RoCE transport wedged below ibnet ($WEDGE)}
-      kill_case a; kill_case b
-      return
-    fi
-    sleep 1
-  done
-}
-# rxe_wedge A1 B1 A2 B2 — given two rdma_state snapshots of each VM taken 20 s apart, prints the
-# evidence that the RC transport itself is wedged: no rxe counter of either VM moved in between
-# (no packet sent, received or retransmitted), yet a QP's send PSN differs from the PSN its peer
-# QP expects next. A live RC connection with a gap retransmits; an idle healthy one has the two
-# equal (20 s is over 4 retransmission timeouts at NCCL_IB_TIMEOUT 20). Prints nothing otherwise.
-rxe_wedge() {
-  [ "$(grep '^rxe' <<<"$1")" = "$(grep '^rxe' <<<"$3")" ] &&
-    [ "$(grep '^rxe' <<<"$2")" = "$(grep '^rxe' <<<"$4")" ] || return 0
-  { sed 's/^/a /' <<<"$3"; sed 's/^/b /' <<<"$4"; } | awk '
-    $2 == "link" && / type RC / {
-      for (i = 3; i < NF; i++) v[$i] = $(i + 1)
-      q = $1 " " v["lqpn"]; peer[q] = v["rqpn"]; rq[q] = v["rq-psn"]; sq[q] = v["sq-psn"]
-    }
-    END {
-      for (q in sq) {
-        split(q, k, " "); o = (k[1] == "a" ? "b" : "a") " " peer[q]
-        if ((o in rq) && sq[q] != rq[o])
-          printf "VM %s QP %s sends next PSN %s, VM %s QP %s expects PSN %s; ", toupper(k[1]), k[2], sq[q], toupper(substr(o, 1, 1)), peer[q], rq[o]
-      }
-    }' | sed 's/; $/; no rxe counter moved for 20 s on either VM/'
-}
-# rdma_state VM — the VM's QPs (state, PSNs), rxe0/rxe1 counters that are not 0, rail qdiscs
-# and NIC counters, and where this case's processes' threads sleep.
-rdma_state() {
-  local script
-  script=$(cat <<'GUEST'
-rdma res show qp | grep -v ' GSI '
-for d in rxe0 rxe1; do
-  echo "$d: $(cd /sys/class/infiniband/$d/ports/1/hw_counters && grep -H . * | grep -v ':0$' | tr '\n' ' ')"
-done
-for r in rail0 rail1; do
-  tc -s qdisc show dev $r | grep -E 'qdisc|Sent|backlog'
-  ip -s -o link show $r | tr -s ' ' | cut -d' ' -f2,17-30
-done
-for p in $(pgrep -f -- "(abi_test|ibnet-perf) .*$CASE_PORT"); do
-  echo "pid $p: $(grep -H . /proc/$p/task/*/wchan | sed 's|/proc/[0-9]*/task/||' | tr '\n' ' ')"
-done
-GUEST
-)
-  on "$1" 30 "CASE_PORT=$((PORT - 1)); $script" 2>&1 || true
-}
-# kill_case VM — SIGKILLs this case's processes on VM (found by the case's port).
-kill_case() { job "$1" "pkill -9 -f -- '(abi_test|ibnet-perf) .*$((PORT - 1))' || true"; }
-
-# has LOG REGEX... — every REGEX (grep -E) is in LOG, else prints the first missing one.
-has() {
-  local f=$1 p
-  shift
-  for p in "$@"; do grep -qE -- "$p" "$f" || { echo "not in the ${f##*/mbox-} log: $p"; return 1; }; done
-}
-now() { date +%s.%N; }
-since() { echo "$(now) $1" | awk '{printf "%.2f", $1 - $2}'; }
 
 # ---- the links themselves: plain libibverbs RC ping-pong across each rail (no ibnet)
 for r in 0 1; do
@@ -190,43 +73,54 @@ PAIR_RC=any perf gid-mismatch 240 "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14 NCCL_IB_R
 mtu_ok() {
   perf_ok "$@" && has "$1" 'rxe0:1 QP .* path MTU 1024 ' && has "$2" 'rxe0:1 QP .* path MTU 1024 '
 }
-if selected mtu; then
+mtu_on() {
   on a 30 "ip link set rail0 mtu 1500; ibv_devinfo -d rxe0 | grep -E 'max_mtu|active_mtu'" || true
   on b 30 "ip link set rail0 mtu 9000; for i in \$(seq 50); do ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*4096' && break; sleep 0.2; done
            ibv_devinfo -d rxe0 | grep -E 'max_mtu|active_mtu'" || true
-fi
-perf mtu 300 "NCCL_IB_HCA=rxe0" "NCCL_IB_HCA=rxe0" "$GPERF" mtu_ok
-if selected mtu; then on b 30 "ip link set rail0 mtu 1500" || true; fi
+}
+mtu_off() { on b 30 "ip link set rail0 mtu 1500" || true; }
+PAIR_SETUP=mtu_on PAIR_TEARDOWN=mtu_off perf mtu 300 "NCCL_IB_HCA=rxe0" "NCCL_IB_HCA=rxe0" "$GPERF" mtu_ok
 
 # ---- lossy and slow links: netem on rail0 of both VMs (both directions), every byte verified,
 # throughput of the largest size next to the clean link's. NCCL_IB_TIMEOUT=14 (67 ms per
 # retransmission timeout instead of 4.3 s) keeps a lost tail packet from stalling CI.
-NPERF="--min-bytes 64K --max-bytes 1M --check --window 4 --iters 4 --warmup 1 --budget 4M --timeout 300 -v"
+# Sized from measured runs (2-core host, TCG): 64 KiB..1 MiB moves about 29 MiB in all, 8-25 s on
+# the clean, 1 % and 5 ms links. At 5 % loss and with reordering one 1 MiB message takes 2.8-3.6 s
+# (p50; go-back-N retransmissions), so those two move 1 MiB messages only, 3 measured + 1 warm-up
+# per phase (12 MiB: about 40 s instead of 85-98 s). Each single wait may take 120 s (30 times
+# the slowest p50), the whole case 300 s; a stall is ended by stall_watch long before.
+NPERF="--check --window 4 --warmup 1 --budget 4M --timeout 120 -v"
+NPERF_ALL="--min-bytes 64K --max-bytes 1M --iters 4 $NPERF"
+NPERF_LOSSY="--min-bytes 1M --max-bytes 1M --iters 3 $NPERF"
 netem_bw() { # the 1 MiB row: streaming bandwidth, and one message's p50 latency as MB/s
   grep -E '│ 1MiB' "$2" | awk -F'│' '{print $2}' |
     awk '{printf "stream %s GB/s, p50 %.0f ms per 1 MiB (%.2f MB/s)", $4, $2 / 1000, 1048576 / $2}'
 }
-netem_case() { # netem_case NAME "netem args" (empty: the clean link)
+# netem_on / netem_off — the case's netem qdisc on rail0 of both VMs (PAIR_SETUP / PAIR_TEARDOWN).
+netem_on() {
+  [ -n "$NETEM" ] || return 0
+  on a 20 "tc qdisc replace dev rail0 root netem $NETEM && tc qdisc show dev rail0" >/dev/null || true
+  on b 20 "tc qdisc replace dev rail0 root netem $NETEM && tc qdisc show dev rail0" >/dev/null || true
+}
+netem_off() {
+  [ -n "$NETEM" ] || return 0
+  on a 20 "tc qdisc del dev rail0 root" >/dev/null || true
+  on b 20 "tc qdisc del dev rail0 root" >/dev/null || true
+}
+netem_case() { # netem_case NAME "netem args" (empty: the clean link) [ibnet-perf args]
   local bw
   selected "$1" || return 0
-  if [ -n "$2" ]; then
-    on a 20 "tc qdisc replace dev rail0 root netem $2 && tc qdisc show dev rail0" >/dev/null || true
-    on b 20 "tc qdisc replace dev rail0 root netem $2 && tc qdisc show dev rail0" >/dev/null || true
-  fi
-  perf "$1" 600 "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14" "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14" "$NPERF"
+  NETEM=$2 PAIR_SETUP=netem_on PAIR_TEARDOWN=netem_off \
+    perf "$1" 300 "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14" "NCCL_IB_HCA=rxe0 NCCL_IB_TIMEOUT=14" "${3:-$NPERF_ALL}"
   bw=$(netem_bw "$LOG_A" "$LOG_B" || true) # a failed run has no 1 MiB row
   NOTES+=("netem ${2:-none (clean link)}: 1 MiB ${bw:-n/a}")
   echo "    1 MiB: ${bw:-n/a}"
-  if [ -n "$2" ]; then
-    on a 20 "tc qdisc del dev rail0 root" >/dev/null || true
-    on b 20 "tc qdisc del dev rail0 root" >/dev/null || true
-  fi
 }
 netem_case netem-clean ""
 netem_case netem-loss1 "loss 1%"
-netem_case netem-loss5 "loss 5%"
+netem_case netem-loss5 "loss 5%" "$NPERF_LOSSY"
 netem_case netem-delay5ms "delay 5ms"
-netem_case netem-reorder "delay 5ms reorder 25% 50%"
+netem_case netem-reorder "delay 5ms reorder 25% 50%" "$NPERF_LOSSY"
 
 # ---- faults during a 64 MiB transfer: abi_test through v11, B sends 64 MiB messages to A, one
 # after the other (ABI_TEST_FAULT=1: a failing test() ends the run with close, finalize, dlclose
@@ -247,6 +141,7 @@ streaming() {
   for i in $(seq 300); do
     grep -q 'connected to peer' "$LOG_B" 2>/dev/null && { sleep "${STREAM_S:-4}"; return 0; }
     [ -e "${LOG_B%.log}.rc" ] && break
+    if ((i % 5 == 0)) && vms_down >/dev/null; then break; fi
     sleep 0.2
   done
   return 1
@@ -333,6 +228,7 @@ fault_during() {
   for ((i = 0; i < FAULT_WAIT * 10; i++)); do
     if [ "$FAULT_T1" = none ] && grep -E 'WARN' "$f" 2>/dev/null | grep -qE "$PEER_NAMED"; then FAULT_T1=$(since "$FAULT_T0"); fi
     if [ -e "${f%.log}.rc" ]; then FAULT_T2=$(since "$FAULT_T0"); break; fi
+    if ((i % 10 == 9)) && vms_down >/dev/null; then break; fi
     sleep 0.1
   done
   if [ "$FAULT_T2" != none ] && [ "$FAULT_T1" = none ]; then FAULT_T1="(no WARN)"; fi
@@ -367,10 +263,9 @@ fault_case peer-kill "" 6 b kill_a
 kill_b() { kill_test b; }
 fault_case peer-kill-sender "" 6 a kill_b 60
 # VM A frozen (QMP stop): B's retries run out; then A runs again.
-stop_a() { qmp a stop; JID=; }
-FAULT_UNDO="qmp a cont"
+stop_a() { VM_STOPPED=a; qmp a stop; JID=; }
+cont_a() { qmp a cont; VM_STOPPED=; }
+FAULT_UNDO=cont_a
 fault_case peer-vm-stop 14 3 b stop_a
 FAULT_UNDO=:
 
-for n in "${NOTES[@]}"; do echo "note: $n"; done
-for w in "${WEDGES[@]}"; do echo "ran a second time: $w"; done

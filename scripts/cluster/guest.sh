@@ -15,6 +15,8 @@
 #   out/<id>.rc    its exit status, written (by rename) when it has finished
 #   ready, gids    written by the guest once the setup passed (ready holds "ok" or the failure)
 #   halt           written by the host: the guest stops serving and powers off
+#   alive          rewritten by the guest about every 2 s while it serves jobs: the host takes a
+#                  VM whose heartbeat is older than a minute or two for hung (see test.sh)
 # Every job's output also goes to the console as "[<role> <id>] line", between
 # CLUSTER-JOB-BEGIN / CLUSTER-JOB-END lines, so the console has the whole story.
 set -u
@@ -117,7 +119,9 @@ echo "$st" >$MB/ready.tmp && mv $MB/ready.tmp $MB/ready
 echo "CLUSTER-SETUP-END $ROLE $st"
 
 declare -A started=()
+beat=-2
 while [ ! -e $MB/halt ]; do
+  if [ $((SECONDS - beat)) -ge 2 ]; then : >$MB/alive; beat=$SECONDS; fi
   for f in "$MB"/jobs/*.sh; do
     [ -e "$f" ] || continue
     id=${f##*/}; id=${id%.sh}
