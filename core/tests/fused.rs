@@ -374,3 +374,128 @@ fn a_fused_comm_that_fails_part_way_releases_what_it_made() {
         assert_eq!((d.live_qps(), d.live_cqs(), d.live_mrs()), (0, 0, 0));
     }
 }
+
+/// The eight different sizes of the failover multi-receives: empty, inside rail 0's stripe,
+/// and spread over every rail.
+const GROUP: [usize; 8] = [0, 1, 100, 129, 4096, 5000, 70_001, 300_000];
+
+/// A multi-receive of [`GROUP`]'s sizes (pattern from `seed`), posted by the receiver.
+struct Group {
+    sbs: Vec<AlignedBuf>,
+    rbs: Vec<AlignedBuf>,
+    rid: ReqId,
+}
+
+fn post_group(p: &mut Pair, seed: u64) -> Group {
+    let (mut sbs, mut rbs, mut bufs) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, &s) in GROUP.iter().enumerate() {
+        let mut sb = AlignedBuf::new(s.max(1));
+        fill_pattern(sb.as_mut_slice(), seed + i as u64);
+        let rb = AlignedBuf::new(s + 4096);
+        bufs.push(FusedBuf {
+            addr: rb.addr(),
+            size: rb.len() as u64,
+            tag: 20 + i as u32,
+            mrs: reg(&p.rails, &rb),
+        });
+        sbs.push(sb);
+        rbs.push(rb);
+    }
+    let rid = p.r.irecv(&bufs).expect("irecv").expect("posted");
+    Group { sbs, rbs, rid }
+}
+
+/// Sends every receive of `g` (reverse order), then checks both ends: each send's size, each
+/// receive's exact size, every byte, nothing past the send.
+fn finish_group(p: &mut Pair, g: Group) {
+    let n = p.rails.len();
+    let mut sids = Vec::new();
+    for i in (0..GROUP.len()).rev() {
+        let sk = reg(&p.rails, &g.sbs[i]);
+        let mut sid = None;
+        for _ in 0..100 {
+            sid =
+                p.s.isend(g.sbs[i].addr(), GROUP[i] as u64, 20 + i as u32, &sk[..n])
+                    .expect("isend");
+            if sid.is_some() {
+                break;
+            }
+            // The receiver's progress (NCCL's proxy drives both) reports its failures.
+            assert!(p.r.test(g.rid).expect("recv test").is_none());
+        }
+        sids.push((i, sid.expect("receive posted")));
+    }
+    for (i, id) in sids {
+        assert_eq!(wait(|| p.s.test(id)).sizes[0], GROUP[i] as u64, "send {i}");
+    }
+    let d = wait(|| p.r.test(g.rid));
+    assert_eq!(d.n as usize, GROUP.len());
+    for (i, &s) in GROUP.iter().enumerate() {
+        assert_eq!(d.sizes[i], s as u64, "receive {i}: counted once, exact");
+        assert_eq!(
+            &g.rbs[i].as_slice()[..s],
+            &g.sbs[i].as_slice()[..s],
+            "receive {i}"
+        );
+        assert!(
+            g.rbs[i].as_slice()[s..].iter().all(|&b| b == 0),
+            "receive {i}: nothing past the send"
+        );
+    }
+}
+
+/// Bytes of rail `r`'s parts of [`GROUP`] over `n` rails.
+fn group_part(n: usize, r: usize) -> u64 {
+    GROUP.iter().map(|&s| stripe(s as u64, n)[r].len).sum()
+}
+
+#[test]
+fn a_multi_receive_survives_a_rail_failing_under_its_sends() {
+    for (n, rail, after) in [(2usize, 1usize, 0u64), (2, 1, 3), (3, 0, 2), (4, 2, 1)] {
+        let mut p = pair(n);
+        let g = post_group(&mut p, 500);
+        // A data write of the group on `rail` fails (the sender's: the clear-to-sends are out).
+        p.rails[rail].inject(Fault::FailWr {
+            after,
+            status: WcStatus::RetryExceeded,
+        });
+        finish_group(&mut p, g);
+        // Every part of the group on the failed rail went again (a rail's parts of a
+        // multi-receive complete together, so none was acknowledged), and nothing else.
+        assert_eq!(p.s.resent_bytes(), group_part(n, rail), "{n} rails");
+        let ev = p.s.take_events();
+        assert_eq!((ev.len(), ev[0].rail), (1, rail as u8), "{n} rails");
+        assert!(!p.s.rail_live(rail) && !p.r.rail_live(rail));
+        let to = p.r.take_events()[0].to;
+        assert!(to.is_some() && to != Some(rail as u8));
+
+        // The next multi-receive: the dead rail's parts go over a live one from the start.
+        let g = post_group(&mut p, 900);
+        finish_group(&mut p, g);
+        assert_eq!(p.s.resent_bytes(), 2 * group_part(n, rail));
+        one(&mut p, 70_000, 901);
+        assert_eq!(p.s.requests_in_use(), 0);
+        assert_eq!(p.r.requests_in_use(), 0);
+    }
+}
+
+#[test]
+fn a_multi_receive_survives_a_rail_only_the_receiver_sees_fail() {
+    let mut p = pair(2);
+    // The receiver's clear-to-send on rail 1 fails: the sender never sees the group there.
+    p.rails[1].inject(Fault::FailWr {
+        after: 0,
+        status: WcStatus::RetryExceeded,
+    });
+    let g = post_group(&mut p, 700);
+    finish_group(&mut p, g);
+    assert_eq!(p.s.resent_bytes(), group_part(2, 1));
+    let (se, re) = (p.s.take_events(), p.r.take_events());
+    assert_eq!((se.len(), se[0].rail, se[0].to), (1, 1, Some(0)));
+    assert_eq!((re.len(), re[0].rail, re[0].to), (1, 1, Some(0)));
+    let g = post_group(&mut p, 800);
+    finish_group(&mut p, g);
+    assert_eq!(p.s.resent_bytes(), 2 * group_part(2, 1));
+    assert_eq!(p.s.requests_in_use(), 0);
+    assert_eq!(p.r.requests_in_use(), 0);
+}

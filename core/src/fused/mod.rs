@@ -80,8 +80,19 @@
 //! and the notice ring uses the FIFO's publication protocol (whose orderings the loom model
 //! `loom_fifo` checks), so fusion adds no atomic protocol of its own.
 //!
-//! Limits: a multi-receive whose part was on a failed rail fails the comm (its notice would
-//! need one flag per receive and rail); a moved write that repeats a part which had landed
+//! *Multi-receives.* A rail completes all of a multi-receive's receives at once (one
+//! write-with-immediate and one sizes FIFO row per rail), so a multi-receive is noticed as a
+//! group ([`GroupNotice`]): once every send of the group is posted, none has a part still lost
+//! or moving, the send of receive 0 writes one notice whose element `i` names the rails moved
+//! (by any send of the group) and send `i`'s whole size. The receiver counts each rail it names
+//! once, for every receive, with that rail's part of each send's size as [`stripe`] cuts it
+//! (both sides stripe over the same rails), so exact sizes are still reported per receive. A
+//! send of the group is done at the sender when the whole group is (every part acknowledged,
+//! the group's notice acknowledged). The single-receive notice is unchanged; a peer that
+//! predates group notices decodes none from the new element and fails the comm cleanly
+//! (`BadFifoElem`), as its own multi-receive failover did.
+//!
+//! Limits: a moved write that repeats a part which had landed
 //! (its acknowledgement lost) can land after the receiver completed the message (bytes
 //! identical, so only a buffer the receiver reused meanwhile for other data would see them).
 
@@ -93,7 +104,7 @@ mod stripe;
 mod vnic;
 
 pub use event::RailEvent;
-pub use notice::{Notice, NOTICE_KEY};
+pub use notice::{GroupNotice, Notice, GROUP_NOTICE_KEY, NOTICE_KEY};
 pub use recv::{FusedBuf, FusedRecv};
 pub use send::FusedSend;
 pub use stripe::{stripe, Part, STRIPE_ALIGN};

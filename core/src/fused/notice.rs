@@ -65,3 +65,65 @@ impl Notice {
         })
     }
 }
+
+/// The high bits of a multi-receive notice element's `rkey` (`"NOM\0"`; a peer that predates
+/// multi-receive failover decodes it as no [`Notice`] and fails the comm cleanly, as it did).
+pub const GROUP_NOTICE_KEY: u32 = 0x4e4f_4d00;
+
+/// The failed rails' parts of every send of one multi-receive, delivered by other rails.
+///
+/// A multi-receive's rail completes all of its receives at once (one write-with-immediate
+/// and one sizes FIFO row per rail), so the notice names rails for the whole group: the slot
+/// holds one element per receive, each naming the same rails and its send's whole size, from
+/// which the receiver cuts each rail's part with the stripe both sides use.
+///
+/// ```text
+///  element i of slot (seq % MAX_REQUESTS):  addr = seq   size = send i's bytes (all rails)
+///                                           rkey = GROUP_NOTICE_KEY | rails   tag = i
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupNotice {
+    /// The multi-receive's sequence number.
+    pub seq: u64,
+    /// Bit `r` set: rail `r`'s part of every send of the group arrived over another rail.
+    pub rails: u8,
+    /// The receive this element describes.
+    pub index: u8,
+    /// The bytes its send carried, over all rails.
+    pub size: u64,
+}
+
+impl GroupNotice {
+    /// As a FIFO element.
+    pub fn encode(&self) -> PostedRecv {
+        PostedRecv {
+            addr: self.seq,
+            size: self.size,
+            rkey: GROUP_NOTICE_KEY | u32::from(self.rails),
+            tag: u32::from(self.index),
+        }
+    }
+
+    /// Element `index` read from slot `seq`, checked: it names that slot and receive, a
+    /// non-empty set of rails below `rails`, and no more than the receive's `cap` bytes.
+    /// `None`: a hostile or corrupt element.
+    pub fn decode(e: &PostedRecv, seq: u64, index: usize, rails: usize, cap: u64) -> Option<Self> {
+        let set = e.rkey.checked_sub(GROUP_NOTICE_KEY)?;
+        let all = (1u32 << rails.min(MAX_DEVS_PER_NIC)) - 1;
+        if e.rkey & !0xff != GROUP_NOTICE_KEY
+            || set == 0
+            || set & !all != 0
+            || e.addr != seq
+            || e.tag as usize != index
+            || e.size > cap
+        {
+            return None;
+        }
+        Some(Self {
+            seq,
+            rails: set as u8,
+            index: index as u8,
+            size: e.size,
+        })
+    }
+}

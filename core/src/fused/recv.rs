@@ -8,7 +8,8 @@ use core::ptr::addr_of_mut;
 use heapless::Vec;
 
 use super::event::RailEvent;
-use super::notice::Notice;
+use super::notice::{GroupNotice, Notice};
+use super::stripe::stripe;
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
 use crate::error::{Error, Result};
@@ -56,7 +57,8 @@ struct Msg {
     kind: Kind,
     seq: u64,
     n: u8,
-    cap: u64,
+    /// Each receive's buffer size.
+    caps: [u64; MAX_RECVS],
     legs: [Leg; N],
     sizes: [u64; MAX_RECVS],
 }
@@ -68,7 +70,7 @@ impl Msg {
         kind: Kind::Recv,
         seq: 0,
         n: 0,
-        cap: 0,
+        caps: [0; MAX_RECVS],
         legs: [Leg::Done; N],
         sizes: [0; MAX_RECVS],
     };
@@ -326,7 +328,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
         }
         let (k, id) = self.alloc(Kind::Recv, n as u8)?;
         self.msgs[k].seq = self.seq;
-        self.msgs[k].cap = bufs[0].size;
+        for (c, b) in self.msgs[k].caps.iter_mut().zip(bufs) {
+            *c = b.size;
+        }
         let mut sub = [RecvBuf::default(); MAX_RECVS];
         for i in 0..self.rails.len() {
             if !self.live[i] {
@@ -466,7 +470,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// Applies the notice for message `k`, if one has landed: each rail it names delivered
     /// its part through another rail (and is out of use from now on).
     fn read_notice(&mut self, k: usize) -> Result<()> {
-        let (seq, cap) = (self.msgs[k].seq, self.msgs[k].cap);
+        let (seq, cap) = (self.msgs[k].seq, self.msgs[k].caps[0]);
         let mut out = [PostedRecv::default(); MAX_RECVS];
         let n = match self.ring.poll(seq, &mut out) {
             Ok(None) => return Ok(()),
@@ -479,6 +483,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 }))
             }
         };
+        if self.msgs[k].n > 1 {
+            return self.read_group_notice(k, &out[..n]);
+        }
         for e in out.iter().take(n) {
             if *e == PostedRecv::default() {
                 continue;
@@ -491,19 +498,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 }));
             };
             let r = nt.rail as usize;
-            if self.live[r] {
-                self.live[r] = false;
-                let _ = self.events.push(RailEvent {
-                    rail: nt.rail,
-                    error: Error::BadState {
-                        op: "rail",
-                        state: "the sender moved this rail's traffic to another rail",
-                    },
-                    to: (0..self.rails.len())
-                        .find(|&t| self.live[t])
-                        .map(|t| t as u8),
-                });
-            }
+            self.moved_by_peer(r);
             let m = &mut self.msgs[k];
             if m.legs[r] != Leg::Done {
                 m.legs[r] = Leg::Done;
@@ -522,6 +517,58 @@ impl<P: Provider + Clone> FusedRecv<P> {
             }
         }
         Ok(())
+    }
+
+    /// Applies a multi-receive's notice (`GroupNotice`, one element per receive): each rail
+    /// it names delivered its part of every receive of the group through another rail; each
+    /// receive gets that rail's part of its send's size, cut by the stripe both sides use.
+    fn read_group_notice(&mut self, k: usize, elems: &[PostedRecv]) -> Result<()> {
+        let (seq, n, nr) = (self.msgs[k].seq, self.msgs[k].n as usize, self.rails.len());
+        let mut got = [None; MAX_RECVS];
+        for (i, e) in elems.iter().enumerate() {
+            got[i] = GroupNotice::decode(e, seq, i, nr, self.msgs[k].caps[i]);
+        }
+        let rails = got[0].map_or(0, |g| g.rails);
+        if elems.len() != n || got[..n].iter().any(|g| g.is_none_or(|g| g.rails != rails)) {
+            return Err(self.poison(Error::BadFifoElem {
+                field: "multi-receive notice",
+                value: seq,
+                peer: Default::default(),
+            }));
+        }
+        for r in (0..nr).filter(|&r| rails >> r & 1 == 1) {
+            self.moved_by_peer(r);
+            let m = &mut self.msgs[k];
+            if m.legs[r] == Leg::Done {
+                continue; // its own completion came first
+            }
+            m.legs[r] = Leg::Done;
+            let mut sizes = [0; MAX_RECVS];
+            for (s, g) in sizes.iter_mut().zip(&got[..n]) {
+                *s = g.map_or(0, |g| stripe(g.size, nr)[r].len);
+            }
+            add_sizes(m, &sizes);
+        }
+        Ok(())
+    }
+
+    /// Takes rail `r` out of use here because the sender moved its traffic (a notice named
+    /// it); reported once.
+    fn moved_by_peer(&mut self, r: usize) {
+        if !self.live[r] {
+            return;
+        }
+        self.live[r] = false;
+        let _ = self.events.push(RailEvent {
+            rail: r as u8,
+            error: Error::BadState {
+                op: "rail",
+                state: "the sender moved this rail's traffic to another rail",
+            },
+            to: (0..self.rails.len())
+                .find(|&t| self.live[t])
+                .map(|t| t as u8),
+        });
     }
 
     /// Takes rail `i` out of use here after `e`: receives posted on it wait for notices.

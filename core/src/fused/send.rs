@@ -8,7 +8,7 @@ use core::ptr::addr_of_mut;
 use heapless::Vec;
 
 use super::event::RailEvent;
-use super::notice::Notice;
+use super::notice::{GroupNotice, Notice};
 use super::stripe::{stripe, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm};
@@ -56,8 +56,11 @@ struct Msg {
     legs: [Leg; N],
     /// Rails whose moved part the receiver has acknowledged notice of.
     told: u8,
-    /// The notice in flight: carrier, request, rails it tells.
+    /// The notice in flight: carrier, request, rails it tells. For a multi-receive, `told`
+    /// and `telling` are the group's, kept by the send of receive 0.
     telling: Option<(u8, ReqId, u8)>,
+    /// A send of a multi-receive whose whole group is finished (set on every send of it).
+    gdone: bool,
 }
 
 impl Msg {
@@ -75,6 +78,7 @@ impl Msg {
         legs: [Leg::Done; N],
         told: 0,
         telling: None,
+        gdone: false,
     };
 
     fn moved(&self) -> u8 {
@@ -85,14 +89,14 @@ impl Msg {
             .fold(0, |m, (i, _)| m | 1 << i)
     }
 
+    fn settled(&self) -> bool {
+        self.legs
+            .iter()
+            .all(|l| matches!(l, Leg::Done | Leg::Moved))
+    }
+
     fn finished(&self) -> bool {
-        let m = self.moved();
-        self.telling.is_none()
-            && self
-                .legs
-                .iter()
-                .all(|l| matches!(l, Leg::Done | Leg::Moved))
-            && m & !self.told == 0
+        self.telling.is_none() && self.settled() && self.moved() & !self.told == 0
     }
 }
 
@@ -102,6 +106,9 @@ pub struct FusedSend<P: Provider> {
     live: [bool; N],
     msgs: [Msg; MAX_REQUESTS],
     free: Vec<u8, MAX_REQUESTS>,
+    /// The message slot of each send of a multi-receive: row `seq % MAX_REQUESTS`, column
+    /// the receive's index (checked against the message before use).
+    by_seq: [[u8; MAX_RECVS]; MAX_REQUESTS],
     /// Where notices are staged before they are written (registered on every rail).
     stage: P::Fifo,
     stage_mrs: Vec<(P, P::Mr), N>,
@@ -161,6 +168,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 msgs.add(i).write(Msg::FREE);
             }
             addr_of_mut!((*p).free).write((0..MAX_REQUESTS).rev().map(|i| i as u8).collect());
+            addr_of_mut!((*p).by_seq).write([[0; MAX_RECVS]; MAX_REQUESTS]);
             addr_of_mut!((*p).stage).write(stage);
             addr_of_mut!((*p).stage_mrs).write(Vec::new());
             addr_of_mut!((*p).stage_keys).write([MrKeys::default(); N]);
@@ -182,6 +190,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 live: _,
                 msgs: _,
                 free: _,
+                by_seq: _,
                 stage: _,
                 stage_mrs: _,
                 stage_keys: _,
@@ -392,6 +401,8 @@ impl<P: Provider + Clone> FusedSend<P> {
             ..Msg::FREE
         };
         m.mrs[..nr].copy_from_slice(mrs);
+        self.by_seq[(first.seq % MAX_REQUESTS as u64) as usize][first.index as usize % MAX_RECVS] =
+            k;
         let id = ReqId::from_bits(u32::from(m.gen) << 8 | u32::from(k));
         for (i, p) in peeks.iter().enumerate().take(nr) {
             let m = &mut self.msgs[k as usize];
@@ -465,12 +476,16 @@ impl<P: Provider + Clone> FusedSend<P> {
                 }
             }
         }
-        let m = &self.msgs[k];
-        if !m.finished() {
+        let done = if self.msgs[k].nreqs > 1 {
+            self.group_finished(k)?
+        } else {
+            self.msgs[k].finished()
+        };
+        if !done {
             return Ok(None);
         }
         let mut sizes = [0; MAX_RECVS];
-        sizes[0] = m.size;
+        sizes[0] = self.msgs[k].size;
         self.msgs[k].used = false;
         // Cannot fail: a used slot is not in the free list, which has room for every slot.
         let _ = self.free.push(k as u8);
@@ -516,12 +531,6 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// message's receive (the bytes go to the same addresses: a repeated write is harmless).
     fn move_part(&mut self, k: usize, i: usize) -> Result<()> {
         let m = self.msgs[k];
-        if m.nreqs > 1 {
-            return Err(self.poison(Error::BadState {
-                op: "rail failover",
-                state: "a multi-receive's part was on the failed rail (not supported)",
-            }));
-        }
         let carrier = (0..self.rails.len()).find(|&c| self.live[c] && m.dst[c].is_some());
         let Some(c) = carrier else {
             return Err(self.poison(Error::BadState {
@@ -557,21 +566,14 @@ impl<P: Provider + Clone> FusedSend<P> {
 
     /// Once every moved part of message `k` is acknowledged, tells the receiver which rails'
     /// parts it got that way (one notice; a later one repeats the earlier rails, so the order
-    /// in which two notices land does not matter).
+    /// in which two notices land does not matter). A multi-receive's sends are told together
+    /// ([`Self::tell_group`]).
     fn tell(&mut self, k: usize) -> Result<()> {
-        if let Some((c, id, mask)) = self.msgs[k].telling {
-            match self.rails[c as usize].test(id) {
-                Ok(Some(_)) => {
-                    let m = &mut self.msgs[k];
-                    m.told |= mask;
-                    m.telling = None;
-                }
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    self.msgs[k].telling = None;
-                    self.fail_rail(c as usize, e)?;
-                }
-            }
+        if self.msgs[k].nreqs > 1 {
+            return self.tell_group(k);
+        }
+        if self.telling_pending(k)? {
+            return Ok(());
         }
         let m = self.msgs[k];
         let moved = m.moved();
@@ -579,15 +581,9 @@ impl<P: Provider + Clone> FusedSend<P> {
             .legs
             .iter()
             .any(|l| matches!(l, Leg::Lost | Leg::Moving { .. }));
-        if moved & !m.told == 0 || busy || m.telling.is_some() {
+        if moved & !m.told == 0 || busy {
             return Ok(());
         }
-        let Some(c) = self.first_live() else {
-            return Err(self.poison(Error::BadState {
-                op: "rail failover",
-                state: "no healthy rail left",
-            }));
-        };
         let mut elems = [PostedRecv::default(); MAX_DEVS_PER_NIC];
         let nr = self.rails.len();
         for (r, e) in elems.iter_mut().enumerate().take(nr) {
@@ -601,7 +597,129 @@ impl<P: Provider + Clone> FusedSend<P> {
                 .encode();
             }
         }
-        let (off, len) = self.stage.publish(m.seq, &elems[..nr]);
+        self.write_notice(k, &elems[..nr], moved)
+    }
+
+    /// [`Self::tell`] for a multi-receive: once every send of the group is posted and none
+    /// has a part still lost or moving, one notice names the rails any send of the group
+    /// moved, with every send's size; it is kept by the send of receive 0.
+    fn tell_group(&mut self, k: usize) -> Result<()> {
+        let Some(g) = self.members(k) else {
+            return Ok(());
+        };
+        let (n, lead) = (self.msgs[k].nreqs as usize, g[0]);
+        if self.telling_pending(lead)? {
+            return Ok(());
+        }
+        let mut moved = 0;
+        for &j in &g[..n] {
+            let m = &self.msgs[j];
+            if m.legs
+                .iter()
+                .any(|l| matches!(l, Leg::Lost | Leg::Moving { .. }))
+            {
+                return Ok(());
+            }
+            moved |= m.moved();
+        }
+        if moved & !self.msgs[lead].told == 0 {
+            return Ok(());
+        }
+        let mut elems = [PostedRecv::default(); MAX_RECVS];
+        for (i, e) in elems.iter_mut().enumerate().take(n) {
+            let m = &self.msgs[g[i]];
+            *e = GroupNotice {
+                seq: m.seq,
+                rails: moved,
+                index: i as u8,
+                size: m.size,
+            }
+            .encode();
+        }
+        self.write_notice(lead, &elems[..n], moved)
+    }
+
+    /// The slots of the sends of message `k`'s multi-receive by receive index, once every
+    /// one of them is posted (and none freed).
+    fn members(&self, k: usize) -> Option<[usize; MAX_RECVS]> {
+        let m = &self.msgs[k];
+        let row = &self.by_seq[(m.seq % MAX_REQUESTS as u64) as usize];
+        let mut out = [0; MAX_RECVS];
+        for (i, o) in out.iter_mut().enumerate().take(m.nreqs as usize) {
+            let j = row[i] as usize;
+            let x = &self.msgs[j];
+            if !x.used || x.seq != m.seq || x.index as usize != i || x.nreqs != m.nreqs {
+                return None;
+            }
+            *o = j;
+        }
+        Some(out)
+    }
+
+    /// Whether send `k` of a multi-receive is finished: every send of its group posted, their
+    /// parts all acknowledged, and the group's notice (if any) acknowledged. Once true it is
+    /// marked on every send of the group, so the first one freed does not undo it.
+    fn group_finished(&mut self, k: usize) -> Result<bool> {
+        if self.msgs[k].gdone {
+            return Ok(true);
+        }
+        if !self.msgs[k].settled() {
+            return Ok(false);
+        }
+        let Some(g) = self.members(k) else {
+            return Ok(false);
+        };
+        let n = self.msgs[k].nreqs as usize;
+        for &j in &g[..n] {
+            if j != k {
+                self.advance(j)?;
+            }
+        }
+        let moved = g[..n].iter().fold(0, |a, &j| a | self.msgs[j].moved());
+        let lead = &self.msgs[g[0]];
+        let done = lead.telling.is_none()
+            && moved & !lead.told == 0
+            && g[..n].iter().all(|&j| self.msgs[j].settled());
+        if done {
+            for &j in &g[..n] {
+                self.msgs[j].gdone = true;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Tests the notice message `k` has in flight: `true` while it is not acknowledged yet.
+    /// Acknowledged, its rails count as told; its carrier failed, it is to be written again.
+    fn telling_pending(&mut self, k: usize) -> Result<bool> {
+        let Some((c, id, mask)) = self.msgs[k].telling else {
+            return Ok(false);
+        };
+        match self.rails[c as usize].test(id) {
+            Ok(Some(_)) => {
+                let m = &mut self.msgs[k];
+                m.told |= mask;
+                m.telling = None;
+                Ok(false)
+            }
+            Ok(None) => Ok(true),
+            Err(e) => {
+                self.msgs[k].telling = None;
+                self.fail_rail(c as usize, e)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Writes the notice `elems` for message `k` (telling rails `moved`) into its slot of the
+    /// receiver's ring, on the first live rail; `k` keeps it in flight.
+    fn write_notice(&mut self, k: usize, elems: &[PostedRecv], moved: u8) -> Result<()> {
+        let Some(c) = self.first_live() else {
+            return Err(self.poison(Error::BadState {
+                op: "rail failover",
+                state: "no healthy rail left",
+            }));
+        };
+        let (off, len) = self.stage.publish(self.msgs[k].seq, elems);
         let local = Sge {
             addr: self.stage.base_addr() + off as u64,
             len: len as u32,

@@ -112,3 +112,38 @@ fn notices_round_trip_and_hostile_ones_are_refused() {
     };
     assert_eq!(Notice::decode(&high, 42, 4, 8192), None);
 }
+
+#[test]
+fn group_notices_round_trip_and_hostile_ones_are_refused() {
+    let g = GroupNotice {
+        seq: 9,
+        rails: 0b101,
+        index: 3,
+        size: 5000,
+    };
+    let e = g.encode();
+    assert_eq!(GroupNotice::decode(&e, 9, 3, 4, 5000), Some(g));
+    assert_eq!(GroupNotice::decode(&e, 10, 3, 4, 5000), None, "other slot");
+    assert_eq!(
+        GroupNotice::decode(&e, 9, 2, 4, 5000),
+        None,
+        "other receive"
+    );
+    assert_eq!(GroupNotice::decode(&e, 9, 3, 2, 5000), None, "rail 2 of 2");
+    assert_eq!(GroupNotice::decode(&e, 9, 3, 4, 4999), None, "too big");
+    let empty = PostedRecv {
+        rkey: GROUP_NOTICE_KEY,
+        ..e
+    };
+    assert_eq!(GroupNotice::decode(&empty, 9, 3, 4, 5000), None, "no rail");
+    // A peer that only knows single-receive notices refuses the element (and vice versa).
+    assert_eq!(Notice::decode(&e, 9, 4, 5000), None);
+    let single = Notice {
+        seq: 9,
+        rail: 1,
+        bytes: 10,
+        mask: 3,
+    }
+    .encode();
+    assert_eq!(GroupNotice::decode(&single, 9, 3, 4, 5000), None);
+}
