@@ -11,9 +11,9 @@
 //!                                         rkey = NOTICE_KEY | rail   tag = non-empty mask
 //! ```
 //!
-//! `size` is what the receiver adds to the receive's size (a single receive's, or for a
-//! multi-receive that of the receive `tag` names); `tag` has bit `i` set when receive `i` of a
-//! multi-receive got bytes from the part.
+//! `size` is what the receiver adds to the receive's size; `tag` has bit 0 set when the part
+//! carried bytes. This is a single receive's notice: a multi-receive's is a [`GroupNotice`]
+//! (one element per receive), told apart by its key.
 
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::fifo::PostedRecv;

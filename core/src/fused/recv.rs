@@ -502,17 +502,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
             let m = &mut self.msgs[k];
             if m.legs[r] != Leg::Done {
                 m.legs[r] = Leg::Done;
+                // A single receive (a multi-receive's notice is a `GroupNotice`).
                 let mut sizes = [0; MAX_RECVS];
-                if m.n > 1 {
-                    // The part's bytes go to the receive its mask names.
-                    for (i, s) in sizes.iter_mut().enumerate().take(m.n as usize) {
-                        if (nt.mask >> i) & 1 == 1 {
-                            *s = nt.bytes;
-                        }
-                    }
-                } else {
-                    sizes[0] = nt.bytes;
-                }
+                sizes[0] = nt.bytes;
                 add_sizes(m, &sizes);
             }
         }
