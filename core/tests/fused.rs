@@ -499,3 +499,39 @@ fn a_multi_receive_survives_a_rail_only_the_receiver_sees_fail() {
     assert_eq!(p.s.requests_in_use(), 0);
     assert_eq!(p.r.requests_in_use(), 0);
 }
+
+#[test]
+fn a_multi_receive_survives_its_carrier_failing_too() {
+    // Rail 2 fails on its first data write; rail 0, which carries rail 2's parts and the
+    // group's notice, fails `after` writes later (its own parts, a moved part or the notice):
+    // rail 1 takes whatever was not acknowledged, and the notice is written again.
+    let mut both = 0;
+    for after in 0..16 {
+        let mut p = pair(3);
+        let g = post_group(&mut p, 40 + after);
+        p.rails[2].inject(Fault::FailWr {
+            after: 0,
+            status: WcStatus::RetryExceeded,
+        });
+        p.rails[0].inject(Fault::FailWr {
+            after,
+            status: WcStatus::RetryExceeded,
+        });
+        finish_group(&mut p, g);
+        assert!(p.s.resent_bytes() >= group_part(3, 2), "after {after}");
+        // Past rail 0's last write of the group, its fault fires in the next group (on the
+        // sender's or the receiver's side of rail 0).
+        let ev = p.s.take_events();
+        both += usize::from(ev.len() == 2);
+        let g = post_group(&mut p, 90 + after);
+        finish_group(&mut p, g);
+        assert_eq!(ev.len() + p.s.take_events().len(), 2, "after {after}");
+        assert!(p.s.rail_live(1) && !p.s.rail_live(0) && !p.s.rail_live(2));
+        assert_eq!(p.s.requests_in_use(), 0);
+        assert_eq!(p.r.requests_in_use(), 0);
+    }
+    assert!(
+        both >= 8,
+        "rail 0 failed during the group in {both} runs only"
+    );
+}
