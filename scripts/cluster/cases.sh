@@ -300,7 +300,7 @@ fused_note() {
   a=$(fused_pkts "$LOG_A") b=$(fused_pkts "$LOG_B")
   NOTES+=("$1: sent_pkts per rail: A (receiver) $a, B (sender) $b; B's close: $(grep -oE 'rail 0 \(rxe0\) [^;]*; rail 1 \(rxe1\) [^;]*; [0-9]+ bytes re-sent' "$LOG_B" | head -1)")
   echo "    sent_pkts per rail: A $a, B $b"
-  grep -hE 'closed: fused NIC' "$LOG_A" "$LOG_B" | cut -d' ' -f2- | head -2 | sed 's/^/    /'
+  grep -hE 'closed: fused NIC' "$LOG_B" | cut -d' ' -f2- | head -2 | sed 's/^/    B: /'
 }
 if selected fused; then
   pair fused 400 "$(fused_cmd "" "--server --port \$PORT --fuse 0,1 --timeout 120 -v")" \
