@@ -323,7 +323,8 @@ fused_fault_during() {
   if [ -e "${LOG_B%.log}.rc" ] || grep -qE 'of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
     FAULT_T1=early; return
   fi
-  link_down
+  FAULT_VM=a
+  job a "echo 'rail0: going down'; ip link set rail0 down && echo 'rail0 down: fault injected'"
   fjob=$(jlog a "$JID")
   for ((i = 0; i < 300; i++)); do grep -q 'fault injected' "$fjob" 2>/dev/null && break; sleep 0.1; done
   grep -q 'fault injected' "$fjob" 2>/dev/null || { FAULT_T1=nofault; return; }
@@ -356,11 +357,12 @@ if selected fused-failover; then
     "$(fused_cmd "$FENV" "--client $A_MGMT:\$PORT --fuse 0,1 --check --bw-only --min-bytes 256K --max-bytes 256K --iters 400 --window 4 --warmup 1 --timeout 120 -v")" \
     fused_failover_ok
   fused_note fused-failover
-  # On A's own clock (the fault job and A's plugin stamp their lines with it): ip link set
-  # rail0 down returned -> A's first WARN of the failed rail. On the host: the fault line seen ->
-  # B's (the sender's) WARN seen, through the mailboxes (polled every 0.1 s).
-  ta=$(awk '/fault injected/ && !n++ { print $1 }' "${FAULT_JOB:-/dev/null}" 2>/dev/null)
+  # On A's own clock (the fault job and A's plugin stamp their lines with it): `ip link set
+  # rail0 down` started -> A's first WARN of the failed rail (the port-down flushes A's rail-0
+  # QPs while the command runs). On the host: the fault job's "fault injected" line seen -> B's
+  # (the sender's) WARN seen, through the mailboxes (polled every 0.1 s).
+  ta=$(awk '/going down/ && !n++ { print $1 }' "${FAULT_JOB:-/dev/null}" 2>/dev/null)
   ta=$(awk -v t0="$ta" -v re="WARN.*$FFAIL" '$0 ~ re && !n++ && t0 != "" { printf "%.2f", $1 - t0 }' "$LOG_A")
-  NOTES+=("fused-failover ($FENV, transport bound 0.27 s): rail 0 declared failed ${ta:-n/a} s after rail0 went down (A's clock, A's WARN), B's WARN seen ${FAULT_TB:-n/a} s after (host), transfer done ${FAULT_T2:-n/a} s after the fault, every byte verified; B's close: $(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" | head -1)")
+  NOTES+=("fused-failover ($FENV, transport bound 0.27 s): rail 0 declared failed on A ${ta:-n/a} s after \`ip link set rail0 down\` started (A's clock), B's WARN seen ${FAULT_TB:-n/a} s after (host), transfer done ${FAULT_T2:-n/a} s after the fault, every byte verified; B's close: $(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" | head -1)")
   echo "    rail 0 failed: A's WARN ${ta:-n/a} s after the fault (A's clock), B's WARN ${FAULT_TB:-n/a} s (host), transfer done ${FAULT_T2:-n/a} s; B: $(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" | head -1)"
 fi
