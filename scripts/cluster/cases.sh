@@ -282,10 +282,10 @@ fused_cmd() { # fused_cmd "ENV" "ibnet-perf args": counters, the run, counters, 
 # fused_pkts LOG — "rxe0 +N rxe1 +M": each device's sent_pkts during the run on that VM.
 fused_pkts() {
   awk '$2 == "FUSED-PKTS" { v[$3 " " $4] = $5 }
-    END { for (d = 0; d < 2; d++) printf "rxe%d +%d ", d, v["after rxe" d] - v["before rxe" d] }' "$1"
+    END { for (d = 0; d < 2; d++) printf "rxe%d +%d ", d, v["after rxe" d] - v["before rxe" d] }' "$1" 2>/dev/null || true
 }
 fused_ok() { # every row ok, both rails carried traffic on both VMs, no rail failed
-  local a b
+  local a b p
   perf_ok "$@" || return 1
   cat "$1" "$2" | grep -qE 'fused: rails 0 rxe0 [0-9]+ Gb/s, 1 rxe1' || { echo "no 'fused: rails 0 rxe0 …, 1 rxe1' line"; return 1; }
   has "$2" 'rail 0 \(rxe0\) up [1-9][0-9]* bytes; rail 1 \(rxe1\) up [1-9][0-9]* bytes; 0 bytes re-sent' || return 1
@@ -296,11 +296,12 @@ fused_ok() { # every row ok, both rails carried traffic on both VMs, no rail fai
   ! grep -qE 'of the fused NIC failed' "$1" "$2" || { echo "a rail failed on a clean link"; return 1; }
 }
 fused_note() {
-  local a b
+  local a b c
   a=$(fused_pkts "$LOG_A") b=$(fused_pkts "$LOG_B")
-  NOTES+=("$1: sent_pkts per rail: A (receiver) $a, B (sender) $b; B's close: $(grep -oE 'rail 0 \(rxe0\) [^;]*; rail 1 \(rxe1\) [^;]*; [0-9]+ bytes re-sent' "$LOG_B" | head -1)")
+  c=$(grep -oE 'rail 0 \(rxe0\) [^;]*; rail 1 \(rxe1\) [^;]*; [0-9]+ bytes re-sent' "$LOG_B" 2>/dev/null | head -1 || true)
+  NOTES+=("$1: sent_pkts per rail: A (receiver) $a, B (sender) $b; B's close: ${c:-none}")
   echo "    sent_pkts per rail: A $a, B $b"
-  grep -hE 'closed: fused NIC' "$LOG_B" | cut -d' ' -f2- | head -2 | sed 's/^/    B: /'
+  grep -hE 'closed: fused NIC' "$LOG_B" | cut -d' ' -f2- | head -2 | sed 's/^/    B: /' || true
 }
 if selected fused; then
   pair fused 400 "$(fused_cmd "" "--server --port \$PORT --fuse 0,1 --timeout 120 -v")" \
@@ -336,6 +337,12 @@ fused_fault_during() {
     if ((i % 10 == 9)) && vms_down >/dev/null; then break; fi
     sleep 0.1
   done
+  # rail 1 failing too, with its link up, is no fault of the case's: the loaded host starved a
+  # VM past NCCL_IB_TIMEOUT=14's 4 x 67 ms (see "Fault cases under load" in README.md): the case
+  # runs once more (reported), as a fault case whose transfer failed before its fault does.
+  if grep -qE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
+    WEDGE="rail 1 timed out too with its link up (a VM starved past NCCL_IB_TIMEOUT=14 under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
+  fi
 }
 fused_failover_ok() {
   case $FAULT_T1 in
@@ -361,8 +368,9 @@ if selected fused-failover; then
   # rail0 down` started -> A's first WARN of the failed rail (the port-down flushes A's rail-0
   # QPs while the command runs). On the host: the fault job's "fault injected" line seen -> B's
   # (the sender's) WARN seen, through the mailboxes (polled every 0.1 s).
-  ta=$(awk '/going down/ && !n++ { print $1 }' "${FAULT_JOB:-/dev/null}" 2>/dev/null)
-  ta=$(awk -v t0="$ta" -v re="WARN.*$FFAIL" '$0 ~ re && !n++ && t0 != "" { printf "%.2f", $1 - t0 }' "$LOG_A")
-  NOTES+=("fused-failover ($FENV, transport bound 0.27 s): rail 0 declared failed on A ${ta:-n/a} s after \`ip link set rail0 down\` started (A's clock), B's WARN seen ${FAULT_TB:-n/a} s after (host), transfer done ${FAULT_T2:-n/a} s after the fault, every byte verified; B's close: $(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" | head -1)")
-  echo "    rail 0 failed: A's WARN ${ta:-n/a} s after the fault (A's clock), B's WARN ${FAULT_TB:-n/a} s (host), transfer done ${FAULT_T2:-n/a} s; B: $(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" | head -1)"
+  ta=$(awk '/going down/ && !n++ { print $1 }' "${FAULT_JOB:-/dev/null}" 2>/dev/null || true)
+  ta=$(awk -v t0="$ta" -v re="WARN.*$FFAIL" '$0 ~ re && !n++ && t0 != "" { printf "%.2f", $1 - t0 }' "$LOG_A" 2>/dev/null || true)
+  rs=$(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" 2>/dev/null | head -1 || true)
+  NOTES+=("fused-failover ($FENV, transport bound 0.27 s): rail 0 declared failed on A ${ta:-n/a} s after \`ip link set rail0 down\` started (A's clock), B's WARN seen ${FAULT_TB:-n/a} s after (host), transfer done ${FAULT_T2:-n/a} s after the fault, every byte verified; B's close: ${rs:-none}")
+  echo "    rail 0 failed: A's WARN ${ta:-n/a} s after the fault (A's clock), B's WARN ${FAULT_TB:-n/a} s (host), transfer done ${FAULT_T2:-n/a} s; B: ${rs:-none}"
 fi
