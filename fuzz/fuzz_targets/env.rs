@@ -217,7 +217,10 @@ fn ifaddr(v: &str) {
         .and_then(|_| nccl_net_ibnet::env::Config::from_params(&p).socket_family);
     // NCCL_SOCKET_IFNAME as the plugin applies it: parsed once, by `Params::set`.
     let mut q = Params::default();
-    let ifname = q.set("NCCL_SOCKET_IFNAME", v).ok().map(|_| q.ifname.clone());
+    let ifname = q
+        .set("NCCL_SOCKET_IFNAME", v)
+        .ok()
+        .map(|_| q.ifname.clone());
     for fam in [None, Some(libc_af(false)), Some(libc_af(true)), family] {
         if let Some(chosen) = choose(&all, ifname.as_ref(), fam) {
             assert!(all.contains(&chosen));

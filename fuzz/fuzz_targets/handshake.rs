@@ -12,7 +12,8 @@
 
 use ibnet_core::handshake::{Acceptor, Connector, Event};
 use ibnet_core::wire::{
-    check_ready, ready_bytes, Hello, QpInfo, QP_INFO_HEADER_LEN, QP_INFO_MAX_LEN,
+    check_ready, ready_bytes, Hello, QpInfo, RailList, MAX_RAILS, QP_INFO_HEADER_LEN,
+    QP_INFO_MAX_LEN,
 };
 use ibnet_core::Error;
 use ibnet_fuzz::{Cursor, Side, MODE_ACCEPT, MODE_CONNECT, NONCE};
@@ -49,8 +50,23 @@ fn wire(b: &[u8]) {
         }
         Err(e) => assert!(is_wire(&e), "{e:?}"),
     }
-    match Hello::decode(b) {
-        Ok(h) => assert_eq!(&h.encode()[..], b),
+    match Hello::decode_rails(b) {
+        Ok((h, rails)) => assert_eq!(
+            &h.encode_rails(rails)[..],
+            b,
+            "Hello re-encodes to other bytes"
+        ),
+        Err(e) => assert!(is_wire(&e), "{e:?}"),
+    }
+    // A rail list of the count its own header byte claims (so the fuzzer can reach decoding).
+    let n = b.get(6).map_or(1, |&n| usize::from(n));
+    match RailList::decode(b, n) {
+        Ok(l) => {
+            assert_eq!(b.len(), RailList::encoded_len(n));
+            let mut out = [0u8; RailList::encoded_len(MAX_RAILS)];
+            let len = l.encode(&mut out).expect("a decoded rail list encodes");
+            assert_eq!(&out[..len], b, "rail list re-encodes to other bytes");
+        }
         Err(e) => assert!(is_wire(&e), "{e:?}"),
     }
     match check_ready(b) {
@@ -202,7 +218,10 @@ fn connect(side: Side, chunk: usize, mut peer: &[u8]) {
                 assert_eq!(p.link_layer, side.link_layer);
                 assert_eq!(p.qpn.len(), side.nqps);
                 assert!(p.mtu <= side.mtu, "acceptor answered an MTU above ours");
-                assert!(p.fifo.is_some(), "an answer without sizes FIFO was accepted");
+                assert!(
+                    p.fifo.is_some(),
+                    "an answer without sizes FIFO was accepted"
+                );
                 c.handle_qps_connected().expect("connect after PeerInfo");
                 continue;
             }
