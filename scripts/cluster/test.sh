@@ -22,7 +22,7 @@
 # the first case on, default 1200: a case due later is not run but reported FAIL),
 # IBNET_CLUSTER_TIMEOUT (most seconds one VM boot may live, default 2400), IBNET_CLUSTER_HUNG
 # (s without the guest agent's heartbeat before a VM counts as hung, default 120),
-# IBNET_CLUSTER_REBOOTS (most reboots of the VMs after a crash or hang, default 3),
+# IBNET_CLUSTER_REBOOTS (most reboots of the VMs after a crash or hang, default 5),
 # IBNET_CLUSTER_CPU (qemu -cpu model, default max), IBNET_CLUSTER_MEM / IBNET_CLUSTER_SMP (per VM,
 # 1G / 1), IBNET_CLUSTER_KEEP=1 (keep the run folder), IBNET_RXE_CACHE (the image cache, shared
 # with scripts/rxe), IBNET_RXE_BUILD=0 (stage what target/ holds).
@@ -243,10 +243,10 @@ vms_down() {
   return $r
 }
 # vms_ready — true when both VMs serve jobs; when one is down (a crash or hang in an earlier
-# step), both are rebooted first, at most IBNET_CLUSTER_REBOOTS times per run (default 3).
+# step), both are rebooted first, at most IBNET_CLUSTER_REBOOTS times per run (default 5).
 vms_ready() {
   vms_down >/dev/null || return 0
-  [ "$((BOOTS - 1))" -lt "${IBNET_CLUSTER_REBOOTS:-3}" ] || return 1
+  [ "$((BOOTS - 1))" -lt "${IBNET_CLUSTER_REBOOTS:-5}" ] || return 1
   vms_down | sed 's/^/    /'
   reboot_vms
   [ -n "$ready" ]
