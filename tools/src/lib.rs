@@ -38,6 +38,7 @@ pub mod locate;
 pub mod log;
 #[allow(unsafe_code)]
 pub mod net;
+pub mod out;
 pub mod plot;
 pub mod report;
 pub mod soak;

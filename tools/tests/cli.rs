@@ -2,7 +2,7 @@
 //! ibnet-perf through ibnet's plugin (the soft provider when there is no RDMA NIC).
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn bin(name: &str) -> Command {
     let exe = match name {
@@ -17,6 +17,26 @@ fn text(o: &Output) -> (String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// Runs `cmd` with stdout a pipe whose reading end is closed before the tool writes (as
+/// `| head -3` does once it has its lines): every stdout write fails with EPIPE.
+fn closed_stdout(cmd: &mut Command) -> Output {
+    let mut c = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdout.take());
+    c.wait_with_output().unwrap()
+}
+
+/// A tool whose stdout reader went away ends quietly: status 0, no panic, no error line.
+fn assert_quiet_end(what: &str, o: &Output) {
+    let err = text(o).1;
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert!(!err.contains("error"), "{what}: {err}");
+    assert_eq!(o.status.code(), Some(0), "{what}: {err}");
 }
 
 fn plugin() -> PathBuf {
@@ -190,4 +210,37 @@ fn loopback_json() {
     assert_eq!(v["results"][1]["size"], 64);
     assert_eq!(v["results"][1]["check"], "ok");
     assert!(v["results"][0]["lat_p50_us"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    let small = [
+        "--min-bytes",
+        "32",
+        "--max-bytes",
+        "64",
+        "-n",
+        "5",
+        "--warmup",
+        "1",
+    ];
+    // The table run: its first stdout line (the header) fails.
+    let o = closed_stdout(bin("ibnet-perf").args(small).arg("--plugin").arg(plugin()));
+    assert_quiet_end("ibnet-perf", &o);
+    // --json: the header goes to stderr, the run completes, then the report's write fails.
+    let o = closed_stdout(
+        bin("ibnet-perf")
+            .args(small)
+            .arg("--json")
+            .arg("--plugin")
+            .arg(plugin()),
+    );
+    assert_quiet_end("ibnet-perf --json", &o);
+    assert!(
+        text(&o).1.contains("ibnet-perf: IBNet (ncclNetPlugin_v11)"),
+        "the run went as far as the report: {:?}",
+        text(&o)
+    );
+    let o = closed_stdout(bin("ibnet-info").arg("--plugin").arg(plugin()));
+    assert_quiet_end("ibnet-info", &o);
 }

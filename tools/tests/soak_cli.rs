@@ -1,7 +1,7 @@
 //! `ibnet-soak` end to end: a short two-process run through ibnet's plugin (the soft provider)
 //! verifies every byte and reports its figures; bad arguments are usage errors.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 fn soak() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ibnet-soak"))
@@ -67,4 +67,22 @@ fn bad_arguments() {
         err.contains("plugin /nonexistent/libx.so does not exist"),
         "{err}"
     );
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    // stdout a pipe whose reader is gone before the first line: the write fails with EPIPE.
+    let mut c = soak()
+        .args(["--seconds", "1", "--threads", "1", "--comms", "1"])
+        .args(["--max-bytes", "4K", "--timeout", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdout.take());
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("error"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
 }

@@ -13,7 +13,7 @@ use clap::Parser;
 use ibnet_ffi::env::{Config, ProviderChoice};
 use ibnet_ffi::verbs::device::{self, VerbsDev};
 use ibnet_tools::net::Plugin;
-use ibnet_tools::{locate, log, Error};
+use ibnet_tools::{locate, log, out, outln, Error};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -85,9 +85,9 @@ fn gid_text(g: &[u8; 16]) -> (String, &'static str) {
     }
 }
 
-fn show_port(d: &VerbsDev, cfg: &Config) {
+fn show_port(d: &VerbsDev, cfg: &Config) -> Result<(), Error> {
     let name = d.name.to_string_lossy();
-    println!(
+    outln!(
         "  {name}:{}  link {}  {} Gb/s  MTU {}  LID {}  GUID {:#018x}  DMA-BUF {}{}",
         d.port,
         link(d.link_layer),
@@ -100,7 +100,7 @@ fn show_port(d: &VerbsDev, cfg: &Config) {
             .as_ref()
             .map(|p| format!("  PCI {}", p.to_string_lossy()))
             .unwrap_or_default()
-    );
+    )?;
     let list = gids(&name, d.port);
     let auto = device::select_gid(&list, cfg.addr_family, cfg.addr_range, cfg.roce_version);
     for (i, g, ver) in &list {
@@ -116,11 +116,12 @@ fn show_port(d: &VerbsDev, cfg: &Config) {
         if d.link_layer == 2 && *i == auto {
             mark.push_str("  (auto-selection)");
         }
-        println!("      GID {i:>3}  {ty:<9} {fam:<4}  {ip}{mark}");
+        outln!("      GID {i:>3}  {ty:<9} {fam:<4}  {ip}{mark}")?;
     }
     if list.is_empty() {
-        println!("      (no GIDs readable in sysfs)");
+        outln!("      (no GIDs readable in sysfs)")?;
     }
+    Ok(())
 }
 
 #[allow(unsafe_code)] // getrlimit: the one libc call of this binary.
@@ -145,10 +146,10 @@ fn memlock() -> String {
     }
 }
 
-fn env_line(name: &str) {
+fn env_line(name: &str) -> Result<(), Error> {
     match std::env::var(name) {
-        Ok(v) => println!("  {name}={v}"),
-        Err(_) => println!("  {name} (unset)"),
+        Ok(v) => outln!("  {name}={v}"),
+        Err(_) => outln!("  {name} (unset)"),
     }
 }
 
@@ -161,7 +162,7 @@ fn run(a: &Args) -> Result<(), Error> {
     let path = locate::absolute(&path);
     let (cfg, _) = Config::from_env();
 
-    println!("environment:");
+    outln!("environment:")?;
     for n in [
         "IBNET_PROVIDER",
         "NCCL_IB_HCA",
@@ -171,50 +172,50 @@ fn run(a: &Args) -> Result<(), Error> {
         "NCCL_IB_ADDR_FAMILY",
         "NCCL_SOCKET_IFNAME",
     ] {
-        env_line(n);
+        env_line(n)?;
     }
-    println!("RLIMIT_MEMLOCK: {}", memlock());
+    outln!("RLIMIT_MEMLOCK: {}", memlock())?;
 
-    println!("verbs provider (libibverbs, after NCCL_IB_HCA):");
+    outln!("verbs provider (libibverbs, after NCCL_IB_HCA):")?;
     let verbs = device::discover(&cfg);
     match &verbs {
         Ok(v) if !v.is_empty() => {
-            println!("  {} port(s)", v.len());
+            outln!("  {} port(s)", v.len())?;
             for d in v {
-                show_port(d, &cfg);
+                show_port(d, &cfg)?;
             }
         }
-        Ok(_) => println!("  0 devices: no usable port"),
-        Err(why) => println!("  0 devices: {why}"),
+        Ok(_) => outln!("  0 devices: no usable port")?,
+        Err(why) => outln!("  0 devices: {why}")?,
     }
 
     let soft = ibnet_soft::probe();
     match &soft {
-        Ok(()) => println!("soft provider (ibnet-soft, same host only, host memory): usable with IBNET_PROVIDER=soft (device soft0)"),
-        Err(u) => println!("soft provider (ibnet-soft): not usable here: {u}"),
+        Ok(()) => outln!("soft provider (ibnet-soft, same host only, host memory): usable with IBNET_PROVIDER=soft (device soft0)")?,
+        Err(u) => outln!("soft provider (ibnet-soft): not usable here: {u}")?,
     }
 
     match ibnet_hip::GpuRuntime::detect() {
         Ok(rt) => {
             let g = rt.gdr_support();
-            println!(
+            outln!(
                 "GPU: {}; GPU-direct RDMA {} ({})",
                 rt.describe(),
                 if g.enabled { "yes" } else { "no" },
                 g.reason
-            );
+            )?;
         }
-        Err(e) => println!("GPU: no GPU runtime ({e}); GPU-direct RDMA no"),
+        Err(e) => outln!("GPU: no GPU runtime ({e}); GPU-direct RDMA no")?,
     }
 
     let mut p = Plugin::open(&path)?;
-    println!(
+    outln!(
         "plugin: {} ({}, name {}; ibnet-info {})",
         path.display(),
         p.version().symbol(),
         p.name(),
         env!("CARGO_PKG_VERSION")
-    );
+    )?;
     p.init()?;
     let n = p.devices()?;
     let provider = match cfg.provider {
@@ -222,7 +223,7 @@ fn run(a: &Args) -> Result<(), Error> {
         ProviderChoice::Verbs => "verbs",
         ProviderChoice::Soft => "soft",
     };
-    println!("plugin devices (as NCCL would see them, provider {provider}): {n}");
+    outln!("plugin devices (as NCCL would see them, provider {provider}): {n}")?;
     for d in 0..n.max(0) {
         let pr = p.properties(d)?;
         let mut ptr = vec!["HOST"];
@@ -232,7 +233,7 @@ fn run(a: &Args) -> Result<(), Error> {
         if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_DMABUF != 0 {
             ptr.push("DMABUF");
         }
-        println!(
+        outln!(
             "  {d}: {}  port {}  {} Gb/s  ptrSupport {}  maxComms {}  maxRecvs {}  GUID {:#x}",
             pr.name,
             pr.port,
@@ -241,7 +242,7 @@ fn run(a: &Args) -> Result<(), Error> {
             pr.max_comms,
             pr.max_recvs,
             pr.guid
-        );
+        )?;
     }
     if n <= 0 {
         let verbs_why = match &verbs {
@@ -268,6 +269,8 @@ fn main() -> ExitCode {
     let a = Args::parse();
     match run(&a) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away: end quietly (see `ibnet_tools::out`).
+        Err(_) if out::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ibnet-info: {e}");
             ExitCode::FAILURE

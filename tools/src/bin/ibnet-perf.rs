@@ -15,7 +15,7 @@ use ibnet_tools::ctrl::{Ctrl, Msg};
 use ibnet_tools::net::{DevProps, Plugin};
 use ibnet_tools::report::{self, Meta};
 use ibnet_tools::sweep::{self, Endpoint, RunConfig};
-use ibnet_tools::{locate, log, parse_bytes, Error};
+use ibnet_tools::{locate, log, out, outln, parse_bytes, Error};
 
 /// Default TCP port of `--server` (the control connection only).
 const DEFAULT_PORT: u16 = 18515;
@@ -362,18 +362,10 @@ fn driver(a: &Args) -> Result<(), Error> {
     let (p, n, note) = load(&path)?;
     let (dev, props, desc) = choose(&p, n, a.dev, &a.fuse, cfg.multirecv)?;
     let timeout = Duration::from_secs(a.timeout);
-    let (stream, mut guard, mode) = match &a.client {
-        Some(hp) => (
-            TcpStream::connect(hp).map_err(|e| Error(format!("cannot reach server {hp}: {e}")))?,
-            PeerGuard(None),
-            format!("client of {hp}"),
-        ),
-        None => {
-            let (s, g) = spawn_peer(a, &path)?;
-            (s, g, "loopback (peer process on this host)".to_string())
-        }
+    let mode = match &a.client {
+        Some(hp) => format!("client of {hp}"),
+        None => "loopback (peer process on this host)".to_string(),
     };
-    let mut ctrl = Ctrl::new(stream, timeout * 4)?;
     let meta = Meta {
         plugin_path: path.display().to_string(),
         plugin_name: p.name().into(),
@@ -386,12 +378,21 @@ fn driver(a: &Args) -> Result<(), Error> {
         multirecv: cfg.multirecv,
         check: cfg.check,
     };
+    // Before the peer exists: a closed stdout ends the run here, with nothing to tear down.
     let quiet = a.json || a.csv;
     if quiet {
         eprintln!("{}", meta.header());
     } else {
-        println!("{}", meta.header());
+        outln!("{}", meta.header())?;
     }
+    let (stream, mut guard) = match &a.client {
+        Some(hp) => (
+            TcpStream::connect(hp).map_err(|e| Error(format!("cannot reach server {hp}: {e}")))?,
+            PeerGuard(None),
+        ),
+        None => spawn_peer(a, &path)?,
+    };
+    let mut ctrl = Ctrl::new(stream, timeout * 4)?;
     let res = (|| -> Result<Vec<sweep::Row>, Error> {
         ctrl.send(&Msg::Hello(cfg.clone()))?;
         let Msg::Info { device, .. } = ctrl.recv()? else {
@@ -453,11 +454,11 @@ fn driver(a: &Args) -> Result<(), Error> {
     };
     guard.finish(timeout)?;
     if a.json {
-        println!("{}", report::json(&meta, &rows)?);
+        outln!("{}", report::json(&meta, &rows)?)?;
     } else if a.csv {
-        print!("{}", report::csv(&rows)?);
+        out::text(&report::csv(&rows)?)?;
     } else {
-        println!("{}", report::table(&rows));
+        outln!("{}", report::table(&rows))?;
     }
     if let Some(png) = &a.png {
         ibnet_tools::plot::png(png, &meta.title(), &rows)?;
@@ -491,6 +492,8 @@ fn main() -> ExitCode {
     let a = Args::parse();
     match run(&a) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away: end quietly (see `ibnet_tools::out`).
+        Err(_) if out::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => {
             let role = if a.peer.is_some() { " (peer)" } else { "" };
             eprintln!("ibnet-perf{role}: error: {e}");

@@ -16,7 +16,7 @@ use ibnet_tools::soak::link::{Link, Msg};
 use ibnet_tools::soak::procstat::{self, ProcStat};
 use ibnet_tools::soak::stats::Totals;
 use ibnet_tools::soak::worker::{self, Outcome, ThreadCfg};
-use ibnet_tools::{fmt_bytes, locate, log, parse_bytes, Error};
+use ibnet_tools::{fmt_bytes, locate, log, out, outln, parse_bytes, Error};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -139,9 +139,13 @@ fn thread_cfg(
     }
 }
 
-/// Runs every thread on its link; prints this process's start and end lines (`who`).
-/// Returns the outcomes and the closing figures.
-fn run_threads(who: &str, cfgs: Vec<(ThreadCfg, Link)>) -> (Vec<Outcome>, [ProcStat; 3]) {
+/// Runs every thread on its link; prints this process's start line (`who`).
+/// Returns the outcomes and the closing figures, or the start line's write error (a closed
+/// stdout) once the threads have ended.
+fn run_threads(
+    who: &str,
+    cfgs: Vec<(ThreadCfg, Link)>,
+) -> Result<(Vec<Outcome>, [ProcStat; 3]), Error> {
     let gate = Barrier::new(cfgs.len() + 1);
     std::thread::scope(|s| {
         let hs: Vec<_> = cfgs
@@ -153,7 +157,7 @@ fn run_threads(who: &str, cfgs: Vec<(ThreadCfg, Link)>) -> (Vec<Outcome>, [ProcS
             .collect();
         gate.wait();
         let start = procstat::now();
-        println!("ibnet-soak {who}: start: {}, {start}", Totals::default());
+        let said = outln!("ibnet-soak {who}: start: {}, {start}", Totals::default());
         gate.wait();
         let end = procstat::now();
         gate.wait();
@@ -167,7 +171,7 @@ fn run_threads(who: &str, cfgs: Vec<(ThreadCfg, Link)>) -> (Vec<Outcome>, [ProcS
                 })
             })
             .collect();
-        (outs, [start, end, procstat::now()])
+        said.map(|()| (outs, [start, end, procstat::now()]))
     })
 }
 
@@ -183,11 +187,11 @@ fn peer(a: &Args, addr: &str) -> Result<Totals, Error> {
         l.send(&Msg::Join(t))?;
         cfgs.push((thread_cfg(a, &plugin, seed, t, None), l));
     }
-    let (outs, [_, end, closed]) = run_threads("peer", cfgs);
+    let (outs, [_, end, closed]) = run_threads("peer", cfgs)?;
     let mut tot = Totals::default();
     outs.iter().for_each(|o| tot.add(&o.own));
-    println!("ibnet-soak peer: end: {tot}, {end}");
-    println!("ibnet-soak peer: closed: {closed}");
+    outln!("ibnet-soak peer: end: {tot}, {end}")?;
+    outln!("ibnet-soak peer: closed: {closed}")?;
     Ok(tot)
 }
 
@@ -248,7 +252,7 @@ fn driver(a: &Args) -> Result<(), Error> {
             .unwrap_or_default();
         t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)
     });
-    println!(
+    outln!(
         "ibnet-soak: seed {seed}, {} s, {} thread pairs x {} comms, requests up to {} (width 1..={}), window {}, sizes {}, provider {}, plugin {}",
         a.seconds,
         a.threads,
@@ -259,7 +263,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         if a.loose_sizes { "loose (multi-receive: <= posted, exact if > 1)" } else { "exact" },
         std::env::var("IBNET_PROVIDER").unwrap_or_default(),
         plugin.display()
-    );
+    )?;
     let (links, mut guard) = spawn_peer(a, &plugin, seed)?;
     let deadline = Instant::now() + Duration::from_secs(a.seconds);
     let cfgs = links
@@ -268,7 +272,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         .map(|(t, l)| (thread_cfg(a, &plugin, seed, t as u32, Some(deadline)), l))
         .collect();
     let t0 = Instant::now();
-    let (outs, [_, end, closed]) = run_threads("driver", cfgs);
+    let (outs, [_, end, closed]) = run_threads("driver", cfgs)?;
     let secs = t0.elapsed().as_secs_f64();
     let (mut own, mut all) = (Totals::default(), Totals::default());
     for o in &outs {
@@ -278,18 +282,18 @@ fn driver(a: &Args) -> Result<(), Error> {
             all.add(p);
         }
     }
-    println!("ibnet-soak driver: end: {own}, {end}");
-    println!("ibnet-soak driver: closed: {closed}");
+    outln!("ibnet-soak driver: end: {own}, {end}")?;
+    outln!("ibnet-soak driver: closed: {closed}")?;
     let peer = guard.finish(Duration::from_secs(a.timeout));
-    println!(
+    outln!(
         "ibnet-soak: total (both processes' receives): {all} in {secs:.1} s ({:.2} GB/s), seed {seed}",
         all.bytes as f64 / secs / 1e9
-    );
+    )?;
     for why in [&all.first_error, &all.first_corruption]
         .into_iter()
         .flatten()
     {
-        println!("ibnet-soak: first failure: {why}");
+        outln!("ibnet-soak: first failure: {why}")?;
     }
     peer?;
     if !all.clean() {
@@ -298,7 +302,7 @@ fn driver(a: &Args) -> Result<(), Error> {
             all.errors, all.corruptions
         )));
     }
-    println!("ibnet-soak: OK");
+    outln!("ibnet-soak: OK")?;
     Ok(())
 }
 
@@ -317,6 +321,8 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away: end quietly (see `ibnet_tools::out`).
+        Err(_) if out::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => {
             let role = if a.peer.is_some() { " (peer)" } else { "" };
             eprintln!("ibnet-soak{role}: error: {e}");
