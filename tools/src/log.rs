@@ -74,5 +74,66 @@ pub unsafe extern "C" fn ibnet_tools_log_sink(
         LEVEL_ABORT => "ABORT",
         _ => "TRACE",
     };
-    eprintln!("[{}] {tag} {f}:{line} {}", std::process::id(), m.trim_end());
+    // Nowhere to report a failed write to stderr.
+    let _ = emit(&mut std::io::stderr().lock(), tag, &f, line, &m);
+}
+
+/// Writes one log line to `w` in one write (see [`out`](crate::out)): the loopback peer
+/// shares stderr, and plugin threads log concurrently.
+fn emit(
+    w: &mut impl std::io::Write,
+    tag: &str,
+    file: &str,
+    line: c_int,
+    msg: &str,
+) -> std::io::Result<()> {
+    let text = format!(
+        "[{}] {tag} {file}:{line} {}\n",
+        std::process::id(),
+        msg.trim_end()
+    );
+    crate::out::whole(w, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records each `write` call.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl std::io::Write for Writes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.push(b.to_vec());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_log_line_is_one_write() {
+        // The driver and its loopback peer share stderr, and plugin threads log concurrently:
+        // a line written in pieces interleaves with another process's pieces.
+        let mut w = Writes::default();
+        emit(
+            &mut w,
+            "WARN",
+            "ffi/src/x.rs",
+            12,
+            "NET/IBNET : bad thing\n",
+        )
+        .unwrap();
+        let want = format!(
+            "[{}] WARN ffi/src/x.rs:12 NET/IBNET : bad thing\n",
+            std::process::id()
+        );
+        assert_eq!(
+            w.0,
+            vec![want.into_bytes()],
+            "one write holding the whole line"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use clap::Parser;
 use ibnet_ffi::env::{Config, ProviderChoice};
 use ibnet_ffi::verbs::device::{self, VerbsDev};
 use ibnet_tools::net::Plugin;
-use ibnet_tools::{locate, log, out, outln, Error};
+use ibnet_tools::{errln, locate, log, out, outln, Error};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -272,7 +272,7 @@ fn main() -> ExitCode {
         // The reader of stdout went away: end quietly (see `ibnet_tools::out`).
         Err(_) if out::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ibnet-info: {e}");
+            errln!("ibnet-info: {e}");
             ExitCode::FAILURE
         }
     }

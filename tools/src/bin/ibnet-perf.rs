@@ -15,7 +15,7 @@ use ibnet_tools::ctrl::{Ctrl, Msg};
 use ibnet_tools::net::{DevProps, Plugin};
 use ibnet_tools::report::{self, Meta};
 use ibnet_tools::sweep::{self, Endpoint, RunConfig};
-use ibnet_tools::{locate, log, out, outln, parse_bytes, Error};
+use ibnet_tools::{errln, locate, log, out, outln, parse_bytes, Error};
 
 /// Default TCP port of `--server` (the control connection only).
 const DEFAULT_PORT: u16 = 18515;
@@ -258,7 +258,7 @@ fn responder(a: &Args, stream: TcpStream) -> Result<(), Error> {
         };
         let (dev, _, desc) = choose(&p, n, cfg.dev, fuse, cfg.multirecv)?;
         if a.server && !fuse.is_empty() {
-            eprintln!("ibnet-perf: device {desc}");
+            errln!("ibnet-perf: device {desc}");
         }
         ctrl.send(&Msg::Info {
             plugin: p.name().into(),
@@ -381,7 +381,7 @@ fn driver(a: &Args) -> Result<(), Error> {
     // Before the peer exists: a closed stdout ends the run here, with nothing to tear down.
     let quiet = a.json || a.csv;
     if quiet {
-        eprintln!("{}", meta.header());
+        errln!("{}", meta.header());
     } else {
         outln!("{}", meta.header())?;
     }
@@ -399,7 +399,7 @@ fn driver(a: &Args) -> Result<(), Error> {
             return Err(Error("expected Info from the peer".into()));
         };
         if !a.fuse.is_empty() {
-            eprintln!("ibnet-perf: peer device {device}");
+            errln!("ibnet-perf: peer device {device}");
         }
         let ep = Endpoint::establish(&p, dev, timeout, |h| {
             ctrl.send(&Msg::Handle(h))?;
@@ -433,9 +433,7 @@ fn driver(a: &Args) -> Result<(), Error> {
                 m => return Err(Error(format!("expected Done, got {m:?}"))),
             }
             if let Some(f) = &t.first {
-                pb.suspend(|| {
-                    eprintln!("ibnet-perf: {}: {f}", ibnet_tools::fmt_bytes(size as u64))
-                });
+                pb.suspend(|| errln!("ibnet-perf: {}: {f}", ibnet_tools::fmt_bytes(size as u64)));
             }
             rows.push(sweep::row(&st, lat, secs, t.bad));
             pb.inc(1);
@@ -462,7 +460,7 @@ fn driver(a: &Args) -> Result<(), Error> {
     }
     if let Some(png) = &a.png {
         ibnet_tools::plot::png(png, &meta.title(), &rows)?;
-        eprintln!("ibnet-perf: wrote {}", png.display());
+        errln!("ibnet-perf: wrote {}", png.display());
     }
     let bad: usize = rows.iter().filter(|r| r.check.starts_with("FAIL")).count();
     if bad > 0 {
@@ -480,9 +478,9 @@ fn run(a: &Args) -> Result<(), Error> {
     if a.server {
         let l = TcpListener::bind(("0.0.0.0", a.port))
             .map_err(|e| Error(format!("cannot listen on port {}: {e}", a.port)))?;
-        eprintln!("ibnet-perf: server waiting for a client on port {}", a.port);
+        errln!("ibnet-perf: server waiting for a client on port {}", a.port);
         let (s, from) = l.accept()?;
-        eprintln!("ibnet-perf: client {from}");
+        errln!("ibnet-perf: client {from}");
         return responder(a, s);
     }
     driver(a)
@@ -496,7 +494,7 @@ fn main() -> ExitCode {
         Err(_) if out::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => {
             let role = if a.peer.is_some() { " (peer)" } else { "" };
-            eprintln!("ibnet-perf{role}: error: {e}");
+            errln!("ibnet-perf{role}: error: {e}");
             ExitCode::FAILURE
         }
     }

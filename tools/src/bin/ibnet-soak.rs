@@ -16,7 +16,7 @@ use ibnet_tools::soak::link::{Link, Msg};
 use ibnet_tools::soak::procstat::{self, ProcStat};
 use ibnet_tools::soak::stats::Totals;
 use ibnet_tools::soak::worker::{self, Outcome, ThreadCfg};
-use ibnet_tools::{fmt_bytes, locate, log, out, outln, parse_bytes, Error};
+use ibnet_tools::{errln, fmt_bytes, locate, log, out, outln, parse_bytes, Error};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -325,7 +325,7 @@ fn main() -> ExitCode {
         Err(_) if out::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => {
             let role = if a.peer.is_some() { " (peer)" } else { "" };
-            eprintln!("ibnet-soak{role}: error: {e}");
+            errln!("ibnet-soak{role}: error: {e}");
             ExitCode::FAILURE
         }
     }
