@@ -99,6 +99,19 @@ pub enum Error {
         /// Largest accepted value.
         max: i64,
     },
+    /// A list names the same value twice (a physical device twice in one virtual NIC).
+    Repeated {
+        /// What the value is ("physical device").
+        what: &'static str,
+        /// The list ("the virtual NIC's devs").
+        list: &'static str,
+        /// The value named twice.
+        value: i64,
+        /// Where the list first names it.
+        first: usize,
+        /// Where the list names it again.
+        again: usize,
+    },
     /// A required argument is missing (a NULL pointer from C, an empty list).
     Missing {
         /// Which argument.
@@ -222,7 +235,7 @@ impl Error {
             Self::BogusCompletion { .. } | Self::Missing { .. } => ErrorKind::Internal,
             // The peer broke the protocol: reported like any other failure of the remote side.
             Self::BadFifoElem { .. } | Self::BadSize { .. } => ErrorKind::Remote,
-            Self::OutOfRange { .. } => ErrorKind::InvalidArgument,
+            Self::OutOfRange { .. } | Self::Repeated { .. } => ErrorKind::InvalidArgument,
             Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
             Self::Provider { .. } | Self::Wire { .. } | Self::Poisoned { .. } => ErrorKind::System,
@@ -242,6 +255,16 @@ impl fmt::Display for Error {
             } => {
                 write!(f, "{what} = {value} is out of range [{min}, {max}]")
             }
+            Self::Repeated {
+                what,
+                list,
+                value,
+                first,
+                again,
+            } => write!(
+                f,
+                "{what} {value} is listed twice in {list} (at [{first}] and [{again}])"
+            ),
             Self::Missing { what } => write!(f, "{what} is missing (NULL)"),
             Self::BadState { op, state } => write!(f, "{op} called in state {state}"),
             Self::StaleRequest { idx } => write!(f, "request {idx} is not live on this comm"),

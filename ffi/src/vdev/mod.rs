@@ -113,6 +113,9 @@ pub fn make(p: &Plugin, props: &ncclNetVDeviceProps_t) -> Result<c_int, Made> {
         min: 1,
         max: props.devs.len() as i64,
     }))?;
+    if let Some(e) = repeated(devs, p.devs.len()) {
+        return Err(Made::Error(e));
+    }
     let v = VNic::new(devs, p.devs.len()).map_err(Made::Error)?;
     if !v.is_fused() {
         return Ok(c_int::from(v.devs()[0]));
@@ -142,6 +145,22 @@ pub fn make(p: &Plugin, props: &ncclNetVDeviceProps_t) -> Result<c_int, Made> {
         v.ndevs()
     );
     Ok(d as c_int)
+}
+
+/// The first physical device (below `nphys`) that `devs` names twice, as the error saying so
+/// and where. An index out of range is left to `VNic::new`, which names the range.
+fn repeated(devs: &[c_int], nphys: usize) -> Option<Error> {
+    let in_range = |d: c_int| usize::try_from(d).is_ok_and(|i| i < nphys);
+    devs.iter().enumerate().find_map(|(again, &d)| {
+        let first = devs[..again].iter().position(|&e| e == d)?;
+        in_range(d).then_some(Error::Repeated {
+            what: "physical device",
+            list: "the virtual NIC's devs",
+            value: i64::from(d),
+            first,
+            again,
+        })
+    })
 }
 
 /// Why [`make`] made nothing.
