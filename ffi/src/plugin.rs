@@ -198,7 +198,7 @@ fn soft(cfg: &Config) -> Vec<Dev> {
         if cfg.soft_faults_dev.is_some_and(|d| d != i) {
             c.faults = ibnet_soft::faults::Faults::OFF;
         }
-        match SoftProvider::open_with(c) {
+        match SoftProvider::open_as(c, i) {
             Ok(p) => {
                 info!(
                     crate::log::INIT | crate::log::NET,

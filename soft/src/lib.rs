@@ -131,8 +131,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ibnet_core::provider::{
-    Access, Completion, ConnectAttr, Gid, LinkLayer, MrKeys, Mtu, PortInfo, Provider, ProviderAddr,
-    QpAttr, RegKind, SendWr,
+    Access, Completion, ConnectAttr, DevName, Gid, LinkLayer, MrKeys, Mtu, PortInfo, Provider,
+    ProviderAddr, QpAttr, RegKind, SendWr,
 };
 use ibnet_core::{Error, Result};
 
@@ -150,7 +150,7 @@ use crate::peer::{Monitor, Peer};
 use crate::qp::{QpShared, Remote};
 use crate::segment::{Segment, FIFO_SLOTS, MR_SLOTS, QP_IDX_BITS, QP_SLOTS, RING};
 
-/// The device name.
+/// The first device's name (device `i` of [`SoftProvider::open_as`] is `soft{i}`).
 pub const DEVICE_NAME: &str = "soft0";
 /// Largest `max_send_wr`.
 pub const MAX_SEND_WR: u32 = 1 << 16;
@@ -171,6 +171,8 @@ const QP_GEN_MASK: u8 = (1 << (24 - QP_IDX_BITS)) - 1;
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
 struct Inner {
+    /// `soft0`.. (see [`SoftProvider::open_as`]).
+    name: DevName,
     seg: Arc<Segment>,
     addr: ProviderAddr,
     host: u64,
@@ -212,7 +214,7 @@ pub struct SoftProvider {
 
 impl std::fmt::Debug for SoftProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SoftProvider({DEVICE_NAME}, {:?})", self.inner.seg)
+        write!(f, "SoftProvider({}, {:?})", self.inner.name, self.inner.seg)
     }
 }
 
@@ -293,6 +295,13 @@ impl SoftProvider {
     /// Opens `soft0` with `cfg`: creates the shared segment, starts the copy engine and, unless
     /// `cfg.set_ptracer` is false, allows same-user processes to attach (see the crate doc).
     pub fn open_with(cfg: Config) -> Result<Self> {
+        Self::open_as(cfg, 0)
+    }
+
+    /// Opens device `soft{index}` with `cfg`, as [`open_with`](Self::open_with) (the plugin
+    /// opens several, each its own provider, with `IBNET_SOFT_DEVICES`). The index only names
+    /// the device: [`device_name`](Self::device_name) and the `hca` of completion errors.
+    pub fn open_as(cfg: Config, index: u8) -> Result<Self> {
         if cfg.set_ptracer {
             // EINVAL without Yama: nothing to relax, fine.
             let _ = sys::set_ptracer_any();
@@ -312,6 +321,7 @@ impl SoftProvider {
         let engine = Engine::start(cfg.workers, Duration::from_micros(cfg.spin_us))?;
         Ok(Self {
             inner: Arc::new(Inner {
+                name: DevName::new(&format!("soft{index}")),
                 seg,
                 addr,
                 host,
@@ -328,9 +338,9 @@ impl SoftProvider {
         })
     }
 
-    /// The device name, `soft0`.
-    pub fn device_name(&self) -> &'static str {
-        DEVICE_NAME
+    /// The device name, `soft0` (or `soft{index}` of [`open_as`](Self::open_as)).
+    pub fn device_name(&self) -> &str {
+        self.inner.name.as_str()
     }
 
     /// The configuration in force.
@@ -393,6 +403,10 @@ impl Provider for SoftProvider {
     type Qp = SoftQp;
     type Mr = SoftMr;
     type Fifo = SoftFifo;
+
+    fn dev_name(&self) -> DevName {
+        self.inner.name
+    }
 
     fn port_info(&self) -> PortInfo {
         PortInfo {

@@ -466,4 +466,5 @@ fn dmabuf_is_refused_and_fifo_is_zeroed() {
     assert_eq!(f.poll(0, &mut out), Ok(None));
     assert_eq!(p.port_info().port, 1);
     assert_eq!(p.device_name(), "soft0");
+    assert_eq!(p.dev_name().as_str(), "soft0", "completion errors name it");
 }
