@@ -322,6 +322,30 @@ macro_rules! fused {
     };
 }
 
+/// The same `$body` on every kind of comm (`$c` is each arm's own comm type).
+macro_rules! all {
+    ($e:expr, $c:ident => $body:expr) => {
+        match $e {
+            Self::Verbs($c) => $body,
+            Self::Soft($c) => $body,
+            Self::FusedVerbs($c) => $body,
+            Self::FusedSoft($c) => $body,
+        }
+    };
+}
+
+/// `$plain` on a plain comm (`$c`), `$fused` on a fused one (`$f`).
+macro_rules! split {
+    ($e:expr, $c:ident => $plain:expr, $f:ident => $fused:expr) => {
+        match $e {
+            Self::Verbs($c) => $plain,
+            Self::Soft($c) => $plain,
+            Self::FusedVerbs($f) => $fused,
+            Self::FusedSoft($f) => $fused,
+        }
+    };
+}
+
 /// What a fused comm's rails did, for tests and tools (`api::fused_stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FusedStats {
@@ -342,26 +366,13 @@ impl AnySend {
     /// Each rail's QP info for the peer and this side's rail list (devices `devs`, rail
     /// order; a fused comm adds its back ring on each rail).
     pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
-        let one = |i: QpInfo| {
-            let mut v = Infos::new();
-            // Cannot fail: capacity ≥ 1.
-            let _ = v.push(i);
-            (v, RailList::single(devs.first().copied().unwrap_or(0)))
-        };
-        match self {
-            Self::Verbs(c) => Ok(one(c.local_info())),
-            Self::Soft(c) => Ok(one(c.local_info())),
-            Self::FusedVerbs(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.back_ring())),
-            Self::FusedSoft(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.back_ring())),
-        }
+        Ok(split!(self,
+            c => plain_infos(devs, c.local_info()),
+            c => fused_infos(devs, |i| c.local_info(i), &c.back_ring())))
     }
     /// See `SendComm::set_peer_addr` (a fused comm's rails name no peer address).
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
-        match self {
-            Self::Verbs(c) => c.set_peer_addr(a),
-            Self::Soft(c) => c.set_peer_addr(a),
-            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
-        }
+        split!(self, c => c.set_peer_addr(a), _f => {})
     }
     /// Connects every rail to the acceptor's (`infos`, rail order; `peer` its rail list with
     /// a fused comm's notice rings).
@@ -376,12 +387,7 @@ impl AnySend {
             }
             c.set_notice_ring(&rings(peer))
         }
-        match self {
-            Self::Verbs(c) => c.connect(first(infos)?),
-            Self::Soft(c) => c.connect(first(infos)?),
-            Self::FusedVerbs(c) => fused(c, infos, peer),
-            Self::FusedSoft(c) => fused(c, infos, peer),
-        }
+        split!(self, c => c.connect(first(infos)?), c => fused(c, infos, peer))
     }
     /// See `SendComm::isend`.
     #[inline]
@@ -407,29 +413,16 @@ impl AnySend {
     }
     /// See `SendComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
-        match self {
-            Self::Verbs(c) => c.set_events(sink),
-            Self::Soft(c) => c.set_events(sink),
-            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
-        }
+        split!(self, c => c.set_events(sink), _f => {})
     }
     /// See `SendComm::test` / `FusedSend::test`.
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        match self {
-            Self::Verbs(c) => c.test(id),
-            Self::Soft(c) => c.test(id),
-            Self::FusedVerbs(c) => c.test(id),
-            Self::FusedSoft(c) => c.test(id),
-        }
+        all!(self, c => c.test(id))
     }
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
-        match self {
-            Self::Verbs(_) | Self::Soft(_) => RailEvents::new(),
-            Self::FusedVerbs(c) => c.take_events(),
-            Self::FusedSoft(c) => c.take_events(),
-        }
+        split!(self, _c => RailEvents::new(), c => c.take_events())
     }
     /// The rails' counters of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {
@@ -445,20 +438,11 @@ impl AnySend {
             }
             s
         }
-        match self {
-            Self::Verbs(_) | Self::Soft(_) => None,
-            Self::FusedVerbs(c) => Some(stats(c)),
-            Self::FusedSoft(c) => Some(stats(c)),
-        }
+        split!(self, _c => None, c => Some(stats(c)))
     }
     /// Closes.
     pub fn close(self) -> Result<()> {
-        match self {
-            Self::Verbs(c) => c.close(),
-            Self::Soft(c) => c.close(),
-            Self::FusedVerbs(c) => c.close(),
-            Self::FusedSoft(c) => c.close(),
-        }
+        all!(self, c => c.close())
     }
 }
 
@@ -466,26 +450,13 @@ impl AnyRecv {
     /// Each rail's QP info for the peer and this side's rail list (devices `devs`; a fused
     /// comm adds its notice ring on each rail).
     pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
-        let one = |i: QpInfo| {
-            let mut v = Infos::new();
-            // Cannot fail: capacity ≥ 1.
-            let _ = v.push(i);
-            (v, RailList::single(devs.first().copied().unwrap_or(0)))
-        };
-        match self {
-            Self::Verbs(c) => Ok(one(c.local_info())),
-            Self::Soft(c) => Ok(one(c.local_info())),
-            Self::FusedVerbs(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.notice_ring())),
-            Self::FusedSoft(c) => Ok(fused_infos(devs, |i| c.local_info(i), &c.notice_ring())),
-        }
+        Ok(split!(self,
+            c => plain_infos(devs, c.local_info()),
+            c => fused_infos(devs, |i| c.local_info(i), &c.notice_ring())))
     }
     /// See `RecvComm::set_peer_addr` (a fused comm's rails name no peer address).
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
-        match self {
-            Self::Verbs(c) => c.set_peer_addr(a),
-            Self::Soft(c) => c.set_peer_addr(a),
-            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
-        }
+        split!(self, c => c.set_peer_addr(a), _f => {})
     }
     /// See `RecvComm::irecv`.
     #[inline]
@@ -498,11 +469,7 @@ impl AnyRecv {
     }
     /// See `RecvComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
-        match self {
-            Self::Verbs(c) => c.set_events(sink),
-            Self::Soft(c) => c.set_events(sink),
-            Self::FusedVerbs(_) | Self::FusedSoft(_) => {}
-        }
+        split!(self, c => c.set_events(sink), _f => {})
     }
     /// See `RecvComm::iflush`.
     pub fn iflush(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
@@ -515,20 +482,11 @@ impl AnyRecv {
     /// See `RecvComm::test` / `FusedRecv::test`.
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        match self {
-            Self::Verbs(c) => c.test(id),
-            Self::Soft(c) => c.test(id),
-            Self::FusedVerbs(c) => c.test(id),
-            Self::FusedSoft(c) => c.test(id),
-        }
+        all!(self, c => c.test(id))
     }
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
-        match self {
-            Self::Verbs(_) | Self::Soft(_) => RailEvents::new(),
-            Self::FusedVerbs(c) => c.take_events(),
-            Self::FusedSoft(c) => c.take_events(),
-        }
+        split!(self, _c => RailEvents::new(), c => c.take_events())
     }
     /// The rails' state of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {
@@ -542,25 +500,24 @@ impl AnyRecv {
             }
             s
         }
-        match self {
-            Self::Verbs(_) | Self::Soft(_) => None,
-            Self::FusedVerbs(c) => Some(stats(c, c.notice_ring().len())),
-            Self::FusedSoft(c) => Some(stats(c, c.notice_ring().len())),
-        }
+        split!(self, _c => None, c => Some(stats(c, c.notice_ring().len())))
     }
     /// Closes.
     pub fn close(self) -> Result<()> {
-        match self {
-            Self::Verbs(c) => c.close(),
-            Self::Soft(c) => c.close(),
-            Self::FusedVerbs(c) => c.close(),
-            Self::FusedSoft(c) => c.close(),
-        }
+        all!(self, c => c.close())
     }
 }
 
 /// QP infos of a comm's rails, rail order.
 pub type Infos = heapless::Vec<QpInfo, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+
+/// A plain comm's rail infos: its one QP's `info`, on the first device of `devs`.
+fn plain_infos(devs: &[u16], info: QpInfo) -> (Infos, RailList) {
+    let mut v = Infos::new();
+    // Cannot fail: capacity ≥ 1.
+    let _ = v.push(info);
+    (v, RailList::single(devs.first().copied().unwrap_or(0)))
+}
 
 /// A fused comm's rail infos (`info(i)` per rail of `devs`) and rail list (`ring` per rail).
 fn fused_infos(
