@@ -9,12 +9,14 @@ use std::collections::VecDeque;
 use std::io::BufReader;
 use std::time::Instant;
 
-use common::{fill_pattern, read_line_with, spawn_helper, write_line, Region, DEADLINE};
+use common::{
+    fill_pattern, parse_qp_info, qp_info_line, read_line_with, recv_from_helper, spawn_helper,
+    write_line, Region, DEADLINE,
+};
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::error::Error;
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind, WcStatus};
 use ibnet_core::request::ReqId;
-use ibnet_core::wire::QpInfo;
 use ibnet_soft::{SoftMr, SoftProvider};
 
 type S = SendComm<SoftProvider>;
@@ -361,21 +363,6 @@ fn comm_in_process_bad_rkey_is_a_remote_access_error() {
 
 // ------------------------------------------------------------------ two processes
 
-fn info_line(i: &QpInfo) -> String {
-    let mut b = [0u8; ibnet_core::wire::QP_INFO_MAX_LEN];
-    let n = i.encode(&mut b).unwrap();
-    let hex: String = b[..n].iter().map(|x| format!("{x:02x}")).collect();
-    format!("QPINFO {hex}")
-}
-
-fn parse_info(l: &str) -> Option<QpInfo> {
-    let hex = l[l.find("QPINFO ")? + 7..].trim();
-    let b: Vec<u8> = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    QpInfo::decode(&b).ok()
-}
-
 /// The peer process: `recv` runs the receiving side of the plan; `send-then-hang` sends the
 /// plan's messages, says `SENT`, and sleeps until killed.
 #[test]
@@ -391,16 +378,16 @@ fn comm_helper_entry() {
     let cfg = CommConfig::default();
     match role.as_str() {
         "recv" => {
-            let si = read_line_with(&mut inp, parse_info);
+            let si = read_line_with(&mut inp, parse_qp_info);
             let mut r = R::new(p.clone(), cfg, &si).unwrap();
-            write_line(&mut out, &info_line(&r.local_info()));
+            write_line(&mut out, &qp_info_line(&r.local_info()));
             run_recv(&p, &mut r, &plan).unwrap();
             write_line(&mut out, "DONE");
         }
         "send-then-hang" => {
             let mut s = S::new(p.clone(), cfg).unwrap();
-            write_line(&mut out, &info_line(&s.local_info()));
-            let ri = read_line_with(&mut inp, parse_info);
+            write_line(&mut out, &qp_info_line(&s.local_info()));
+            let ri = read_line_with(&mut inp, parse_qp_info);
             s.connect(&ri).unwrap();
             run_send(&p, &mut s, &plan).unwrap();
             write_line(&mut out, "SENT");
@@ -416,8 +403,8 @@ fn two_process(plan: Plan) {
     let mut cin = child.stdin.take().unwrap();
     let mut cout = BufReader::new(child.stdout.take().unwrap());
     let mut s = S::new(p.clone(), CommConfig::default()).unwrap();
-    write_line(&mut cin, &info_line(&s.local_info()));
-    let ri = read_line_with(&mut cout, parse_info);
+    write_line(&mut cin, &qp_info_line(&s.local_info()));
+    let ri = read_line_with(&mut cout, parse_qp_info);
     s.connect(&ri).unwrap();
     run_send(&p, &mut s, &plan).unwrap();
     read_line_with(&mut cout, |l| l.contains("DONE").then_some(()));
@@ -473,14 +460,10 @@ fn comm_two_process_killed_sender_fails_posted_receives() {
         sweep: false,
     };
     let p = provider();
-    let mut child = spawn_helper("comm_helper_entry", "send-then-hang", &plan.encode());
-    let mut cin = child.stdin.take().unwrap();
-    let mut cout = BufReader::new(child.stdout.take().unwrap());
-    let si = read_line_with(&mut cout, parse_info);
-    let mut r = R::new(p.clone(), CommConfig::default(), &si).unwrap();
-    write_line(&mut cin, &info_line(&r.local_info()));
+    let (mut peer, mut r) =
+        recv_from_helper(&p, "comm_helper_entry", "send-then-hang", &plan.encode());
     run_recv(&p, &mut r, &plan).unwrap();
-    read_line_with(&mut cout, |l| l.contains("SENT").then_some(()));
+    read_line_with(&mut peer.cout, |l| l.contains("SENT").then_some(()));
     // One more receive that will never be matched, then the sender dies.
     let buf = Region::new(4096);
     let (_m, k) = reg(&p, &buf);
@@ -493,8 +476,8 @@ fn comm_two_process_killed_sender_fails_posted_receives() {
         }])
         .unwrap()
         .unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    peer.child.kill().unwrap();
+    peer.child.wait().unwrap();
     let e = wait("recv", || r.test(id)).unwrap_err();
     assert!(
         matches!(

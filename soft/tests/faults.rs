@@ -8,12 +8,14 @@ mod common;
 use std::io::BufReader;
 use std::time::Instant;
 
-use common::{fill_pattern, read_line_with, spawn_helper, write_line, Region, DEADLINE};
+use common::{
+    fill_pattern, parse_qp_info, qp_info_line, read_line_with, recv_from_helper, write_line,
+    Region, DEADLINE,
+};
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::error::{Error, ReqType};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind, WcStatus};
 use ibnet_core::request::ReqId;
-use ibnet_core::wire::QpInfo;
 use ibnet_soft::faults::Faults;
 use ibnet_soft::{Config, SoftMr, SoftProvider};
 
@@ -117,17 +119,19 @@ fn completion(e: &ibnet_core::Result<Done>) -> Option<(WcStatus, ReqType)> {
     }
 }
 
-#[test]
-fn wr_fail_fails_the_senders_comm_with_the_chosen_status_and_flushes_the_receiver() {
-    let (ps, pr) = (provider("seed=7,wr_fail=1:RemoteAccessError"), provider(""));
+/// One message of `len` bytes over a fresh pair of comms, the sender's provider armed with
+/// `send_faults` and the receiver's with `recv_faults`: the send must fail with a remote
+/// access error and the receive be flushed (a responder error puts the receiver's QP in error
+/// too).
+fn send_fails_and_receive_is_flushed(send_faults: &str, recv_faults: &str, len: usize, tag: u32) {
+    let (ps, pr) = (provider(send_faults), provider(recv_faults));
     let (mut s, mut r) = comms(&ps, &pr, CommConfig::default());
-    let (so, ro) = one_message(&ps, &pr, &mut s, &mut r, 4096, 1);
+    let (so, ro) = one_message(&ps, &pr, &mut s, &mut r, len, tag);
     assert_eq!(
         completion(&so),
         Some((WcStatus::RemoteAccessError, ReqType::Send)),
         "{so:?}"
     );
-    // A responder error: the receiver's QP is in error too, its receive is flushed.
     assert_eq!(
         completion(&ro),
         Some((WcStatus::WrFlushError, ReqType::Recv)),
@@ -135,23 +139,16 @@ fn wr_fail_fails_the_senders_comm_with_the_chosen_status_and_flushes_the_receive
     );
 }
 
+#[test]
+fn wr_fail_fails_the_senders_comm_with_the_chosen_status_and_flushes_the_receiver() {
+    send_fails_and_receive_is_flushed("seed=7,wr_fail=1:RemoteAccessError", "", 4096, 1);
+}
+
 /// The same for an 8-byte message (its payload would travel inline in the ring entry): the
 /// injected failure applies before, and nothing is delivered.
 #[test]
 fn wr_fail_applies_to_an_inline_message() {
-    let (ps, pr) = (provider("seed=7,wr_fail=1:RemoteAccessError"), provider(""));
-    let (mut s, mut r) = comms(&ps, &pr, CommConfig::default());
-    let (so, ro) = one_message(&ps, &pr, &mut s, &mut r, 8, 1);
-    assert_eq!(
-        completion(&so),
-        Some((WcStatus::RemoteAccessError, ReqType::Send)),
-        "{so:?}"
-    );
-    assert_eq!(
-        completion(&ro),
-        Some((WcStatus::WrFlushError, ReqType::Recv)),
-        "{ro:?}"
-    );
+    send_fails_and_receive_is_flushed("seed=7,wr_fail=1:RemoteAccessError", "", 8, 1);
 }
 
 #[test]
@@ -194,19 +191,7 @@ fn wr_fail_with_a_local_status_fails_the_sender_only() {
 fn fifo_corrupt_fails_the_peers_write_and_flushes_our_receive() {
     // The receiver's provider corrupts the clear-to-send it writes (the sender's incoming
     // FIFO element): the sender writes with a stale rkey.
-    let (ps, pr) = (provider(""), provider("seed=3,fifo_corrupt=1"));
-    let (mut s, mut r) = comms(&ps, &pr, CommConfig::default());
-    let (so, ro) = one_message(&ps, &pr, &mut s, &mut r, 8192, 5);
-    assert_eq!(
-        completion(&so),
-        Some((WcStatus::RemoteAccessError, ReqType::Send)),
-        "{so:?}"
-    );
-    assert_eq!(
-        completion(&ro),
-        Some((WcStatus::WrFlushError, ReqType::Recv)),
-        "{ro:?}"
-    );
+    send_fails_and_receive_is_flushed("", "seed=3,fifo_corrupt=1", 8192, 5);
 }
 
 #[test]
@@ -248,21 +233,6 @@ fn cq_delay_and_reorder_lose_nothing_and_corrupt_nothing() {
     }
 }
 
-fn info_line(i: &QpInfo) -> String {
-    let mut b = [0u8; ibnet_core::wire::QP_INFO_MAX_LEN];
-    let n = i.encode(&mut b).unwrap();
-    let hex: String = b[..n].iter().map(|x| format!("{x:02x}")).collect();
-    format!("QPINFO {hex}")
-}
-
-fn parse_info(l: &str) -> Option<QpInfo> {
-    let hex = l[l.find("QPINFO ")? + 7..].trim();
-    let b: Vec<u8> = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    QpInfo::decode(&b).ok()
-}
-
 /// The peer: a send comm with the faults of `IBNET_SOFT_ARG` that sends small messages until
 /// its fault kills it.
 #[test]
@@ -276,8 +246,8 @@ fn fault_helper_entry() {
     let mut out = std::io::stdout();
     let mut inp = BufReader::new(std::io::stdin());
     let mut s = S::new(p.clone(), CommConfig::default()).unwrap();
-    write_line(&mut out, &info_line(&s.local_info()));
-    let ri = read_line_with(&mut inp, parse_info);
+    write_line(&mut out, &qp_info_line(&s.local_info()));
+    let ri = read_line_with(&mut inp, parse_qp_info);
     s.connect(&ri).unwrap();
     let src = Region::new(64);
     let (_m, k) = reg(&p, &src);
@@ -306,15 +276,6 @@ fn fault_helper_entry() {
     }
 }
 
-struct Reap(std::process::Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `fifo_corrupt` across processes: our clear-to-send goes into the peer's FIFO ring, which lives
 /// in the peer's shared segment and is written with word stores through our mapping of it (no
 /// syscall); the injected corruption still reaches it: the peer's write fails with a remote
@@ -322,12 +283,7 @@ impl Drop for Reap {
 #[test]
 fn fifo_corrupt_reaches_a_peer_fifo_in_shared_memory() {
     let p = provider("seed=3,fifo_corrupt=1");
-    let mut child = Reap(spawn_helper("fault_helper_entry", "sender", ""));
-    let mut cin = child.0.stdin.take().unwrap();
-    let mut cout = BufReader::new(child.0.stdout.take().unwrap());
-    let si = read_line_with(&mut cout, parse_info);
-    let mut r = R::new(p.clone(), CommConfig::default(), &si).unwrap();
-    write_line(&mut cin, &info_line(&r.local_info()));
+    let (mut peer, mut r) = recv_from_helper(&p, "fault_helper_entry", "sender", "");
     let dst = Region::new(64);
     let (_m, k) = reg(&p, &dst);
     let buf = RecvBuf {
@@ -351,7 +307,9 @@ fn fifo_corrupt_reaches_a_peer_fifo_in_shared_memory() {
         Some((WcStatus::WrFlushError, ReqType::Recv)),
         "{e:?}"
     );
-    let sent = read_line_with(&mut cout, |l| l.strip_prefix("SENDERR ").map(String::from));
+    let sent = read_line_with(&mut peer.cout, |l| {
+        l.strip_prefix("SENDERR ").map(String::from)
+    });
     assert!(
         sent.contains("RemoteAccessError") && sent.contains("Send"),
         "the peer's send: {sent}"
@@ -361,16 +319,8 @@ fn fifo_corrupt_reaches_a_peer_fifo_in_shared_memory() {
 #[test]
 fn kill_after_wrs_kills_the_peer_and_our_receive_fails() {
     let p = provider("");
-    let mut child = Reap(spawn_helper(
-        "fault_helper_entry",
-        "sender",
-        "kill_after_wrs=20",
-    ));
-    let mut cin = child.0.stdin.take().unwrap();
-    let mut cout = BufReader::new(child.0.stdout.take().unwrap());
-    let si = read_line_with(&mut cout, parse_info);
-    let mut r = R::new(p.clone(), CommConfig::default(), &si).unwrap();
-    write_line(&mut cin, &info_line(&r.local_info()));
+    let (mut peer, mut r) =
+        recv_from_helper(&p, "fault_helper_entry", "sender", "kill_after_wrs=20");
     let dst = Region::new(64);
     let (_m, k) = reg(&p, &dst);
     let t = Instant::now();
@@ -398,7 +348,7 @@ fn kill_after_wrs_kills_the_peer_and_our_receive_fails() {
         }
     };
     eprintln!("the survivor's receive comm reports: {e}");
-    let status = child.0.wait().unwrap();
+    let status = peer.child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         status.signal(),

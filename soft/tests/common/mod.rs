@@ -3,13 +3,16 @@
 #![allow(dead_code, unsafe_code)]
 
 use std::alloc::Layout;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout};
 use std::time::{Duration, Instant};
 
+use ibnet_core::comm::{CommConfig, RecvComm};
 use ibnet_core::provider::{
     Access, Completion, ConnectAttr, Gid, LinkLayer, Mtu, Provider, ProviderAddr, QpAttr, RegKind,
     SendWr, Sge, WrOpcode,
 };
+use ibnet_core::wire::QpInfo;
 use ibnet_soft::{Config, SoftCq, SoftMr, SoftProvider, SoftQp};
 
 /// Fails the test instead of hanging.
@@ -323,6 +326,60 @@ pub fn read_line_with<T>(r: &mut impl BufRead, f: impl Fn(&str) -> Option<T>) ->
             return v;
         }
     }
+}
+
+/// A comm's `QpInfo` as one line (`QPINFO <hex of the wire encoding>`).
+pub fn qp_info_line(i: &QpInfo) -> String {
+    let mut b = [0u8; ibnet_core::wire::QP_INFO_MAX_LEN];
+    let n = i.encode(&mut b).unwrap();
+    let hex: String = b[..n].iter().map(|x| format!("{x:02x}")).collect();
+    format!("QPINFO {hex}")
+}
+
+/// The `QpInfo` of a [`qp_info_line`], if `l` is one.
+pub fn parse_qp_info(l: &str) -> Option<QpInfo> {
+    let hex = l[l.find("QPINFO ")? + 7..].trim();
+    let b: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    QpInfo::decode(&b).ok()
+}
+
+/// A helper process whose send comm is connected to a receive comm of ours; killed and reaped
+/// when dropped. Its stdin stays open as long as this lives.
+pub struct SendingPeer {
+    /// The process.
+    pub child: Child,
+    /// Its stdin.
+    pub cin: ChildStdin,
+    /// Its stdout.
+    pub cout: BufReader<ChildStdout>,
+}
+
+impl Drop for SendingPeer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns the helper `entry` in `role` with `arg` ([`spawn_helper`]), which sends its send
+/// comm's [`qp_info_line`] first; makes our receive comm on `p` connected to it and sends its
+/// info back.
+pub fn recv_from_helper(
+    p: &SoftProvider,
+    entry: &str,
+    role: &str,
+    arg: &str,
+) -> (SendingPeer, RecvComm<SoftProvider>) {
+    let mut child = spawn_helper(entry, role, arg);
+    let cin = child.stdin.take().unwrap();
+    let cout = BufReader::new(child.stdout.take().unwrap());
+    let mut peer = SendingPeer { child, cin, cout };
+    let si = read_line_with(&mut peer.cout, parse_qp_info);
+    let r = RecvComm::new(p.clone(), CommConfig::default(), &si).unwrap();
+    write_line(&mut peer.cin, &qp_info_line(&r.local_info()));
+    (peer, r)
 }
 
 // ---------------------------------------------------------------- inline payloads
