@@ -302,38 +302,6 @@ fn not_fused(op: &'static str) -> Error {
     }
 }
 
-macro_rules! each {
-    ($e:expr, $op:literal, $c:ident => $body:expr) => {
-        match $e {
-            Self::Verbs($c) => $body,
-            Self::Soft($c) => $body,
-            Self::FusedVerbs(_) | Self::FusedSoft(_) => Err(not_plain($op)),
-        }
-    };
-}
-
-macro_rules! fused {
-    ($e:expr, $op:literal, $c:ident => $body:expr) => {
-        match $e {
-            Self::FusedVerbs($c) => $body,
-            Self::FusedSoft($c) => $body,
-            Self::Verbs(_) | Self::Soft(_) => Err(not_fused($op)),
-        }
-    };
-}
-
-/// The same `$body` on every kind of comm (`$c` is each arm's own comm type).
-macro_rules! all {
-    ($e:expr, $c:ident => $body:expr) => {
-        match $e {
-            Self::Verbs($c) => $body,
-            Self::Soft($c) => $body,
-            Self::FusedVerbs($c) => $body,
-            Self::FusedSoft($c) => $body,
-        }
-    };
-}
-
 /// `$plain` on a plain comm (`$c`), `$fused` on a fused one (`$f`).
 macro_rules! split {
     ($e:expr, $c:ident => $plain:expr, $f:ident => $fused:expr) => {
@@ -343,6 +311,27 @@ macro_rules! split {
             Self::FusedVerbs($f) => $fused,
             Self::FusedSoft($f) => $fused,
         }
+    };
+}
+
+/// The same `$body` on every kind of comm (`$c` is each arm's own comm type).
+macro_rules! all {
+    ($e:expr, $c:ident => $body:expr) => {
+        split!($e, $c => $body, $c => $body)
+    };
+}
+
+/// `$body` on a plain comm; a fused one is refused ([`not_plain`]).
+macro_rules! each {
+    ($e:expr, $op:literal, $c:ident => $body:expr) => {
+        split!($e, $c => $body, _f => Err(not_plain($op)))
+    };
+}
+
+/// `$body` on a fused comm; a plain one is refused ([`not_fused`]).
+macro_rules! fused {
+    ($e:expr, $op:literal, $c:ident => $body:expr) => {
+        split!($e, _c => Err(not_fused($op)), $c => $body)
     };
 }
 

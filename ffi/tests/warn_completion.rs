@@ -9,32 +9,8 @@ use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
-
-/// Listens and connects on `dev`; the send and receive comms and the listener.
-fn pair(dev: c_int) -> (*mut c_void, *mut c_void, *mut c_void) {
-    let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
-    let hp = h.as_mut_ptr() as *mut c_void;
-    let mut l = core::ptr::null_mut();
-    assert_eq!(
-        api::listen(core::ptr::null_mut(), dev, hp, &mut l),
-        ncclResult_t::Success
-    );
-    let (mut s, mut r): (*mut c_void, *mut c_void) = (core::ptr::null_mut(), core::ptr::null_mut());
-    let t0 = Instant::now();
-    while s.is_null() || r.is_null() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no connection");
-        if s.is_null() {
-            let rc = api::connect(core::ptr::null_mut(), dev, hp, &mut s, None);
-            assert_eq!(rc, ncclResult_t::Success, "connect: {:?}", take_log());
-        }
-        if r.is_null() {
-            assert_eq!(api::accept(l, &mut r), ncclResult_t::Success);
-        }
-    }
-    (s, r, l)
-}
 
 #[test]
 fn a_completion_error_names_the_soft_device() {
@@ -47,7 +23,8 @@ fn a_completion_error_names_the_soft_device() {
     if !init_soft(&env) {
         return;
     }
-    let (s, r, l) = pair(1);
+    let (mut h, l) = listen_on(1);
+    let (s, r, _) = establish_on(1, &mut h, l, Duration::from_secs(30));
     take_log();
     let mut src = vec![0x5au8; 4096];
     let mut dst = vec![0u8; 4096];

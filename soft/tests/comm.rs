@@ -10,12 +10,12 @@ use std::io::BufReader;
 use std::time::Instant;
 
 use common::{
-    fill_pattern, parse_qp_info, qp_info_line, read_line_with, recv_from_helper, spawn_helper,
+    fill_pattern, parse_qp_info, qp_info_line, read_line_with, recv_from_helper, reg, spawn_helper,
     write_line, Region, DEADLINE,
 };
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::error::Error;
-use ibnet_core::provider::{Access, MrKeys, Provider, RegKind, WcStatus};
+use ibnet_core::provider::{MrKeys, WcStatus};
 use ibnet_core::request::ReqId;
 use ibnet_soft::{SoftMr, SoftProvider};
 
@@ -99,14 +99,6 @@ impl Plan {
     fn seed_of(i: usize, j: usize) -> u64 {
         (i * 8 + j) as u64 + 1
     }
-}
-
-fn reg(p: &SoftProvider, r: &Region) -> (SoftMr, MrKeys) {
-    let mr = p
-        .reg_mr(r.addr(), r.len() as u64, Access::ALL, RegKind::Plain)
-        .unwrap();
-    let k = p.mr_keys(&mr);
-    (mr, k)
 }
 
 fn wait(

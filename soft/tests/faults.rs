@@ -9,15 +9,15 @@ use std::io::BufReader;
 use std::time::Instant;
 
 use common::{
-    fill_pattern, parse_qp_info, qp_info_line, read_line_with, recv_from_helper, write_line,
+    fill_pattern, parse_qp_info, qp_info_line, read_line_with, recv_from_helper, reg, write_line,
     Region, DEADLINE,
 };
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm};
 use ibnet_core::error::{Error, ReqType};
-use ibnet_core::provider::{Access, MrKeys, Provider, RegKind, WcStatus};
+use ibnet_core::provider::{Access, Provider, RegKind, WcStatus};
 use ibnet_core::request::ReqId;
 use ibnet_soft::faults::Faults;
-use ibnet_soft::{Config, SoftMr, SoftProvider};
+use ibnet_soft::{Config, SoftProvider};
 
 type S = SendComm<SoftProvider>;
 type R = RecvComm<SoftProvider>;
@@ -29,14 +29,6 @@ fn provider(faults: &str) -> SoftProvider {
         ..Config::default()
     })
     .unwrap()
-}
-
-fn reg(p: &SoftProvider, r: &Region) -> (SoftMr, MrKeys) {
-    let mr = p
-        .reg_mr(r.addr(), r.len() as u64, Access::ALL, RegKind::Plain)
-        .unwrap();
-    let k = p.mr_keys(&mr);
-    (mr, k)
 }
 
 /// One message of `len` bytes (tag `tag`) from `s` to `r`: both requests driven until each

@@ -51,12 +51,17 @@ pub fn init_soft(env: &[(&str, &str)]) -> bool {
 
 /// Listens on device 0.
 pub fn listen() -> (Handle, *mut c_void) {
+    listen_on(0)
+}
+
+/// Listens on device `dev`.
+pub fn listen_on(dev: c_int) -> (Handle, *mut c_void) {
     let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
     let mut l = core::ptr::null_mut();
     assert_eq!(
         api::listen(
             core::ptr::null_mut(),
-            0,
+            dev,
             h.as_mut_ptr() as *mut c_void,
             &mut l
         ),
@@ -79,12 +84,17 @@ pub fn nonce(h: &Handle) -> u64 {
         .nonce
 }
 
-/// One `connect` call.
+/// One `connect` call from device 0.
 pub fn connect_once(h: &mut Handle) -> (ncclResult_t, *mut c_void) {
+    connect_once_on(0, h)
+}
+
+/// One `connect` call from device `dev`.
+pub fn connect_once_on(dev: c_int, h: &mut Handle) -> (ncclResult_t, *mut c_void) {
     let mut s = core::ptr::null_mut();
     let r = api::connect(
         core::ptr::null_mut(),
-        0,
+        dev,
         h.as_mut_ptr() as *mut c_void,
         &mut s,
         None,
@@ -98,9 +108,19 @@ pub fn accept_once(l: *mut c_void) -> (ncclResult_t, *mut c_void) {
     (api::accept(l, &mut r), r)
 }
 
-/// Calls connect and accept until both return a comm (every call must succeed; `limit` is a
-/// hang guard); returns (send, recv, time taken).
+/// Calls connect (from device 0) and accept until both return a comm (every call must
+/// succeed; `limit` is a hang guard); returns (send, recv, time taken).
 pub fn establish(
+    h: &mut Handle,
+    l: *mut c_void,
+    limit: Duration,
+) -> (*mut c_void, *mut c_void, Duration) {
+    establish_on(0, h, l, limit)
+}
+
+/// [`establish`], connecting from device `dev`.
+pub fn establish_on(
+    dev: c_int,
     h: &mut Handle,
     l: *mut c_void,
     limit: Duration,
@@ -110,7 +130,7 @@ pub fn establish(
     while s.is_null() || r.is_null() {
         assert!(t0.elapsed() < limit, "no connection after {limit:?}");
         if s.is_null() {
-            let (rc, c) = connect_once(h);
+            let (rc, c) = connect_once_on(dev, h);
             assert_eq!(rc, ncclResult_t::Success, "connect: {:?}", take_log());
             s = c;
         }

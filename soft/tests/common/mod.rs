@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use ibnet_core::comm::{CommConfig, RecvComm};
 use ibnet_core::provider::{
-    Access, Completion, ConnectAttr, Gid, LinkLayer, Mtu, Provider, ProviderAddr, QpAttr, RegKind,
-    SendWr, Sge, WrOpcode,
+    Access, Completion, ConnectAttr, Gid, LinkLayer, MrKeys, Mtu, Provider, ProviderAddr, QpAttr,
+    RegKind, SendWr, Sge, WrOpcode,
 };
 use ibnet_core::wire::QpInfo;
 use ibnet_soft::{Config, SoftCq, SoftMr, SoftProvider, SoftQp};
@@ -326,6 +326,16 @@ pub fn read_line_with<T>(r: &mut impl BufRead, f: impl Fn(&str) -> Option<T>) ->
             return v;
         }
     }
+}
+
+/// Registers all of `r` on `p` (plain host memory, every access); the registration and its
+/// keys.
+pub fn reg(p: &SoftProvider, r: &Region) -> (SoftMr, MrKeys) {
+    let mr = p
+        .reg_mr(r.addr(), r.len() as u64, Access::ALL, RegKind::Plain)
+        .unwrap();
+    let k = p.mr_keys(&mr);
+    (mr, k)
 }
 
 /// A comm's `QpInfo` as one line (`QPINFO <hex of the wire encoding>`).
