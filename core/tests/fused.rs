@@ -11,12 +11,12 @@
 //! parts together, the group's).
 
 use ibnet_core::comm::{CommConfig, Done};
-use ibnet_core::error::{Error, ErrorKind};
 use ibnet_core::comm::{RecvBuf, RecvComm};
+use ibnet_core::error::{Error, ErrorKind};
 use ibnet_core::fused::{stripe, FusedBuf, FusedRecv, FusedSend, MAX_DEVS_PER_NIC};
-use ibnet_core::wire::RemoteBuf;
 use ibnet_core::provider::{MrKeys, WcStatus};
 use ibnet_core::request::ReqId;
+use ibnet_core::wire::RemoteBuf;
 use ibnet_testkit::{fill_pattern, AlignedBuf, Fault, Loopback};
 
 struct Pair {
@@ -561,4 +561,168 @@ fn a_multi_receive_survives_its_carrier_failing_too() {
         both >= 8,
         "rail 0 failed during the group in {both} runs only"
     );
+}
+
+/// Sends `size` bytes to the receive `rid` posted for `rb`, driving the receiver while the
+/// sender waits for a clear-to-send (NCCL's proxy drives both; the receiver's progress
+/// reports a rail only it saw fail), then checks both ends and every byte.
+fn send_driven(p: &mut Pair, rid: ReqId, rb: &AlignedBuf, size: usize, seed: u64) {
+    let n = p.rails.len();
+    let mut sb = AlignedBuf::new(size.max(1));
+    fill_pattern(sb.as_mut_slice(), seed);
+    let sk = reg(&p.rails, &sb);
+    let mut sid = None;
+    for _ in 0..100 {
+        sid =
+            p.s.isend(sb.addr(), size as u64, 9, &sk[..n])
+                .expect("isend");
+        if sid.is_some() {
+            break;
+        }
+        assert!(p.r.test(rid).expect("recv test").is_none());
+    }
+    let sid = sid.expect("the sender stopped waiting for the dead rail");
+    assert_eq!(wait(|| p.s.test(sid)).sizes[0], size as u64);
+    assert_eq!(wait(|| p.r.test(rid)).sizes[0], size as u64, "exact size");
+    assert_eq!(&rb.as_slice()[..size], &sb.as_slice()[..size], "every byte");
+}
+
+/// For two to four rails, each rail failing, seen by the sender (its part's write fails) or
+/// only by the receiver (its clear-to-send's write fails): the bytes written again are exactly
+/// the part in flight at the failure (none when only the receiver saw it: the sender never
+/// posted there), and every later message costs the dead rail nothing: each live rail posts
+/// its clear-to-send and its part, the dead rail nothing, no notice, no byte twice.
+#[test]
+fn after_a_failure_later_messages_cost_the_dead_rail_nothing() {
+    for n in 2..=MAX_DEVS_PER_NIC {
+        for dead in 0..n {
+            for receiver_only in [false, true] {
+                let at = format!("{n} rails, rail {dead} dead, receiver only: {receiver_only}");
+                let mut p = pair(n);
+                let size = 100_000;
+                let rb = AlignedBuf::new(size);
+                let rk = reg(&p.rails, &rb);
+                let fault = Fault::FailWr {
+                    after: 0,
+                    status: WcStatus::RetryExceeded,
+                };
+                if receiver_only {
+                    p.rails[dead].inject(fault);
+                }
+                let rid = post_recv(&mut p, &rb, rk, 9);
+                if !receiver_only {
+                    p.rails[dead].inject(fault);
+                }
+                send_driven(&mut p, rid, &rb, size, 40 + dead as u64);
+                let in_flight = if receiver_only {
+                    0
+                } else {
+                    stripe(size as u64, n)[dead].len
+                };
+                assert_eq!(p.s.resent_bytes(), in_flight, "{at}");
+                assert!(!p.s.rail_live(dead) && !p.r.rail_live(dead), "{at}");
+                let carried = p.s.rail_bytes(dead);
+                for (i, size) in [0usize, 1, 129, 5000, 300_001].into_iter().enumerate() {
+                    let w = one_counted(&mut p, size, 60 + i as u64);
+                    let want: Vec<u64> = (0..n).map(|r| if r == dead { 0 } else { 2 }).collect();
+                    assert_eq!(w, want, "{at}: {size} B, WRs per rail");
+                }
+                assert_eq!(p.s.resent_bytes(), in_flight, "{at}: later messages");
+                assert_eq!(p.s.rail_bytes(dead), carried, "{at}: dead rail idle");
+                assert_eq!(p.s.take_events().len(), 1, "{at}");
+                assert_eq!(p.r.take_events().len(), 1, "{at}");
+                assert_eq!(p.s.requests_in_use(), 0, "{at}");
+                assert_eq!(p.r.requests_in_use(), 0, "{at}");
+            }
+        }
+    }
+}
+
+/// A multi-receive posted over every rail before the receiver heard of a failure the sender
+/// saw: its sends are striped over the live rails (the dead rail's parts empty, told by the
+/// group's notice naming each send's stripe), each receive's size exact, nothing written twice
+/// but the group in flight at the failure.
+#[test]
+fn a_multi_receive_posted_before_the_receiver_knew_keeps_exact_sizes() {
+    for n in 2..=MAX_DEVS_PER_NIC {
+        let dead = n - 1;
+        let mut p = pair(n);
+        let g1 = post_group(&mut p, 300);
+        let g2 = post_group(&mut p, 400);
+        p.rails[dead].inject(Fault::FailWr {
+            after: 0,
+            status: WcStatus::RetryExceeded,
+        });
+        finish_group(&mut p, g1);
+        assert_eq!(p.s.resent_bytes(), group_part(n, dead), "{n} rails");
+        // g1's notice told the receiver, but g2 was posted over every rail before it.
+        assert!(!p.r.rail_live(dead), "{n} rails");
+        let before = p.rails[0].wrs_posted();
+        finish_group(&mut p, g2);
+        assert_eq!(p.s.resent_bytes(), group_part(n, dead), "{n} rails: g2");
+        // Rail 0 posted g2's parts (one post: each send's write and the sizes write) and its
+        // notice (one write): nothing moved.
+        assert!(p.rails[0].wrs_posted() - before <= 10, "{n} rails");
+        let g3 = post_group(&mut p, 500);
+        finish_group(&mut p, g3);
+        assert_eq!(p.s.resent_bytes(), group_part(n, dead), "{n} rails: g3");
+        assert_eq!(p.s.requests_in_use(), 0);
+        assert_eq!(p.r.requests_in_use(), 0);
+    }
+}
+
+/// A clear-to-send whose live-rail mask is empty, names a rail the comm lacks, leaves out the
+/// rail it came on, or differs between rails is refused as a hostile notice is: the comm
+/// fails with `BadFifoElem` naming the mask, and stays failed.
+#[test]
+fn a_clear_to_send_with_a_bad_rail_mask_is_refused() {
+    let cases: [(usize, [u8; 3]); 5] = [
+        (2, [0, 0, 0]),
+        (2, [0b100, 0b100, 0]),
+        (2, [0b111, 0b111, 0]),
+        (2, [0b10, 0b10, 0]),
+        (3, [0b011, 0b111, 0b111]),
+    ];
+    for (n, masks) in cases {
+        let rails: Vec<Loopback> = (0..n).map(|_| Loopback::new()).collect();
+        let cfg = CommConfig::default();
+        let mut s = ibnet_testkit::fused_send(&rails, cfg).expect("fused send");
+        // A hostile receiver: one plain comm per rail, posting whatever mask it likes.
+        let mut rs: Vec<RecvComm<Loopback>> = (0..n)
+            .map(|i| RecvComm::new(rails[i].clone(), cfg, &s.local_info(i).unwrap()).unwrap())
+            .collect();
+        for (i, r) in rs.iter().enumerate() {
+            s.connect(i, &r.local_info()).expect("connect");
+        }
+        let ring = vec![RemoteBuf { addr: 64, rkey: 1 }; n];
+        s.set_notice_ring(&ring).expect("ring");
+        let rb = AlignedBuf::new(4096);
+        let mut sb = AlignedBuf::new(4096);
+        fill_pattern(sb.as_mut_slice(), 1);
+        let (rk, sk) = (reg(&rails, &rb), reg(&rails, &sb));
+        for (i, r) in rs.iter_mut().enumerate() {
+            let buf = RecvBuf {
+                addr: rb.addr(),
+                size: 4096,
+                tag: 1,
+                mr: rk[i],
+            };
+            r.irecv_rails(&[buf], masks[i])
+                .expect("irecv")
+                .expect("posted");
+        }
+        let e = s.isend(sb.addr(), 4096, 1, &sk[..n]).expect_err("refused");
+        assert!(
+            matches!(e, Error::BadFifoElem { field, .. } if field.contains("live-rail mask")),
+            "{masks:?}: {e:?}"
+        );
+        assert!(matches!(
+            s.isend(sb.addr(), 4096, 1, &sk[..n]),
+            Err(Error::Poisoned { .. })
+        ));
+        assert!(
+            rb.as_slice().iter().all(|&b| b == 0),
+            "{masks:?}: nothing written"
+        );
+    }
 }

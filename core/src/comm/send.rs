@@ -254,13 +254,15 @@ impl<P: Provider> SendComm<P> {
     pub fn peek(&mut self, tag: u32) -> Result<Option<Peeked>> {
         self.base.check_connected("isend")?;
         let mut posted = [PostedRecv::default(); MAX_RECVS];
-        Ok(self.match_tag(tag, &mut posted)?.map(|(n, r, rails)| Peeked {
-            seq: self.fifo_head,
-            index: r as u8,
-            nreqs: n as u8,
-            posted: posted[r],
-            rails,
-        }))
+        Ok(self
+            .match_tag(tag, &mut posted)?
+            .map(|(n, r, rails)| Peeked {
+                seq: self.fifo_head,
+                index: r as u8,
+                nreqs: n as u8,
+                posted: posted[r],
+                rails,
+            }))
     }
 
     /// The slot at `fifo_head` (read into `posted`): its width, the first unmatched receive

@@ -42,7 +42,10 @@ pub fn stripe_set(size: u64, set: u8) -> [Part; MAX_DEVS_PER_NIC] {
     let r = u64::from(set.count_ones());
     let size = size.min(MAX_MSG_SIZE);
     let chunk = size.div_ceil(r).div_ceil(STRIPE_ALIGN) * STRIPE_ALIGN;
-    let rails = out.iter_mut().enumerate().filter(|(i, _)| set >> i & 1 == 1);
+    let rails = out
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| set >> i & 1 == 1);
     for (j, (_, p)) in rails.enumerate() {
         let off = (j as u64 * chunk).min(size);
         *p = Part {

@@ -193,7 +193,11 @@ fn a_stripe_over_a_set_of_rails_leaves_the_others_empty() {
             assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), size);
         }
     }
-    assert_eq!(stripe_set(1000, 0), stripe(1000, 1), "an empty set is rail 0");
+    assert_eq!(
+        stripe_set(1000, 0),
+        stripe(1000, 1),
+        "an empty set is rail 0"
+    );
     let p = stripe_set(1000, 0b1010);
     assert_eq!((p[1].off, p[1].len, p[3].off, p[3].len), (0, 512, 512, 488));
 }
