@@ -1,6 +1,6 @@
 //! The sending side of a fused comm: one [`SendComm`] per rail, each message striped across
-//! the rails, and a failed rail's parts moved to a healthy one (see the module doc of
-//! `crate::fused` for the protocol).
+//! the rails of the receiver's live-rail mask that are live here, and a failed rail's parts
+//! moved to a healthy one (see the module doc of `crate::fused` for the protocol).
 
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
@@ -374,9 +374,9 @@ impl<P: Provider + Clone> FusedSend<P> {
             .fold(0, |m, i| m | 1 << i)
     }
 
-    /// Sends `size` bytes at `addr` to the receive tagged `tag`, striped over the rails;
-    /// `mrs[i]` are the buffer's keys on rail `i`. `Ok(None)`: not every live rail has the
-    /// receive posted yet; call again.
+    /// Sends `size` bytes at `addr` to the receive tagged `tag`, striped over the rails of the
+    /// receiver's live-rail mask that are live here; `mrs[i]` are the buffer's keys on rail
+    /// `i`. `Ok(None)`: not every such rail has the receive posted yet; call again.
     pub fn isend(
         &mut self,
         addr: u64,
