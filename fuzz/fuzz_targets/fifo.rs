@@ -89,7 +89,10 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(f.value, u64::from(n0), "element 0's nreqs is the fault");
                 }
                 "nreqs" if in_range(k) => {
-                    assert!(verifies(k, None), "fault {f:?} but no element verifies with it");
+                    assert!(
+                        verifies(k, None),
+                        "fault {f:?} but no element verifies with it"
+                    );
                 }
                 "nreqs" => {}
                 "rails" => {
@@ -97,7 +100,10 @@ fuzz_target!(|data: &[u8]| {
                     let m = u32::try_from(f.value).expect("a 32-bit mask");
                     assert_ne!(m, u32_at(&ring, off + 28), "element 0 agrees with itself");
                     let w = n0 as usize;
-                    assert!(verifies(w, Some(m)), "fault {f:?} but no element verifies with it");
+                    assert!(
+                        verifies(w, Some(m)),
+                        "fault {f:?} but no element verifies with it"
+                    );
                 }
                 other => panic!("unexpected fault field {other}"),
             }

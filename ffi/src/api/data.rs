@@ -259,9 +259,8 @@ pub fn irecv(
             return Err(missing("tags"));
         }
         if let Some(f) = &r.fused {
-            let (bufs, n) = gather::<FusedBuf>(n, data, sizes, tags, mhandles, |mh| {
-                fused_mr_get(f, mh)
-            })?;
+            let (bufs, n) =
+                gather::<FusedBuf>(n, data, sizes, tags, mhandles, |mh| fused_mr_get(f, mh))?;
             // SAFETY: a data-path call; see `CommBox::comm_mut`.
             let (c, w) = unsafe { r.parts_mut() };
             if let Some(w) = w {
@@ -314,9 +313,8 @@ pub fn iflush(
         let no_tags = core::ptr::null();
         if let Some(f) = &r.fused {
             let sz = Sizes::Int(sizes);
-            let (bufs, n) = gather::<FusedBuf>(n, data, sz, no_tags, mhandles, |mh| {
-                fused_mr_get(f, mh)
-            })?;
+            let (bufs, n) =
+                gather::<FusedBuf>(n, data, sz, no_tags, mhandles, |mh| fused_mr_get(f, mh))?;
             // SAFETY: a data-path call; see `CommBox::comm_mut`.
             let c = unsafe { r.comm_mut() };
             let res = c.iflush_fused(&bufs[..n]);
