@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!  receiver (writer)                                   sender (reader)
-//!  elems[s][r] = {addr,size,rkey,nreqs,tag,check}      seq = fifo_head; s = seq % SLOTS
+//!  elems[s][r] = {addr,size,rkey,nreqs,tag,rails,check} seq = fifo_head; s = seq % SLOTS
 //!  elems[s][r].idx = seq+1            (Release) ──RDMA──▶ elems[s][0].idx == seq+1 ? (Acquire)
 //!                                                       nreqs = elems[s][0].nreqs
 //!                                                       elems[s][r].idx == seq+1 ∀r<nreqs (Acquire)
@@ -23,6 +23,10 @@
 //!   kernel copy may make the bytes of one write visible in any order) and tries again later.
 //!   This makes the protocol independent of how the provider orders bytes within one write.
 //! * The reader never spins: an incomplete slot is reported as "not yet".
+//! * `rails` is the same in every element of a slot: a fused receiver's live-rail mask (bit `r`:
+//!   rail `r` is in use at the receiver when it posted this receive; see `crate::fused`), 0 from
+//!   a plain comm, whose sender ignores it. A slot whose elements disagree is a fault. With
+//!   `rails` 0 an element's bytes and `check` are what they were before the word had a meaning.
 //!
 //! In the local, in-memory form (the loom models, and the receiver's staging copy) the writer
 //! stores the fields with `Relaxed` and `idx` with `Release`; the reader loads `idx` with
@@ -58,7 +62,8 @@ pub struct FifoElem {
     rkey: AtomicU32,
     nreqs: AtomicU32,
     tag: AtomicU32,
-    _reserved: AtomicU32,
+    /// The receiver's live-rail mask (module doc); 0 from a plain comm.
+    rails: AtomicU32,
     idx: AtomicU64,
     check: AtomicU64,
     // Atomic like every other field: a provider writes whole elements into this memory.
@@ -95,13 +100,14 @@ pub struct FifoFault {
 }
 
 /// The hash stored in `check` (a 64-bit mix; not cryptographic: it detects torn elements).
-fn check_of(p: &PostedRecv, nreqs: u32, idx: u64) -> u64 {
+/// `rails` shares a word with `nreqs`, so an element with `rails` 0 hashes as before.
+fn check_of(p: &PostedRecv, nreqs: u32, rails: u32, idx: u64) -> u64 {
     let mut h = 0x9e37_79b9_7f4a_7c15u64;
     for w in [
         p.addr,
         p.size,
         ((p.rkey as u64) << 32) | p.tag as u64,
-        nreqs as u64,
+        nreqs as u64 | (rails as u64) << 32,
         idx,
     ] {
         h ^= w;
@@ -230,10 +236,16 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
     }
 
     /// Writer side: fills slot `seq % SLOTS` with `elems`, `idx` last. Returns the byte offset
-    /// of the slot and the length to transfer (`elems.len()` elements).
+    /// of the slot and the length to transfer (`elems.len()` elements). The slot's `rails` is 0
+    /// (a plain comm's; [`FifoRing::publish_rails`] for a fused receiver's).
     ///
     /// `elems` must hold 1..=[`MAX_RECVS`] entries (checked by the caller, asserted here).
     pub fn publish(&self, seq: u64, elems: &[PostedRecv]) -> (usize, usize) {
+        self.publish_rails(seq, elems, 0)
+    }
+
+    /// [`FifoRing::publish`] with the receiver's live-rail mask `rails` in every element.
+    pub fn publish_rails(&self, seq: u64, elems: &[PostedRecv], rails: u32) -> (usize, usize) {
         debug_assert!(!elems.is_empty() && elems.len() <= MAX_RECVS);
         let n = elems.len().min(MAX_RECVS);
         let slot = Self::slot_of(seq);
@@ -245,7 +257,9 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
             e.rkey.store(p.rkey, Ordering::Relaxed);
             e.nreqs.store(n as u32, Ordering::Relaxed);
             e.tag.store(p.tag, Ordering::Relaxed);
-            e.check.store(check_of(p, n as u32, idx), Ordering::Relaxed);
+            e.rails.store(rails, Ordering::Relaxed);
+            e.check
+                .store(check_of(p, n as u32, rails, idx), Ordering::Relaxed);
             // Release: pairs with the Acquire load of `idx` in `poll`; the fields above are
             // visible to a reader that sees this `idx`.
             e.idx.store(idx, Ordering::Release);
@@ -265,6 +279,16 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
         seq: u64,
         out: &mut [PostedRecv; MAX_RECVS],
     ) -> Result<Option<usize>, FifoFault> {
+        Ok(self.poll_rails(seq, out)?.map(|(n, _)| n))
+    }
+
+    /// [`FifoRing::poll`] that also returns the slot's `rails` (the same in every element, or
+    /// the slot is a fault).
+    pub fn poll_rails(
+        &self,
+        seq: u64,
+        out: &mut [PostedRecv; MAX_RECVS],
+    ) -> Result<Option<(usize, u32)>, FifoFault> {
         let slot = &self.slots[Self::slot_of(seq)];
         let idx = seq + 1;
         // Acquire: pairs with the writer's Release store of `idx` in `publish`.
@@ -275,8 +299,8 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
         let nreqs = slot[0].nreqs.load(Ordering::Relaxed);
         if nreqs == 0 || nreqs as usize > MAX_RECVS {
             // `check` may still be in flight: only a verified element is a fault.
-            let p = Self::read(&slot[0]);
-            if slot[0].check.load(Ordering::Relaxed) != check_of(&p, nreqs, idx) {
+            let (p, rails) = Self::read(&slot[0]);
+            if slot[0].check.load(Ordering::Relaxed) != check_of(&p, nreqs, rails, idx) {
                 return Ok(None);
             }
             return Err(FifoFault {
@@ -284,15 +308,16 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
                 value: nreqs as u64,
             });
         }
+        let mut rails0 = None;
         for (e, o) in slot[..nreqs as usize].iter().zip(out.iter_mut()) {
             // Acquire: pairs with the writer's Release store of this element's `idx`.
             if e.idx.load(Ordering::Acquire) != idx {
                 return Ok(None);
             }
-            let p = Self::read(e);
+            let (p, rails) = Self::read(e);
             // Relaxed: ordered after this element's Acquire `idx` load.
             let n = e.nreqs.load(Ordering::Relaxed);
-            if e.check.load(Ordering::Relaxed) != check_of(&p, n, idx) {
+            if e.check.load(Ordering::Relaxed) != check_of(&p, n, rails, idx) {
                 return Ok(None); // torn: part of the element is still in flight
             }
             if n != nreqs {
@@ -301,19 +326,28 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
                     value: n as u64,
                 });
             }
+            if *rails0.get_or_insert(rails) != rails {
+                return Err(FifoFault {
+                    field: "rails",
+                    value: rails as u64,
+                });
+            }
             *o = p;
         }
-        Ok(Some(nreqs as usize))
+        Ok(Some((nreqs as usize, rails0.unwrap_or(0))))
     }
 
-    fn read(e: &FifoElem) -> PostedRecv {
+    /// An element's fields and its `rails`.
+    fn read(e: &FifoElem) -> (PostedRecv, u32) {
         // Relaxed: every caller loaded this element's `idx` with Acquire first.
-        PostedRecv {
+        let p = PostedRecv {
             addr: e.addr.load(Ordering::Relaxed),
             size: e.size.load(Ordering::Relaxed),
             rkey: e.rkey.load(Ordering::Relaxed),
             tag: e.tag.load(Ordering::Relaxed),
-        }
+        };
+        // Relaxed: as above.
+        (p, e.rails.load(Ordering::Relaxed))
     }
 }
 
@@ -375,13 +409,46 @@ mod tests {
         e.rkey.store(bad.rkey, Ordering::Relaxed);
         e.tag.store(bad.tag, Ordering::Relaxed);
         e.nreqs.store(9, Ordering::Relaxed);
-        e.check.store(check_of(&bad, 9, 2), Ordering::Relaxed);
+        e.check.store(check_of(&bad, 9, 0, 2), Ordering::Relaxed);
         e.idx.store(2, Ordering::Release);
         assert_eq!(
             ring.poll(1, &mut out),
             Err(FifoFault {
                 field: "nreqs",
                 value: 9
+            })
+        );
+    }
+
+    #[test]
+    fn rails_round_trip_and_a_slot_that_disagrees_is_a_fault() {
+        let ring: Box<FifoRing<4>> = Box::default();
+        let mut out = [PostedRecv::default(); MAX_RECVS];
+        ring.publish_rails(0, &[p(0), p(1)], 0b101);
+        assert_eq!(ring.poll_rails(0, &mut out), Ok(Some((2, 0b101))));
+        assert_eq!(ring.poll(0, &mut out), Ok(Some(2)));
+        // A plain comm's slot says 0, and its element hashes as before the word had a meaning.
+        ring.publish(1, &[p(2)]);
+        assert_eq!(ring.poll_rails(1, &mut out), Ok(Some((1, 0))));
+        assert_eq!(
+            ring.slots[1][0].check.load(Ordering::Relaxed),
+            check_of(&p(2), 1, 0, 2)
+        );
+        // `rails` still in flight: the element does not verify yet.
+        ring.publish_rails(2, &[p(3)], 0b11);
+        ring.slots[2][0].rails.store(0, Ordering::Relaxed);
+        assert_eq!(ring.poll_rails(2, &mut out), Ok(None));
+        // Two verified elements with different masks: a fault.
+        ring.publish_rails(3, &[p(4), p(5)], 0b11);
+        let e = &ring.slots[3][1];
+        e.rails.store(0b10, Ordering::Relaxed);
+        e.check
+            .store(check_of(&p(5), 2, 0b10, 4), Ordering::Relaxed);
+        assert_eq!(
+            ring.poll_rails(3, &mut out),
+            Err(FifoFault {
+                field: "rails",
+                value: 0b10
             })
         );
     }

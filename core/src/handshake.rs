@@ -23,7 +23,9 @@
 //!  Done: Event::Done                                    Done: Event::Done
 //! ```
 //! The peer's [`RailList`] (its devices, and a fused comm's notice rings) is readable with
-//! `peer_rails()` from the first [`Event::PeerInfo`] on.
+//! `peer_rails()` from the first [`Event::PeerInfo`] on. After the handshake a fused comm's
+//! rails agree on nothing else in advance: which rails a message uses travels with each
+//! clear-to-send (the receiver's live-rail mask, part of wire v4; `crate::fused`).
 //!
 //! # Driving a machine
 //! Inputs are `handle_*`, outputs `poll_*`. In a loop, until [`Event::Done`] or an error:

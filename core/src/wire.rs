@@ -77,7 +77,9 @@ pub const MAX_QPS: usize = 128;
 /// The handshake wire version. Peers with another version are rejected.
 ///
 /// 4: the Hello carries the connector's rail count, each side sends one `QpInfo` per rail and a
-/// [`RailList`] (NIC fusion); 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
+/// [`RailList`] (NIC fusion); a clear-to-send (FIFO element) carries a fused receiver's
+/// live-rail mask in its formerly reserved word 28..32, covered by its check, and a
+/// multi-receive's rail notice each send's stripe (`crate::fused`); 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
 /// a multi-receive's sizes); 2: `QpInfo` carries each QP's ECE.
 pub const WIRE_VERSION: u16 = 4;
 

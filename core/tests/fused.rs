@@ -1,13 +1,22 @@
 //! Fused comms over two to four loopback "devices" (one loopback fabric per rail): messages
 //! striped across the rails with every byte verified, traffic on every rail, multi-receives,
 //! and rail failover: a rail whose writes fail (retry exceeded) hands its parts to a healthy
-//! rail, the receiver completes from the notice, and no byte is lost or counted twice.
+//! rail, the receiver completes from the notice, and no byte is lost or counted twice. Once
+//! both sides know a rail is dead, later messages are striped over the live rails only: no byte
+//! of theirs is written again and no notice is written for them (counted per rail in WRs).
+//!
+//! The loopback double executes a write when it is posted and `isend` tests the new message's
+//! parts at once, so a failing write is seen in its own message's `isend`: the parts in flight
+//! at a failure are that message's (or, for a multi-receive, whose rail posts all of a group's
+//! parts together, the group's).
 
 use ibnet_core::comm::{CommConfig, Done};
+use ibnet_core::comm::{RecvBuf, RecvComm};
 use ibnet_core::error::{Error, ErrorKind};
 use ibnet_core::fused::{stripe, FusedBuf, FusedRecv, FusedSend, MAX_DEVS_PER_NIC};
 use ibnet_core::provider::{MrKeys, WcStatus};
 use ibnet_core::request::ReqId;
+use ibnet_core::wire::RemoteBuf;
 use ibnet_testkit::{fill_pattern, AlignedBuf, Fault, Loopback};
 
 struct Pair {
@@ -83,6 +92,18 @@ fn one(p: &mut Pair, size: usize, seed: u64) {
         rb.as_slice()[size..].iter().all(|&b| b == 0),
         "nothing past the send"
     );
+}
+
+/// [`one`], returning the send WRs each rail posted for it (both sides: a receiver's
+/// clear-to-send, a sender's part; a moved part or a notice would add one).
+fn one_counted(p: &mut Pair, size: usize, seed: u64) -> Vec<u64> {
+    let before: Vec<u64> = p.rails.iter().map(Loopback::wrs_posted).collect();
+    one(p, size, seed);
+    p.rails
+        .iter()
+        .zip(before)
+        .map(|(d, b)| d.wrs_posted() - b)
+        .collect()
 }
 
 #[test]
@@ -195,18 +216,11 @@ fn a_failed_rail_hands_its_parts_to_a_healthy_one_and_no_byte_is_lost() {
     assert_eq!((ev.len(), ev[0].rail, ev[0].to), (1, 1, Some(0)));
     assert!(!p.r.rail_live(1));
 
-    // Later messages keep both halves of the stripe; rail 0 carries rail 1's too.
+    // Later messages go over rail 0 alone: nothing of theirs is written again, no notice.
     for (i, size) in [0usize, 1, 300, 70_000].into_iter().enumerate() {
-        one(&mut p, size, 100 + i as u64);
+        assert_eq!(one_counted(&mut p, size, 100 + i as u64), [2, 0]);
     }
-    assert_eq!(
-        p.s.resent_bytes(),
-        moved
-            + [0u64, 1, 300, 70_000]
-                .iter()
-                .map(|&s| stripe(s, 2)[1].len)
-                .sum::<u64>()
-    );
+    assert_eq!(p.s.resent_bytes(), moved, "later messages: 0 bytes re-sent");
     assert_eq!(p.s.requests_in_use(), 0);
     assert_eq!(p.r.requests_in_use(), 0);
 }
@@ -242,9 +256,16 @@ fn failover_with_many_messages_in_flight_keeps_every_message_whole() {
         assert_eq!(rbs[i].as_slice(), sbs[i].as_slice(), "message {i}");
     }
     let part = stripe(size as u64, 3)[2].len;
-    // Messages 0 and 1 were acknowledged on rail 2; 2..8 were moved.
-    assert_eq!(p.s.resent_bytes(), part * (k as u64 - 2));
+    // Messages 0 and 1 were acknowledged on rail 2; message 2's part was in flight when it
+    // failed and went again. Messages 3..8, whose receives were posted over all three rails,
+    // were striped over rails 0 and 1 (rail 2's part empty, told by a notice): nothing of
+    // theirs went twice.
+    assert_eq!(p.s.resent_bytes(), part);
+    assert_eq!(p.s.rail_bytes(2), 3 * part, "rail 2 carried messages 0..3");
     assert_eq!(p.s.take_events().len(), 1);
+    assert!(!p.r.rail_live(2), "the notices told the receiver");
+    assert_eq!(one_counted(&mut p, size, 2000), [2, 2, 0]);
+    assert_eq!(p.s.resent_bytes(), part);
 }
 
 #[test]
@@ -279,8 +300,10 @@ fn a_rail_only_the_receiver_sees_fail_is_dropped_by_the_sender_too() {
     let (se, re) = (p.s.take_events(), p.r.take_events());
     assert_eq!((se.len(), se[0].rail, se[0].to), (1, 1, Some(0)));
     assert_eq!((re.len(), re[0].rail, re[0].to), (1, 1, Some(0)));
-    assert_eq!(p.s.resent_bytes(), stripe(size as u64, 2)[1].len);
-    one(&mut p, 5000, 78);
+    // Nothing was in flight on rail 1: the sender never posted there.
+    assert_eq!(p.s.resent_bytes(), 0);
+    assert_eq!(one_counted(&mut p, 5000, 78), [2, 0]);
+    assert_eq!(p.s.resent_bytes(), 0);
 }
 
 #[test]
@@ -469,11 +492,13 @@ fn a_multi_receive_survives_a_rail_failing_under_its_sends() {
         let to = p.r.take_events()[0].to;
         assert!(to.is_some() && to != Some(rail as u8));
 
-        // The next multi-receive: the dead rail's parts go over a live one from the start.
+        // The next multi-receive is striped over the live rails alone: nothing goes twice.
         let g = post_group(&mut p, 900);
         finish_group(&mut p, g);
-        assert_eq!(p.s.resent_bytes(), 2 * group_part(n, rail));
-        one(&mut p, 70_000, 901);
+        assert_eq!(p.s.resent_bytes(), group_part(n, rail), "{n} rails");
+        let w = one_counted(&mut p, 70_000, 901);
+        assert_eq!(w[rail], 0, "{n} rails: the dead rail is idle");
+        assert_eq!(p.s.resent_bytes(), group_part(n, rail), "{n} rails");
         assert_eq!(p.s.requests_in_use(), 0);
         assert_eq!(p.r.requests_in_use(), 0);
     }
@@ -489,13 +514,15 @@ fn a_multi_receive_survives_a_rail_only_the_receiver_sees_fail() {
     });
     let g = post_group(&mut p, 700);
     finish_group(&mut p, g);
-    assert_eq!(p.s.resent_bytes(), group_part(2, 1));
+    // The sender never posted on rail 1: the group went over rail 0 alone (rail 1's parts
+    // empty, told by the group's notice), nothing twice.
+    assert_eq!(p.s.resent_bytes(), 0);
     let (se, re) = (p.s.take_events(), p.r.take_events());
     assert_eq!((se.len(), se[0].rail, se[0].to), (1, 1, Some(0)));
     assert_eq!((re.len(), re[0].rail, re[0].to), (1, 1, Some(0)));
     let g = post_group(&mut p, 800);
     finish_group(&mut p, g);
-    assert_eq!(p.s.resent_bytes(), 2 * group_part(2, 1));
+    assert_eq!(p.s.resent_bytes(), 0);
     assert_eq!(p.s.requests_in_use(), 0);
     assert_eq!(p.r.requests_in_use(), 0);
 }
@@ -534,4 +561,168 @@ fn a_multi_receive_survives_its_carrier_failing_too() {
         both >= 8,
         "rail 0 failed during the group in {both} runs only"
     );
+}
+
+/// Sends `size` bytes to the receive `rid` posted for `rb`, driving the receiver while the
+/// sender waits for a clear-to-send (NCCL's proxy drives both; the receiver's progress
+/// reports a rail only it saw fail), then checks both ends and every byte.
+fn send_driven(p: &mut Pair, rid: ReqId, rb: &AlignedBuf, size: usize, seed: u64) {
+    let n = p.rails.len();
+    let mut sb = AlignedBuf::new(size.max(1));
+    fill_pattern(sb.as_mut_slice(), seed);
+    let sk = reg(&p.rails, &sb);
+    let mut sid = None;
+    for _ in 0..100 {
+        sid =
+            p.s.isend(sb.addr(), size as u64, 9, &sk[..n])
+                .expect("isend");
+        if sid.is_some() {
+            break;
+        }
+        assert!(p.r.test(rid).expect("recv test").is_none());
+    }
+    let sid = sid.expect("the sender stopped waiting for the dead rail");
+    assert_eq!(wait(|| p.s.test(sid)).sizes[0], size as u64);
+    assert_eq!(wait(|| p.r.test(rid)).sizes[0], size as u64, "exact size");
+    assert_eq!(&rb.as_slice()[..size], &sb.as_slice()[..size], "every byte");
+}
+
+/// For two to four rails, each rail failing, seen by the sender (its part's write fails) or
+/// only by the receiver (its clear-to-send's write fails): the bytes written again are exactly
+/// the part in flight at the failure (none when only the receiver saw it: the sender never
+/// posted there), and every later message costs the dead rail nothing: each live rail posts
+/// its clear-to-send and its part, the dead rail nothing, no notice, no byte twice.
+#[test]
+fn after_a_failure_later_messages_cost_the_dead_rail_nothing() {
+    for n in 2..=MAX_DEVS_PER_NIC {
+        for dead in 0..n {
+            for receiver_only in [false, true] {
+                let at = format!("{n} rails, rail {dead} dead, receiver only: {receiver_only}");
+                let mut p = pair(n);
+                let size = 100_000;
+                let rb = AlignedBuf::new(size);
+                let rk = reg(&p.rails, &rb);
+                let fault = Fault::FailWr {
+                    after: 0,
+                    status: WcStatus::RetryExceeded,
+                };
+                if receiver_only {
+                    p.rails[dead].inject(fault);
+                }
+                let rid = post_recv(&mut p, &rb, rk, 9);
+                if !receiver_only {
+                    p.rails[dead].inject(fault);
+                }
+                send_driven(&mut p, rid, &rb, size, 40 + dead as u64);
+                let in_flight = if receiver_only {
+                    0
+                } else {
+                    stripe(size as u64, n)[dead].len
+                };
+                assert_eq!(p.s.resent_bytes(), in_flight, "{at}");
+                assert!(!p.s.rail_live(dead) && !p.r.rail_live(dead), "{at}");
+                let carried = p.s.rail_bytes(dead);
+                for (i, size) in [0usize, 1, 129, 5000, 300_001].into_iter().enumerate() {
+                    let w = one_counted(&mut p, size, 60 + i as u64);
+                    let want: Vec<u64> = (0..n).map(|r| if r == dead { 0 } else { 2 }).collect();
+                    assert_eq!(w, want, "{at}: {size} B, WRs per rail");
+                }
+                assert_eq!(p.s.resent_bytes(), in_flight, "{at}: later messages");
+                assert_eq!(p.s.rail_bytes(dead), carried, "{at}: dead rail idle");
+                assert_eq!(p.s.take_events().len(), 1, "{at}");
+                assert_eq!(p.r.take_events().len(), 1, "{at}");
+                assert_eq!(p.s.requests_in_use(), 0, "{at}");
+                assert_eq!(p.r.requests_in_use(), 0, "{at}");
+            }
+        }
+    }
+}
+
+/// A multi-receive posted over every rail before the receiver heard of a failure the sender
+/// saw: its sends are striped over the live rails (the dead rail's parts empty, told by the
+/// group's notice naming each send's stripe), each receive's size exact, nothing written twice
+/// but the group in flight at the failure.
+#[test]
+fn a_multi_receive_posted_before_the_receiver_knew_keeps_exact_sizes() {
+    for n in 2..=MAX_DEVS_PER_NIC {
+        let dead = n - 1;
+        let mut p = pair(n);
+        let g1 = post_group(&mut p, 300);
+        let g2 = post_group(&mut p, 400);
+        p.rails[dead].inject(Fault::FailWr {
+            after: 0,
+            status: WcStatus::RetryExceeded,
+        });
+        finish_group(&mut p, g1);
+        assert_eq!(p.s.resent_bytes(), group_part(n, dead), "{n} rails");
+        // g1's notice told the receiver, but g2 was posted over every rail before it.
+        assert!(!p.r.rail_live(dead), "{n} rails");
+        let before = p.rails[0].wrs_posted();
+        finish_group(&mut p, g2);
+        assert_eq!(p.s.resent_bytes(), group_part(n, dead), "{n} rails: g2");
+        // Rail 0 posted g2's parts (one post: each send's write and the sizes write) and its
+        // notice (one write): nothing moved.
+        assert!(p.rails[0].wrs_posted() - before <= 10, "{n} rails");
+        let g3 = post_group(&mut p, 500);
+        finish_group(&mut p, g3);
+        assert_eq!(p.s.resent_bytes(), group_part(n, dead), "{n} rails: g3");
+        assert_eq!(p.s.requests_in_use(), 0);
+        assert_eq!(p.r.requests_in_use(), 0);
+    }
+}
+
+/// A clear-to-send whose live-rail mask is empty, names a rail the comm lacks, leaves out the
+/// rail it came on, or differs between rails is refused as a hostile notice is: the comm
+/// fails with `BadFifoElem` naming the mask, and stays failed.
+#[test]
+fn a_clear_to_send_with_a_bad_rail_mask_is_refused() {
+    let cases: [(usize, [u8; 3]); 5] = [
+        (2, [0, 0, 0]),
+        (2, [0b100, 0b100, 0]),
+        (2, [0b111, 0b111, 0]),
+        (2, [0b10, 0b10, 0]),
+        (3, [0b011, 0b111, 0b111]),
+    ];
+    for (n, masks) in cases {
+        let rails: Vec<Loopback> = (0..n).map(|_| Loopback::new()).collect();
+        let cfg = CommConfig::default();
+        let mut s = ibnet_testkit::fused_send(&rails, cfg).expect("fused send");
+        // A hostile receiver: one plain comm per rail, posting whatever mask it likes.
+        let mut rs: Vec<RecvComm<Loopback>> = (0..n)
+            .map(|i| RecvComm::new(rails[i].clone(), cfg, &s.local_info(i).unwrap()).unwrap())
+            .collect();
+        for (i, r) in rs.iter().enumerate() {
+            s.connect(i, &r.local_info()).expect("connect");
+        }
+        let ring = vec![RemoteBuf { addr: 64, rkey: 1 }; n];
+        s.set_notice_ring(&ring).expect("ring");
+        let rb = AlignedBuf::new(4096);
+        let mut sb = AlignedBuf::new(4096);
+        fill_pattern(sb.as_mut_slice(), 1);
+        let (rk, sk) = (reg(&rails, &rb), reg(&rails, &sb));
+        for (i, r) in rs.iter_mut().enumerate() {
+            let buf = RecvBuf {
+                addr: rb.addr(),
+                size: 4096,
+                tag: 1,
+                mr: rk[i],
+            };
+            r.irecv_rails(&[buf], masks[i])
+                .expect("irecv")
+                .expect("posted");
+        }
+        let e = s.isend(sb.addr(), 4096, 1, &sk[..n]).expect_err("refused");
+        assert!(
+            matches!(e, Error::BadFifoElem { field, .. } if field.contains("live-rail mask")),
+            "{masks:?}: {e:?}"
+        );
+        assert!(matches!(
+            s.isend(sb.addr(), 4096, 1, &sk[..n]),
+            Err(Error::Poisoned { .. })
+        ));
+        assert!(
+            rb.as_slice().iter().all(|&b| b == 0),
+            "{masks:?}: nothing written"
+        );
+    }
 }

@@ -1,14 +1,16 @@
 //! Rail failover through the plugin API: a fused NIC over two soft devices whose second rail
 //! fails (`IBNET_SOFT_FAULTS=wr_fail=…:RetryExceeded` armed on soft1 only with
-//! `IBNET_SOFT_FAULTS_DEV=1`). The comm carries on over rail 0: every byte of every message is
-//! verified, each receive reports its exact size, one WARN names the failed rail and where its
-//! traffic went, and the bytes written again are counted.
+//! `IBNET_SOFT_FAULTS_DEV=1`; the failing WR is a sender's data write). The comm carries on
+//! over rail 0: every byte of every message is verified, each receive reports its exact size,
+//! one WARN names the failed rail and where its traffic went, and the bytes written again are
+//! only what was in flight at the failure: messages after it are striped over rail 0 alone.
 
 mod util;
 
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_core::fused::stripe;
 use nccl_net_ibnet::api::{self, Sizes};
 use nccl_net_ibnet::log::Level;
 use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
@@ -27,7 +29,7 @@ fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
     let env = [
         ("NCCL_SOCKET_IFNAME", "lo"),
         ("IBNET_SOFT_DEVICES", "2"),
-        ("IBNET_SOFT_FAULTS", "seed=7,wr_fail=40:RetryExceeded"),
+        ("IBNET_SOFT_FAULTS", "seed=7,wr_fail=41:RetryExceeded"),
         ("IBNET_SOFT_FAULTS_DEV", "1"),
     ];
     if !init_soft(&env) {
@@ -69,6 +71,8 @@ fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
     let mut dst = vec![0u8; len];
     let (ms, mr) = (reg(s, &mut src), reg(r, &mut dst));
     let mut failed_at = None;
+    // Rail 1's bytes when the sender saw it fail: it carries nothing after.
+    let mut carried_at_failure = 0;
     for m in 0..200u32 {
         let n = 1000 + (m as usize * 977) % (len - 1000);
         for (i, b) in src.iter_mut().enumerate() {
@@ -120,6 +124,7 @@ fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
         let st = api::fused_stats(s).unwrap();
         if failed_at.is_none() && !st.live[1] {
             failed_at = Some(m);
+            carried_at_failure = st.rail_bytes[1];
         }
     }
     let st = api::fused_stats(s).unwrap();
@@ -148,6 +153,21 @@ fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
         "one line names the failed rail and where its traffic went: {log:?}"
     );
     assert!(warns.len() <= 2, "once per side: {warns:?}");
+    // One message is in flight at a time here (each is tested to completion on both sides
+    // before the next is posted), so at most one message's rail-1 part was in flight when the
+    // rail failed: that bounds what went twice (before, every later message's rail-1 part
+    // went again too: 9.7 MB for these 200 messages).
+    let window = 1;
+    let bound = window * stripe(len as u64, 2)[1].len;
+    assert!(
+        st.resent <= bound,
+        "{} B re-sent, more than the {window} message(s) in flight ({bound} B)",
+        st.resent
+    );
+    assert_eq!(
+        st.rail_bytes[1], carried_at_failure,
+        "rail 1 carried nothing after it failed"
+    );
     assert_eq!(api::dereg_mr(s, ms), ncclResult_t::Success);
     assert_eq!(api::dereg_mr(r, mr), ncclResult_t::Success);
     close(s, r, l);

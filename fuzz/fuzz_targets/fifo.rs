@@ -2,24 +2,23 @@
 //! them, polled by the sender (`FifoRing::poll`).
 //!
 //! Input: `seq` (u64), then the slot's raw bytes (see `ibnet_fuzz::seeds_fifo`).
-//! Oracle: the sender never accepts an element whose check fails. Every element `poll` hands
-//! out must be byte-for-byte what the real writer (`FifoRing::publish`) writes for those values
-//! at that sequence number (so its `check`, `idx` and `nreqs` are right), and `poll` never
-//! reports a fault for an element that does not verify.
+//! Oracle: the sender never accepts an element whose check fails. Every element `poll_rails`
+//! hands out must be byte-for-byte what the real writer (`FifoRing::publish_rails`) writes for
+//! those values and the slot's live-rail mask at that sequence number (so its `check`, `idx`,
+//! `nreqs` and `rails` are right), and `poll_rails` never reports a fault for an element that
+//! does not verify. `poll` answers as `poll_rails` does, less the mask.
 #![no_main]
 
 use ibnet_core::fifo::{PostedRecv, MAX_RECVS};
 use ibnet_fuzz::{ring_bytes, Cursor, FuzzRing, FIFO_SLOT_BYTES};
 use libfuzzer_sys::fuzz_target;
 
-/// The bytes of an element that the writer defines (addr..check; the reserved word and the
-/// padding are not part of the protocol).
-fn defined(e: &[u8]) -> ([u8; 28], [u8; 16]) {
-    let mut a = [0u8; 28];
-    let mut b = [0u8; 16];
-    a.copy_from_slice(&e[..28]);
-    b.copy_from_slice(&e[32..48]);
-    (a, b)
+/// The bytes of an element that the writer defines (addr..check, with the live-rail mask at
+/// 28..32; the padding is not part of the protocol).
+fn defined(e: &[u8]) -> [u8; 48] {
+    let mut a = [0u8; 48];
+    a.copy_from_slice(&e[..48]);
+    a
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -41,14 +40,14 @@ fuzz_target!(|data: &[u8]| {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(off), bytes.len());
     }
     let mut out = [PostedRecv::default(); MAX_RECVS];
-    let got = ring.poll(seq, &mut out);
+    let got = ring.poll_rails(seq, &mut out);
     match got {
         Ok(None) => {}
-        Ok(Some(n)) => {
+        Ok(Some((n, rails))) => {
             assert!((1..=MAX_RECVS).contains(&n), "{n} elements");
             // What the real writer puts in this slot for these values.
             let model: Box<FuzzRing> = Box::default();
-            let (moff, mlen) = model.publish(seq, &out[..n]);
+            let (moff, mlen) = model.publish_rails(seq, &out[..n], rails);
             assert_eq!((moff, mlen), (off, n * 64));
             let want = &ring_bytes(&model)[off..off + mlen];
             let have = &ring_bytes(&ring)[off..off + mlen];
@@ -66,32 +65,57 @@ fuzz_target!(|data: &[u8]| {
             // 1..=MAX_RECVS (element 0's, or another element's that differs from it) is not
             // modelled here: no writer produces one, so `publish` cannot say what its check
             // is. An element r whose nreqs k is in range but differs from element 0's must
-            // carry exactly what a writer of a k-element slot writes for its values.
-            assert_eq!(f.field, "nreqs");
+            // carry exactly what a writer of a k-element slot writes for its values; one whose
+            // mask differs from element 0's (a "rails" fault), what a writer of an n0-element
+            // slot writes for its values and mask.
             let n0 = u32_at(&ring, off + 20);
             let k = usize::try_from(f.value).unwrap_or(0);
             let in_range = |n: usize| (1..=MAX_RECVS).contains(&n);
-            if !in_range(n0 as usize) {
-                assert_eq!(f.value, u64::from(n0), "element 0's nreqs is the fault");
-            } else if in_range(k) {
-                let verified = (1..n0 as usize).any(|r| {
+            let verifies = |width: usize, rails: Option<u32>| {
+                (1..n0 as usize).any(|r| {
                     let e = off + r * 64;
-                    let p = read(&ring, e);
+                    let (p, mask) = (read(&ring, e), u32_at(&ring, e + 28));
+                    if rails.is_some_and(|m| m != mask) {
+                        return false;
+                    }
                     let model: Box<FuzzRing> = Box::default();
-                    model.publish(seq, &vec![p; k]);
+                    model.publish_rails(seq, &vec![p; width], mask);
                     let have = &ring_bytes(&ring)[e..e + 64];
                     defined(have) == defined(&ring_bytes(&model)[off..off + 64])
-                });
-                assert!(verified, "fault {f:?} but no element verifies with it");
+                })
+            };
+            match f.field {
+                "nreqs" if !in_range(n0 as usize) => {
+                    assert_eq!(f.value, u64::from(n0), "element 0's nreqs is the fault");
+                }
+                "nreqs" if in_range(k) => {
+                    assert!(
+                        verifies(k, None),
+                        "fault {f:?} but no element verifies with it"
+                    );
+                }
+                "nreqs" => {}
+                "rails" => {
+                    assert!(in_range(n0 as usize), "{f:?} with element 0's nreqs {n0}");
+                    let m = u32::try_from(f.value).expect("a 32-bit mask");
+                    assert_ne!(m, u32_at(&ring, off + 28), "element 0 agrees with itself");
+                    let w = n0 as usize;
+                    assert!(
+                        verifies(w, Some(m)),
+                        "fault {f:?} but no element verifies with it"
+                    );
+                }
+                other => panic!("unexpected fault field {other}"),
             }
         }
     }
-    // Polling is a pure read: the same answer again.
+    // Polling is a pure read: the same answer again, and `poll` agrees (less the mask).
     let mut again = [PostedRecv::default(); MAX_RECVS];
-    assert_eq!(ring.poll(seq, &mut again), got);
-    if let Ok(Some(n)) = got {
+    assert_eq!(ring.poll_rails(seq, &mut again), got);
+    if let Ok(Some((n, _))) = got {
         assert_eq!(&again[..n], &out[..n]);
     }
+    assert_eq!(ring.poll(seq, &mut again), got.map(|o| o.map(|(n, _)| n)));
 });
 
 fn u32_at(r: &FuzzRing, at: usize) -> u32 {

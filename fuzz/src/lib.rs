@@ -245,7 +245,14 @@ pub const FIFO_SLOT_BYTES: usize = MAX_RECVS * 64;
 /// [`FIFO_SLOT_BYTES`], the rest zero), as an RDMA write from the peer would leave them.
 pub fn seeds_fifo() -> Seeds {
     let mut out = Vec::new();
-    for (name, seq, n) in [("one", 0u64, 1usize), ("three", 5, 3), ("full", 1 << 40, 8)] {
+    // `rails`: a fused receiver's live-rail mask (0 from a plain comm).
+    let slots = [
+        ("one", 0u64, 1usize, 0u32),
+        ("three", 5, 3, 0),
+        ("full", 1 << 40, 8, 0),
+        ("fused", 9, 2, 0b1011),
+    ];
+    for (name, seq, n, rails) in slots {
         let ring: Box<FuzzRing> = Box::default();
         let elems: Vec<PostedRecv> = (0..n as u64)
             .map(|i| PostedRecv {
@@ -255,7 +262,7 @@ pub fn seeds_fifo() -> Seeds {
                 tag: i as u32,
             })
             .collect();
-        let (off, len) = ring.publish(seq, &elems);
+        let (off, len) = ring.publish_rails(seq, &elems, rails);
         let mut v = seq.to_le_bytes().to_vec();
         v.extend_from_slice(&ring_bytes(&ring)[off..off + len]);
         out.push((name.to_string(), v));

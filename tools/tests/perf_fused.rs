@@ -1,7 +1,8 @@
 //! `ibnet-perf --fuse`: a virtual NIC made through the plugin's makeVDevice over two soft
 //! devices (`IBNET_SOFT_DEVICES=2`), every byte verified, its rails named; and rail failover
 //! (every send WR of soft1 may fail with retry-exceeded: `IBNET_SOFT_FAULTS_DEV=1`) with every
-//! byte still verified, the failed rail named and the bytes written again counted.
+//! byte still verified, the failed rail named and the bytes written again counted (no more than
+//! were in flight).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -84,7 +85,11 @@ fn fuse_survives_a_failing_rail_and_every_byte_is_verified() {
             w[w.len() - 3].parse::<u64>().expect("bytes re-sent")
         })
         .sum();
-    assert!(resent > 0, "{err}");
+    // Only the parts in flight on rail 1 when a sender learned of its failure go twice (later
+    // messages are striped over rail 0 alone): at most a window (16) of the largest message's
+    // rail-1 part (512 KiB) per send comm, one a side. (With this seed the failing WR is a
+    // receiver's clear-to-send, so the senders had nothing in flight there: 0 B.)
+    assert!(resent <= 2 * 16 * (512 << 10), "{resent} B re-sent: {err}");
 }
 
 #[test]

@@ -205,6 +205,22 @@ impl<P: Provider> RecvComm<P> {
     /// [`RecvComm::irecv`] with the profiler parent of each buffer (NCCL's `phandles`; an
     /// entry of 0, or a missing one, is none).
     pub fn irecv_under(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
+        self.irecv_impl(bufs, parents, 0)
+    }
+
+    /// [`RecvComm::irecv`] of one rail of a fused comm: the clear-to-send carries `rails`, the
+    /// fused receiver's live-rail mask ([`crate::fused`]; a plain comm's is 0).
+    pub fn irecv_rails(&mut self, bufs: &[RecvBuf], rails: u8) -> Result<Option<ReqId>> {
+        self.irecv_impl(bufs, &[], rails)
+    }
+
+    #[inline(always)]
+    fn irecv_impl(
+        &mut self,
+        bufs: &[RecvBuf],
+        parents: &[usize],
+        rails: u8,
+    ) -> Result<Option<ReqId>> {
         self.base.check_live("irecv")?;
         let n = bufs.len();
         if n == 0 || n > MAX_RECVS {
@@ -223,7 +239,7 @@ impl<P: Provider> RecvComm<P> {
         let id = self.base.reqs.alloc(ReqType::Recv, nqps as u32, n as u8)?;
         self.base.reqs.get(id)?.fifo_slot =
             FifoRing::<MAX_REQUESTS>::slot_of(self.fifo_tail) as u16;
-        if let Err(e) = self.post(id, bufs, parents, nqps) {
+        if let Err(e) = self.post(id, bufs, parents, nqps, rails) {
             self.base.poison();
             let _ = self.base.reqs.free(id);
             return Err(e);
@@ -231,7 +247,14 @@ impl<P: Provider> RecvComm<P> {
         Ok(Some(id))
     }
 
-    fn post(&mut self, id: ReqId, bufs: &[RecvBuf], parents: &[usize], nqps: usize) -> Result<()> {
+    fn post(
+        &mut self,
+        id: ReqId,
+        bufs: &[RecvBuf],
+        parents: &[usize],
+        nqps: usize,
+        rails: u8,
+    ) -> Result<()> {
         for _ in 0..nqps {
             let q = self.base.next_qp();
             if let Some(sink) = self.base.sink {
@@ -252,7 +275,9 @@ impl<P: Provider> RecvComm<P> {
             };
         }
         let seq = self.fifo_tail;
-        let (off, len) = self.staging.publish(seq, &elems[..bufs.len()]);
+        let (off, len) = self
+            .staging
+            .publish_rails(seq, &elems[..bufs.len()], rails.into());
         // Signal once per lap of the ring, so the send queue of unsignaled posts drains.
         let signaled = FifoRing::<MAX_REQUESTS>::slot_of(seq) == 0;
         if signaled {

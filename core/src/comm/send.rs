@@ -31,6 +31,9 @@ pub struct Peeked {
     pub nreqs: u8,
     /// The receive itself: where the data goes, and its rkey.
     pub posted: PostedRecv,
+    /// The slot's live-rail mask, as a fused receiver posted it (0 from a plain comm; see
+    /// [`crate::fused`]).
+    pub rails: u32,
 }
 
 /// The sending side of a connection.
@@ -206,7 +209,7 @@ impl<P: Provider> SendComm<P> {
             });
         }
         let mut posted = [PostedRecv::default(); MAX_RECVS];
-        let Some((n, r)) = self.match_tag(tag, &mut posted)? else {
+        let Some((n, r, _)) = self.match_tag(tag, &mut posted)? else {
             return Ok(None);
         };
         let p = posted[r];
@@ -251,26 +254,29 @@ impl<P: Provider> SendComm<P> {
     pub fn peek(&mut self, tag: u32) -> Result<Option<Peeked>> {
         self.base.check_connected("isend")?;
         let mut posted = [PostedRecv::default(); MAX_RECVS];
-        Ok(self.match_tag(tag, &mut posted)?.map(|(n, r)| Peeked {
-            seq: self.fifo_head,
-            index: r as u8,
-            nreqs: n as u8,
-            posted: posted[r],
-        }))
+        Ok(self
+            .match_tag(tag, &mut posted)?
+            .map(|(n, r, rails)| Peeked {
+                seq: self.fifo_head,
+                index: r as u8,
+                nreqs: n as u8,
+                posted: posted[r],
+                rails,
+            }))
     }
 
-    /// The slot at `fifo_head` (read into `posted`): its width and the first unmatched
-    /// receive tagged `tag`; `None` when not posted yet or no such receive. A hostile element
-    /// poisons the comm.
+    /// The slot at `fifo_head` (read into `posted`): its width, the first unmatched receive
+    /// tagged `tag` and the slot's live-rail mask; `None` when not posted yet or no such
+    /// receive. A hostile element poisons the comm.
     #[inline(always)]
     fn match_tag(
         &mut self,
         tag: u32,
         posted: &mut [PostedRecv; MAX_RECVS],
-    ) -> Result<Option<(usize, usize)>> {
-        let n = match self.fifo.poll(self.fifo_head, posted) {
+    ) -> Result<Option<(usize, usize, u32)>> {
+        let (n, rails) = match self.fifo.poll_rails(self.fifo_head, posted) {
             Ok(None) => return Ok(None),
-            Ok(Some(n)) => n,
+            Ok(Some(x)) => x,
             Err(f) => {
                 return Err(self.poison(Error::BadFifoElem {
                     field: f.field,
@@ -295,7 +301,7 @@ impl<P: Provider> SendComm<P> {
                 peer: self.base.peer,
             }));
         }
-        Ok(Some((n, r)))
+        Ok(Some((n, r, rails)))
     }
 
     /// One signaled RDMA WRITE of `local` to `remote_addr` (`rkey`) outside any FIFO slot,

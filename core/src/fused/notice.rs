@@ -11,9 +11,12 @@
 //!                                         rkey = NOTICE_KEY | rail   tag = non-empty mask
 //! ```
 //!
-//! `size` is what the receiver adds to the receive's size; `tag` has bit 0 set when the part
-//! carried bytes. This is a single receive's notice: a multi-receive's is a [`GroupNotice`]
-//! (one element per receive), told apart by its key.
+//! `size` is what the receiver adds to the receive's size (the part as the sender's stripe cut
+//! it: 0 for a rail the sender knew was dead before it posted the message, so it striped the
+//! message over the others); `tag` has bit 0 set when the part carried bytes. This is a single
+//! receive's notice: a multi-receive's is a [`GroupNotice`] (one element per receive), told
+//! apart by its key. The same element, in slot `r` of the sender's back ring, is the receiver's
+//! back notice that it took rail `r` out of use (`seq` 0, no bytes).
 
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::fifo::PostedRecv;
@@ -70,16 +73,19 @@ impl Notice {
 /// multi-receive failover decodes it as no [`Notice`] and fails the comm cleanly, as it did).
 pub const GROUP_NOTICE_KEY: u32 = 0x4e4f_4d00;
 
-/// The failed rails' parts of every send of one multi-receive, delivered by other rails.
+/// The failed rails' parts of every send of one multi-receive, delivered by other rails (or,
+/// for a rail the sender knew was dead before it posted the send, by none: the part is empty).
 ///
 /// A multi-receive's rail completes all of its receives at once (one write-with-immediate
 /// and one sizes FIFO row per rail), so the notice names rails for the whole group: the slot
-/// holds one element per receive, each naming the same rails and its send's whole size, from
-/// which the receiver cuts each rail's part with the stripe both sides use.
+/// holds one element per receive, each naming the same rails, its send's whole size and the
+/// rails that send was striped over, from which the receiver cuts each rail's part with
+/// [`stripe_set`](super::stripe_set), as the sender did.
 ///
 /// ```text
 ///  element i of slot (seq % MAX_REQUESTS):  addr = seq   size = send i's bytes (all rails)
-///                                           rkey = GROUP_NOTICE_KEY | rails   tag = i
+///                                           rkey = GROUP_NOTICE_KEY | rails
+///                                           tag  = i | stripe << 8
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupNotice {
@@ -91,6 +97,8 @@ pub struct GroupNotice {
     pub index: u8,
     /// The bytes its send carried, over all rails.
     pub size: u64,
+    /// The rails its send was striped over (bit `r`: rail `r`).
+    pub stripe: u8,
 }
 
 impl GroupNotice {
@@ -100,21 +108,23 @@ impl GroupNotice {
             addr: self.seq,
             size: self.size,
             rkey: GROUP_NOTICE_KEY | u32::from(self.rails),
-            tag: u32::from(self.index),
+            tag: u32::from(self.index) | u32::from(self.stripe) << 8,
         }
     }
 
-    /// Element `index` read from slot `seq`, checked: it names that slot and receive, a
-    /// non-empty set of rails below `rails`, and no more than the receive's `cap` bytes.
-    /// `None`: a hostile or corrupt element.
-    pub fn decode(e: &PostedRecv, seq: u64, index: usize, rails: usize, cap: u64) -> Option<Self> {
+    /// Element `index` read from slot `seq`, checked against the receive: it names that slot
+    /// and receive, a non-empty set of rails and a non-empty stripe both inside `posted` (the
+    /// live-rail mask the receive was posted with), and no more than the receive's `cap`
+    /// bytes. `None`: a hostile or corrupt element.
+    pub fn decode(e: &PostedRecv, seq: u64, index: usize, posted: u8, cap: u64) -> Option<Self> {
         let set = e.rkey.checked_sub(GROUP_NOTICE_KEY)?;
-        let all = (1u32 << rails.min(MAX_DEVS_PER_NIC)) - 1;
+        let stripe = e.tag >> 8;
+        let outside = |m: u32| m == 0 || m & !u32::from(posted) != 0;
         if e.rkey & !0xff != GROUP_NOTICE_KEY
-            || set == 0
-            || set & !all != 0
+            || outside(set)
+            || outside(stripe)
             || e.addr != seq
-            || e.tag as usize != index
+            || e.tag & 0xff != index as u32
             || e.size > cap
         {
             return None;
@@ -124,6 +134,7 @@ impl GroupNotice {
             rails: set as u8,
             index: index as u8,
             size: e.size,
+            stripe: stripe as u8,
         })
     }
 }

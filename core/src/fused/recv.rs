@@ -9,7 +9,7 @@ use heapless::Vec;
 
 use super::event::RailEvent;
 use super::notice::{GroupNotice, Notice};
-use super::stripe::stripe;
+use super::stripe::stripe_set;
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
 use crate::error::{Error, Result};
@@ -36,7 +36,7 @@ pub struct FusedBuf {
 /// Where one rail's part of a receive stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leg {
-    /// Arrived (or nothing to wait for).
+    /// Arrived, or nothing to wait for (a rail outside the receive's live-rail mask).
     Done,
     /// Posted on its own rail.
     Native(ReqId),
@@ -57,6 +57,8 @@ struct Msg {
     kind: Kind,
     seq: u64,
     n: u8,
+    /// The live-rail mask the receive was posted with (the rails the sender may use).
+    posted: u8,
     /// Each receive's buffer size.
     caps: [u64; MAX_RECVS],
     legs: [Leg; N],
@@ -70,6 +72,7 @@ impl Msg {
         kind: Kind::Recv,
         seq: 0,
         n: 0,
+        posted: 0,
         caps: [0; MAX_RECVS],
         legs: [Leg::Done; N],
         sizes: [0; MAX_RECVS],
@@ -314,7 +317,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
         Ok(())
     }
 
-    /// Posts a (multi-)receive of `bufs` (1..=8) on every live rail.
+    /// Posts a (multi-)receive of `bufs` (1..=8) on every live rail; each rail's
+    /// clear-to-send carries the live rails as a mask, the rails the sender may stripe over.
     pub fn irecv(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
         self.check("irecv")?;
         let n = bufs.len();
@@ -327,14 +331,21 @@ impl<P: Provider + Clone> FusedRecv<P> {
             });
         }
         let (k, id) = self.alloc(Kind::Recv, n as u8)?;
+        // The same mask on every rail, even if a rail fails below: the sender learns of that
+        // rail from the back notice and tells its (empty) part back.
+        let posted = (0..self.rails.len())
+            .filter(|&i| self.live[i])
+            .fold(0u8, |m, i| m | 1 << i);
         self.msgs[k].seq = self.seq;
+        self.msgs[k].posted = posted;
         for (c, b) in self.msgs[k].caps.iter_mut().zip(bufs) {
             *c = b.size;
         }
         let mut sub = [RecvBuf::default(); MAX_RECVS];
         for i in 0..self.rails.len() {
-            if !self.live[i] {
-                self.msgs[k].legs[i] = Leg::Notice;
+            if posted >> i & 1 == 0 {
+                // Out of use before this receive: the sender stripes it over the others.
+                self.msgs[k].legs[i] = Leg::Done;
                 continue;
             }
             for (s, b) in sub.iter_mut().zip(bufs) {
@@ -345,7 +356,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                     mr: b.mrs[i],
                 };
             }
-            self.msgs[k].legs[i] = match self.rails[i].irecv(&sub[..n]) {
+            self.msgs[k].legs[i] = match self.rails[i].irecv_rails(&sub[..n], posted) {
                 Ok(Some(r)) => Leg::Native(r),
                 Ok(None) => Leg::Notice,
                 Err(e) => {
@@ -468,9 +479,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
     }
 
     /// Applies the notice for message `k`, if one has landed: each rail it names delivered
-    /// its part through another rail (and is out of use from now on).
+    /// its part through another rail, or had none (and is out of use from now on).
     fn read_notice(&mut self, k: usize) -> Result<()> {
-        let (seq, cap) = (self.msgs[k].seq, self.msgs[k].caps[0]);
+        let (seq, cap, posted) = (self.msgs[k].seq, self.msgs[k].caps[0], self.msgs[k].posted);
         let mut out = [PostedRecv::default(); MAX_RECVS];
         let n = match self.ring.poll(seq, &mut out) {
             Ok(None) => return Ok(()),
@@ -490,7 +501,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
             if *e == PostedRecv::default() {
                 continue;
             }
-            let Some(nt) = Notice::decode(e, seq, self.rails.len(), cap) else {
+            let decoded = Notice::decode(e, seq, self.rails.len(), cap);
+            // A rail outside the receive's mask had no part to tell of.
+            let Some(nt) = decoded.filter(|nt| posted >> nt.rail & 1 == 1) else {
                 return Err(self.poison(Error::BadFifoElem {
                     field: "notice",
                     value: e.rkey.into(),
@@ -512,13 +525,15 @@ impl<P: Provider + Clone> FusedRecv<P> {
     }
 
     /// Applies a multi-receive's notice (`GroupNotice`, one element per receive): each rail
-    /// it names delivered its part of every receive of the group through another rail; each
-    /// receive gets that rail's part of its send's size, cut by the stripe both sides use.
+    /// it names delivered its part of every receive of the group through another rail (or
+    /// had none); each receive gets that rail's part of its send's size, cut by the stripe the
+    /// element names (the rails the sender striped that send over).
     fn read_group_notice(&mut self, k: usize, elems: &[PostedRecv]) -> Result<()> {
         let (seq, n, nr) = (self.msgs[k].seq, self.msgs[k].n as usize, self.rails.len());
+        let posted = self.msgs[k].posted;
         let mut got = [None; MAX_RECVS];
         for (i, e) in elems.iter().enumerate() {
-            got[i] = GroupNotice::decode(e, seq, i, nr, self.msgs[k].caps[i]);
+            got[i] = GroupNotice::decode(e, seq, i, posted, self.msgs[k].caps[i]);
         }
         let rails = got[0].map_or(0, |g| g.rails);
         if elems.len() != n || got[..n].iter().any(|g| g.is_none_or(|g| g.rails != rails)) {
@@ -537,7 +552,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             m.legs[r] = Leg::Done;
             let mut sizes = [0; MAX_RECVS];
             for (s, g) in sizes.iter_mut().zip(&got[..n]) {
-                *s = g.map_or(0, |g| stripe(g.size, nr)[r].len);
+                *s = g.map_or(0, |g| stripe_set(g.size, g.stripe)[r].len);
             }
             add_sizes(m, &sizes);
         }

@@ -1,6 +1,6 @@
 //! The sending side of a fused comm: one [`SendComm`] per rail, each message striped across
-//! the rails, and a failed rail's parts moved to a healthy one (see the module doc of
-//! `crate::fused` for the protocol).
+//! the rails of the receiver's live-rail mask that are live here, and a failed rail's parts
+//! moved to a healthy one (see the module doc of `crate::fused` for the protocol).
 
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
@@ -9,7 +9,7 @@ use heapless::Vec;
 
 use super::event::RailEvent;
 use super::notice::{GroupNotice, Notice};
-use super::stripe::{stripe, Part};
+use super::stripe::{stripe_set, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm};
 use crate::error::{Error, Result};
@@ -23,11 +23,13 @@ const N: usize = MAX_DEVS_PER_NIC;
 /// Where one rail's part of a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leg {
-    /// Acknowledged on its own rail (or nothing to do).
+    /// Acknowledged on its own rail, or nothing to do (a rail outside the receiver's mask).
     Done,
     /// Posted on its own rail; waiting for the acknowledgement.
     Native(ReqId),
-    /// Its rail failed before the acknowledgement: to be written again by another rail.
+    /// Its rail failed before the acknowledgement: to be written again by another rail. (Also
+    /// a rail in the receiver's mask that this side knew was dead when it posted the message:
+    /// its part is empty, so "moving" it is only telling the receiver.)
     Lost,
     /// Being written again by rail `carrier` (data only: no completion at the receiver).
     Moving { carrier: u8, id: ReqId },
@@ -52,6 +54,11 @@ struct Msg {
     /// The receive buffer as each rail's clear-to-send gave it (address, rkey); `None` for a
     /// rail that was already down.
     dst: [Option<(u64, u32)>; N],
+    /// The receiver's live-rail mask from the clear-to-send (the rails it expects parts on).
+    posted: u8,
+    /// The rails the message is striped over: `posted` less the rails this side knew were
+    /// dead when it posted the message (`parts` is `stripe_set(size, set)`).
+    set: u8,
     parts: [Part; N],
     legs: [Leg; N],
     /// Rails whose moved part the receiver has acknowledged notice of.
@@ -74,6 +81,8 @@ impl Msg {
         size: 0,
         mrs: [MrKeys { lkey: 0, rkey: 0 }; N],
         dst: [None; N],
+        posted: 0,
+        set: 0,
         parts: [Part { off: 0, len: 0 }; N],
         legs: [Leg::Done; N],
         told: 0,
@@ -98,6 +107,17 @@ impl Msg {
     fn finished(&self) -> bool {
         self.telling.is_none() && self.settled() && self.moved() & !self.told == 0
     }
+
+    /// Whether the message still has failover work: a part lost or moving, a notice in
+    /// flight or not yet written (a multi-receive's until its group is finished).
+    fn failing_over(&self) -> bool {
+        let untold = if self.nreqs > 1 {
+            self.moved() != 0 && !self.gdone
+        } else {
+            self.moved() & !self.told != 0
+        };
+        untold || self.telling.is_some() || !self.settled()
+    }
 }
 
 /// The sending side of a fused comm.
@@ -120,7 +140,9 @@ pub struct FusedSend<P: Provider> {
     back: P::Fifo,
     back_mrs: Vec<(P, P::Mr), N>,
     back_keys: [MrKeys; N],
-    /// Some rail failed: `test` also moves other messages' parts along.
+    /// Some message has failover work (`Msg::failing_over`): `test` also moves other
+    /// messages' parts along. Cleared once none has, so a comm that lost a rail long ago
+    /// pays nothing for it.
     degraded: bool,
     poisoned: bool,
     events: Vec<RailEvent, N>,
@@ -345,9 +367,16 @@ impl<P: Provider + Clone> FusedSend<P> {
         (0..self.rails.len()).find(|&i| self.live[i])
     }
 
-    /// Sends `size` bytes at `addr` to the receive tagged `tag`, striped over the rails;
-    /// `mrs[i]` are the buffer's keys on rail `i`. `Ok(None)`: not every live rail has the
-    /// receive posted yet; call again.
+    /// The rails in use here, as a mask (bit `i`: rail `i`).
+    fn live_mask(&self) -> u8 {
+        (0..self.rails.len())
+            .filter(|&i| self.live[i])
+            .fold(0, |m, i| m | 1 << i)
+    }
+
+    /// Sends `size` bytes at `addr` to the receive tagged `tag`, striped over the rails of the
+    /// receiver's live-rail mask that are live here; `mrs[i]` are the buffer's keys on rail
+    /// `i`. `Ok(None)`: not every such rail has the receive posted yet; call again.
     pub fn isend(
         &mut self,
         addr: u64,
@@ -365,10 +394,11 @@ impl<P: Provider + Clone> FusedSend<P> {
                 max: nr as i64,
             });
         }
-        let Some(peeks) = self.peek_all(tag)? else {
+        let Some((peeks, posted)) = self.peek_all(tag)? else {
             return Ok(None);
         };
-        let Some(first) = peeks.iter().flatten().next().copied() else {
+        let set = posted & self.live_mask();
+        let Some(first) = peeks.iter().flatten().next().copied().filter(|_| set != 0) else {
             return Err(self.poison(Error::BadState {
                 op: "isend",
                 state: "no healthy rail left",
@@ -397,7 +427,9 @@ impl<P: Provider + Clone> FusedSend<P> {
             index: first.index,
             addr,
             size,
-            parts: stripe(size, nr),
+            posted,
+            set,
+            parts: stripe_set(size, set),
             ..Msg::FREE
         };
         m.mrs[..nr].copy_from_slice(mrs);
@@ -405,37 +437,54 @@ impl<P: Provider + Clone> FusedSend<P> {
             k;
         let id = ReqId::from_bits(u32::from(m.gen) << 8 | u32::from(k));
         for (i, p) in peeks.iter().enumerate().take(nr) {
-            let m = &mut self.msgs[k as usize];
-            m.dst[i] = p.map(|p| (p.posted.addr, p.posted.rkey));
-            let Some(_) = p else {
-                m.legs[i] = Leg::Lost;
-                continue;
-            };
-            let part = m.parts[i];
-            match self.rails[i].isend_at(addr + part.off, part.len, tag, mrs[i], part.off) {
-                Ok(Some(sub)) => {
-                    self.carried[i] += part.len;
-                    self.msgs[k as usize].legs[i] = Leg::Native(sub);
-                }
-                Ok(None) => {
-                    return Err(self.poison(Error::BadState {
-                        op: "isend",
-                        state: "a peeked receive did not match",
-                    }))
-                }
-                Err(e) => {
-                    self.msgs[k as usize].legs[i] = Leg::Lost;
-                    self.fail_rail(i, e)?;
-                }
-            }
+            self.post_part(k as usize, i, *p, tag)?;
         }
         self.advance(k as usize)?;
+        if self.msgs[k as usize].failing_over() {
+            self.degraded = true;
+        }
         Ok(Some(id))
     }
 
-    /// Every live rail's matching receive, or `None` while one is not posted. A rail that
-    /// errors (or, idle, shows an error completion) fails over here.
-    fn peek_all(&mut self, tag: u32) -> Result<Option<[Option<Peeked>; N]>> {
+    /// Posts rail `i`'s part of the new message `k` (`p`: the rail's clear-to-send). A rail
+    /// outside the receiver's mask has no part and nothing to tell; one in it but dead here
+    /// has an empty part, which the receiver learns of from a notice (its next clear-to-send
+    /// leaves the rail out).
+    fn post_part(&mut self, k: usize, i: usize, p: Option<Peeked>, tag: u32) -> Result<()> {
+        let m = &mut self.msgs[k];
+        if m.posted >> i & 1 == 0 {
+            m.legs[i] = Leg::Done;
+            return Ok(());
+        }
+        m.dst[i] = p.map(|p| (p.posted.addr, p.posted.rkey));
+        if m.set >> i & 1 == 0 || p.is_none() {
+            m.legs[i] = Leg::Lost;
+            return Ok(());
+        }
+        let (part, addr, mr) = (m.parts[i], m.addr, m.mrs[i]);
+        match self.rails[i].isend_at(addr + part.off, part.len, tag, mr, part.off) {
+            Ok(Some(sub)) => {
+                self.carried[i] += part.len;
+                self.msgs[k].legs[i] = Leg::Native(sub);
+                Ok(())
+            }
+            Ok(None) => Err(self.poison(Error::BadState {
+                op: "isend",
+                state: "a peeked receive did not match",
+            })),
+            Err(e) => {
+                self.msgs[k].legs[i] = Leg::Lost;
+                self.fail_rail(i, e)
+            }
+        }
+    }
+
+    /// The matching receive on every live rail of the receiver's live-rail mask, and that
+    /// mask; `None` while such a rail has not posted it yet. A rail that errors (or, idle,
+    /// shows an error completion), that the receiver reported out of use, or that the mask
+    /// leaves out is taken out of use here.
+    #[allow(clippy::type_complexity)] // one array of peeks and the mask they carry
+    fn peek_all(&mut self, tag: u32) -> Result<Option<([Option<Peeked>; N], u8)>> {
         let mut peeks = [None; N];
         let nr = self.rails.len();
         for (i, slot) in peeks.iter_mut().enumerate().take(nr) {
@@ -443,24 +492,61 @@ impl<P: Provider + Clone> FusedSend<P> {
                 continue;
             }
             match self.rails[i].peek(tag) {
-                Ok(Some(p)) => *slot = Some(p),
-                Ok(None) => match self.rails[i].progress() {
-                    Err(e) => self.fail_rail(i, e)?,
-                    // The receiver took the rail out of use: it posts there no more.
-                    Ok(()) if self.dropped_by_peer(i)? => self.fail_rail(
-                        i,
-                        Error::BadState {
-                            op: "rail",
-                            state: "the receiver took this rail out of use",
-                        },
-                    )?,
-                    // A healthy rail whose receive is not posted yet: try again later.
-                    Ok(()) => return Ok(None),
-                },
+                Ok(p) => *slot = p,
                 Err(e) => self.fail_rail(i, e)?,
             }
         }
-        Ok(Some(peeks))
+        let posted = self.posted_mask(&peeks)?;
+        for (i, p) in peeks.iter().enumerate().take(nr) {
+            if !self.live[i] || p.is_some() {
+                continue;
+            }
+            if posted.is_some_and(|m| m >> i & 1 == 0) {
+                // Left out by the receiver: it will never post on this rail again.
+                self.fail_rail(i, Self::DROPPED)?;
+                continue;
+            }
+            match self.rails[i].progress() {
+                Err(e) => self.fail_rail(i, e)?,
+                // The receiver took the rail out of use: it posts there no more.
+                Ok(()) if self.dropped_by_peer(i)? => self.fail_rail(i, Self::DROPPED)?,
+                // A healthy rail whose receive is not posted yet: try again later.
+                Ok(()) => return Ok(None),
+            }
+        }
+        match posted {
+            Some(m) => Ok(Some((peeks, m))),
+            None => Err(self.poison(Error::BadState {
+                op: "isend",
+                state: "no healthy rail left",
+            })),
+        }
+    }
+
+    /// What a rail the receiver took out of use fails with here.
+    const DROPPED: Error = Error::BadState {
+        op: "rail",
+        state: "the receiver took this rail out of use",
+    };
+
+    /// The receiver's live-rail mask, as the clear-to-sends in `peeks` carry it (`None`: no
+    /// peek). Refused as hostile (the comm fails, as for a hostile notice): an empty mask, one
+    /// naming a rail the comm lacks or leaving out the rail it came on, masks that differ.
+    fn posted_mask(&mut self, peeks: &[Option<Peeked>; N]) -> Result<Option<u8>> {
+        let all = (1u32 << self.rails.len()) - 1;
+        let mut mask = None;
+        for (i, p) in peeks.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let m = *mask.get_or_insert(p.rails);
+            if m != p.rails || m & !all != 0 || m >> i & 1 == 0 {
+                return Err(self.poison(Error::BadFifoElem {
+                    field: "live-rail mask of a fused clear-to-send",
+                    value: p.rails.into(),
+                    peer: Default::default(),
+                }));
+            }
+        }
+        Ok(mask.map(|m| m as u8))
     }
 
     /// Polls for completion of `id`: done when every rail's part is acknowledged (on its own
@@ -470,11 +556,14 @@ impl<P: Provider + Clone> FusedSend<P> {
         let k = self.lookup(id)?;
         self.advance(k)?;
         if self.degraded {
+            let mut busy = false;
             for j in 0..MAX_REQUESTS {
                 if j != k && self.msgs[j].used {
                     self.advance(j)?;
+                    busy |= self.msgs[j].failing_over();
                 }
             }
+            self.degraded = busy || self.msgs[k].failing_over();
         }
         let done = if self.msgs[k].nreqs > 1 {
             self.group_finished(k)?
@@ -531,6 +620,12 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// message's receive (the bytes go to the same addresses: a repeated write is harmless).
     fn move_part(&mut self, k: usize, i: usize) -> Result<()> {
         let m = self.msgs[k];
+        let part = m.parts[i];
+        if part.len == 0 {
+            // Nothing to write: the notice alone tells the receiver.
+            self.msgs[k].legs[i] = Leg::Moved;
+            return Ok(());
+        }
         let carrier = (0..self.rails.len()).find(|&c| self.live[c] && m.dst[c].is_some());
         let Some(c) = carrier else {
             return Err(self.poison(Error::BadState {
@@ -538,11 +633,6 @@ impl<P: Provider + Clone> FusedSend<P> {
                 state: "no healthy rail left for a message in flight",
             }));
         };
-        let part = m.parts[i];
-        if part.len == 0 {
-            self.msgs[k].legs[i] = Leg::Moved;
-            return Ok(());
-        }
         let (raddr, rkey) = m.dst[c].unwrap_or_default();
         let local = Sge {
             addr: m.addr + part.off,
@@ -633,6 +723,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 rails: moved,
                 index: i as u8,
                 size: m.size,
+                stripe: m.set,
             }
             .encode();
         }

@@ -120,22 +120,42 @@ fn group_notices_round_trip_and_hostile_ones_are_refused() {
         rails: 0b101,
         index: 3,
         size: 5000,
+        stripe: 0b111,
     };
     let e = g.encode();
-    assert_eq!(GroupNotice::decode(&e, 9, 3, 4, 5000), Some(g));
-    assert_eq!(GroupNotice::decode(&e, 10, 3, 4, 5000), None, "other slot");
+    assert_eq!(GroupNotice::decode(&e, 9, 3, 0b1111, 5000), Some(g));
+    assert_eq!(GroupNotice::decode(&e, 10, 3, 0b1111, 5000), None, "slot");
     assert_eq!(
-        GroupNotice::decode(&e, 9, 2, 4, 5000),
+        GroupNotice::decode(&e, 9, 2, 0b1111, 5000),
         None,
         "other receive"
     );
-    assert_eq!(GroupNotice::decode(&e, 9, 3, 2, 5000), None, "rail 2 of 2");
-    assert_eq!(GroupNotice::decode(&e, 9, 3, 4, 4999), None, "too big");
+    assert_eq!(
+        GroupNotice::decode(&e, 9, 3, 0b011, 5000),
+        None,
+        "rail 2 outside the receive's mask"
+    );
+    assert_eq!(GroupNotice::decode(&e, 9, 3, 0b1111, 4999), None, "too big");
     let empty = PostedRecv {
         rkey: GROUP_NOTICE_KEY,
         ..e
     };
-    assert_eq!(GroupNotice::decode(&empty, 9, 3, 4, 5000), None, "no rail");
+    assert_eq!(
+        GroupNotice::decode(&empty, 9, 3, 0b1111, 5000),
+        None,
+        "no rail"
+    );
+    for stripe in [0u32, 0b1000, 0x100] {
+        let bad = PostedRecv {
+            tag: 3 | stripe << 8,
+            ..e
+        };
+        assert_eq!(
+            GroupNotice::decode(&bad, 9, 3, 0b111, 5000),
+            None,
+            "stripe {stripe:#x}: empty, outside the mask, or past the byte"
+        );
+    }
     // A peer that only knows single-receive notices refuses the element (and vice versa).
     assert_eq!(Notice::decode(&e, 9, 4, 5000), None);
     let single = Notice {
@@ -145,5 +165,39 @@ fn group_notices_round_trip_and_hostile_ones_are_refused() {
         mask: 3,
     }
     .encode();
-    assert_eq!(GroupNotice::decode(&single, 9, 3, 4, 5000), None);
+    assert_eq!(GroupNotice::decode(&single, 9, 3, 0b1111, 5000), None);
+}
+
+#[test]
+fn a_stripe_over_a_set_of_rails_leaves_the_others_empty() {
+    // The full set is the plain stripe.
+    for size in [0u64, 1, 1000, (1 << 20) + 3] {
+        for n in 1..=MAX_DEVS_PER_NIC {
+            assert_eq!(stripe_set(size, ((1u16 << n) - 1) as u8), stripe(size, n));
+        }
+    }
+    for set in 1u8..16 {
+        for size in [0u64, 1, 127, 129, 1000, 70_001, (1 << 20) + 3] {
+            let p = stripe_set(size, set);
+            let k = set.count_ones() as usize;
+            let dense = stripe(size, k);
+            let mut j = 0;
+            for (i, part) in p.iter().enumerate() {
+                if set >> i & 1 == 0 {
+                    assert_eq!(*part, Part::default(), "rail {i} outside {set:#b}");
+                } else {
+                    assert_eq!(*part, dense[j], "rail {i} of {set:#b}, {size} B");
+                    j += 1;
+                }
+            }
+            assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), size);
+        }
+    }
+    assert_eq!(
+        stripe_set(1000, 0),
+        stripe(1000, 1),
+        "an empty set is rail 0"
+    );
+    let p = stripe_set(1000, 0b1010);
+    assert_eq!((p[1].off, p[1].len, p[3].off, p[3].len), (0, 512, 512, 488));
 }

@@ -15,13 +15,14 @@ use super::comm::SendCommBox;
 use super::comm::{recv_comm, request, send_comm, CommRef};
 use super::common::{missing, out_ptr};
 use super::entry::entry_at;
-use super::mr::{covers, fused_mr_get, mr_get};
+use super::mr::{covers, fused_mr_get, mr_get, MrInfo};
 use crate::dev::MrCacheT;
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
 use crate::nic::FusedNic;
 use crate::watch::Watch;
-use ibnet_core::fused::FusedBuf;
+use ibnet_core::fused::{FusedBuf, MAX_DEVS_PER_NIC};
+use ibnet_core::provider::MrKeys;
 
 /// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
 /// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.
@@ -144,8 +145,85 @@ fn size_at(sizes: Sizes, i: usize) -> Result<u64, Error> {
     }
 }
 
-/// NCCL's `n` buffers as the core's, each checked against its registration.
-fn gather(
+/// One receive buffer as the core takes it: a plain comm's [`RecvBuf`] (one registration's
+/// keys) or a fused comm's [`FusedBuf`] (its keys on every rail).
+trait Buf: Copy + Default {
+    /// The keys a registration lookup gives.
+    type Keys;
+    /// The buffer at `addr` of `size` bytes, tagged `tag`, registered with `keys`.
+    fn new(addr: u64, size: u64, tag: u32, keys: Self::Keys) -> Self;
+}
+
+impl Buf for RecvBuf {
+    type Keys = MrKeys;
+    fn new(addr: u64, size: u64, tag: u32, mr: MrKeys) -> Self {
+        Self {
+            addr,
+            size,
+            tag,
+            mr,
+        }
+    }
+}
+
+impl Buf for FusedBuf {
+    type Keys = [MrKeys; MAX_DEVS_PER_NIC];
+    fn new(addr: u64, size: u64, tag: u32, mrs: Self::Keys) -> Self {
+        Self {
+            addr,
+            size,
+            tag,
+            mrs,
+        }
+    }
+}
+
+/// NCCL's `n` buffers as the core's, each checked against its registration, which `lookup`
+/// finds from the buffer's `mhandle` (the device's cache for a plain comm, the fused NIC's for
+/// a fused one): its keys and the range it covers.
+fn gather<B: Buf>(
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: Sizes,
+    tags: *const c_int,
+    mhandles: *mut *mut c_void,
+    lookup: impl Fn(*mut c_void) -> Result<(B::Keys, MrInfo), Error>,
+) -> Result<([B; MAX_RECVS], usize), Error> {
+    if n < 1 || n as usize > MAX_RECVS {
+        return Err(Error::OutOfRange {
+            what: "n (receives in one irecv)",
+            value: n as i64,
+            min: 1,
+            max: MAX_RECVS as i64,
+        });
+    }
+    let n = n as usize;
+    if data.is_null() || mhandles.is_null() {
+        return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
+    }
+    let mut bufs = [B::default(); MAX_RECVS];
+    for (i, b) in bufs.iter_mut().enumerate().take(n) {
+        // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
+        let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
+        let size = size_at(sizes, i)?;
+        // SAFETY: as above.
+        let tag = if tags.is_null() {
+            0
+        } else {
+            unsafe { *tags.add(i) }
+        };
+        let (keys, m) = lookup(mh)?;
+        if d.is_null() && size > 0 {
+            return Err(missing("data[i]"));
+        }
+        covers(&m, d as u64, size)?;
+        *b = B::new(d as u64, size, tag as u32, keys);
+    }
+    Ok((bufs, n))
+}
+
+/// [`gather`] through a plain comm's registration cache.
+fn gather_plain(
     cache: &MrCacheT,
     dev_index: u8,
     n: c_int,
@@ -154,89 +232,9 @@ fn gather(
     tags: *const c_int,
     mhandles: *mut *mut c_void,
 ) -> Result<([RecvBuf; MAX_RECVS], usize), Error> {
-    if n < 1 || n as usize > MAX_RECVS {
-        return Err(Error::OutOfRange {
-            what: "n (receives in one irecv)",
-            value: n as i64,
-            min: 1,
-            max: MAX_RECVS as i64,
-        });
-    }
-    let n = n as usize;
-    if data.is_null() || mhandles.is_null() {
-        return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
-    }
-    let mut bufs = [RecvBuf::default(); MAX_RECVS];
-    for (i, b) in bufs.iter_mut().enumerate().take(n) {
-        // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
-        let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
-        let size = size_at(sizes, i)?;
-        // SAFETY: as above.
-        let tag = if tags.is_null() {
-            0
-        } else {
-            unsafe { *tags.add(i) }
-        };
-        let m = mr_get(cache, dev_index, mh)?;
-        if d.is_null() && size > 0 {
-            return Err(missing("data[i]"));
-        }
-        covers(&m, d as u64, size)?;
-        *b = RecvBuf {
-            addr: d as u64,
-            size,
-            tag: tag as u32,
-            mr: m.keys,
-        };
-    }
-    Ok((bufs, n))
-}
-
-/// NCCL's `n` buffers of a fused comm, each with its keys on every rail.
-fn gather_fused(
-    f: &FusedNic,
-    n: c_int,
-    data: *mut *mut c_void,
-    sizes: Sizes,
-    tags: *const c_int,
-    mhandles: *mut *mut c_void,
-) -> Result<([FusedBuf; MAX_RECVS], usize), Error> {
-    if n < 1 || n as usize > MAX_RECVS {
-        return Err(Error::OutOfRange {
-            what: "n (receives in one irecv)",
-            value: n as i64,
-            min: 1,
-            max: MAX_RECVS as i64,
-        });
-    }
-    let n = n as usize;
-    if data.is_null() || mhandles.is_null() {
-        return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
-    }
-    let mut bufs = [FusedBuf::default(); MAX_RECVS];
-    for (i, b) in bufs.iter_mut().enumerate().take(n) {
-        // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
-        let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
-        let size = size_at(sizes, i)?;
-        // SAFETY: as above.
-        let tag = if tags.is_null() {
-            0
-        } else {
-            unsafe { *tags.add(i) }
-        };
-        let (keys, m) = fused_mr_get(f, mh)?;
-        if d.is_null() && size > 0 {
-            return Err(missing("data[i]"));
-        }
-        covers(&m, d as u64, size)?;
-        *b = FusedBuf {
-            addr: d as u64,
-            size,
-            tag: tag as u32,
-            mrs: keys,
-        };
-    }
-    Ok((bufs, n))
+    gather(n, data, sizes, tags, mhandles, |mh| {
+        mr_get(cache, dev_index, mh).map(|m| (m.keys, m))
+    })
 }
 
 /// `irecv`. On entry `*request` may hold NCCL's optional-completion hint (0x1); it is always
@@ -261,7 +259,8 @@ pub fn irecv(
             return Err(missing("tags"));
         }
         if let Some(f) = &r.fused {
-            let (bufs, n) = gather_fused(f, n, data, sizes, tags, mhandles)?;
+            let (bufs, n) =
+                gather::<FusedBuf>(n, data, sizes, tags, mhandles, |mh| fused_mr_get(f, mh))?;
             // SAFETY: a data-path call; see `CommBox::comm_mut`.
             let (c, w) = unsafe { r.parts_mut() };
             if let Some(w) = w {
@@ -277,7 +276,7 @@ pub fn irecv(
             }
             return Ok(());
         }
-        let (bufs, n) = gather(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
+        let (bufs, n) = gather_plain(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let (c, w) = unsafe { r.parts_mut() };
         if let Some(w) = w {
@@ -313,7 +312,9 @@ pub fn iflush(
         *at = r.at();
         let no_tags = core::ptr::null();
         if let Some(f) = &r.fused {
-            let (bufs, n) = gather_fused(f, n, data, Sizes::Int(sizes), no_tags, mhandles)?;
+            let sz = Sizes::Int(sizes);
+            let (bufs, n) =
+                gather::<FusedBuf>(n, data, sz, no_tags, mhandles, |mh| fused_mr_get(f, mh))?;
             // SAFETY: a data-path call; see `CommBox::comm_mut`.
             let c = unsafe { r.comm_mut() };
             let res = c.iflush_fused(&bufs[..n]);
@@ -326,7 +327,7 @@ pub fn iflush(
             }
             return Ok(());
         }
-        let (bufs, n) = gather(
+        let (bufs, n) = gather_plain(
             &r.cache,
             r.dev_index,
             n,

@@ -2,7 +2,9 @@
 //! fills a slot and stores `idx` last with Release; the sender (reader) polls `idx` with
 //! Acquire and must then see every field of every element of the slot. A 2-slot ring wraps on
 //! the third post; the writer reuses a slot only after the reader consumed it, as the real
-//! protocol does (a slot is reposted only after the request that used it completed).
+//! protocol does (a slot is reposted only after the request that used it completed). Each
+//! slot carries a live-rail mask (a fused receiver's; it changes from lap to lap, as when a
+//! rail fails), which the reader must see whole with the slot.
 #![cfg(loom)]
 
 use ibnet_core::fifo::{FifoRing, PostedRecv, MAX_RECVS};
@@ -24,6 +26,11 @@ fn width(seq: u64) -> usize {
     1 + (seq % 2) as usize
 }
 
+/// The live-rail mask posted with `seq` (0b11, then a rail gone: 0b01, ...).
+fn rails(seq: u64) -> u32 {
+    0b11 >> seq.min(1)
+}
+
 #[test]
 fn reader_sees_whole_slots_across_wrap_around() {
     let mut b = loom::model::Builder::new();
@@ -42,20 +49,21 @@ fn reader_sees_whole_slots_across_wrap_around() {
                     thread::yield_now();
                 }
                 let elems: Vec<PostedRecv> = (0..width(seq)).map(|r| elem(seq, r)).collect();
-                wr.publish(seq, &elems);
+                wr.publish_rails(seq, &elems, rails(seq));
             }
         });
 
         let mut out = [PostedRecv::default(); MAX_RECVS];
         for seq in 0..POSTS {
-            let n = loop {
-                match ring.poll(seq, &mut out) {
-                    Ok(Some(n)) => break n,
+            let (n, mask) = loop {
+                match ring.poll_rails(seq, &mut out) {
+                    Ok(Some(x)) => break x,
                     Ok(None) => thread::yield_now(),
                     Err(f) => panic!("fault {f:?} at seq {seq}"),
                 }
             };
             assert_eq!(n, width(seq));
+            assert_eq!(mask, rails(seq), "seq {seq}");
             for (r, got) in out[..n].iter().enumerate() {
                 assert_eq!(*got, elem(seq, r), "seq {seq} elem {r}");
             }
