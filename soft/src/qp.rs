@@ -10,13 +10,14 @@
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
-//!   (size-adaptive: `len / (workers + 1)`, between `MIN_PIECE` and `chunk`) that the posting
-//!   thread and up to `workers` copy workers (one *token* each) claim until none is left: the
-//!   poster hands out every token first (one per chunk beyond its own), so that the workers
-//!   wake and copy in parallel with it, and it never waits for one (see `sq.rs`).
-//!   While an earlier WR of the QP has not landed (a stream of large WRs), the poster hands
-//!   every chunk to the workers and returns at once instead, to post the next WR. Data movement is
-//!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
+//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `MIN_PIECE`
+//!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
+//!   claim until none is left: the poster hands out every token first (one per chunk beyond
+//!   its own, at most one per worker), so that the workers wake and copy in parallel with it,
+//!   and it never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
+//!   stream of large WRs), the poster hands every chunk to the workers and returns at once
+//!   instead, to post the next WR. Data movement is eager: it never waits for earlier WRs (the
+//!   RC contract only orders immediates).
 //!   Medium WRs of a stream go to the workers too ("Streams" below).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
 //!   chunks are all done. For a `WriteWithImm` at the cursor it delivers the immediate into the
@@ -188,6 +189,20 @@ const MIN_PIECE: u64 = 32 << 10;
 /// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
 /// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
 const POSTER_MAX: u64 = 1 << 20;
+
+/// The chunk size of a WR of `len` bytes copied by the poster and `workers` workers
+/// (size-adaptive): whole rounds of `workers + 1` equal pieces, as few rounds as pieces of at
+/// most `max` bytes allow, and fewer pieces (of at least `MIN_PIECE`) for a smaller WR. Every
+/// copier then finishes its last piece at about the same time: a WR one round larger takes
+/// one piece-time longer, never a round with only some copiers busy (`len` of 2 MiB with 4
+/// workers and `max` 256 KiB: 10 pieces of 208 KiB, two rounds, not 8 of 256 KiB, where
+/// the second round keeps 3 of 5 copiers busy for as long as the first).
+fn split(len: u64, workers: u64, max: u64) -> u64 {
+    let round = workers + 1;
+    let rounds = len.div_ceil(round * max).max(1);
+    let pieces = (round * rounds).min(len.div_ceil(MIN_PIECE)).max(1);
+    len.div_ceil(pieces).next_multiple_of(4096).min(max)
+}
 
 fn status_of(v: u32) -> WcStatus {
     WcStatus::from_raw(v)
@@ -388,10 +403,7 @@ impl QpShared {
             self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        // Size-adaptive split: the poster and up to `workers` workers, pieces of at least
-        // MIN_PIECE and at most `chunk` bytes.
-        let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
-        let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
+        let chunk = split(len, workers, self.chunk);
         // Relaxed: a hint (which mode suits); both are correct.
         if self.sq_cursor.load(Ordering::Relaxed) < seq {
             // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
@@ -956,4 +968,33 @@ enum Deliver {
     Done,
     Rnr,
     Gone,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks of `len` with `workers` workers and `max`-byte pieces at most.
+    fn chunks(len: u64, workers: u64, max: u64) -> (u64, u64) {
+        let c = split(len, workers, max);
+        (len.div_ceil(c), c)
+    }
+
+    #[test]
+    fn split_is_whole_rounds_of_the_copiers_pieces_at_least_min_piece() {
+        const K: u64 = 1 << 10;
+        // Fewer pieces than copiers for a small WR: none under MIN_PIECE.
+        assert_eq!(chunks(96 * K, 4, 256 * K), (3, 32 * K));
+        assert_eq!(chunks(128 * K, 4, 256 * K), (4, 32 * K));
+        // One round: a piece per copier.
+        assert_eq!(chunks(256 * K, 4, 256 * K), (5, 52 * K));
+        assert_eq!(chunks(1 << 20, 4, 256 * K), (5, 208 * K));
+        // Two rounds of 5, not 8 pieces of 256 KiB (a second round with 2 copiers idle).
+        assert_eq!(chunks(2 << 20, 4, 256 * K), (10, 208 * K));
+        // Page-rounded pieces: 256 of 256 KiB rather than 260 (51.2 rounds; immaterial).
+        assert_eq!(chunks(64 << 20, 4, 256 * K), (256, 256 * K));
+        // One worker; pieces never above `max`.
+        assert_eq!(chunks(1 << 20, 1, 256 * K), (4, 256 * K));
+        assert_eq!(chunks(1 << 20, 1, 64 * K), (16, 64 * K));
+    }
 }
