@@ -549,11 +549,12 @@ fn main() {
 
     let cfg = e.p.config();
     println!(
-        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, spin {} us; {} cores)",
+        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
         cfg.workers,
         cfg.direct_max >> 10,
         cfg.chunk >> 10,
         cfg.bounce_max,
+        cfg.stream_min,
         cfg.spin_us,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
