@@ -10,8 +10,9 @@
 //! * the in-process fabric (two providers of this process, one thread): one-way 8-byte latency
 //!   and WRITE_WITH_IMM bandwidth, next to a plain `memcpy` of the same sizes.
 //!
-//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run, and
-//! `--inproc` for the in-process section only). The
+//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run,
+//! `--inproc` for the in-process section only, `--comm-only SIZE` for ~10 s of the comm
+//! bandwidth of one size, e.g. under a profiler). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -547,6 +548,11 @@ fn main() {
     stdin.flush().unwrap();
     connect(&mut e, &peer);
 
+    if let Some(size) = arg_after("--comm-only") {
+        comm_only(e, peer, &mut stdout, &mut stdin, size);
+        assert!(ch.wait().unwrap().success(), "peer process failed");
+        return;
+    }
     let cfg = e.p.config();
     println!(
         "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
@@ -599,6 +605,34 @@ fn main() {
     comms::print(c, quick, raw_us, &raws);
     assert!(ch.wait().unwrap().success(), "peer process failed");
     print_inproc(quick);
+}
+
+/// The value after `flag` on the command line, if any.
+fn arg_after(flag: &str) -> Option<usize> {
+    let a: Vec<String> = std::env::args().collect();
+    let i = a.iter().position(|x| x == flag)?;
+    Some(a.get(i + 1)?.parse().expect("a size in bytes"))
+}
+
+/// `--comm-only SIZE`: only the comm bandwidth of `SIZE`, for about 10 s (for a profiler:
+/// `perf record -g`, callgrind); prints GB/s per second-long round.
+fn comm_only<I: BufRead, O: Write>(mut e: End, peer: Peer, inp: I, out: O, size: usize) {
+    let w = wri(&e, &peer, 0, QUIT, 0);
+    e.p.post_send(&mut e.qp, &[w]).unwrap();
+    // Poll until it completes: polls drive the retries while the peer has no receive posted
+    // yet (RNR).
+    let mut cs = [Completion::EMPTY; 4];
+    while e.p.poll_cq(&mut e.cq, &mut cs).unwrap() == 0 {
+        std::thread::yield_now();
+    }
+    let mut c = comms::Comms::connect(&e, inp, out);
+    let iters = ((1usize << 30) / size).clamp(8, 200_000);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let gbs = c.bandwidth(size, iters, slots(size));
+        println!("comm {} (w={}): {gbs:.2} GB/s", unit(size), slots(size));
+    }
+    c.end();
 }
 
 fn print_inproc(quick: bool) {
