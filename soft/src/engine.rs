@@ -17,11 +17,13 @@
 //! at least `stream_min`: see `qp.rs`, "Streams"). `try_send` itself is lock-free (a CAS on
 //! the ring). When a worker is *parked* (idle longer than its spin), waking it takes the
 //! channel's waker mutex (uncontended in practice: only a worker registering or leaving
-//! contends) and one `futex` wake syscall, ~1-2 µs. That never blocks the poster (no wait on a
-//! worker: the poster copies a chunk itself meanwhile, and hands out one token per chunk
-//! beyond its own, at most one per worker). The spin is bounded (50 µs by default with 8 cores or more, none
-//! below): it keeps workers awake between the WRs of a stream, and gives the cores back to the
-//! GPU proxy threads and NCCL's progress threads when traffic pauses.
+//! contends) and one `futex` wake syscall, ~1-2 µs. The poster never waits for a worker: for
+//! an idle QP it hands out one token per chunk beyond its own (at most one per worker) and
+//! copies a chunk itself meanwhile, paying one wake per parked worker first; in a stream it
+//! returns at once. The spin is bounded (50 µs by default with 8 cores or more, none below):
+//! it keeps workers awake between the WRs of a stream (then a token costs no syscall), and
+//! gives the cores back to the GPU proxy threads and NCCL's progress threads when traffic
+//! pauses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
