@@ -5,7 +5,7 @@
 # Usage: run-perf-issue.sh OUTDIR [BINDIR]   (BINDIR: default the directory of this script)
 #        run-perf-issue.sh --summary OUTDIR  (only recompute OUTDIR/summary.txt from its files)
 # Writes to OUTDIR (5 files):
-#   soft_vs_cma.txt   provider latency/bandwidth vs raw process_vm_writev, comms section
+#   soft_vs_cma.txt   provider latency (8 B, and per size 4 KiB..1 MiB)/bandwidth vs raw process_vm_writev, comms section
 #   proxy.txt         proxy engine vs bare comms (summary lines; criterion skipped)
 #   comm_cycle.txt    criterion: irecv+isend+test cycle over the loopback double
 #   ibnet-perf.txt    plugin sweep 8 B .. 64 MiB over soft between two processes (p50/p99, BW)
@@ -49,6 +49,8 @@ summary() {
   sed -n '/ibnet comms/,/in-process/p' "$out/soft_vs_cma.txt" | grep -E 'KiB|MiB|^#### run'
   echo "== proxy engine / bare"
   grep 'proxy summary' "$out/proxy.txt"
+  echo "== provider one-way latency per size (ping-pong, idle QP; p50; post_send = the posting thread's share)"
+  sed -n '/^provider one-way latency per size/,/^$/p' "$out/soft_vs_cma.txt" | grep -E 'KiB|MiB|^#### run'
   echo "== raw CMA bandwidth per size (raw time = size / BW)"
   sed -n '/^bandwidth/,/^$/p' "$out/soft_vs_cma.txt" | grep -E 'KiB|MiB'
   grep -E 'FAILED' "$out"/*.txt

@@ -10,8 +10,9 @@
 //! * the in-process fabric (two providers of this process, one thread): one-way 8-byte latency
 //!   and WRITE_WITH_IMM bandwidth, next to a plain `memcpy` of the same sizes.
 //!
-//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run, and
-//! `--inproc` for the in-process section only). The
+//! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run,
+//! `--inproc` for the in-process section only, `--comm-only SIZE` for ~10 s of the comm
+//! bandwidth of one size, e.g. under a profiler). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -425,6 +426,100 @@ fn soft_lat(e: &mut End, peer: &Peer, iters: usize) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0
 }
 
+/// The median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Where the per-size ping-pong sends from and to: the second half of both buffers, which the
+/// peer's echo (from the start of its buffer to the start of ours) never touches, so that, as
+/// in ibnet-perf (separate send and receive buffers), no buffer moves between the two sides.
+const PING_OFF: usize = BUF / 2;
+
+/// Soft provider: ping-pong of `size` bytes (the peer echoes the same size; receives posted by
+/// [`soft_lat`]), one message at a time on an idle QP as ibnet-perf's latency phase: (p50
+/// one-way µs, p50 of the `post_send` call µs: the posting thread's own share of the copy).
+fn soft_lat_size(e: &mut End, peer: &Peer, size: usize, iters: usize) -> (f64, f64) {
+    let mut cs = [Completion::EMPTY; 16];
+    let warm = iters / 10;
+    let (mut one, mut post) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for i in 0..warm + iters {
+        let mut w = wri(e, peer, size, 1, 0);
+        w.sge.addr += PING_OFF as u64;
+        w.remote_addr += PING_OFF as u64;
+        let t0 = Instant::now();
+        e.p.post_send(&mut e.qp, &[w]).unwrap();
+        let tp = t0.elapsed();
+        let (mut got_recv, mut got_send) = (false, false);
+        while !(got_recv && got_send) {
+            let k = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
+            for c in &cs[..k] {
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                if c.opcode == ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
+                    e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
+                    got_recv = true;
+                } else {
+                    got_send = true;
+                }
+            }
+        }
+        if i >= warm {
+            one.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            post.push(tp.as_secs_f64() * 1e6);
+        }
+    }
+    (median(&mut one), median(&mut post))
+}
+
+/// One raw `process_vm_writev` of `size` bytes from and to the addresses of
+/// [`soft_lat_size`], `iters` times: p50 µs.
+fn raw_once_us(pid: i32, src: &Region, dst: u64, size: usize, iters: usize) -> f64 {
+    let mut v: Vec<f64> = (0..iters)
+        .map(|_| {
+            let l = libc::iovec {
+                // SAFETY: `PING_OFF + size <= BUF`: inside our buffer.
+                iov_base: unsafe { src.ptr.add(PING_OFF) }.cast(),
+                iov_len: size,
+            };
+            let r = libc::iovec {
+                iov_base: (dst + PING_OFF as u64) as *mut libc::c_void,
+                iov_len: size,
+            };
+            let t = Instant::now();
+            // SAFETY: both iovecs describe `size` bytes of live buffers (ours and the peer's).
+            let n = unsafe { libc::process_vm_writev(pid, &l, 1, &r, 1, 0) };
+            assert_eq!(n, size as isize);
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    median(&mut v)
+}
+
+/// The per-size latency section: where a single message's time goes as the size doubles.
+fn print_lat_sizes(e: &mut End, peer: &Peer, quick: bool) {
+    let iters = if quick { 200 } else { 2000 };
+    println!(
+        "
+provider one-way latency per size (ping-pong of the size, idle QP; p50)"
+    );
+    println!("      size    raw call us   soft us   post_send us   soft/raw   x prev");
+    let mut prev = 0.0;
+    let mut size = 4096;
+    while size <= 1 << 20 {
+        let raw = raw_once_us(peer.pid, &e.buf, peer.buf, size, iters);
+        let (one, post) = soft_lat_size(e, peer, size, iters);
+        let step = if prev > 0.0 { one / prev } else { 0.0 };
+        println!(
+            "  {:>8}      {raw:9.2}  {one:8.2}   {post:12.2}   {:8.2}   {step:6.2}",
+            unit(size),
+            one / raw
+        );
+        prev = one;
+        size *= 2;
+    }
+}
+
 fn main() {
     if std::env::var_os("IBNET_SOFT_BENCH_CHILD").is_some() {
         child();
@@ -453,13 +548,19 @@ fn main() {
     stdin.flush().unwrap();
     connect(&mut e, &peer);
 
+    if let Some(size) = arg_after("--comm-only") {
+        comm_only(e, peer, &mut stdout, &mut stdin, size);
+        assert!(ch.wait().unwrap().success(), "peer process failed");
+        return;
+    }
     let cfg = e.p.config();
     println!(
-        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, spin {} us; {} cores)",
+        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
         cfg.workers,
         cfg.direct_max >> 10,
         cfg.chunk >> 10,
         cfg.bounce_max,
+        cfg.stream_min,
         cfg.spin_us,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
@@ -472,6 +573,7 @@ fn main() {
         "  soft WRITE_WITH_IMM one-way (RTT/2)  {soft_us:8.2} us   ratio {:.2} (goal <= 2.0)",
         soft_us / raw_us
     );
+    print_lat_sizes(&mut e, &peer, quick);
 
     // Switch the peer to sink mode (it reposts receives, no echo).
     let w = wri(&e, &peer, 0, SWITCH_TO_SINK, 0);
@@ -503,6 +605,34 @@ fn main() {
     comms::print(c, quick, raw_us, &raws);
     assert!(ch.wait().unwrap().success(), "peer process failed");
     print_inproc(quick);
+}
+
+/// The value after `flag` on the command line, if any.
+fn arg_after(flag: &str) -> Option<usize> {
+    let a: Vec<String> = std::env::args().collect();
+    let i = a.iter().position(|x| x == flag)?;
+    Some(a.get(i + 1)?.parse().expect("a size in bytes"))
+}
+
+/// `--comm-only SIZE`: only the comm bandwidth of `SIZE`, for about 10 s (for a profiler:
+/// `perf record -g`, callgrind); prints GB/s per second-long round.
+fn comm_only<I: BufRead, O: Write>(mut e: End, peer: Peer, inp: I, out: O, size: usize) {
+    let w = wri(&e, &peer, 0, QUIT, 0);
+    e.p.post_send(&mut e.qp, &[w]).unwrap();
+    // Poll until it completes: polls drive the retries while the peer has no receive posted
+    // yet (RNR).
+    let mut cs = [Completion::EMPTY; 4];
+    while e.p.poll_cq(&mut e.cq, &mut cs).unwrap() == 0 {
+        std::thread::yield_now();
+    }
+    let mut c = comms::Comms::connect(&e, inp, out);
+    let iters = ((1usize << 30) / size).clamp(8, 200_000);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let gbs = c.bandwidth(size, iters, slots(size));
+        println!("comm {} (w={}): {gbs:.2} GB/s", unit(size), slots(size));
+    }
+    c.end();
 }
 
 fn print_inproc(quick: bool) {

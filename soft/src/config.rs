@@ -6,6 +6,7 @@
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times 32 KiB, copied by the posting thread and the workers) |
 //! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two word copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
+//! | `IBNET_SOFT_STREAM_MIN` | 4096 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
 //! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
@@ -30,6 +31,9 @@ pub struct Config {
     /// Largest cross-process WRITE_WITH_IMM carried through a bounce slot of the target's
     /// segment (at most [`crate::BOUNCE_MAX`]; 0: none).
     pub bounce_max: u64,
+    /// Smallest WR (up to `direct_max`) that goes whole to a copy worker when posted while an
+    /// earlier WR of its QP is outstanding (0: never; such WRs are copied by the poster).
+    pub stream_min: u64,
     /// Microseconds an idle worker polls for work before sleeping.
     pub spin_us: u64,
     /// Allow any same-user process to attach (Yama `ptrace_scope = 1`).
@@ -46,6 +50,7 @@ impl Default for Config {
             direct_max: 64 << 10,
             chunk: 256 << 10,
             bounce_max: 4 << 10,
+            stream_min: if cores >= 8 { 4 << 10 } else { 0 },
             spin_us: if cores >= 8 { 50 } else { 0 },
             set_ptracer: true,
             faults: Faults::OFF,
@@ -100,6 +105,9 @@ impl Config {
         ) {
             c.bounce_max = n;
         }
+        if let Some(n) = num("IBNET_SOFT_STREAM_MIN", 0, 1 << 30) {
+            c.stream_min = n;
+        }
         if let Some(n) = num("IBNET_SOFT_SPIN_US", 0, 1_000_000) {
             c.spin_us = n;
         }
@@ -128,9 +136,11 @@ mod tests {
             "IBNET_SOFT_PTRACER" => Some("yes".into()),
             "IBNET_SOFT_DIRECT_MAX" => Some(" 0x1000 ".into()),
             "IBNET_SOFT_BOUNCE_MAX" => Some("1024".into()),
+            "IBNET_SOFT_STREAM_MIN" => Some("8192".into()),
             _ => None,
         });
         assert_eq!(c.bounce_max, 1024);
+        assert_eq!(c.stream_min, 8192);
         assert_eq!(c.direct_max, 0x1000, "NCCL's integer syntax, trimmed");
         assert_eq!(c.workers, 3);
         assert_eq!(c.chunk, Config::default().chunk);

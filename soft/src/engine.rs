@@ -13,14 +13,17 @@
 //! ## Doorbell cost
 //! [`Engine::submit`] is this provider's doorbell (what an MMIO write to the NIC is for verbs),
 //! and it is on the `isend` path of WRs larger than `direct_max` (64 KiB by default; smaller
-//! ones are copied by the posting thread and never come here). `try_send` itself is lock-free
-//! (a CAS on the ring). When a worker is *parked* (idle longer than its spin), waking it takes
-//! the channel's waker mutex (uncontended in practice: only a worker registering or leaving
-//! contends) and one `futex` wake syscall, ~1-2 µs. That never blocks the poster (no wait on a
-//! worker: the poster copies chunks itself meanwhile, and hands out a token only while two
-//! chunks are unclaimed). The spin is bounded (50 µs by default with 8 cores or more, none
-//! below): it keeps workers awake between the WRs of a stream, and gives the cores back to the
-//! GPU proxy threads and NCCL's progress threads when traffic pauses.
+//! ones are copied by the posting thread and never come here, except the WRs of a stream of
+//! at least `stream_min`: see `qp.rs`, "Streams"). `try_send` itself is lock-free (a CAS on
+//! the ring). When a worker is *parked* (idle longer than its spin), waking it takes the
+//! channel's waker mutex (uncontended in practice: only a worker registering or leaving
+//! contends) and one `futex` wake syscall, ~1-2 µs. The poster never waits for a worker: for
+//! an idle QP it hands out one token per chunk beyond its own (at most one per worker) and
+//! copies a chunk itself meanwhile, paying one wake per parked worker first; in a stream it
+//! returns at once. The spin is bounded (50 µs by default with 8 cores or more, none below):
+//! it keeps workers awake between the WRs of a stream (then a token costs no syscall), and
+//! gives the cores back to the GPU proxy threads and NCCL's progress threads when traffic
+//! pauses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

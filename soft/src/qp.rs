@@ -10,12 +10,15 @@
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
-//!   (size-adaptive: `len / (workers + 1)`, between `MIN_PIECE` and `chunk`) that the posting
-//!   thread and up to `workers` copy workers (one *token* each) claim until none is left, so
-//!   the posting thread copies while workers wake up, and never waits for one (see `sq.rs`).
-//!   While an earlier WR of the QP has not landed (a stream of large WRs), the poster hands
-//!   every chunk to the workers and returns at once instead, to post the next WR. Data movement is
-//!   eager: it never waits for earlier WRs (the RC contract only orders immediates).
+//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `MIN_PIECE`
+//!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
+//!   claim until none is left: the poster hands out every token first (one per chunk beyond
+//!   its own, at most one per worker), so that the workers wake and copy in parallel with it,
+//!   and it never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
+//!   stream of large WRs), the poster hands every chunk to the workers and returns at once
+//!   instead, to post the next WR. Data movement is eager: it never waits for earlier WRs (the
+//!   RC contract only orders immediates).
+//!   Medium WRs of a stream go to the workers too ("Streams" below).
 //! * The **combiner** ([`QpShared::kick`]) advances `sq_cursor` in WR order over entries whose
 //!   chunks are all done. For a `WriteWithImm` at the cursor it delivers the immediate into the
 //!   target's inbound ring — so an immediate is visible only after every earlier WR of the QP
@@ -75,6 +78,17 @@
 //! payload is applied. A plain small write has no such progress point at the target (it may
 //! just watch memory), so it keeps its copy; the common one, a clear-to-send FIFO element, is
 //! already syscall-free (word stores into the peer's FIFO area: `segment`).
+//!
+//! ## Streams (medium WRs copied in parallel)
+//! A WR of `stream_min` ([`crate::Config::stream_min`]) ..= `direct_max` bytes posted while an
+//! earlier WR of the QP is still outstanding (`sq_head < seq`: not yet polled; a hint read
+//! Relaxed) to a peer in another process goes whole to a copy worker (one token per `chunk`
+//! bytes), and the poster returns at once — even where it would have bounced the WR. A
+//! sender with messages in flight (NCCL's pipelined steps, a bandwidth test) then gets up to
+//! `workers` `process_vm_writev`s running at once, one message each, instead of one at a time
+//! in the posting thread; a latency-bound exchange (the previous WR polled before the next is
+//! posted) keeps the posting thread's copy, which has no thread hop. Nothing new is shared: it
+//! is the large WRs' streaming mode, with the same claims and the same in-order combiner.
 //!
 //! ## Errors
 //! The first failing WR completes with its own status (`LocalProtectionError`,
@@ -158,6 +172,8 @@ pub struct QpShared {
     chunk: u64,
     /// Largest WRITE_WITH_IMM sent bounced (0: none).
     bounce_max: u64,
+    /// Smallest WR of a stream handed whole to a worker (0: none; "Streams").
+    stream_min: u64,
     /// The next bounce slot number (poster only).
     bounce_next: AtomicU64,
     /// The target's `bounce_done` as last read (poster only).
@@ -173,6 +189,20 @@ const MIN_PIECE: u64 = 32 << 10;
 /// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
 /// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
 const POSTER_MAX: u64 = 1 << 20;
+
+/// The chunk size of a WR of `len` bytes copied by the poster and `workers` workers
+/// (size-adaptive): whole rounds of `workers + 1` equal pieces, as few rounds as pieces of at
+/// most `max` bytes allow, and fewer pieces (of at least `MIN_PIECE`) for a smaller WR. Every
+/// copier then finishes its last piece at about the same time: a WR one round larger takes
+/// one piece-time longer, never a round with only some copiers busy (`len` of 2 MiB with 4
+/// workers and `max` 256 KiB: 10 pieces of 208 KiB, two rounds, not 8 of 256 KiB, where
+/// the second round keeps 3 of 5 copiers busy for as long as the first).
+fn split(len: u64, workers: u64, max: u64) -> u64 {
+    let round = workers + 1;
+    let rounds = len.div_ceil(round * max).max(1);
+    let pieces = (round * rounds).min(len.div_ceil(MIN_PIECE)).max(1);
+    len.div_ceil(pieces).next_multiple_of(4096).min(max)
+}
 
 fn status_of(v: u32) -> WcStatus {
     WcStatus::from_raw(v)
@@ -220,6 +250,7 @@ impl QpShared {
             direct_max: cfg.direct_max,
             chunk: cfg.chunk.max(4096),
             bounce_max: cfg.bounce_max.min(BOUNCE_MAX as u64),
+            stream_min: cfg.stream_min,
             bounce_next: AtomicU64::new(0),
             bounce_seen: AtomicU64::new(0),
             faults: None,
@@ -345,14 +376,23 @@ impl QpShared {
     }
 
     fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {
-        if e.op() == OP_WRITE_IMM && len > 0 {
-            if len <= INLINE_MAX as u64 {
-                self.capture_inline(seq, e, len); // travels in the target's ring entry
-                return;
-            }
-            if len <= self.bounce_max && self.capture_bounce(seq, e, len) {
-                return; // travels through a bounce slot of the target's segment
-            }
+        if e.op() == OP_WRITE_IMM && len > 0 && len <= INLINE_MAX as u64 {
+            self.capture_inline(seq, e, len); // travels in the target's ring entry
+            return;
+        }
+        let stream = self.streams(seq, len, engine);
+        if !stream
+            && e.op() == OP_WRITE_IMM
+            && len > 0
+            && len <= self.bounce_max
+            && self.capture_bounce(seq, e, len)
+        {
+            return; // travels through a bounce slot of the target's segment
+        }
+        if stream {
+            // One WR of a stream, whole to a worker ("Streams" in the module doc).
+            self.stream(seq, e, len.min(self.chunk), engine);
+            return;
         }
         let workers = if len <= self.direct_max {
             0
@@ -363,11 +403,7 @@ impl QpShared {
             self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        // Size-adaptive split: the poster and up to `workers` workers, pieces of at least
-        // MIN_PIECE and at most `chunk` bytes.
-        let pieces = (workers + 1).min(len.div_ceil(MIN_PIECE)).max(1);
-        let chunk = len.div_ceil(pieces).next_multiple_of(4096).min(self.chunk);
-        let n = e.arm(seq, chunk, true) as u64;
+        let chunk = split(len, workers, self.chunk);
         // Relaxed: a hint (which mode suits); both are correct.
         if self.sq_cursor.load(Ordering::Relaxed) < seq {
             // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
@@ -375,42 +411,54 @@ impl QpShared {
             // and the poster returns at once to post the next WR: `workers` streams copying
             // back to back, instead of a poster that copies its share and posts nothing
             // meanwhile.
-            for _ in 0..n.min(workers) {
-                if !engine.submit(self.clone(), seq) {
-                    self.run_chunks(seq, e, u64::MAX); // engine full or stopped
-                    return;
-                }
-            }
+            self.stream(seq, e, chunk, engine);
             return;
         }
-        // Idle QP (a latency-bound exchange): the poster copies too, and hands a token to a worker only while at least two chunks
-        // are unclaimed (one for itself, one for the worker): a worker is woken only when it
-        // will find work, and a WR of up to POSTER_MAX never waits for a sleeping worker.
-        let tokens = (n - 1).min(workers);
-        let (mut sent, mut copied) = (0, 0);
-        loop {
-            if sent < tokens && e.unclaimed(seq) >= 2 {
-                if !engine.submit(self.clone(), seq) {
-                    // Engine full or stopped: the poster copies what is left.
-                    self.run_chunks(seq, e, u64::MAX);
-                    return;
-                }
-                sent += 1;
-            }
-            if copied >= POSTER_MAX {
-                break;
-            }
-            match self.run_chunks(seq, e, 1) {
-                (0, _) => return, // all claimed
-                (b, _) => copied += b,
+        // Idle QP (a latency-bound exchange): every worker that will find a chunk (one fewer
+        // than the chunks: the poster takes one) gets its token first, so that all of them
+        // wake and copy in parallel with the poster; a WR of up to POSTER_MAX never waits for
+        // a sleeping worker (one that wakes late finds nothing left and leaves).
+        let n = e.arm(seq, chunk, true) as u64;
+        let tokens = n.saturating_sub(1).min(workers);
+        for _ in 0..tokens {
+            if !engine.submit(self.clone(), seq) {
+                // Engine full or stopped: the poster copies what is left.
+                self.run_chunks(seq, e, u64::MAX);
+                return;
             }
         }
-        // Past the poster's share: the workers take the rest (at least one token is out).
-        while sent == 0 && e.unclaimed(seq) > 0 {
+        // The poster's share; past POSTER_MAX the workers (at least one token is out) take
+        // the rest.
+        let budget = if tokens == 0 { u64::MAX } else { POSTER_MAX };
+        self.run_chunks(seq, e, budget);
+    }
+
+    /// Whether WR `seq` of `len` bytes is one of a stream that goes whole to a copy worker:
+    /// at least `stream_min` and at most `direct_max` bytes, an earlier WR of the QP still
+    /// outstanding (not yet polled), a worker to take it, and a peer in another process.
+    fn streams(&self, seq: u64, len: u64, engine: &Engine<Self>) -> bool {
+        self.stream_min != 0
+            && len >= self.stream_min
+            && len <= self.direct_max
+            // Relaxed: a hint (which mode suits); both are correct.
+            && self.sq_head.load(Ordering::Relaxed) < seq
+            && engine.workers() > 0
+            && self
+                .remote
+                .get()
+                .is_some_and(|r| matches!(r.peer.fabric, Fabric::Cross { .. }))
+    }
+
+    /// Arms WR `seq` in chunks of `chunk` bytes and hands every chunk to the workers (one
+    /// token per chunk, at most one per worker); the poster returns at once, to post the next
+    /// WR. With the engine full or stopped the poster copies what is left.
+    fn stream(self: &Arc<Self>, seq: u64, e: &SqEntry, chunk: u64, engine: &Engine<Self>) {
+        let n = e.arm(seq, chunk, true) as u64;
+        for _ in 0..n.min(engine.workers() as u64) {
             if !engine.submit(self.clone(), seq) {
                 self.run_chunks(seq, e, u64::MAX);
+                return;
             }
-            sent += 1;
         }
     }
 
@@ -920,4 +968,33 @@ enum Deliver {
     Done,
     Rnr,
     Gone,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks of `len` with `workers` workers and `max`-byte pieces at most.
+    fn chunks(len: u64, workers: u64, max: u64) -> (u64, u64) {
+        let c = split(len, workers, max);
+        (len.div_ceil(c), c)
+    }
+
+    #[test]
+    fn split_is_whole_rounds_of_the_copiers_pieces_at_least_min_piece() {
+        const K: u64 = 1 << 10;
+        // Fewer pieces than copiers for a small WR: none under MIN_PIECE.
+        assert_eq!(chunks(96 * K, 4, 256 * K), (3, 32 * K));
+        assert_eq!(chunks(128 * K, 4, 256 * K), (4, 32 * K));
+        // One round: a piece per copier.
+        assert_eq!(chunks(256 * K, 4, 256 * K), (5, 52 * K));
+        assert_eq!(chunks(1 << 20, 4, 256 * K), (5, 208 * K));
+        // Two rounds of 5, not 8 pieces of 256 KiB (a second round with 2 copiers idle).
+        assert_eq!(chunks(2 << 20, 4, 256 * K), (10, 208 * K));
+        // Page-rounded pieces: 256 of 256 KiB rather than 260 (51.2 rounds; immaterial).
+        assert_eq!(chunks(64 << 20, 4, 256 * K), (256, 256 * K));
+        // One worker; pieces never above `max`.
+        assert_eq!(chunks(1 << 20, 1, 256 * K), (4, 256 * K));
+        assert_eq!(chunks(1 << 20, 1, 64 * K), (16, 64 * K));
+    }
 }

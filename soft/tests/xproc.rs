@@ -78,18 +78,22 @@ fn helper_entry() {
                 me.post(&[w]).unwrap();
             }
         }
-        // Take every WRITE_WITH_IMM (re-posting its receive); at QUIT print a hash of the
+        // Take every WRITE_WITH_IMM (re-posting its receive; immediates must count up from 0,
+        // as the RC order of the senders here numbers them); at QUIT print a hash of the
         // buffer.
         "sink" => {
             for i in 0..64 {
                 me.recv(i);
             }
+            let mut next = 0;
             'outer: loop {
                 for c in me.wait(1) {
                     assert_eq!(c.status, WcStatus::Success, "{c:?}");
                     if c.imm == QUIT {
                         break 'outer;
                     }
+                    assert_eq!(c.imm, next, "immediates out of order");
+                    next += 1;
                     me.recv(c.wr_id);
                 }
             }
@@ -331,6 +335,66 @@ fn two_process_bounced_writes_land_byte_for_byte() {
         for c in me.wait(wrs.len()) {
             assert_eq!(c.status, WcStatus::Success, "{c:?}");
         }
+    }
+    let q = wr(999, WrOpcode::WriteWithImm, 0, 0, 0, 0, 0, QUIT, true);
+    me.post(&[q]).unwrap();
+    assert_eq!(me.wait(1)[0].status, WcStatus::Success);
+    wait_line(&mut h, &format!("SUM {:x}", fnv(&want)));
+    assert!(h.child.wait().unwrap().success(), "helper failed");
+}
+
+/// A stream of WRITE_WITH_IMMs, up to 16 outstanding, each posted alone, of sizes around
+/// `stream_min` (inline, bounced, copied by the poster, whole to a worker, split over workers):
+/// every byte lands where it was written and the immediates arrive in post order.
+#[test]
+fn two_process_streamed_writes_land_in_order_byte_for_byte() {
+    const LEN: usize = 8 << 20;
+    let p = ibnet_soft::SoftProvider::open_with(ibnet_soft::Config {
+        workers: 2,
+        stream_min: 4096,
+        ..ibnet_soft::Config::default()
+    })
+    .unwrap();
+    let mut me = Side::new(&p);
+    let mut src = Region::new(LEN);
+    fill_pattern(src.bytes_mut(), 7);
+    let ms = me.reg(&src);
+    let mut h = helper("sink", LEN, &mut me, &src, &ms);
+    let sizes = [
+        4096usize, 16_384, 8, 65_536, 1000, 4095, 300_000, 4097, 40_000, 65_537,
+    ];
+    let mut want = vec![0u8; LEN];
+    let (mut off, mut out) = (0, 0);
+    for n in 0..200u64 {
+        let len = sizes[n as usize % sizes.len()];
+        if off + len > LEN {
+            off = 0; // rewrites the same bytes from the same source offsets
+        }
+        want[off..off + len].copy_from_slice(&src.bytes()[off..off + len]);
+        let w = wr(
+            n,
+            WrOpcode::WriteWithImm,
+            src.addr() + off as u64,
+            len as u32,
+            me.key(&ms),
+            h.info.buf + off as u64,
+            h.info.rkey,
+            n as u32,
+            true,
+        );
+        me.post(&[w]).unwrap();
+        out += 1;
+        if out == 16 {
+            let cs = me.wait(4); // at least 4 (all that one poll returned)
+            for c in &cs {
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            }
+            out -= cs.len();
+        }
+        off += len.next_multiple_of(64);
+    }
+    for c in me.wait(out) {
+        assert_eq!(c.status, WcStatus::Success, "{c:?}");
     }
     let q = wr(999, WrOpcode::WriteWithImm, 0, 0, 0, 0, 0, QUIT, true);
     me.post(&[q]).unwrap();

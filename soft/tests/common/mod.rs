@@ -88,6 +88,9 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 pub fn provider() -> SoftProvider {
     SoftProvider::open_with(Config {
         workers: 2,
+        // Medium WRs of a stream go to the workers ("Streams" in `qp.rs`), as on a host of 8
+        // cores or more (the default is 0 below).
+        stream_min: 4096,
         ..Config::default()
     })
     .unwrap()
