@@ -58,8 +58,20 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         // One sub, the common case: one group, no walk.
         if op.subs.len() == 1 {
             let links = [Link::of(conns, gens, &op.subs[0])?];
-            let pass = GroupPass::<_, _, true>::new(&shape, &links, Group::SOLO)?;
-            return Ok(!pass.run(net, op, prof)?);
+            let c = links[0].c;
+            // The plain shape (no user buffer, no shared SIMPLE buffer, no flush) compiled
+            // apart: its stages skip those branches.
+            let plain = !op.subs[0].reg
+                && !(shape.p == Protocol::Simple && c.req.shared)
+                && !(c.req.use_gdr && c.req.need_flush);
+            let moved = if plain {
+                GroupPass::<_, _, true, true>::new(&shape, &links, Group::SOLO)?
+                    .run(net, op, prof)?
+            } else {
+                GroupPass::<_, _, true, false>::new(&shape, &links, Group::SOLO)?
+                    .run(net, op, prof)?
+            };
+            return Ok(!moved);
         }
         // The groups are fixed once the op started; the walk is a copy of the group order, so
         // the stages may change the subs meanwhile.
@@ -76,7 +88,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             for (j, l) in links.iter_mut().enumerate().take(g.len).skip(1) {
                 *l = Link::of(conns, gens, &op.subs[op.order[g.start + j] as usize])?;
             }
-            let pass = GroupPass::<_, _, false>::new(&shape, &links[..g.len], g)?;
+            let pass = GroupPass::<_, _, false, false>::new(&shape, &links[..g.len], g)?;
             moved |= pass.run(net, op, prof)?;
         }
         Ok(!moved)
@@ -117,14 +129,18 @@ impl<'a, N: Net> Link<'a, N> {
 /// One group's pass: its members' connections (`links[j]` is the member at group position
 /// `j`, the leader first; `g.len` of them) and its receive comm.
 /// `ONE`: a group of one (the common case), compiled apart so its member loops unroll.
-struct GroupPass<'s, 'a, N: Net, M, const ONE: bool> {
+/// `PLAIN` (with `ONE` only): the caller checked that the sub is not registered, its buffer is
+/// not a shared SIMPLE one and it needs no flush.
+struct GroupPass<'s, 'a, N: Net, M, const ONE: bool, const PLAIN: bool> {
     shape: &'s Shape<'a, M>,
     g: Group,
     links: &'s [Link<'a, N>],
     rc: N::Recv,
 }
 
-impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ONE> {
+impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
+    GroupPass<'s, 'a, N, M, ONE, PLAIN>
+{
     /// A pass over group `g`, whose members' connections are `links`.
     fn new(shape: &'s Shape<'a, M>, links: &'s [Link<'a, N>], g: Group) -> Result<Self> {
         // Grouping put subs of one comm together: the leader's comm is the group's.
@@ -266,7 +282,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
             max_depth,
             ..
         } = *self.shape;
-        let depth = if sub.reg { 1 } else { max_depth };
+        let depth = if !PLAIN && sub.reg { 1 } else { max_depth };
         if sub.posted >= sub.done + depth {
             return Ok(None);
         }
@@ -274,7 +290,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
         let step = sub.base + sub.posted;
         let slot = RecvMem::<STEPS>::slot(step);
         let fifo = &r.recv_mem.get().conn_fifo;
-        let (addr, mut size) = if p == Protocol::Simple && c.req.shared {
+        let (addr, mut size) = if !PLAIN && p == Protocol::Simple && c.req.shared {
             if sub.reg {
                 // Touch the user buffer only once the GPU kernel has started.
                 if fifo[RecvMem::<STEPS>::slot(sub.base)].size().is_none() {
@@ -346,10 +362,11 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
             return Ok(false);
         }
         let cnt = op.subs[lead].req_count[ri] as usize;
-        let flags = self
-            .links
-            .first()
-            .is_some_and(|l| l.c.props.sizes == SizeReport::Flags)
+        let flags = !PLAIN
+            && self
+                .links
+                .first()
+                .is_some_and(|l| l.c.props.sizes == SizeReport::Flags)
             && cnt > 1;
         let mut need_flush = false;
         let mut total = 0usize;
@@ -369,7 +386,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
                     (false, n) => n,
                 };
                 total += size;
-                if c.req.use_gdr && c.req.need_flush {
+                if !PLAIN && c.req.use_gdr && c.req.need_flush {
                     need_flush = true;
                     gdc_flush = gdc_flush.or(r.gdc_flush);
                     if let Some(mr) = sub.mhandle {
@@ -382,7 +399,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
                         });
                     }
                 }
-                if sub.reg && sub.piece_done(size) {
+                if !PLAIN && sub.reg && sub.piece_done(size) {
                     // Release: pairs with the GPU's Acquire poll; ordered before the `tail`
                     // store that ends the registered receive.
                     let fifo = &r.recv_mem.get().conn_fifo;
@@ -402,7 +419,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
         let ls = &mut op.subs[lead];
         ls.requests[ri] = None;
         ls.consumed[ri] = Some(req);
-        if need_flush && total > 0 && p == Protocol::Simple {
+        if !PLAIN && need_flush && total > 0 && p == Protocol::Simple {
             if let Some(w) = gdc_flush {
                 self.shape.mem.flush_read(w.get());
             } else if !fl.is_empty() {
@@ -429,7 +446,8 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
             return Ok(false);
         }
         let ri = (step % STEPS as u64) as usize;
-        if let Some(req) = op.subs[lead].requests[ri] {
+        // A plain sub never flushes: no request waits here.
+        if let (false, Some(req)) = (PLAIN, op.subs[lead].requests[ri]) {
             let mut sizes = [0usize; MAX_RECVS];
             if !net.test(CommRef::Recv(self.rc), req, &mut sizes)? {
                 return Ok(false);
@@ -453,7 +471,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
                 StepEvent::RecvGpuWait,
             );
             if step < sub.nsteps {
-                let tail = if sub.reg {
+                let tail = if !PLAIN && sub.reg {
                     (sub.transmitted == sub.nsteps).then_some(sub.base + slice)
                 } else {
                     Some(sub.base + sub.transmitted)
@@ -481,7 +499,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool> GroupPass<'s, 'a, N, M, ON
                 continue;
             }
             let r = link.r;
-            let head = if sub.reg {
+            let head = if !PLAIN && sub.reg {
                 sub.base + sub.nsteps
             } else {
                 load_step(&r.send_mem.get().head)
