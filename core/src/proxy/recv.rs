@@ -53,7 +53,12 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             p: op.protocol,
             slice: op.slice_steps,
             nsubs: op.subs.len(),
-            max_depth: STEPS.min(SHARED_STEPS / op.subs.len()) as u64,
+            // One sub (the common case) needs no division.
+            max_depth: match op.subs.len() {
+                1 => STEPS as u64,
+                // `max(1)`: an op without subs is done at once, never a division by zero.
+                n => STEPS.min(SHARED_STEPS / n.max(1)) as u64,
+            },
         };
         // One sub, the common case: one group, no walk.
         if op.subs.len() == 1 {
@@ -321,7 +326,10 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         let mr = sub.mhandle.ok_or(Error::Missing {
             what: "memory handle",
         })?;
-        sub.posted_sizes[(sub.posted % STEPS as u64) as usize] = size;
+        if !PLAIN {
+            // Read back only for a multi-receive whose sizes come as flags (never plain).
+            sub.posted_sizes[(sub.posted % STEPS as u64) as usize] = size;
+        }
         Ok(Some(NetBuf {
             addr,
             size,

@@ -40,7 +40,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         let max_depth = if nsubs == 1 {
             STEPS as u64
         } else {
-            STEPS.min(SHARED_STEPS / nsubs) as u64
+            // `max(1)`: an op without subs is done at once, never a division by zero.
+            STEPS.min(SHARED_STEPS / nsubs.max(1)) as u64
         };
         let mut idle = true;
         for s in 0..nsubs {
