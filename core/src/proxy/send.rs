@@ -115,7 +115,9 @@ impl<N: Net> SendPass<'_, N> {
     /// The three stages; returns whether one moved and whether the sub finished. `PLAIN`: the
     /// caller checked that the connection has dedicated buffers, the protocol is SIMPLE and the
     /// sub is not registered.
-    #[inline(always)]
+    // Out of line: one frame per shape, whose registers serve the three stage loops
+    // (measured with callgrind: fewer instructions than inlined into `send_progress`).
+    #[inline(never)]
     fn stages<const PLAIN: bool, M: MemProvider, P: Profiler>(
         &self,
         sub: &mut Sub<N>,
