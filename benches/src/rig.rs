@@ -236,23 +236,27 @@ impl<P: Provider + Clone> Engine<P> {
             .expect("sub");
         ro.push(SubArgs::new(self.rc, MSGS, size * MSGS as usize))
             .expect("sub");
-        let end = self.k_send + MSGS;
+        // The GPUs' step counters in locals (in `self` they were reloaded after every store to
+        // the shared words, which might alias them as far as the compiler knows).
+        let (mut k_send, mut k_recv) = (self.k_send, self.k_recv);
+        let end = k_send + MSGS;
         let (mut sd, mut rd) = (false, false);
         while !(sd && rd) {
             // The sending GPU: publish every credited step.
-            while self.k_send < end && gs.has_credit(self.k_send) {
-                gs.publish(self.k_send, size as u64);
-                gs.advance(self.k_send + 1);
-                self.k_send += 1;
+            while k_send < end && gs.has_credit(k_send) {
+                gs.publish(k_send, size as u64);
+                gs.advance(k_send + 1);
+                k_send += 1;
             }
             sd = sd || self.px.progress(&mut so).expect("send").done;
             rd = rd || self.px.progress(&mut ro).expect("recv").done;
             // The receiving GPU: consume every landed step.
-            while gr.arrived(self.k_recv) {
-                self.k_recv += 1;
-                gr.consume(self.k_recv);
+            while gr.arrived(k_recv) {
+                k_recv += 1;
+                gr.consume(k_recv);
             }
         }
+        (self.k_send, self.k_recv) = (k_send, k_recv);
     }
 }
 
