@@ -69,9 +69,10 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             let c = links[0].c;
             // The plain shape (no user buffer, no shared SIMPLE buffer, no flush) compiled
             // apart: its stages skip those branches.
-            let plain = !op.subs[0].reg
-                && !(shape.p == Protocol::Simple && c.req.shared)
-                && !(c.req.use_gdr && c.req.need_flush);
+            let user_buf = op.subs[0].reg;
+            let shared_buf = shape.p == Protocol::Simple && c.req.shared;
+            let flush = c.req.use_gdr && c.req.need_flush;
+            let plain = !(user_buf || shared_buf || flush);
             let moved = if plain {
                 GroupPass::<_, _, true, true>::new(&shape, &links, Group::SOLO)?
                     .run(net, op, prof)?
