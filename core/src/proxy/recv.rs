@@ -31,6 +31,7 @@ use super::shared::{load_step, store_step, RecvMem, SIZE_EMPTY};
 use super::state::{lookup, Conn, ProxyConfig, ProxyState, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
 use crate::error::{Error, Result};
+use crate::sync::AtomicU64;
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// One pass over a receive op; returns whether it was idle.
@@ -119,6 +120,8 @@ struct Shape<'a, M> {
 struct Link<'a, N: Net> {
     c: &'a Conn<N>,
     r: &'a Resources<N>,
+    /// The `tail` word the proxy stores (`r.proxy_word(Dir::Recv)`), looked up once.
+    tail: &'a AtomicU64,
 }
 
 impl<N: Net> Clone for Link<'_, N> {
@@ -131,7 +134,12 @@ impl<N: Net> Copy for Link<'_, N> {}
 impl<'a, N: Net> Link<'a, N> {
     fn of(conns: &'a [Option<Conn<N>>], gens: &[u16], sub: &Sub<N>) -> Result<Self> {
         let c = lookup(conns, gens, sub.conn)?;
-        Ok(Self { c, r: c.res()? })
+        let r = c.res()?;
+        Ok(Self {
+            c,
+            r,
+            tail: r.proxy_word(Dir::Recv),
+        })
     }
 }
 
@@ -295,7 +303,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         if sub.posted >= sub.done + depth {
             return Ok(None);
         }
-        let Link { c, r } = self.links[j];
+        let Link { c, r, .. } = self.links[j];
         let step = sub.base + sub.posted;
         let slot = RecvMem::<STEPS>::slot(step);
         let fifo = &r.recv_mem.get().conn_fifo;
@@ -385,7 +393,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         let mut idx = 0;
         let mut fl = heapless::Vec::<NetBuf<N::Mr>, MAX_RECVS>::new();
         let mut gdc_flush = None;
-        for (j, &Link { c, r }) in self.links[..self.len()].iter().enumerate() {
+        for (j, &Link { c, r, .. }) in self.links[..self.len()].iter().enumerate() {
             let si = self.member(op, j);
             let sub = &mut op.subs[si];
             let mut size = 0;
@@ -489,7 +497,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
                     Some(sub.base + sub.transmitted)
                 };
                 if let Some(t) = tail {
-                    store_step(link.r.proxy_word(Dir::Recv), t);
+                    store_step(link.tail, t);
                     self.shape.mem.store_fence();
                 }
             }
