@@ -39,53 +39,68 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         prof: &mut P,
     ) -> Result<bool> {
         let nsubs = op.subs.len();
-        // One sub (the common case) needs no division.
-        let max_depth = if nsubs == 1 {
-            STEPS as u64
-        } else {
-            // `max(1)`: an op without subs is done at once, never a division by zero.
-            STEPS.min(SHARED_STEPS / nsubs.max(1)) as u64
-        };
+        // One sub (the common case): no division, no walk.
+        if nsubs == 1 {
+            let (moved, finished) = self.send_sub(op, 0, STEPS as u64, prof)?;
+            op.ndone += finished as usize;
+            return Ok(!moved);
+        }
+        // `max(1)`: an op without subs is done at once, never a division by zero.
+        let max_depth = STEPS.min(SHARED_STEPS / nsubs.max(1)) as u64;
         let mut idle = true;
         for s in 0..nsubs {
-            let sub = &mut op.subs[s];
-            if sub.done == sub.nsteps {
-                continue;
-            }
-            let conn = lookup(&self.conns, &self.gens, sub.conn)?;
-            let res = conn.res()?;
-            let CommRef::Send(comm) = res.comm else {
-                return Err(Error::BadState {
-                    op: "send progress",
-                    state: "receive comm",
-                });
-            };
-            let pass = SendPass {
-                s,
-                nsubs,
-                p: op.protocol,
-                slice: op.slice_steps,
-                max_depth,
-                cfg: &self.cfg,
-                conn,
-                res,
-                comm,
-                recv_mem: res.recv_mem.get(),
-                head: res.proxy_word(Dir::Send),
-                shared: conn.req.shared,
-                buf: res.bufs[op.protocol.index()].as_ref(),
-            };
-            // The common shape (dedicated SIMPLE buffer, no user buffer) compiled apart: its
-            // stages skip the shared-buffer, registered and LL/LL128 branches.
-            let (moved, finished) = if !pass.shared && !sub.reg && pass.p == Protocol::Simple {
-                pass.stages::<true, _, _>(sub, &mut self.net, &self.mem, prof)?
-            } else {
-                pass.stages::<false, _, _>(sub, &mut self.net, &self.mem, prof)?
-            };
+            let (moved, finished) = self.send_sub(op, s, max_depth, prof)?;
             idle &= !moved;
             op.ndone += finished as usize;
         }
         Ok(idle)
+    }
+
+    /// Sub `s`'s three stages (nothing when it is done): whether one moved and whether the sub
+    /// finished.
+    #[inline(always)]
+    fn send_sub<P: Profiler>(
+        &mut self,
+        op: &mut ProxyOp<N>,
+        s: usize,
+        max_depth: u64,
+        prof: &mut P,
+    ) -> Result<(bool, bool)> {
+        let nsubs = op.subs.len();
+        let sub = &mut op.subs[s];
+        if sub.done == sub.nsteps {
+            return Ok((false, false));
+        }
+        let conn = lookup(&self.conns, &self.gens, sub.conn)?;
+        let res = conn.res()?;
+        let CommRef::Send(comm) = res.comm else {
+            return Err(Error::BadState {
+                op: "send progress",
+                state: "receive comm",
+            });
+        };
+        let pass = SendPass {
+            s,
+            nsubs,
+            p: op.protocol,
+            slice: op.slice_steps,
+            max_depth,
+            cfg: &self.cfg,
+            conn,
+            res,
+            comm,
+            recv_mem: res.recv_mem.get(),
+            head: res.proxy_word(Dir::Send),
+            shared: conn.req.shared,
+            buf: res.bufs[op.protocol.index()].as_ref(),
+        };
+        // The common shape (dedicated SIMPLE buffer, no user buffer) compiled apart: its
+        // stages skip the shared-buffer, registered and LL/LL128 branches.
+        if !pass.shared && !sub.reg && pass.p == Protocol::Simple {
+            pass.stages::<true, _, _>(sub, &mut self.net, &self.mem, prof)
+        } else {
+            pass.stages::<false, _, _>(sub, &mut self.net, &self.mem, prof)
+        }
     }
 }
 
