@@ -7,8 +7,8 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::proxy::{
-    ConnId, DeviceRecv, DeviceSend, Dir, InProcessNet, MemKind, MemProvider, Protocol, ProxyConfig,
-    ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, InProcessNet, MemKind, MemProvider, Protocol,
+    ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
 };
 use ibnet_core::request::ReqId;
 use ibnet_core::{Error, Result};
@@ -175,6 +175,8 @@ pub struct Engine<P: Provider + Clone> {
     px: Px<P>,
     sc: ConnId,
     rc: ConnId,
+    /// What each side's "GPU" was given at connect (a kernel gets its view once, not per op).
+    views: (DeviceView, DeviceView),
     k_send: u64,
     k_recv: u64,
     size: usize,
@@ -202,8 +204,11 @@ impl<P: Provider + Clone> Engine<P> {
             sd = sd || px.connect_send(s, &h).expect("connect").is_some();
             rd = rd || px.connect_recv(r, 0).expect("accept").is_some();
         }
-        for c in [s, r] {
-            let v = px.device_view(c).expect("view");
+        let views = (
+            px.device_view(s).expect("view"),
+            px.device_view(r).expect("view"),
+        );
+        for v in [views.0, views.1] {
             let p = Protocol::Simple.index();
             touch(v.buffs[p], v.buff_sizes[p]);
         }
@@ -211,6 +216,7 @@ impl<P: Provider + Clone> Engine<P> {
             px,
             sc: s,
             rc: r,
+            views,
             k_send: 0,
             k_recv: 0,
             size,
@@ -220,35 +226,37 @@ impl<P: Provider + Clone> Engine<P> {
     /// One send and one receive op of [`MSGS`] steps.
     pub fn batch(&mut self) {
         let size = self.size;
-        let sv = self.px.device_view(self.sc).expect("view");
-        let rv = self.px.device_view(self.rc).expect("view");
         // SAFETY: both connections stay connected while `self` lives.
-        let gs = unsafe { DeviceSend::from_view(&sv) }.expect("send view");
+        let gs = unsafe { DeviceSend::from_view(&self.views.0) }.expect("send view");
         // SAFETY: as above.
-        let gr = unsafe { DeviceRecv::from_view(&rv) }.expect("recv view");
+        let gr = unsafe { DeviceRecv::from_view(&self.views.1) }.expect("recv view");
         let mut so = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1).expect("op");
         let mut ro = ProxyOp::new(Dir::Recv, Protocol::Simple, 1, 1).expect("op");
         so.push(SubArgs::new(self.sc, MSGS, size * MSGS as usize))
             .expect("sub");
         ro.push(SubArgs::new(self.rc, MSGS, size * MSGS as usize))
             .expect("sub");
-        let end = self.k_send + MSGS;
+        // The GPUs' step counters in locals (in `self` they were reloaded after every store to
+        // the shared words, which might alias them as far as the compiler knows).
+        let (mut k_send, mut k_recv) = (self.k_send, self.k_recv);
+        let end = k_send + MSGS;
         let (mut sd, mut rd) = (false, false);
         while !(sd && rd) {
             // The sending GPU: publish every credited step.
-            while self.k_send < end && gs.has_credit(self.k_send) {
-                gs.publish(self.k_send, size as u64);
-                gs.advance(self.k_send + 1);
-                self.k_send += 1;
+            while k_send < end && gs.has_credit(k_send) {
+                gs.publish(k_send, size as u64);
+                gs.advance(k_send + 1);
+                k_send += 1;
             }
             sd = sd || self.px.progress(&mut so).expect("send").done;
             rd = rd || self.px.progress(&mut ro).expect("recv").done;
             // The receiving GPU: consume every landed step.
-            while gr.arrived(self.k_recv) {
-                self.k_recv += 1;
-                gr.consume(self.k_recv);
+            while gr.arrived(k_recv) {
+                k_recv += 1;
+                gr.consume(k_recv);
             }
         }
+        (self.k_send, self.k_recv) = (k_send, k_recv);
     }
 }
 

@@ -216,6 +216,11 @@ fn bad_input_is_an_error_by_variant() {
                 cap: MAX_SUBS
             })
         );
+        // An op without subs is done at once (it used to divide by zero).
+        for dir in [Dir::Send, Dir::Recv] {
+            let mut op = ProxyOp::new(dir, Protocol::Simple, 1, 1).unwrap();
+            assert!(px.progress(&mut op).unwrap().done);
+        }
         // Registered mode needs a shared-buffer connection.
         let mut op = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1).unwrap();
         op.push(SubArgs::registered(s[0], 0x1000, 64)).unwrap();

@@ -142,6 +142,10 @@ impl<N: Net> ProxyOp<N> {
     /// An empty operation. `slice_steps` (1..=[`STEPS`]) is how many steps one network
     /// operation covers; `chunk_steps` (≥ `slice_steps`) is the alignment of each sub's
     /// `base`.
+    // Always inline: the caller then builds the op in place; out of line, the 4 KiB op was
+    // copied out of the `Result` into the caller's variable (a `memcpy` per op, measured with
+    // callgrind: ~14 instructions per step of a 64-step op).
+    #[inline(always)]
     pub fn new(dir: Dir, protocol: Protocol, slice_steps: u64, chunk_steps: u64) -> Result<Self> {
         if slice_steps == 0 || slice_steps > STEPS as u64 {
             return Err(Error::OutOfRange {

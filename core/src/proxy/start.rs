@@ -18,6 +18,9 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     }
 
     /// [`ProxyState::progress`], reporting events to `prof`.
+    // Inline: a few checks around the out-of-line passes (`start` is out of line too), so a
+    // caller's loop pays no call frame per pass.
+    #[inline]
     pub fn progress_with<P: Profiler>(
         &mut self,
         op: &mut ProxyOp<N>,
@@ -76,6 +79,8 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
 
     /// Sets each sub's `base`, registers user buffers, checks the op against its
     /// connections, and (receive) forms the groups.
+    // Out of line: once per op, kept out of every progress call's frame.
+    #[inline(never)]
     fn start<P: Profiler>(&mut self, op: &mut ProxyOp<N>, prof: &mut P) -> Result<()> {
         let p = op.protocol;
         let nsubs = op.subs.len();
