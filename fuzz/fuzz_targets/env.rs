@@ -168,6 +168,9 @@ const SOFT: &[&str] = &[
     "IBNET_SOFT_DIRECT_MAX",
     "IBNET_SOFT_CHUNK",
     "IBNET_SOFT_PTRACER",
+    "IBNET_SOFT_BOUNCE_MAX",
+    "IBNET_SOFT_STREAM_MIN",
+    "IBNET_SOFT_SPIN_US",
 ];
 
 fn soft(var: usize, v: &str) {
@@ -179,6 +182,7 @@ fn soft(var: usize, v: &str) {
         assert_eq!(cfg, def, "{name}={v:?} refused but applied");
     }
     assert!(cfg.workers <= 64 && cfg.chunk >= 4096 && cfg.chunk <= 1 << 30);
+    assert!(cfg.bounce_max <= ibnet_soft::BOUNCE_MAX as u64);
 }
 
 fn ffi_own(var: usize, v: &str) {
