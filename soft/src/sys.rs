@@ -272,9 +272,10 @@ pub unsafe fn atomic_copy(dst: u64, src: u64, len: usize) {
 /// its accesses are hardware ones, not Rust accesses that could form a data race in the
 /// language's sense; bytes a misbehaving peer writes meanwhile are at worst torn, which the
 /// receiver tolerates (a peer-written payload is copied, never interpreted). Ordering: on
-/// x86-64 the stores of a string operation may be reordered among themselves but not with the
-/// stores after it (Intel SDM vol. 3A, "Examples Illustrating the Memory-Ordering Principles",
-/// string operations), so the caller's later Release store publishes every byte, as after
+/// x86-64 the stores of a fast-string operation may be reordered among themselves but "string
+/// operations are not reordered with other store operations" (Intel SDM vol. 3A, "Out-of-Order
+/// Stores For String Operations", which prescribes exactly this: a separate flag stored after
+/// the string operation), so the caller's later Release store publishes every byte, as after
 /// [`atomic_copy`]; the loads are ordered after the caller's earlier Acquire load likewise.
 ///
 /// Overlapping ranges give an unspecified result (as on a NIC, and as [`atomic_copy`]).
