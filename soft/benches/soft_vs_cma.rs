@@ -12,7 +12,7 @@
 //!
 //! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run,
 //! `--inproc` for the in-process section only, `--comm-only SIZE` for ~10 s of the comm
-//! bandwidth of one size, e.g. under a profiler). The
+//! bandwidth of one size against the raw loop, e.g. under a profiler). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -615,7 +615,8 @@ fn arg_after(flag: &str) -> Option<usize> {
 }
 
 /// `--comm-only SIZE`: only the comm bandwidth of `SIZE`, for about 10 s (for a profiler:
-/// `perf record -g`, callgrind); prints GB/s per second-long round.
+/// `perf record -g`, callgrind); prints GB/s per round of up to 200 000 messages, with the raw
+/// `process_vm_writev` loop of the same size and count run just before it, and their ratio.
 fn comm_only<I: BufRead, O: Write>(mut e: End, peer: Peer, inp: I, out: O, size: usize) {
     let w = wri(&e, &peer, 0, QUIT, 0);
     e.p.post_send(&mut e.qp, &[w]).unwrap();
@@ -629,8 +630,16 @@ fn comm_only<I: BufRead, O: Write>(mut e: End, peer: Peer, inp: I, out: O, size:
     let iters = ((1usize << 30) / size).clamp(8, 200_000);
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
+        // The raw loop of the same size and count just before (the peer idles meanwhile,
+        // waiting for the next command; the slots it writes are the comm's, one at a time).
+        let raw = raw_bw(peer.pid, &e.buf, peer.buf, size, iters);
         let gbs = c.bandwidth(size, iters, slots(size));
-        println!("comm {} (w={}): {gbs:.2} GB/s", unit(size), slots(size));
+        println!(
+            "comm {} (w={}): {gbs:.2} GB/s   raw CMA {raw:.2} GB/s   ratio {:.2}",
+            unit(size),
+            slots(size),
+            gbs / raw
+        );
     }
     c.end();
 }

@@ -5,7 +5,7 @@
 //! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times 32 KiB, copied by the posting thread and the workers) |
-//! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two word copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
+//! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two memory copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
 //! | `IBNET_SOFT_STREAM_MIN` | 4096 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |

@@ -52,7 +52,9 @@
 //! `WrFlushError`.
 //! Copies never race with concurrent atomic readers of the destination (a FIFO ring): in-process
 //! copies of up to 16 KiB and writes into a peer's FIFO rings (which live in its shared segment)
-//! use atomic word stores, all other copies go through the kernel. Registered memory must stay
+//! use atomic word stores; bounce payloads (whose readers learn of them through a later
+//! Release store, never by watching the bytes) are one opaque bulk copy (`rep movsb` on
+//! x86-64); all other copies go through the kernel. Registered memory must stay
 //! mapped until it is deregistered (as with verbs, where an MR pins the pages): a kernel copy
 //! over memory unmapped meanwhile fails with `EFAULT` (`RemoteAccessError`), but a small
 //! in-process copy would fault.

@@ -62,15 +62,16 @@
 //! Between processes, a WRITE_WITH_IMM of `INLINE_MAX` + 1 ..= `bounce_max` bytes
 //! ([`crate::Config::bounce_max`], at most `segment::BOUNCE_MAX`) goes the same way with the
 //! bytes out of line: at post the poster takes the same leases, then writes the payload with
-//! word stores into the next of the target QP's `BOUNCE_SLOTS` bounce slots (in the target's
-//! segment, mapped here; QPs of the first `BOUNCE_QPS` slot indices have them), numbered `b`
+//! one bulk copy (`sys::bulk_copy`: `rep movsb` on x86-64) into the next of the target QP's
+//! `BOUNCE_SLOTS` bounce slots (in the target's segment, mapped here; QPs of the first
+//! `BOUNCE_QPS` slot indices have them), numbered `b`
 //! in post order; the combiner publishes `b` with the immediate; the target's poller, in ring
 //! order, re-checks rkey, range and access under a lease, copies the slot out into its memory,
 //! and publishes `bounce_done = b + 1` (Release). The poster writes slot `b` only once
 //! `bounce_done > b - BOUNCE_SLOTS` (Acquire; `ring::bounce_free`, loom-checked): a slot is
 //! never rewritten before it was copied out. With no slot free (the target has not polled),
 //! or an in-process peer (whose copies are word copies anyway), the WR is copied as any other.
-//! Two word copies of a few KiB on two cores cost less than a `process_vm_writev` (~0.5 µs of
+//! Two memory copies of a few KiB on two cores cost less than a `process_vm_writev` (~0.5 µs of
 //! fixed cost: page pinning), which is what small and medium messages pay; the ordering and
 //! visibility rules are those of inline payloads.
 //!
