@@ -18,9 +18,9 @@
 //! the ring). When a worker is *parked* (idle longer than its spin), waking it takes the
 //! channel's waker mutex (uncontended in practice: only a worker registering or leaving
 //! contends) and one `futex` wake syscall, ~1-2 µs. The poster never waits for a worker: for
-//! an idle QP it hands out one token per chunk beyond its own (at most one per worker) and
-//! copies a chunk itself meanwhile, paying one wake per parked worker first; in a stream it
-//! returns at once. The spin is bounded (50 µs by default with 8 cores or more, none below):
+//! an idle QP it copies chunks itself and hands out a token (at most one per worker) only
+//! while at least two chunks are unclaimed, so it pays at most one wake before its first
+//! chunk and each further one overlaps its own copies; in a stream it returns at once. The spin is bounded (50 µs by default with 8 cores or more, none below):
 //! it keeps workers awake between the WRs of a stream (then a token costs no syscall), and
 //! gives the cores back to the GPU proxy threads and NCCL's progress threads when traffic
 //! pauses.

@@ -12,9 +12,10 @@
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
 //!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `MIN_PIECE`
 //!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
-//!   claim until none is left: the poster hands out every token first (one per chunk beyond
-//!   its own, at most one per worker), so that the workers wake and copy in parallel with it,
-//!   and it never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
+//!   claim until none is left: the poster copies chunks itself and hands a worker a token
+//!   only while at least two chunks are unclaimed (one for itself, one for the worker; at most
+//!   one token per worker), so that a worker is woken only when it will find work, and the
+//!   poster never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
 //!   stream of large WRs), the poster hands every chunk to the workers and returns at once
 //!   instead, to post the next WR. Data movement is eager: it never waits for earlier WRs (the
 //!   RC contract only orders immediates).
@@ -414,23 +415,37 @@ impl QpShared {
             self.stream(seq, e, chunk, engine);
             return;
         }
-        // Idle QP (a latency-bound exchange): every worker that will find a chunk (one fewer
-        // than the chunks: the poster takes one) gets its token first, so that all of them
-        // wake and copy in parallel with the poster; a WR of up to POSTER_MAX never waits for
-        // a sleeping worker (one that wakes late finds nothing left and leaves).
+        // Idle QP (a latency-bound exchange): the poster copies too, and hands a token to a
+        // worker only while at least two chunks are unclaimed (one for itself, one for the
+        // worker): a worker is woken only when it will find work, and a WR of up to
+        // POSTER_MAX never waits for a sleeping worker.
         let n = e.arm(seq, chunk, true) as u64;
         let tokens = n.saturating_sub(1).min(workers);
-        for _ in 0..tokens {
-            if !engine.submit(self.clone(), seq) {
-                // Engine full or stopped: the poster copies what is left.
-                self.run_chunks(seq, e, u64::MAX);
-                return;
+        let (mut sent, mut copied) = (0, 0);
+        loop {
+            if sent < tokens && e.unclaimed(seq) >= 2 {
+                if !engine.submit(self.clone(), seq) {
+                    // Engine full or stopped: the poster copies what is left.
+                    self.run_chunks(seq, e, u64::MAX);
+                    return;
+                }
+                sent += 1;
+            }
+            if copied >= POSTER_MAX {
+                break;
+            }
+            match self.run_chunks(seq, e, 1) {
+                (0, _) => return, // all claimed
+                (b, _) => copied += b,
             }
         }
-        // The poster's share; past POSTER_MAX the workers (at least one token is out) take
-        // the rest.
-        let budget = if tokens == 0 { u64::MAX } else { POSTER_MAX };
-        self.run_chunks(seq, e, budget);
+        // Past the poster's share: the workers take the rest (at least one token out).
+        while sent == 0 && e.unclaimed(seq) > 0 {
+            if !engine.submit(self.clone(), seq) {
+                self.run_chunks(seq, e, u64::MAX);
+            }
+            sent += 1;
+        }
     }
 
     /// Whether WR `seq` of `len` bytes is one of a stream that goes whole to a copy worker:
