@@ -556,10 +556,11 @@ fn main() {
     }
     let cfg = e.p.config();
     println!(
-        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
+        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, min_piece {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
         cfg.workers,
         cfg.direct_max >> 10,
         cfg.chunk >> 10,
+        cfg.min_piece >> 10,
         cfg.bounce_max,
         cfg.stream_min,
         cfg.spin_us,

@@ -10,7 +10,7 @@
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
-//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `MIN_PIECE`
+//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `min_piece`
 //!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
 //!   claim until none is left: the poster first offers tokens to workers that are awake and
 //!   idle (no syscall: `engine.rs`, "Offers"), copies a chunk itself, and after each of its
@@ -173,6 +173,9 @@ pub struct QpShared {
     destroyed: AtomicBool,
     direct_max: u64,
     chunk: u64,
+    /// Smallest piece of a WR above `direct_max` (`IBNET_SOFT_MIN_PIECE`): below it, waking a
+    /// worker costs more than the copy it would take over.
+    min_piece: u64,
     /// Largest WRITE_WITH_IMM sent bounced (0: none).
     bounce_max: u64,
     /// Smallest WR of a stream handed whole to a worker (0: none; "Streams").
@@ -185,25 +188,21 @@ pub struct QpShared {
     faults: Option<Arc<crate::inject::Inject>>,
 }
 
-/// Smallest piece of a WR above `direct_max` handed to a copy worker: below it, waking a worker
-/// costs more than the copy it would take over.
-const MIN_PIECE: u64 = 32 << 10;
-
 /// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
 /// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
 const POSTER_MAX: u64 = 1 << 20;
 
 /// The chunk size of a WR of `len` bytes copied by the poster and `workers` workers
 /// (size-adaptive): whole rounds of `workers + 1` equal pieces, as few rounds as pieces of at
-/// most `max` bytes allow, and fewer pieces (of at least `MIN_PIECE`) for a smaller WR. Every
+/// most `max` bytes allow, and fewer pieces (of at least `min`) for a smaller WR. Every
 /// copier then finishes its last piece at about the same time: a WR one round larger takes
 /// one piece-time longer, never a round with only some copiers busy (`len` of 2 MiB with 4
 /// workers and `max` 256 KiB: 10 pieces of 208 KiB, two rounds, not 8 of 256 KiB, where
 /// the second round keeps 3 of 5 copiers busy for as long as the first).
-fn split(len: u64, workers: u64, max: u64) -> u64 {
+fn split(len: u64, workers: u64, max: u64, min: u64) -> u64 {
     let round = workers + 1;
     let rounds = len.div_ceil(round * max).max(1);
-    let pieces = (round * rounds).min(len.div_ceil(MIN_PIECE)).max(1);
+    let pieces = (round * rounds).min(len.div_ceil(min)).max(1);
     len.div_ceil(pieces).next_multiple_of(4096).min(max)
 }
 
@@ -252,6 +251,7 @@ impl QpShared {
             destroyed: AtomicBool::new(false),
             direct_max: cfg.direct_max,
             chunk: cfg.chunk.max(4096),
+            min_piece: cfg.min_piece.clamp(4096, cfg.chunk.max(4096)),
             bounce_max: cfg.bounce_max.min(BOUNCE_MAX as u64),
             stream_min: cfg.stream_min,
             bounce_next: AtomicU64::new(0),
@@ -406,7 +406,7 @@ impl QpShared {
             self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        let chunk = split(len, workers, self.chunk);
+        let chunk = split(len, workers, self.chunk, self.min_piece);
         // Relaxed: a hint (which mode suits); both are correct.
         if self.sq_cursor.load(Ordering::Relaxed) < seq {
             // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
@@ -995,7 +995,7 @@ mod tests {
 
     /// Chunks of `len` with `workers` workers and `max`-byte pieces at most.
     fn chunks(len: u64, workers: u64, max: u64) -> (u64, u64) {
-        let c = split(len, workers, max);
+        let c = split(len, workers, max, 32 << 10);
         (len.div_ceil(c), c)
     }
 
@@ -1015,5 +1015,9 @@ mod tests {
         // One worker; pieces never above `max`.
         assert_eq!(chunks(1 << 20, 1, 256 * K), (4, 256 * K));
         assert_eq!(chunks(1 << 20, 1, 64 * K), (16, 64 * K));
+        // A larger smallest piece (IBNET_SOFT_MIN_PIECE): fewer, larger pieces below a round.
+        assert_eq!(split(128 * K, 4, 256 * K, 64 * K), 64 * K);
+        assert_eq!(split(256 * K, 4, 256 * K, 64 * K), 64 * K);
+        assert_eq!(split(1 << 20, 4, 256 * K, 64 * K), 208 * K);
     }
 }
