@@ -12,7 +12,8 @@
 //!
 //! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run,
 //! `--inproc` for the in-process section only, `--comm-only SIZE` for ~10 s of the comm
-//! bandwidth of one size against the raw loop, e.g. under a profiler). The
+//! bandwidth of one size against the raw loop, e.g. under a profiler, `--lat-only` for the
+//! latency sections only: 8 bytes and the per-size table). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -555,10 +556,11 @@ fn main() {
     }
     let cfg = e.p.config();
     println!(
-        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
+        "ibnet-soft vs raw process_vm_writev (two processes; workers {}, direct_max {} KiB, chunk {} KiB, min_piece {} KiB, bounce_max {} B, stream_min {} B, spin {} us; {} cores)",
         cfg.workers,
         cfg.direct_max >> 10,
         cfg.chunk >> 10,
+        cfg.min_piece >> 10,
         cfg.bounce_max,
         cfg.stream_min,
         cfg.spin_us,
@@ -574,6 +576,12 @@ fn main() {
         soft_us / raw_us
     );
     print_lat_sizes(&mut e, &peer, quick);
+    if std::env::args().any(|a| a == "--lat-only") {
+        // The peer sits in its echo loop: this process spawned it, and ends it.
+        let _ = ch.kill();
+        let _ = ch.wait();
+        return;
+    }
 
     // Switch the peer to sink mode (it reposts receives, no echo).
     let w = wri(&e, &peer, 0, SWITCH_TO_SINK, 0);

@@ -4,7 +4,8 @@
 //! | --- | --- | --- |
 //! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
 //! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
-//! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times 32 KiB, copied by the posting thread and the workers) |
+//! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times `MIN_PIECE`, copied by the posting thread and the workers) |
+//! | `IBNET_SOFT_MIN_PIECE` | 32 KiB | smallest chunk of a WR above `DIRECT_MAX` (4 KiB ..= `CHUNK`; a larger value means fewer, larger copies for a WR of a few hundred KiB: fewer copiers, fewer calls) |
 //! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two memory copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
 //! | `IBNET_SOFT_STREAM_MIN` | 4096 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
@@ -28,6 +29,8 @@ pub struct Config {
     pub direct_max: u64,
     /// Largest chunk of work spread over workers.
     pub chunk: u64,
+    /// Smallest chunk of a WR above `direct_max` (at most `chunk`).
+    pub min_piece: u64,
     /// Largest cross-process WRITE_WITH_IMM carried through a bounce slot of the target's
     /// segment (at most [`crate::BOUNCE_MAX`]; 0: none).
     pub bounce_max: u64,
@@ -49,6 +52,7 @@ impl Default for Config {
             workers: (cores / 4).clamp(1, 8),
             direct_max: 64 << 10,
             chunk: 256 << 10,
+            min_piece: 32 << 10,
             bounce_max: 4 << 10,
             stream_min: if cores >= 8 { 4 << 10 } else { 0 },
             spin_us: if cores >= 8 { 50 } else { 0 },
@@ -97,6 +101,9 @@ impl Config {
         }
         if let Some(n) = num("IBNET_SOFT_CHUNK", 4096, 1 << 30) {
             c.chunk = n;
+        }
+        if let Some(n) = num("IBNET_SOFT_MIN_PIECE", 4096, c.chunk) {
+            c.min_piece = n;
         }
         if let Some(n) = num(
             "IBNET_SOFT_BOUNCE_MAX",
@@ -188,6 +195,30 @@ mod tests {
             e[..],
             [Error::Param {
                 name: "IBNET_SOFT_BOUNCE_MAX",
+                reason: "out of range; default used",
+            }]
+        ));
+    }
+
+    #[test]
+    fn min_piece_is_bounded_by_the_chunk() {
+        let (c, e) = Config::from_lookup(|k| match k {
+            "IBNET_SOFT_CHUNK" => Some("131072".into()),
+            "IBNET_SOFT_MIN_PIECE" => Some("65536".into()),
+            _ => None,
+        });
+        assert!(e.is_empty());
+        assert_eq!((c.chunk, c.min_piece), (128 << 10, 64 << 10));
+        let (c, e) = Config::from_lookup(|k| match k {
+            "IBNET_SOFT_CHUNK" => Some("65536".into()),
+            "IBNET_SOFT_MIN_PIECE" => Some("131072".into()),
+            _ => None,
+        });
+        assert_eq!(c.min_piece, Config::default().min_piece);
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: "IBNET_SOFT_MIN_PIECE",
                 reason: "out of range; default used",
             }]
         ));

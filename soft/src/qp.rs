@@ -10,11 +10,14 @@
 //! * `post_send` (exclusive via `&mut Qp`) writes each WR into `sq[tail % cap]` and executes its
 //!   data movement at once: a WR of at most `direct_max` bytes in the posting thread (one
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
-//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `MIN_PIECE`
+//!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `min_piece`
 //!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
-//!   claim until none is left: the poster hands out every token first (one per chunk beyond
-//!   its own, at most one per worker), so that the workers wake and copy in parallel with it,
-//!   and it never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
+//!   claim until none is left: the poster first offers tokens to workers that are awake and
+//!   idle (no syscall: `engine.rs`, "Offers"), copies a chunk itself, and after each of its
+//!   chunks wakes one more worker while at least two chunks are unclaimed (one for itself,
+//!   one for the worker; at most one token per worker in all), so that a worker is woken only
+//!   when it will find work, no wake comes before the poster's first copy, and the poster
+//!   never waits for a worker (see `sq.rs`). While an earlier WR of the QP has not landed (a
 //!   stream of large WRs), the poster hands every chunk to the workers and returns at once
 //!   instead, to post the next WR. Data movement is eager: it never waits for earlier WRs (the
 //!   RC contract only orders immediates).
@@ -171,6 +174,9 @@ pub struct QpShared {
     destroyed: AtomicBool,
     direct_max: u64,
     chunk: u64,
+    /// Smallest piece of a WR above `direct_max` (`IBNET_SOFT_MIN_PIECE`): below it, waking a
+    /// worker costs more than the copy it would take over.
+    min_piece: u64,
     /// Largest WRITE_WITH_IMM sent bounced (0: none).
     bounce_max: u64,
     /// Smallest WR of a stream handed whole to a worker (0: none; "Streams").
@@ -183,25 +189,21 @@ pub struct QpShared {
     faults: Option<Arc<crate::inject::Inject>>,
 }
 
-/// Smallest piece of a WR above `direct_max` handed to a copy worker: below it, waking a worker
-/// costs more than the copy it would take over.
-const MIN_PIECE: u64 = 32 << 10;
-
 /// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
 /// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
 const POSTER_MAX: u64 = 1 << 20;
 
 /// The chunk size of a WR of `len` bytes copied by the poster and `workers` workers
 /// (size-adaptive): whole rounds of `workers + 1` equal pieces, as few rounds as pieces of at
-/// most `max` bytes allow, and fewer pieces (of at least `MIN_PIECE`) for a smaller WR. Every
+/// most `max` bytes allow, and fewer pieces (of at least `min`) for a smaller WR. Every
 /// copier then finishes its last piece at about the same time: a WR one round larger takes
 /// one piece-time longer, never a round with only some copiers busy (`len` of 2 MiB with 4
 /// workers and `max` 256 KiB: 10 pieces of 208 KiB, two rounds, not 8 of 256 KiB, where
 /// the second round keeps 3 of 5 copiers busy for as long as the first).
-fn split(len: u64, workers: u64, max: u64) -> u64 {
+fn split(len: u64, workers: u64, max: u64, min: u64) -> u64 {
     let round = workers + 1;
     let rounds = len.div_ceil(round * max).max(1);
-    let pieces = (round * rounds).min(len.div_ceil(MIN_PIECE)).max(1);
+    let pieces = (round * rounds).min(len.div_ceil(min)).max(1);
     len.div_ceil(pieces).next_multiple_of(4096).min(max)
 }
 
@@ -250,6 +252,7 @@ impl QpShared {
             destroyed: AtomicBool::new(false),
             direct_max: cfg.direct_max,
             chunk: cfg.chunk.max(4096),
+            min_piece: cfg.min_piece.clamp(4096, cfg.chunk.max(4096)),
             bounce_max: cfg.bounce_max.min(BOUNCE_MAX as u64),
             stream_min: cfg.stream_min,
             bounce_next: AtomicU64::new(0),
@@ -404,7 +407,7 @@ impl QpShared {
             self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        let chunk = split(len, workers, self.chunk);
+        let chunk = split(len, workers, self.chunk, self.min_piece);
         // Relaxed: a hint (which mode suits); both are correct.
         if self.sq_cursor.load(Ordering::Relaxed) < seq {
             // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
@@ -415,23 +418,39 @@ impl QpShared {
             self.stream(seq, e, chunk, engine);
             return;
         }
-        // Idle QP (a latency-bound exchange): every worker that will find a chunk (one fewer
-        // than the chunks: the poster takes one) gets its token first, so that all of them
-        // wake and copy in parallel with the poster; a WR of up to POSTER_MAX never waits for
-        // a sleeping worker (one that wakes late finds nothing left and leaves).
+        // Idle QP (a latency-bound exchange): the poster copies too, and never waits for a
+        // worker (a WR of up to POSTER_MAX never waits for a sleeping one).
         let n = e.arm(seq, chunk, true) as u64;
-        let tokens = n.saturating_sub(1).min(workers);
-        for _ in 0..tokens {
-            if !engine.submit(self.clone(), seq) {
-                // Engine full or stopped: the poster copies what is left.
-                self.run_chunks(seq, e, u64::MAX);
-                return;
+        self.idle_copy(seq, e, n.saturating_sub(1).min(workers), engine);
+    }
+
+    /// The idle-QP hand-out of WR `seq`, armed, with at most `tokens` tokens for workers:
+    /// first offers to the workers awake and idle (no syscall before the poster's first
+    /// chunk), then, after each chunk the poster copies, one waking token while at least two
+    /// chunks are unclaimed (one for the poster, one for the worker: a worker is woken only
+    /// when it will find work). Past POSTER_MAX the workers take the rest.
+    fn idle_copy(self: &Arc<Self>, seq: u64, e: &SqEntry, tokens: u64, engine: &Engine<Self>) {
+        let mut sent = engine.offer(self, seq, tokens);
+        let (mut copied, mut woken) = (0, false);
+        while copied < POSTER_MAX {
+            match self.run_chunks(seq, e, 1) {
+                (0, _) => return, // all claimed
+                (b, _) => copied += b,
+            }
+            if sent < tokens && e.unclaimed(seq) >= 2 {
+                if !engine.submit(self.clone(), seq) {
+                    // Engine full or stopped: the poster copies what is left.
+                    self.run_chunks(seq, e, u64::MAX);
+                    return;
+                }
+                (sent, woken) = (sent + 1, true);
             }
         }
-        // The poster's share; past POSTER_MAX the workers (at least one token is out) take
-        // the rest.
-        let budget = if tokens == 0 { u64::MAX } else { POSTER_MAX };
-        self.run_chunks(seq, e, budget);
+        // Past the poster's share: a waking token makes sure a worker takes the rest (an
+        // offer is a hint; the engine's doc, "Offers").
+        if !woken && e.unclaimed(seq) > 0 && !engine.submit(self.clone(), seq) {
+            self.run_chunks(seq, e, u64::MAX);
+        }
     }
 
     /// Whether WR `seq` of `len` bytes is one of a stream that goes whole to a copy worker:
@@ -977,7 +996,7 @@ mod tests {
 
     /// Chunks of `len` with `workers` workers and `max`-byte pieces at most.
     fn chunks(len: u64, workers: u64, max: u64) -> (u64, u64) {
-        let c = split(len, workers, max);
+        let c = split(len, workers, max, 32 << 10);
         (len.div_ceil(c), c)
     }
 
@@ -997,5 +1016,9 @@ mod tests {
         // One worker; pieces never above `max`.
         assert_eq!(chunks(1 << 20, 1, 256 * K), (4, 256 * K));
         assert_eq!(chunks(1 << 20, 1, 64 * K), (16, 64 * K));
+        // A larger smallest piece (IBNET_SOFT_MIN_PIECE): fewer, larger pieces below a round.
+        assert_eq!(split(128 * K, 4, 256 * K, 64 * K), 64 * K);
+        assert_eq!(split(256 * K, 4, 256 * K, 64 * K), 64 * K);
+        assert_eq!(split(1 << 20, 4, 256 * K, 64 * K), 208 * K);
     }
 }

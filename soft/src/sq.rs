@@ -187,6 +187,17 @@ impl SqEntry {
         })
     }
 
+    /// Chunks of WR `seq` not yet claimed (0 if the slot holds another WR).
+    pub fn unclaimed(&self, seq: u64) -> u32 {
+        // Relaxed: a hint for handing out tokens; claims themselves are CASes.
+        let cur = self.run.load(Ordering::Relaxed);
+        if cur & !0xffff_ffff == tag(seq) {
+            cur as u32
+        } else {
+            0
+        }
+    }
+
     /// A claimed chunk is done (copied, failed or skipped); `true` for the WR's last one (the
     /// caller must kick the combiner).
     pub fn chunk_done(&self) -> bool {
