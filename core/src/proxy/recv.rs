@@ -471,6 +471,19 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         if received <= step {
             return Ok(false);
         }
+        if ONE && PLAIN && !P::PER_STEP {
+            // No flush to wait for and no profiler watching: the whole run of landed steps is
+            // handed over at once, with one store of its last `tail` (the value the per-step
+            // stores below end with; each step's own store would reach the GPU only a few
+            // instructions earlier).
+            let sub = &mut op.subs[lead];
+            sub.transmitted = received;
+            if step < sub.nsteps {
+                store_step(self.links[0].tail, sub.base + received);
+                self.shape.mem.store_fence();
+            }
+            return Ok(true);
+        }
         let ri = (step % STEPS as u64) as usize;
         // A plain sub never flushes: no request waits here.
         if let (false, Some(req)) = (PLAIN, op.subs[lead].requests[ri]) {
