@@ -44,6 +44,11 @@ pub enum StepEvent {
 
 /// Receives proxy events. All methods default to doing nothing.
 pub trait Profiler {
+    /// Whether the hooks want each step's events: `false` (only [`NoProfiler`]) lets the
+    /// engine move a counter over a run of steps at once where nothing but these events
+    /// happens per step. A profiler that overrides a hook keeps the default `true`.
+    const PER_STEP: bool = true;
+
     /// Sub-operation `sub` of a `dir` operation starts (`nsteps` steps, `nbytes` bytes).
     fn op_start(&mut self, dir: Dir, sub: usize, nsteps: u64, nbytes: usize) {
         let _ = (dir, sub, nsteps, nbytes);
@@ -74,4 +79,6 @@ pub trait Profiler {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoProfiler;
 
-impl Profiler for NoProfiler {}
+impl Profiler for NoProfiler {
+    const PER_STEP: bool = false;
+}

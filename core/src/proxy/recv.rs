@@ -20,7 +20,9 @@
 //! 3. **hand over**: once a step's flush (if any) completed, store `tail = base + transmitted`
 //!    (Release; once, at the end, for a registered sub).
 //! 4. **retire**: the GPU's `head` (Acquire) says which steps it consumed; those slots may be
-//!    reposted (and the plugin told with `irecv_consumed`).
+//!    reposted (and the plugin told with `irecv_consumed`). A plain receive (no flush) keeps
+//!    its request where `post` put it until then; others move it aside at **receive**, since a
+//!    flush request takes its place.
 
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetBuf, SizeReport};
@@ -436,9 +438,13 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
                 StepEvent::RecvFlushWait,
             );
         }
-        let ls = &mut op.subs[lead];
-        ls.requests[ri] = None;
-        ls.consumed[ri] = Some(req);
+        if !PLAIN {
+            // A plain receive never flushes: its request stays in `requests` until `retire`
+            // (its slot is reposted only after that), saving the move to `consumed`.
+            let ls = &mut op.subs[lead];
+            ls.requests[ri] = None;
+            ls.consumed[ri] = Some(req);
+        }
         if !PLAIN && need_flush && total > 0 && p == Protocol::Simple {
             if let Some(w) = gdc_flush {
                 self.shape.mem.flush_read(w.get());
@@ -464,6 +470,19 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         let (received, step) = (op.subs[lead].received, op.subs[lead].transmitted);
         if received <= step {
             return Ok(false);
+        }
+        if ONE && PLAIN && !P::PER_STEP {
+            // No flush to wait for and no profiler watching: the whole run of landed steps is
+            // handed over at once, with one store of its last `tail` (the value the per-step
+            // stores below end with; each step's own store would reach the GPU only a few
+            // instructions earlier).
+            let sub = &mut op.subs[lead];
+            sub.transmitted = received;
+            if step < sub.nsteps {
+                store_step(self.links[0].tail, sub.base + received);
+                self.shape.mem.store_fence();
+            }
+            return Ok(true);
         }
         let ri = (step % STEPS as u64) as usize;
         // A plain sub never flushes: no request waits here.
@@ -531,7 +550,13 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
                     break;
                 }
                 let ci = (sub.done % STEPS as u64) as usize;
-                if let Some(req) = op.subs[lead].consumed[ci].take() {
+                let ls = &mut op.subs[lead];
+                let held = if PLAIN {
+                    &mut ls.requests[ci]
+                } else {
+                    &mut ls.consumed[ci]
+                };
+                if let Some(req) = held.take() {
                     let n = op.subs[lead].req_count[ci] as usize;
                     net.irecv_consumed(self.rc, n, req)?;
                 }
