@@ -12,12 +12,10 @@
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
 //!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `min_piece`
 //!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
-//!   claim until none is left: the poster first offers tokens to workers that are awake and
-//!   idle (no syscall: `engine.rs`, "Offers"), copies a chunk itself, and after each of its
-//!   chunks wakes one more worker while at least two chunks are unclaimed (one for itself,
-//!   one for the worker; at most one token per worker in all), so that a worker is woken only
-//!   when it will find work, no wake comes before the poster's first copy, and the poster
-//!   never waits for a worker (see `sq.rs`). While an earlier WR of the QP has not landed (a
+//!   claim until none is left: the poster copies chunks itself and hands a worker a token
+//!   only while at least two chunks are unclaimed (one for itself, one for the worker; at most
+//!   one token per worker), so that a worker is woken only when it will find work, and the
+//!   poster never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
 //!   stream of large WRs), the poster hands every chunk to the workers and returns at once
 //!   instead, to post the next WR. Data movement is eager: it never waits for earlier WRs (the
 //!   RC contract only orders immediates).
@@ -418,38 +416,36 @@ impl QpShared {
             self.stream(seq, e, chunk, engine);
             return;
         }
-        // Idle QP (a latency-bound exchange): the poster copies too, and never waits for a
-        // worker (a WR of up to POSTER_MAX never waits for a sleeping one).
+        // Idle QP (a latency-bound exchange): the poster copies too, and hands a token to a
+        // worker only while at least two chunks are unclaimed (one for itself, one for the
+        // worker): a worker is woken only when it will find work, and a WR of up to
+        // POSTER_MAX never waits for a sleeping worker.
         let n = e.arm(seq, chunk, true) as u64;
-        self.idle_copy(seq, e, n.saturating_sub(1).min(workers), engine);
-    }
-
-    /// The idle-QP hand-out of WR `seq`, armed, with at most `tokens` tokens for workers:
-    /// first offers to the workers awake and idle (no syscall before the poster's first
-    /// chunk), then, after each chunk the poster copies, one waking token while at least two
-    /// chunks are unclaimed (one for the poster, one for the worker: a worker is woken only
-    /// when it will find work). Past POSTER_MAX the workers take the rest.
-    fn idle_copy(self: &Arc<Self>, seq: u64, e: &SqEntry, tokens: u64, engine: &Engine<Self>) {
-        let mut sent = engine.offer(self, seq, tokens);
-        let (mut copied, mut woken) = (0, false);
-        while copied < POSTER_MAX {
-            match self.run_chunks(seq, e, 1) {
-                (0, _) => return, // all claimed
-                (b, _) => copied += b,
-            }
+        let tokens = n.saturating_sub(1).min(workers);
+        let (mut sent, mut copied) = (0, 0);
+        loop {
             if sent < tokens && e.unclaimed(seq) >= 2 {
                 if !engine.submit(self.clone(), seq) {
                     // Engine full or stopped: the poster copies what is left.
                     self.run_chunks(seq, e, u64::MAX);
                     return;
                 }
-                (sent, woken) = (sent + 1, true);
+                sent += 1;
+            }
+            if copied >= POSTER_MAX {
+                break;
+            }
+            match self.run_chunks(seq, e, 1) {
+                (0, _) => return, // all claimed
+                (b, _) => copied += b,
             }
         }
-        // Past the poster's share: a waking token makes sure a worker takes the rest (an
-        // offer is a hint; the engine's doc, "Offers").
-        if !woken && e.unclaimed(seq) > 0 && !engine.submit(self.clone(), seq) {
-            self.run_chunks(seq, e, u64::MAX);
+        // Past the poster's share: the workers take the rest (at least one token out).
+        while sent == 0 && e.unclaimed(seq) > 0 {
+            if !engine.submit(self.clone(), seq) {
+                self.run_chunks(seq, e, u64::MAX);
+            }
+            sent += 1;
         }
     }
 

@@ -71,35 +71,6 @@ fn write_with_imm_sizes_0_to_64mib_byte_for_byte() {
 }
 
 #[test]
-fn idle_large_writes_offered_to_awake_workers_land_byte_for_byte() {
-    // Workers that spin for a second stay awake between these WRs, so the poster offers
-    // them tokens (`engine.rs`, "Offers") on top of its own copies and waking tokens; sizes
-    // around the split points and past the poster's 1 MiB share.
-    let pa = SoftProvider::open_with(Config {
-        workers: 3,
-        spin_us: 1_000_000,
-        ..Config::default()
-    })
-    .unwrap();
-    let pb = provider();
-    let (mut a, mut b) = pair(&pa, &pb);
-    for (i, len) in [
-        65_537usize,
-        131_072,
-        262_144,
-        300_001,
-        1 << 20,
-        (3 << 20) + 5,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        write_imm_roundtrip(&mut a, &mut b, len, i as u64 + 20);
-    }
-    pa.shutdown();
-}
-
-#[test]
 fn loopback_on_one_provider() {
     let p = provider();
     let (mut a, mut b) = pair(&p, &p);
