@@ -171,6 +171,7 @@ const SOFT: &[&str] = &[
     "IBNET_SOFT_BOUNCE_MAX",
     "IBNET_SOFT_STREAM_MIN",
     "IBNET_SOFT_SPIN_US",
+    "IBNET_SOFT_MIN_PIECE",
 ];
 
 fn soft(var: usize, v: &str) {

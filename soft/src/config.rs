@@ -7,7 +7,7 @@
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times `MIN_PIECE`, copied by the posting thread and the workers) |
 //! | `IBNET_SOFT_MIN_PIECE` | 32 KiB | smallest chunk of a WR above `DIRECT_MAX` (4 KiB ..= `CHUNK`; a larger value means fewer, larger copies for a WR of a few hundred KiB: fewer copiers, fewer calls) |
 //! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two memory copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
-//! | `IBNET_SOFT_STREAM_MIN` | 4096 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0) |
+//! | `IBNET_SOFT_STREAM_MIN` | 8192 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0); the default leaves `BOUNCE_MAX`'s 4 KiB on the bounce path, which measured faster for a 4 KiB stream (1.08 × raw CMA against 0.67–0.80 streamed, 16-core host) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
 //! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
@@ -54,7 +54,7 @@ impl Default for Config {
             chunk: 256 << 10,
             min_piece: 32 << 10,
             bounce_max: 4 << 10,
-            stream_min: if cores >= 8 { 4 << 10 } else { 0 },
+            stream_min: if cores >= 8 { 8 << 10 } else { 0 },
             spin_us: if cores >= 8 { 50 } else { 0 },
             set_ptracer: true,
             faults: Faults::OFF,
