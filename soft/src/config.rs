@@ -3,7 +3,7 @@
 //! | variable | default | meaning |
 //! | --- | --- | --- |
 //! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
-//! | `IBNET_SOFT_DIRECT_MAX` | 64 KiB | WRs up to this size are copied in the posting thread (no thread hop) |
+//! | `IBNET_SOFT_DIRECT_MAX` | 512 KiB | WRs up to this size are copied in the posting thread (no thread hop) when the QP is idle; a larger one is split between the posting thread and the workers (on the 16-core host one copier was faster than a split at every size up to 512 KiB: 128 KiB 9.1 µs against 11.3 split, 256 KiB 16.3 against 26.2, 512 KiB 31.3 against 53.8, one device call) |
 //! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times `MIN_PIECE`, copied by the posting thread and the workers) |
 //! | `IBNET_SOFT_MIN_PIECE` | 32 KiB | smallest chunk of a WR above `DIRECT_MAX` (4 KiB ..= `CHUNK`; a larger value means fewer, larger copies for a WR of a few hundred KiB: fewer copiers, fewer calls) |
 //! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two memory copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
@@ -50,7 +50,7 @@ impl Default for Config {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
             workers: (cores / 4).clamp(1, 8),
-            direct_max: 64 << 10,
+            direct_max: 512 << 10,
             chunk: 256 << 10,
             min_piece: 32 << 10,
             bounce_max: 4 << 10,

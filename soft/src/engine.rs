@@ -12,7 +12,7 @@
 //!
 //! ## Doorbell cost
 //! [`Engine::submit`] is this provider's doorbell (what an MMIO write to the NIC is for verbs),
-//! and it is on the `isend` path of WRs larger than `direct_max` (64 KiB by default; smaller
+//! and it is on the `isend` path of WRs larger than `direct_max` (512 KiB by default; smaller
 //! ones are copied by the posting thread and never come here, except the WRs of a stream of
 //! at least `stream_min`: see `qp.rs`, "Streams"). `try_send` itself is lock-free (a CAS on
 //! the ring). When a worker is *parked* (idle longer than its spin), waking it takes the
