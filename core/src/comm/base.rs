@@ -250,11 +250,12 @@ impl<P: Provider> Base<P> {
     }
 
     /// `test`: polls the CQ until `id` is done or the CQ is empty. `finish` turns a done
-    /// request into what `test` reports (a receive's sizes); an error from it poisons the comm.
+    /// request into what `test` reports (a receive's sizes; it gets the peer by reference, for
+    /// its errors, so a good completion copies none of it); an error from it poisons the comm.
     pub fn test(
         &mut self,
         id: ReqId,
-        finish: impl FnOnce(&Request) -> Result<Done>,
+        finish: impl FnOnce(&Request, &PeerId) -> Result<Done>,
     ) -> Result<Option<Done>> {
         self.check_live("test")?;
         loop {
@@ -263,7 +264,7 @@ impl<P: Provider> Base<P> {
                 if let Some(sink) = self.sink {
                     sink.stop(id.index(), None);
                 }
-                let done = finish(r);
+                let done = finish(r, &self.peer);
                 self.reqs.free(id)?;
                 return match done {
                     Ok(d) => Ok(Some(d)),
@@ -297,7 +298,7 @@ impl<P: Provider> Base<P> {
     pub fn finish(
         &mut self,
         id: ReqId,
-        finish: impl FnOnce(&Request) -> Result<Done>,
+        finish: impl FnOnce(&Request, &PeerId) -> Result<Done>,
     ) -> Result<Option<Done>> {
         let r = self.reqs.get(id)?;
         if r.events != 0 {
@@ -306,7 +307,7 @@ impl<P: Provider> Base<P> {
         if let Some(sink) = self.sink {
             sink.stop(id.index(), None);
         }
-        let done = finish(r);
+        let done = finish(r, &self.peer);
         self.reqs.free(id)?;
         match done {
             Ok(d) => Ok(Some(d)),

@@ -362,8 +362,7 @@ impl<P: Provider> RecvComm<P> {
     /// checked against the buffer posted (a hostile or broken peer is [`Error::BadSize`]).
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         let staging = &self.staging;
-        let peer = self.base.peer;
-        self.base.test(id, |r| match r.kind {
+        self.base.test(id, |r, peer| match r.kind {
             Some(ReqType::Recv) => recv_done(staging, r, peer),
             _ => Ok(Base::<P>::done_of(r)),
         })
@@ -373,8 +372,7 @@ impl<P: Provider> RecvComm<P> {
     /// poisoned comm).
     pub fn completed(&mut self, id: ReqId) -> Result<Option<Done>> {
         let staging = &self.staging;
-        let peer = self.base.peer;
-        self.base.finish(id, |r| match r.kind {
+        self.base.finish(id, |r, peer| match r.kind {
             Some(ReqType::Recv) => recv_done(staging, r, peer),
             _ => Ok(Base::<P>::done_of(r)),
         })
@@ -441,7 +439,7 @@ impl<P: Provider> RecvComm<P> {
 /// What a done receive reports: per buffer the bytes the peer says it wrote, each at most the
 /// buffer posted in the request's slot, and for a multi-receive non-zero exactly where the
 /// immediate's bitmask says so.
-fn recv_done(ring: &FifoRing, r: &Request, peer: crate::error::PeerId) -> Result<Done> {
+fn recv_done(ring: &FifoRing, r: &Request, peer: &crate::error::PeerId) -> Result<Done> {
     let n = r.nreqs as usize;
     let slot = r.fifo_slot as usize;
     let sizes = if n > 1 { ring.sizes(slot, n) } else { r.sizes };
@@ -453,7 +451,7 @@ fn recv_done(ring: &FifoRing, r: &Request, peer: crate::error::PeerId) -> Result
                 index: i as u8,
                 size,
                 posted,
-                peer,
+                peer: *peer,
             });
         }
     }

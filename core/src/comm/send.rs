@@ -334,7 +334,7 @@ impl<P: Provider> SendComm<P> {
 
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        self.base.test(id, |r| Ok(Base::<P>::done_of(r)))
+        self.base.test(id, |r, _| Ok(Base::<P>::done_of(r)))
     }
 
     /// Polls the CQ once for no request in particular (see `Base::progress`): an error
