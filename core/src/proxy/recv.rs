@@ -530,6 +530,9 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
     fn retire<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
         let slice = self.shape.slice;
         let lead = self.lead();
+        if ONE && PLAIN && !P::PER_STEP {
+            return self.retire_run(net, op);
+        }
         let mut moved = false;
         for (j, link) in self.links[..self.len()].iter().enumerate() {
             let si = self.member(op, j);
@@ -578,6 +581,48 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
             }
         }
         Ok(moved)
+    }
+}
+
+impl<N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
+    GroupPass<'_, '_, N, M, ONE, PLAIN>
+{
+    /// [`GroupPass::retire`] for a plain solo receive with no profiler watching: the run of
+    /// consumed steps found from one look at the sub and the GPU's `head`, then retired in one
+    /// loop (the same steps, `irecv_consumed` calls and end state as the per-step loop).
+    #[inline(always)]
+    fn retire_run(&self, net: &mut N, op: &mut ProxyOp<N>) -> Result<bool> {
+        let slice = self.shape.slice;
+        let ndone = &mut op.ndone;
+        let sub = &mut op.subs[Group::SOLO.lead];
+        if sub.done == sub.nsteps || sub.transmitted <= sub.done {
+            return Ok(false);
+        }
+        let head = load_step(&self.links[0].r.send_mem.get().head);
+        // Retire while `base + done < head` and `done < transmitted` (LL and LL128 may
+        // acknowledge empty sends early: never pass `transmitted`).
+        let end = head.saturating_sub(sub.base).min(sub.transmitted);
+        if end <= sub.done {
+            return Ok(false);
+        }
+        while sub.done < end {
+            let ci = (sub.done % STEPS as u64) as usize;
+            if let Some(req) = sub.requests[ci].take() {
+                net.irecv_consumed(self.rc, usize::from(sub.req_count[ci]), req)?;
+            }
+            sub.done += slice;
+            if sub.done == sub.nsteps {
+                if sub.own_mr {
+                    if let Some(mr) = sub.mhandle.take() {
+                        sub.own_mr = false;
+                        net.dereg_mr(self.links[0].r.comm, mr)?;
+                    }
+                }
+                *ndone += 1;
+                break;
+            }
+        }
+        Ok(true)
     }
 }
 
