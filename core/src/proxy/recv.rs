@@ -216,8 +216,12 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         // leaves with this post, so their data cannot be there yet (an RDMA sender writes only
         // after seeing it), and testing them would only fail.
         let old = op.subs[self.lead()].posted;
-        while self.post(net, op, prof)? {
-            moved = true;
+        if ONE && PLAIN && !P::PER_STEP {
+            moved |= self.post_run(net, op)?;
+        } else {
+            while self.post(net, op, prof)? {
+                moved = true;
+            }
         }
         // The sizes `test` fills, set up once per pass (a group's test resets what it reads).
         let mut sizes = [0usize; MAX_RECVS];
@@ -587,6 +591,53 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
 impl<N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
     GroupPass<'_, '_, N, M, ONE, PLAIN>
 {
+    /// [`GroupPass::post`] for a plain solo receive with no profiler watching: the buffer,
+    /// step size and memory handle looked up once, then every slot the depth allows posted
+    /// (the same receives, in the same order, as repeated `post`s).
+    #[inline(always)]
+    fn post_run(&self, net: &mut N, op: &mut ProxyOp<N>) -> Result<bool> {
+        let Shape {
+            p,
+            slice,
+            max_depth,
+            ..
+        } = *self.shape;
+        let sub = &mut op.subs[Group::SOLO.lead];
+        let end = sub.nsteps.min(sub.done + max_depth);
+        if sub.posted >= end {
+            return Ok(false);
+        }
+        let Link { c, r, .. } = self.links[0];
+        let b = r.bufs[p.index()].ok_or(Error::Missing {
+            what: "protocol buffer of the connection",
+        })?;
+        let mr = sub.mhandle.ok_or(Error::Missing {
+            what: "memory handle",
+        })?;
+        let step_size = b.size / STEPS;
+        let size = (step_size * slice as usize).min(sub.nbytes);
+        let tag = c.req.tp_remote_rank;
+        let mut moved = false;
+        while sub.posted < end {
+            let slot = RecvMem::<STEPS>::slot(sub.base + sub.posted);
+            let buf = NetBuf {
+                addr: b.cpu + (slot * step_size) as u64,
+                size,
+                tag,
+                mr,
+            };
+            let Some(req) = net.irecv(self.rc, &[buf])? else {
+                break;
+            };
+            let ri = (sub.posted % STEPS as u64) as usize;
+            sub.requests[ri] = Some(req);
+            sub.req_count[ri] = 1;
+            sub.posted += slice;
+            moved = true;
+        }
+        Ok(moved)
+    }
+
     /// [`GroupPass::retire`] for a plain solo receive with no profiler watching: the run of
     /// consumed steps found from one look at the sub and the GPU's `head`, then retired in one
     /// loop (the same steps, `irecv_consumed` calls and end state as the per-step loop).
