@@ -375,10 +375,12 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
             return Ok(false);
         }
         let ri = (step % STEPS as u64) as usize;
-        let req = op.subs[lead].requests[ri].ok_or(Error::BadState {
-            op: "recv progress",
-            state: "no request for a posted step",
-        })?;
+        let Some(req) = op.subs[lead].requests[ri] else {
+            return Err(Error::BadState {
+                op: "recv progress",
+                state: "no request for a posted step",
+            });
+        };
         if ONE {
             sizes[0] = 0;
         } else {

@@ -216,7 +216,9 @@ impl<N: Net> SendPass<'_, N> {
             return Ok(false);
         }
         let (mr, tag) = (sub.mhandle, self.conn.req.tp_rank);
-        while sub.transmitted < sub.posted && sub.transmitted < sub.done + STEPS as u64 {
+        // Neither `posted` nor `done` moves in this stage: the bound is computed once.
+        let limit = sub.posted.min(sub.done + STEPS as u64);
+        while sub.transmitted < limit {
             let step = sub.base + sub.transmitted;
             let Some((addr, size)) = self.ready::<PLAIN>(sub, step)? else {
                 break;
@@ -321,10 +323,12 @@ impl<N: Net> SendPass<'_, N> {
         while sub.done < sub.transmitted {
             let step = sub.base + sub.done;
             let slot = RecvMem::<STEPS>::slot(step);
-            let req = sub.requests[slot].ok_or(Error::BadState {
-                op: "send progress",
-                state: "no request for a transmitted step",
-            })?;
+            let Some(req) = sub.requests[slot] else {
+                return Err(Error::BadState {
+                    op: "send progress",
+                    state: "no request for a transmitted step",
+                });
+            };
             sizes[0] = 0;
             if !net.test(r.comm, req, &mut sizes)? {
                 break;
