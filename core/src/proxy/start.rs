@@ -26,14 +26,17 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         op: &mut ProxyOp<N>,
         prof: &mut P,
     ) -> Result<Progress> {
-        if op.state == OpState::Ready {
-            self.start(op, prof)?;
-        }
-        if op.state == OpState::Done {
-            return Ok(Progress {
-                idle: true,
-                done: true,
-            });
+        // One test on the moving path (the common case); `Ready` and `Done` behind it.
+        if op.state != OpState::Progress {
+            if op.state == OpState::Ready {
+                self.start(op, prof)?;
+            }
+            if op.state == OpState::Done {
+                return Ok(Progress {
+                    idle: true,
+                    done: true,
+                });
+            }
         }
         let idle = match op.dir {
             Dir::Send => self.send_progress(op, prof)?,
