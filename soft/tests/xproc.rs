@@ -352,6 +352,8 @@ fn two_process_streamed_writes_land_in_order_byte_for_byte() {
     let p = ibnet_soft::SoftProvider::open_with(ibnet_soft::Config {
         workers: 2,
         stream_min: 4096,
+        // 64 KiB (the default is 512 KiB) so that the larger sizes are split over workers.
+        direct_max: 64 << 10,
         ..ibnet_soft::Config::default()
     })
     .unwrap();
