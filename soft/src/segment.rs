@@ -238,22 +238,23 @@ pub fn write_bounce(
     let len = len.min(BOUNCE_MAX);
     // SAFETY: the source is inside a live local registration (the lease), probed at `reg_mr`
     // and kept mapped until deregistered; the destination is one bounce slot (`len` ≤ its
-    // size) inside our mapping of `remote`, which the caller borrows. The bytes are published by the combiner's later Release store of the ring entry; the owner
-    // reads them only after that (`ring::bounce_free` keeps us off a slot until it has).
+    // size) inside our mapping of `remote`, which the caller borrows. The bytes are published
+    // by the combiner's later Release store of the ring entry; the owner reads them only after
+    // that (`ring::bounce_free` keeps us off a slot until it has).
     unsafe { sys::bulk_copy(remote.bounce_ptr(idx, b), laddr, len) };
 }
 
-/// Target: copies `len` bytes (≤ [`BOUNCE_MAX`]) of bounce slot `b` of our QP slot `idx` (<
-/// [`BOUNCE_QPS`]) into
-/// this process's own memory at `raddr`, covered by `_lease` (taken by the caller on its own
-/// registration with remote-write access: the re-check of a peer-written entry).
+/// Target: copies `len` bytes (≤ [`BOUNCE_MAX`]) of bounce slot `b` of our QP slot `idx`
+/// (< [`BOUNCE_QPS`]) into this process's own memory at `raddr`, covered by `_lease` (taken by
+/// the caller on its own registration with remote-write access: the re-check of a
+/// peer-written entry).
 pub fn read_bounce(own: &Segment, idx: usize, b: u64, _lease: &Lease<'_>, raddr: u64, len: usize) {
     let len = len.min(BOUNCE_MAX);
     // SAFETY: the destination is inside a live registration of this process with remote-write
     // access (the lease checked key, range and access, and keeps `dereg` from completing
     // meanwhile), kept mapped until deregistered; the source is one bounce slot inside our own
-    // mapping, read after the entry's Acquire; a peer that writes it concurrently (against the protocol) only tears the bytes it sent
-    // (`sys::bulk_copy`: opaque to the compiler).
+    // mapping, read after the entry's Acquire; a peer that writes it concurrently (against
+    // the protocol) only tears the bytes it sent (`sys::bulk_copy`: opaque to the compiler).
     unsafe { sys::bulk_copy(raddr, own.bounce_ptr(idx, b), len) };
 }
 
