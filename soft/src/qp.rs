@@ -12,9 +12,11 @@
 //!   `process_vm_writev`, or an atomic word copy in-process); a larger one is cut into chunks
 //!   (size-adaptive, `split`: whole rounds of `workers + 1` equal pieces, between `min_piece`
 //!   and `chunk`) that the posting thread and up to `workers` copy workers (one *token* each)
-//!   claim until none is left: the poster copies chunks itself and hands a worker a token
-//!   only while at least two chunks are unclaimed (one for itself, one for the worker; at most
-//!   one token per worker), so that a worker is woken only when it will find work, and the
+//!   claim until none is left (on an idle QP, one copier per `direct_max` bytes: the poster
+//!   and `idle_helpers` workers, the same ones every time, see `engine.rs`'s mailboxes;
+//!   more copiers of one message into one target contend): the poster copies chunks itself
+//!   and hands a worker a token only while at least two chunks are unclaimed (one for
+//!   itself, one for the worker; at most one token per worker), so that a worker is woken only when it will find work, and the
 //!   poster never waits for one (see `sq.rs`). While an earlier WR of the QP has not landed (a
 //!   stream of large WRs), the poster hands every chunk to the workers and returns at once
 //!   instead, to post the next WR. Data movement is eager: it never waits for earlier WRs (the
@@ -203,6 +205,20 @@ fn split(len: u64, workers: u64, max: u64, min: u64) -> u64 {
     let rounds = len.div_ceil(round * max).max(1);
     let pieces = (round * rounds).min(len.div_ceil(min)).max(1);
     len.div_ceil(pieces).next_multiple_of(4096).min(max)
+}
+
+/// How many of `workers` copy workers help the poster with a WR of `len` (> `direct_max`)
+/// bytes on an idle QP: one copier per `direct_max` bytes, so each copies about as much as
+/// one copier does fastest alone. More copiers of one message into one target contend (page
+/// pinning in the target's address space, each copier's cache footprint): on the 16-core
+/// host 1 MiB took 60-70 µs with the poster and one or two workers against 89-98 µs with all
+/// five copiers, and 2 MiB 131-150 µs against 174-184 (one device call, `IBNET_SOFT_WORKERS`
+/// 1, 2 and 4). A stream keeps every worker (`stream`): there each copies its own message.
+fn idle_helpers(len: u64, direct_max: u64, workers: u64) -> u64 {
+    if direct_max == 0 {
+        return workers;
+    }
+    len.div_ceil(direct_max).saturating_sub(1).min(workers)
 }
 
 fn status_of(v: u32) -> WcStatus {
@@ -405,7 +421,6 @@ impl QpShared {
             self.copy_direct(seq, e, len); // in the posting thread: no hop
             return;
         }
-        let chunk = split(len, workers, self.chunk, self.min_piece);
         // Relaxed: a hint (which mode suits); both are correct.
         if self.sq_cursor.load(Ordering::Relaxed) < seq {
             // Streaming: an earlier WR of this QP has not landed yet, so workers are at work
@@ -413,19 +428,25 @@ impl QpShared {
             // and the poster returns at once to post the next WR: `workers` streams copying
             // back to back, instead of a poster that copies its share and posts nothing
             // meanwhile.
+            let chunk = split(len, workers, self.chunk, self.min_piece);
             self.stream(seq, e, chunk, engine);
             return;
         }
-        // Idle QP (a latency-bound exchange): the poster copies too, and hands a token to a
-        // worker only while at least two chunks are unclaimed (one for itself, one for the
-        // worker): a worker is woken only when it will find work, and a WR of up to
-        // POSTER_MAX never waits for a sleeping worker.
+        // Idle QP (a latency-bound exchange): the poster copies too, with one helper per
+        // further `direct_max` bytes (`idle_helpers`), and hands a token to a worker only
+        // while at least two chunks are unclaimed (one for itself, one for the worker): a
+        // worker is woken only when it will find work, and a WR of up to POSTER_MAX never
+        // waits for a sleeping worker.
+        let helpers = idle_helpers(len, self.direct_max, workers);
+        let chunk = split(len, helpers, self.chunk, self.min_piece);
         let n = e.arm(seq, chunk, true) as u64;
-        let tokens = n.saturating_sub(1).min(workers);
+        let tokens = n.saturating_sub(1).min(helpers);
         let (mut sent, mut copied) = (0, 0);
         loop {
             if sent < tokens && e.unclaimed(seq) >= 2 {
-                if !engine.submit(self.clone(), seq) {
+                // Helper `sent` of this QP is always the same worker: its cache keeps the
+                // pieces it copied last time (`idle_helpers`).
+                if !engine.submit_to(self.clone(), seq, self.idx + sent as usize) {
                     // Engine full or stopped: the poster copies what is left.
                     self.run_chunks(seq, e, u64::MAX);
                     return;
@@ -442,7 +463,7 @@ impl QpShared {
         }
         // Past the poster's share: the workers take the rest (at least one token out).
         while sent == 0 && e.unclaimed(seq) > 0 {
-            if !engine.submit(self.clone(), seq) {
+            if !engine.submit_to(self.clone(), seq, self.idx) {
                 self.run_chunks(seq, e, u64::MAX);
             }
             sent += 1;
@@ -994,6 +1015,25 @@ mod tests {
     fn chunks(len: u64, workers: u64, max: u64) -> (u64, u64) {
         let c = split(len, workers, max, 32 << 10);
         (len.div_ceil(c), c)
+    }
+
+    #[test]
+    fn an_idle_wr_gets_one_copier_per_direct_max_bytes() {
+        const K: u64 = 1 << 10;
+        // Just over DIRECT_MAX, and 1 MiB: the poster and one worker.
+        assert_eq!(idle_helpers(512 * K + 1, 512 * K, 4), 1);
+        assert_eq!(idle_helpers(1 << 20, 512 * K, 4), 1);
+        // 2 MiB: four copiers; 4 MiB and more: every worker.
+        assert_eq!(idle_helpers(2 << 20, 512 * K, 4), 3);
+        assert_eq!(idle_helpers(4 << 20, 512 * K, 4), 4);
+        assert_eq!(idle_helpers(64 << 20, 512 * K, 4), 4);
+        // DIRECT_MAX 0 (every WR split): every worker.
+        assert_eq!(idle_helpers(4 * K, 0, 4), 4);
+        // 1 MiB with its helper: two rounds of two 256 KiB pieces.
+        assert_eq!(
+            chunks(1 << 20, idle_helpers(1 << 20, 512 * K, 4), 256 * K),
+            (4, 256 * K)
+        );
     }
 
     #[test]
