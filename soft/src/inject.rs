@@ -93,10 +93,10 @@ impl Inject {
         }
         let src = &mut out[..src_len];
         sys::read_self(laddr, src).ok()?;
-        let (seq, mut posted) = decode(src)?;
+        let (seq, mut posted, rails) = decode(src)?;
         let ring = scratch.lock().unwrap_or_else(|e| e.into_inner());
         // Only a genuine element (its check included) is one: re-encode and compare.
-        if encode(&ring, seq, &posted, src_len)?[..src_len] != src[..] {
+        if encode(&ring, seq, &posted, rails, src_len)?[..src_len] != src[..] {
             return None;
         }
         if !self.roll(self.spec.fifo_corrupt) {
@@ -105,7 +105,7 @@ impl Inject {
         for p in &mut posted[..src_len / ELEM] {
             p.rkey ^= 0x8000_0000; // another generation of the same slot: a stale key
         }
-        let bad = encode(&ring, seq, &posted, src_len)?;
+        let bad = encode(&ring, seq, &posted, rails, src_len)?;
         out[..src_len].copy_from_slice(&bad[..src_len]);
         Some(src_len)
     }
@@ -119,9 +119,10 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
 }
 
-/// The sequence number and receives of a run of FIFO elements (layout of `FifoElem`: addr,
-/// size, rkey, nreqs, tag, reserved, idx, check, padding).
-fn decode(b: &[u8]) -> Option<(u64, [PostedRecv; MAX_RECVS])> {
+/// The sequence number, receives and live-rail mask of a run of FIFO elements (layout of
+/// `FifoElem`: addr, size, rkey, nreqs, tag, rails, idx, check, padding). A fused receiver's
+/// elements carry its mask (the same in each); a plain comm's carry 0.
+fn decode(b: &[u8]) -> Option<(u64, [PostedRecv; MAX_RECVS], u32)> {
     let n = b.len() / ELEM;
     let idx = u64_at(b, 32);
     let mut out = [PostedRecv::default(); MAX_RECVS];
@@ -136,18 +137,74 @@ fn decode(b: &[u8]) -> Option<(u64, [PostedRecv; MAX_RECVS])> {
             tag: u32_at(e, 24),
         };
     }
-    Some((idx - 1, out))
+    Some((idx - 1, out, u32_at(b, 28)))
 }
 
-/// The bytes the core's writer puts on the wire for `posted` at `seq`.
+/// The bytes the core's writer puts on the wire for `posted` at `seq` with mask `rails`.
 fn encode(
     ring: &FifoRing,
     seq: u64,
     posted: &[PostedRecv; MAX_RECVS],
+    rails: u32,
     len: usize,
 ) -> Option<[u8; ELEM * MAX_RECVS]> {
-    let (off, n) = ring.publish(seq, &posted[..len / ELEM]);
+    let (off, n) = ring.publish_rails(seq, &posted[..len / ELEM], rails);
     let mut b = [0u8; ELEM * MAX_RECVS];
     sys::read_self(ring.base_addr() + off as u64, &mut b[..n]).ok()?;
     Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` genuine elements at `seq` with mask `rails`, as the core's writer puts them on the
+    /// wire.
+    fn wire(seq: u64, n: usize, rails: u32) -> [u8; ELEM * MAX_RECVS] {
+        let ring = segment::zeroed_fifo();
+        let mut posted = [PostedRecv::default(); MAX_RECVS];
+        for (i, p) in posted.iter_mut().enumerate().take(n) {
+            *p = PostedRecv {
+                addr: 0x1000 * (i as u64 + 1),
+                size: 4096,
+                rkey: 0x100 + i as u32,
+                tag: i as u32,
+            };
+        }
+        encode(&ring, seq, &posted, rails, n * ELEM).unwrap()
+    }
+
+    fn always_corrupt() -> Arc<Inject> {
+        Inject::new(Faults::parse("seed=1,fifo_corrupt=1").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_fused_receivers_elements_are_corrupted_with_their_mask_kept() {
+        for (rails, n) in [(0u32, 1usize), (0b11, 1), (0b101, 3)] {
+            let src = wire(7, n, rails);
+            let mut out = [0u8; ELEM * MAX_RECVS];
+            let len = always_corrupt()
+                .corrupt_fifo(src.as_ptr() as u64, n * ELEM, &mut out)
+                .unwrap_or_else(|| panic!("rails {rails:#b}: not corrupted"));
+            assert_eq!(len, n * ELEM);
+            let (seq, posted, got) = decode(&out[..len]).unwrap();
+            assert_eq!((seq, got), (7, rails), "same slot, same mask");
+            for (i, p) in posted[..n].iter().enumerate() {
+                assert_eq!(p.rkey, (0x100 + i as u32) ^ 0x8000_0000, "a stale key");
+                assert_eq!(p.addr, 0x1000 * (i as u64 + 1));
+            }
+            // Consistent: its check is right, so the reader accepts it.
+            let again = encode(&segment::zeroed_fifo(), seq, &posted, got, len).unwrap();
+            assert_eq!(again[..len], out[..len]);
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_elements_are_left_alone() {
+        let mut src = wire(3, 2, 0b11);
+        src[28] ^= 1; // the first element's mask no longer matches its check
+        let mut out = [0u8; ELEM * MAX_RECVS];
+        let got = always_corrupt().corrupt_fifo(src.as_ptr() as u64, 2 * ELEM, &mut out);
+        assert_eq!(got, None);
+    }
 }
