@@ -13,59 +13,14 @@ use std::time::{Duration, Instant};
 use ibnet_core::fused::stripe;
 use nccl_net_ibnet::api::{self, Sizes};
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
-
-fn reg(c: *mut c_void, b: &mut [u8]) -> *mut c_void {
-    let mut mh = core::ptr::null_mut();
-    let p = b.as_mut_ptr() as *mut c_void;
-    let rc = api::reg_mr(c, p, b.len() as u64, 0, None, &mut mh);
-    assert_eq!(rc, ncclResult_t::Success, "{:?}", take_log());
-    mh
-}
 
 #[test]
 fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
-    let env = [
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        ("IBNET_SOFT_FAULTS", "seed=7,wr_fail=41:RetryExceeded"),
-        ("IBNET_SOFT_FAULTS_DEV", "1"),
-    ];
-    if !init_soft(&env) {
+    let Some((s, r, l)) = fused_pair("seed=7,wr_fail=41:RetryExceeded") else {
         return;
-    }
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
     };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
-    let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
-    let mut l = core::ptr::null_mut();
-    let hp = h.as_mut_ptr() as *mut c_void;
-    assert_eq!(
-        api::listen(core::ptr::null_mut(), d, hp, &mut l),
-        ncclResult_t::Success
-    );
-    let (mut s, mut r): (*mut c_void, *mut c_void) = (core::ptr::null_mut(), core::ptr::null_mut());
-    let t0 = Instant::now();
-    while s.is_null() || r.is_null() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no connection");
-        if s.is_null() {
-            let rc = api::connect(core::ptr::null_mut(), d, hp, &mut s, None);
-            assert_eq!(rc, ncclResult_t::Success, "{:?}", take_log());
-        }
-        if r.is_null() {
-            assert_eq!(
-                api::accept(l, &mut r),
-                ncclResult_t::Success,
-                "{:?}",
-                take_log()
-            );
-        }
-    }
-    let _ = take_log();
     let len = 256 * 1024;
     let mut src = vec![0u8; len];
     let mut dst = vec![0u8; len];

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api::{self, Sizes};
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 
 /// A listen handle.
 pub type Handle = [u8; NCCL_NET_HANDLE_MAXSIZE];
@@ -265,4 +265,29 @@ impl Rng {
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
+}
+
+/// A fused NIC over soft0 and soft1 whose rail 1 fails at the WR the faults `spec` (armed on
+/// soft1 only) picks; its send and receive comms and listener, `None` without the soft
+/// provider.
+pub fn fused_pair(spec: &str) -> Option<(*mut c_void, *mut c_void, *mut c_void)> {
+    let env = [
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("IBNET_SOFT_DEVICES", "2"),
+        ("IBNET_SOFT_FAULTS", spec),
+        ("IBNET_SOFT_FAULTS_DEV", "1"),
+    ];
+    if !init_soft(&env) {
+        return None;
+    }
+    let mut d = -1;
+    let p = ncclNetVDeviceProps_t {
+        ndevs: 2,
+        devs: [0, 1, 0, 0],
+    };
+    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
+    let (mut h, l) = listen_on(d);
+    let (s, r, _) = establish_on(d, &mut h, l, Duration::from_secs(30));
+    let _ = take_log();
+    Some((s, r, l))
 }
