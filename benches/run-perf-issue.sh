@@ -11,7 +11,8 @@
 #   ibnet-perf.txt    plugin sweep 8 B .. 64 MiB over soft between two processes (p50/p99, BW)
 #   summary.txt       host facts, then issue 15's table: every figure as the ratio its goal is
 #                     stated in (median over the runs, each run, goal, met / NOT MET; the latency
-#                     rows against 1.5 x (raw CMA time + one raw 8 B call), and size-to-size
+#                     rows against 1.5 x (raw CMA time of the size: one raw call of it where
+#                     soft_vs_cma measured one, else size / raw bandwidth; + one raw 8 B call), and size-to-size
 #                     steps for cliffs), computed by perf-issue-table.awk; then the raw lines
 # soft_vs_cma and the proxy summary run REPS times (default 3). Set QUICK=1 for a short smoke
 # run (fewer iterations; noisier).
