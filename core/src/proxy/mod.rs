@@ -71,6 +71,7 @@ pub mod pools;
 pub mod profiler;
 mod recv;
 mod send;
+mod send_solo;
 mod setup;
 pub mod shared;
 mod start;
