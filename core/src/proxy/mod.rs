@@ -70,6 +70,7 @@ pub mod op;
 pub mod pools;
 pub mod profiler;
 mod recv;
+mod recv_solo;
 mod send;
 mod send_solo;
 mod setup;

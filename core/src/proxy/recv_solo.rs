@@ -1,0 +1,146 @@
+//! Receive progress for the common shape, compiled apart: one sub (a group of one), not
+//! registered, no shared SIMPLE buffer, no flush, no profiler watching
+//! (`Profiler::PER_STEP` false).
+//!
+//! The same four stages as [`super::recv`] (retire, post, receive, hand over), in the same
+//! order and with the same effects on the sub, the ring and the network, written for that
+//! shape only: no pass or group structure in memory, each stage's run looked up once (the
+//! buffer, step size and memory handle for the posts; the GPU's `head` for the retires; one
+//! `tail` store for a run of landed steps). Any other shape takes the general path.
+
+use super::mem::MemProvider;
+use super::net::{CommRef, Net, NetBuf};
+use super::op::ProxyOp;
+use super::shared::{load_step, store_step, RecvMem};
+use super::state::{lookup, ProxyState};
+use super::{Dir, Protocol, MAX_RECVS, STEPS};
+use crate::error::{Error, Result};
+
+impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
+    /// One pass over a one-sub receive op when nothing watches per step: `Ok(None)` when the
+    /// sub is not of the plain shape (the caller takes the general path), else whether a stage
+    /// moved.
+    #[inline(always)]
+    pub(super) fn recv_solo(&mut self, op: &mut ProxyOp<N>) -> Result<Option<bool>> {
+        let (slice, p) = (op.slice_steps, op.protocol);
+        let ProxyState {
+            net,
+            mem,
+            conns,
+            gens,
+            ..
+        } = self;
+        let ProxyOp { subs, ndone, .. } = op;
+        let sub = &mut subs[0];
+        let c = lookup(conns, gens, sub.conn)?;
+        let r = c.res()?;
+        let CommRef::Recv(rc) = r.comm else {
+            return Err(Error::BadState {
+                op: "recv progress",
+                state: "send comm",
+            });
+        };
+        let shared_buf = p == Protocol::Simple && c.req.shared;
+        let flush = c.req.use_gdr && c.req.need_flush;
+        if sub.reg || shared_buf || flush {
+            return Ok(None);
+        }
+        let mut moved = false;
+        // Stage 4, retire (first, so that slots the GPU consumed since the last call are
+        // reposted by this one): the run of consumed steps from one look at `head`.
+        if sub.done != sub.nsteps && sub.transmitted > sub.done {
+            let head = load_step(&r.send_mem.get().head);
+            // LL and LL128 may acknowledge empty sends early: never pass `transmitted`.
+            let end = head.saturating_sub(sub.base).min(sub.transmitted);
+            if end > sub.done {
+                moved = true;
+                while sub.done < end {
+                    let ci = (sub.done % STEPS as u64) as usize;
+                    if let Some(req) = sub.requests[ci].take() {
+                        net.irecv_consumed(rc, usize::from(sub.req_count[ci]), req)?;
+                    }
+                    sub.done += slice;
+                    if sub.done == sub.nsteps {
+                        if sub.own_mr {
+                            if let Some(mr) = sub.mhandle.take() {
+                                sub.own_mr = false;
+                                net.dereg_mr(r.comm, mr)?;
+                            }
+                        }
+                        *ndone += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        // Stage 1, post: every slot the depth allows, the buffer, step size and memory handle
+        // looked up once. Receives posted now are tested from the next call: their
+        // clear-to-send leaves with this post, so their data cannot be there yet.
+        let old = sub.posted;
+        let end = sub.nsteps.min(sub.done + STEPS as u64);
+        if sub.posted < end {
+            let b = r.bufs[p.index()].ok_or(Error::Missing {
+                what: "protocol buffer of the connection",
+            })?;
+            let mr = sub.mhandle.ok_or(Error::Missing {
+                what: "memory handle",
+            })?;
+            let step_size = b.size / STEPS;
+            let size = (step_size * slice as usize).min(sub.nbytes);
+            let tag = c.req.tp_remote_rank;
+            while sub.posted < end {
+                let slot = RecvMem::<STEPS>::slot(sub.base + sub.posted);
+                let buf = NetBuf {
+                    addr: b.cpu + (slot * step_size) as u64,
+                    size,
+                    tag,
+                    mr,
+                };
+                let Some(req) = net.irecv(rc, &[buf])? else {
+                    break;
+                };
+                let ri = (sub.posted % STEPS as u64) as usize;
+                sub.requests[ri] = Some(req);
+                sub.req_count[ri] = 1;
+                sub.posted += slice;
+                moved = true;
+            }
+        }
+        // Stage 2, receive: the receives posted by earlier calls, oldest first, while they
+        // complete. A plain receive's request stays in `requests` until retire.
+        let mut sizes = [0usize; MAX_RECVS];
+        while sub.received < old {
+            let ri = (sub.received % STEPS as u64) as usize;
+            let Some(req) = sub.requests[ri] else {
+                return Err(Error::BadState {
+                    op: "recv progress",
+                    state: "no request for a posted step",
+                });
+            };
+            sizes[0] = 0;
+            if !net.test(CommRef::Recv(rc), req, &mut sizes)? {
+                break;
+            }
+            let size = if sub.received < sub.nsteps {
+                sizes[0]
+            } else {
+                0
+            };
+            sub.received += slice;
+            sub.trans_size += size as u64;
+            moved = true;
+        }
+        // Stage 3, hand over: no flush to wait for, so the run of landed steps is handed over
+        // with one store of its last `tail` (Release).
+        let (received, step) = (sub.received, sub.transmitted);
+        if received > step {
+            sub.transmitted = received;
+            if step < sub.nsteps {
+                store_step(r.proxy_word(Dir::Recv), sub.base + received);
+                mem.store_fence();
+            }
+            moved = true;
+        }
+        Ok(Some(moved))
+    }
+}
