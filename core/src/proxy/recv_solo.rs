@@ -54,22 +54,29 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             let end = head.saturating_sub(sub.base).min(sub.transmitted);
             if end > sub.done {
                 moved = true;
-                while sub.done < end {
-                    let ci = (sub.done % STEPS as u64) as usize;
+                // `done` and `transmitted` are multiples of the slice, so the run stops at
+                // `nsteps` at the latest: the sub's end is checked once, after it.
+                let mut done = sub.done;
+                while done < end {
+                    let ci = (done % STEPS as u64) as usize;
                     if let Some(req) = sub.requests[ci].take() {
-                        net.irecv_consumed(rc, usize::from(sub.req_count[ci]), req)?;
-                    }
-                    sub.done += slice;
-                    if sub.done == sub.nsteps {
-                        if sub.own_mr {
-                            if let Some(mr) = sub.mhandle.take() {
-                                sub.own_mr = false;
-                                net.dereg_mr(r.comm, mr)?;
-                            }
+                        if let Err(e) = net.irecv_consumed(rc, usize::from(sub.req_count[ci]), req)
+                        {
+                            sub.done = done;
+                            return Err(e);
                         }
-                        *ndone += 1;
-                        break;
                     }
+                    done += slice;
+                }
+                sub.done = done;
+                if done == sub.nsteps {
+                    if sub.own_mr {
+                        if let Some(mr) = sub.mhandle.take() {
+                            sub.own_mr = false;
+                            net.dereg_mr(r.comm, mr)?;
+                        }
+                    }
+                    *ndone += 1;
                 }
             }
         }
@@ -108,28 +115,33 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         }
         // Stage 2, receive: the receives posted by earlier calls, oldest first, while they
         // complete. A plain receive's request stays in `requests` until retire.
+        // `received < old <= nsteps`: every receive tested here carries a step's bytes.
         let mut sizes = [0usize; MAX_RECVS];
-        while sub.received < old {
-            let ri = (sub.received % STEPS as u64) as usize;
+        let (mut received, mut bytes) = (sub.received, 0u64);
+        let r2 = loop {
+            if received >= old {
+                break Ok(());
+            }
+            let ri = (received % STEPS as u64) as usize;
             let Some(req) = sub.requests[ri] else {
-                return Err(Error::BadState {
+                break Err(Error::BadState {
                     op: "recv progress",
                     state: "no request for a posted step",
                 });
             };
             sizes[0] = 0;
-            if !net.test(CommRef::Recv(rc), req, &mut sizes)? {
-                break;
+            match net.test(CommRef::Recv(rc), req, &mut sizes) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
             }
-            let size = if sub.received < sub.nsteps {
-                sizes[0]
-            } else {
-                0
-            };
-            sub.received += slice;
-            sub.trans_size += size as u64;
+            received += slice;
+            bytes += sizes[0] as u64;
             moved = true;
-        }
+        };
+        sub.received = received;
+        sub.trans_size += bytes;
+        r2?;
         // Stage 3, hand over: no flush to wait for, so the run of landed steps is handed over
         // with one store of its last `tail` (Release).
         let (received, step) = (sub.received, sub.transmitted);
