@@ -45,12 +45,6 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         op: &mut ProxyOp<N>,
         prof: &mut P,
     ) -> Result<bool> {
-        // One sub of the plain shape with no profiler watching, compiled apart (`recv_solo`).
-        if op.subs.len() == 1 && !P::PER_STEP {
-            if let Some(moved) = self.recv_solo(op)? {
-                return Ok(!moved);
-            }
-        }
         let ProxyState {
             net,
             mem,

@@ -11,17 +11,28 @@
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetBuf};
 use super::op::ProxyOp;
+use super::profiler::Profiler;
 use super::shared::{load_step, store_step, RecvMem};
 use super::state::{lookup, ProxyState};
 use super::{Dir, Protocol, MAX_RECVS, STEPS};
 use crate::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
-    /// One pass over a one-sub receive op when nothing watches per step: `Ok(None)` when the
-    /// sub is not of the plain shape (the caller takes the general path), else whether a stage
-    /// moved.
+    /// One pass over a receive op of the plain shape: `Ok(None)` when the op is not of that
+    /// shape or a profiler watches per step (the caller takes the general path), else whether
+    /// it was idle.
     #[inline(always)]
-    pub(super) fn recv_solo(&mut self, op: &mut ProxyOp<N>) -> Result<Option<bool>> {
+    pub(super) fn recv_solo<P: Profiler>(&mut self, op: &mut ProxyOp<N>) -> Result<Option<bool>> {
+        if P::PER_STEP || op.subs.len() != 1 {
+            return Ok(None);
+        }
+        Ok(self.recv_solo_pass(op)?.map(|moved| !moved))
+    }
+
+    /// [`ProxyState::recv_solo`]'s pass over the one sub: `Ok(None)` when it is not of the
+    /// plain shape, else whether a stage moved.
+    #[inline(always)]
+    fn recv_solo_pass(&mut self, op: &mut ProxyOp<N>) -> Result<Option<bool>> {
         let (slice, p) = (op.slice_steps, op.protocol);
         let ProxyState {
             net,

@@ -41,16 +41,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         let nsubs = op.subs.len();
         // One sub (the common case): no division, no walk.
         if nsubs == 1 {
-            // The plain shape with no profiler watching, compiled apart (`send_solo`).
-            let solo = if P::PER_STEP {
-                None
-            } else {
-                self.send_solo(op)?
-            };
-            let (moved, finished) = match solo {
-                Some(r) => r,
-                None => self.send_sub(op, 0, STEPS as u64, prof)?,
-            };
+            let (moved, finished) = self.send_sub(op, 0, STEPS as u64, prof)?;
             op.ndone += finished as usize;
             return Ok(!moved);
         }

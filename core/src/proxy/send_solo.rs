@@ -10,6 +10,7 @@
 use super::mem::MemProvider;
 use super::net::{CommRef, Net};
 use super::op::{ProxyOp, Sub};
+use super::profiler::Profiler;
 use super::shared::RecvMem;
 use super::state::{lookup, Buf, ProxyState};
 use super::{Dir, Protocol, MAX_RECVS, STEPS};
@@ -17,11 +18,25 @@ use crate::error::{Error, Result};
 use crate::sync::AtomicU64;
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
-    /// One pass over a one-sub send op when nothing watches per step: `Ok(None)` when the sub
-    /// is not of the plain shape (the caller takes the general path), else whether a stage
-    /// moved and whether the sub finished.
+    /// One pass over a send op of the plain shape: `Ok(None)` when the op is not of that shape
+    /// or a profiler watches per step (the caller takes the general path), else whether it
+    /// was idle.
     #[inline(always)]
-    pub(super) fn send_solo(&mut self, op: &mut ProxyOp<N>) -> Result<Option<(bool, bool)>> {
+    pub(super) fn send_solo<P: Profiler>(&mut self, op: &mut ProxyOp<N>) -> Result<Option<bool>> {
+        if P::PER_STEP || op.subs.len() != 1 {
+            return Ok(None);
+        }
+        let moved = self.send_solo_pass(op)?;
+        if let Some((_, true)) = moved {
+            op.ndone += 1;
+        }
+        Ok(moved.map(|(m, _)| !m))
+    }
+
+    /// [`ProxyState::send_solo`]'s pass over the one sub: `Ok(None)` when it is not of the
+    /// plain shape, else whether a stage moved and whether the sub finished.
+    #[inline(always)]
+    fn send_solo_pass(&mut self, op: &mut ProxyOp<N>) -> Result<Option<(bool, bool)>> {
         let slice = op.slice_steps;
         let simple = op.protocol == Protocol::Simple;
         let sub = &mut op.subs[0];
