@@ -68,6 +68,16 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 // `done` and `transmitted` are multiples of the slice, so the run stops at
                 // `nsteps` at the latest: the sub's end is checked once, after it.
                 let mut done = sub.done;
+                if !N::IRECV_CONSUMED {
+                    // Nothing to hand back: the run is one count (its steps' requests stay
+                    // until the next posts of their slots overwrite them; only steps posted
+                    // since are tested).
+                    done = if slice == 1 {
+                        end
+                    } else {
+                        done + (end - done).div_ceil(slice) * slice
+                    };
+                }
                 while done < end {
                     let ci = (done % STEPS as u64) as usize;
                     if let Some(req) = sub.requests[ci].take() {
