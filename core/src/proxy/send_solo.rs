@@ -98,7 +98,7 @@ fn transmit<N: Net>(
     slice: u64,
     limit: u64,
 ) -> Result<bool> {
-    let (base, start) = (sub.base, sub.transmitted);
+    let (base, start, mhandle) = (sub.base, sub.transmitted, sub.mhandle);
     let (mut t, mut bytes) = (start, 0u64);
     let r = loop {
         let step = base + t;
@@ -122,7 +122,7 @@ fn transmit<N: Net>(
                 max: room.min(b.size.saturating_sub(off)) as i64,
             });
         }
-        let Some(mr) = sub.mhandle else {
+        let Some(mr) = mhandle else {
             break Err(Error::Missing {
                 what: "memory handle",
             });
