@@ -157,6 +157,11 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// net's `max_recvs`.
     fn group(&self, op: &mut ProxyOp<N>) -> Result<()> {
         let n = op.subs.len();
+        if n == 1 {
+            // A group of one (what the walk below ends with; `start` checked the connection).
+            op.subs[0].group = 1;
+            return Ok(());
+        }
         let mut comms: [Option<CommRef<N::Send, N::Recv>>; MAX_SUBS] = [None; MAX_SUBS];
         let mut maxr = [1usize; MAX_SUBS];
         for (s, sub) in op.subs.iter().enumerate() {
