@@ -10,7 +10,7 @@
 
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetBuf};
-use super::op::ProxyOp;
+use super::op::{ProxyOp, Sub};
 use super::profiler::Profiler;
 use super::shared::{load_step, store_step, RecvMem};
 use super::state::{lookup, ProxyState};
@@ -136,33 +136,9 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         }
         // Stage 2, receive: the receives posted by earlier calls, oldest first, while they
         // complete. A plain receive's request stays in `requests` until retire.
-        // `received < old <= nsteps`: every receive tested here carries a step's bytes.
-        let mut sizes = [0usize; MAX_RECVS];
-        let (mut received, mut bytes) = (sub.received, 0u64);
-        let r2 = loop {
-            if received >= old {
-                break Ok(());
-            }
-            let ri = (received % STEPS as u64) as usize;
-            let Some(req) = sub.requests[ri] else {
-                break Err(Error::BadState {
-                    op: "recv progress",
-                    state: "no request for a posted step",
-                });
-            };
-            sizes[0] = 0;
-            match net.test(CommRef::Recv(rc), req, &mut sizes) {
-                Ok(true) => {}
-                Ok(false) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-            received += slice;
-            bytes += sizes[0] as u64;
-            moved = true;
-        };
-        sub.received = received;
-        sub.trans_size += bytes;
-        r2?;
+        if sub.received < old {
+            moved |= receive(net, sub, rc, old, slice)?;
+        }
         // Stage 3, hand over: no flush to wait for, so the run of landed steps is handed over
         // with one store of its last `tail` (Release).
         let (received, step) = (sub.received, sub.transmitted);
@@ -176,4 +152,43 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         }
         Ok(Some(moved))
     }
+}
+
+/// Stage 2 of [`ProxyState::recv_solo`]: tests the receives posted before `old` (the posted
+/// count when the pass began), oldest first, while they complete; returns whether one did.
+/// `received < old <= nsteps`: every receive tested here carries a step's bytes.
+#[inline(always)]
+fn receive<N: Net>(
+    net: &mut N,
+    sub: &mut Sub<N>,
+    rc: N::Recv,
+    old: u64,
+    slice: u64,
+) -> Result<bool> {
+    let mut sizes = [0usize; MAX_RECVS];
+    let (start, mut bytes) = (sub.received, 0u64);
+    let mut received = start;
+    let r = loop {
+        if received >= old {
+            break Ok(());
+        }
+        let ri = (received % STEPS as u64) as usize;
+        let Some(req) = sub.requests[ri] else {
+            break Err(Error::BadState {
+                op: "recv progress",
+                state: "no request for a posted step",
+            });
+        };
+        sizes[0] = 0;
+        match net.test(CommRef::Recv(rc), req, &mut sizes) {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+        received += slice;
+        bytes += sizes[0] as u64;
+    };
+    sub.received = received;
+    sub.trans_size += bytes;
+    r.map(|()| received != start)
 }
