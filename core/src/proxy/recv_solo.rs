@@ -61,44 +61,9 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         // reposted by this one): the run of consumed steps from one look at `head`.
         if sub.done != sub.nsteps && sub.transmitted > sub.done {
             let head = load_step(&r.send_mem.get().head);
-            // LL and LL128 may acknowledge empty sends early: never pass `transmitted`.
-            let end = head.saturating_sub(sub.base).min(sub.transmitted);
-            if end > sub.done {
-                moved = true;
-                // `done` and `transmitted` are multiples of the slice, so the run stops at
-                // `nsteps` at the latest: the sub's end is checked once, after it.
-                let mut done = sub.done;
-                if !N::IRECV_CONSUMED {
-                    // Nothing to hand back: the run is one count (its steps' requests stay
-                    // until the next posts of their slots overwrite them; only steps posted
-                    // since are tested).
-                    done = if slice == 1 {
-                        end
-                    } else {
-                        done + (end - done).div_ceil(slice) * slice
-                    };
-                }
-                while done < end {
-                    let ci = (done % STEPS as u64) as usize;
-                    if let Some(req) = sub.requests[ci].take() {
-                        if let Err(e) = net.irecv_consumed(rc, usize::from(sub.req_count[ci]), req)
-                        {
-                            sub.done = done;
-                            return Err(e);
-                        }
-                    }
-                    done += slice;
-                }
-                sub.done = done;
-                if done == sub.nsteps {
-                    if sub.own_mr {
-                        if let Some(mr) = sub.mhandle.take() {
-                            sub.own_mr = false;
-                            net.dereg_mr(r.comm, mr)?;
-                        }
-                    }
-                    *ndone += 1;
-                }
+            moved = retire(net, sub, r.comm, rc, head, slice)?;
+            if moved && sub.done == sub.nsteps {
+                *ndone += 1;
             }
         }
         // Stage 1, post: every slot the depth allows, the buffer, step size and memory handle
@@ -191,4 +156,51 @@ fn receive<N: Net>(
     sub.received = received;
     sub.trans_size += bytes;
     r.map(|()| received != start)
+}
+
+/// Stage 4 of [`ProxyState::recv_solo`]: retires the steps the GPU consumed (`head`), never
+/// past `transmitted` (LL and LL128 may acknowledge empty sends early); returns whether one
+/// moved. `done` and `transmitted` are multiples of the slice, so the run stops at `nsteps` at
+/// the latest: the sub's end is checked once, after it.
+#[inline(always)]
+fn retire<N: Net>(
+    net: &mut N,
+    sub: &mut Sub<N>,
+    comm: CommRef<N::Send, N::Recv>,
+    rc: N::Recv,
+    head: u64,
+    slice: u64,
+) -> Result<bool> {
+    let end = head.saturating_sub(sub.base).min(sub.transmitted);
+    let mut done = sub.done;
+    if end <= done {
+        return Ok(false);
+    }
+    if !N::IRECV_CONSUMED {
+        // Nothing to hand back: the run is one count (its steps' requests stay until the next
+        // posts of their slots overwrite them; only steps posted since are tested).
+        done = if slice == 1 {
+            end
+        } else {
+            done + (end - done).div_ceil(slice) * slice
+        };
+    }
+    while done < end {
+        let ci = (done % STEPS as u64) as usize;
+        if let Some(req) = sub.requests[ci].take() {
+            if let Err(e) = net.irecv_consumed(rc, usize::from(sub.req_count[ci]), req) {
+                sub.done = done;
+                return Err(e);
+            }
+        }
+        done += slice;
+    }
+    sub.done = done;
+    if done == sub.nsteps && sub.own_mr {
+        if let Some(mr) = sub.mhandle.take() {
+            sub.own_mr = false;
+            net.dereg_mr(comm, mr)?;
+        }
+    }
+    Ok(true)
 }
