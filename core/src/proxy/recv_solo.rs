@@ -94,7 +94,10 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
                 };
                 let ri = (sub.posted % STEPS as u64) as usize;
                 sub.requests[ri] = Some(req);
-                sub.req_count[ri] = 1;
+                if N::IRECV_CONSUMED {
+                    // Read back only by `irecv_consumed`.
+                    sub.req_count[ri] = 1;
+                }
                 sub.posted += slice;
                 moved = true;
             }
