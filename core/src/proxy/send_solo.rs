@@ -177,7 +177,8 @@ fn complete<N: Net, M: MemProvider>(
             Ok(false) => break Ok(()),
             Err(e) => break Err(e),
         }
-        sub.requests[slot] = None;
+        // The request stays in its slot until the slot's next `isend` overwrites it (only
+        // transmitted steps are tested).
         d += slice;
         ring.retire(step, Some((head, base + d)));
         mem.store_fence();
