@@ -23,6 +23,9 @@
 //!    reposted (and the plugin told with `irecv_consumed`). A plain receive (no flush) keeps
 //!    its request where `post` put it until then; others move it aside at **receive**, since a
 //!    flush request takes its place.
+//!
+//! A one-sub op of the plain shape (no user buffer, no shared SIMPLE buffer, no flush) with no
+//! profiler watching takes the same stages compiled apart, in `recv_solo`.
 
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetBuf, SizeReport};

@@ -3,10 +3,14 @@
 //! (`Profiler::PER_STEP` false).
 //!
 //! The same four stages as [`super::recv`] (retire, post, receive, hand over), in the same
-//! order and with the same effects on the sub, the ring and the network, written for that
-//! shape only: no pass or group structure in memory, each stage's run looked up once (the
-//! buffer, step size and memory handle for the posts; the GPU's `head` for the retires; one
-//! `tail` store for a run of landed steps). Any other shape takes the general path.
+//! order and with the same effects on the sub's counters, the ring and the network, written
+//! for that shape only: no pass or group structure in memory, each stage's run looked up once
+//! (the buffer, step size and memory handle for the posts; the GPU's `head` for the retires;
+//! one `tail` store for a run of landed steps). When the net needs no `irecv_consumed`
+//! ([`Net::IRECV_CONSUMED`] false), retired steps' requests are left in their slots until the
+//! slots' next posts overwrite them (only steps posted since are tested). Any other shape takes
+//! the general path; an op may move between the two (a profiler on some calls only): they keep
+//! the same counters.
 
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetBuf};

@@ -2,10 +2,13 @@
 //! registered, no profiler watching (`Profiler::PER_STEP` false).
 //!
 //! The same three stages as [`super::send`] (post, transmit, complete), in the same order and
-//! with the same effects on the sub, the ring and the network, written for that shape only:
-//! no pass structure in memory, the sub's counters in locals within each stage (stored back
-//! once, also when a stage stops on an error), the transmit loop in a frame of its own with
-//! only what it reads as arguments. Any other shape takes the general path.
+//! with the same effects on the sub's counters, the ring and the network, written for that
+//! shape only: no pass structure in memory, the sub's counters in locals within each stage
+//! (stored back once, also when a stage stops on an error), the transmit loop in a frame of
+//! its own with only what it reads as arguments. A completed send's request is left in its
+//! slot until the slot's next `isend` overwrites it (only transmitted steps are tested). Any
+//! other shape takes the general path; an op may move between the two (a profiler on some
+//! calls only): they keep the same counters.
 
 use super::mem::MemProvider;
 use super::net::{CommRef, Net};
