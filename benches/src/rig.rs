@@ -242,16 +242,19 @@ impl<P: Provider + Clone> Engine<P> {
         let end = k_send + MSGS;
         let (mut sd, mut rd) = (false, false);
         while !(sd && rd) {
-            // The sending GPU: publish every credited step.
-            while k_send < end && gs.has_credit(k_send) {
+            // The sending GPU: publish every credited step (the credit bound read once per
+            // run, as a kernel keeps it until it used it up).
+            let credit = gs.credit_end().min(end);
+            while k_send < credit {
                 gs.publish(k_send, size as u64);
                 gs.advance(k_send + 1);
                 k_send += 1;
             }
             sd = sd || self.px.progress(&mut so).expect("send").done;
             rd = rd || self.px.progress(&mut ro).expect("recv").done;
-            // The receiving GPU: consume every landed step.
-            while gr.arrived(k_recv) {
+            // The receiving GPU: consume every landed step (`tail` read once per run).
+            let landed = gr.landed_end();
+            while k_recv < landed {
                 k_recv += 1;
                 gr.consume(k_recv);
             }

@@ -35,6 +35,13 @@ impl<'a, const N: usize> DeviceSend<'a, N> {
         // Wrapping: shared-buffer connections start at head = -N (no credit).
         load_step(self.head).wrapping_add(N as u64) > k
     }
+    /// The first step without credit: every step below it is free to fill (`head + N`). A
+    /// kernel may keep it and read it again only once it used it up, as NCCL's do.
+    #[inline]
+    pub fn credit_end(&self) -> u64 {
+        // Wrapping: shared-buffer connections start at head = -N (no credit).
+        load_step(self.head).wrapping_add(N as u64)
+    }
     /// The shared-buffer offset of step `k`'s slot (valid once `has_credit(k)`).
     #[inline]
     pub fn offset(&self, k: u64) -> u32 {
@@ -75,6 +82,12 @@ impl<'a, const N: usize> DeviceRecv<'a, N> {
     #[inline]
     pub fn arrived(&self, k: u64) -> bool {
         load_step(self.tail) > k
+    }
+    /// The first step that has not landed (`tail`): every step below it has. A kernel may
+    /// keep it and read it again only once it used it up, as NCCL's do.
+    #[inline]
+    pub fn landed_end(&self) -> u64 {
+        load_step(self.tail)
     }
     /// The shared-buffer offset of step `k`'s slot (valid once `arrived(k)`).
     #[inline]

@@ -203,6 +203,10 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
     type Mr = InProcessMr;
     type Req = ReqId;
 
+    // The comms need no word when the GPU consumed a receive (`irecv_consumed` is the no-op
+    // default).
+    const IRECV_CONSUMED: bool = false;
+
     fn properties(&mut self, dev: u32) -> Result<NetProps> {
         check_dev(dev)?;
         Ok(self.props)

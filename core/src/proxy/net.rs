@@ -90,6 +90,11 @@ pub trait Net {
     /// An outstanding request.
     type Req: Copy;
 
+    /// Whether [`Net::irecv_consumed`] does anything. `false` lets the engine skip handing
+    /// completed receives back one by one (a plain receive's retire run becomes one count).
+    /// Default `true`; a net that overrides `irecv_consumed` keeps it `true`.
+    const IRECV_CONSUMED: bool = true;
+
     /// The properties of device `dev`.
     fn properties(&mut self, dev: u32) -> Result<NetProps>;
     /// Starts listening on `dev`; writes the handle the connecting side needs into `handle`.

@@ -23,6 +23,9 @@
 //!    reposted (and the plugin told with `irecv_consumed`). A plain receive (no flush) keeps
 //!    its request where `post` put it until then; others move it aside at **receive**, since a
 //!    flush request takes its place.
+//!
+//! A one-sub op of the plain shape (no user buffer, no shared SIMPLE buffer, no flush) with no
+//! profiler watching takes the same stages compiled apart, in `recv_solo`.
 
 use super::mem::MemProvider;
 use super::net::{CommRef, Net, NetBuf, SizeReport};
@@ -216,12 +219,8 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         // leaves with this post, so their data cannot be there yet (an RDMA sender writes only
         // after seeing it), and testing them would only fail.
         let old = op.subs[self.lead()].posted;
-        if ONE && PLAIN && !P::PER_STEP {
-            moved |= self.post_run(net, op)?;
-        } else {
-            while self.post(net, op, prof)? {
-                moved = true;
-            }
+        while self.post(net, op, prof)? {
+            moved = true;
         }
         // The sizes `test` fills, set up once per pass (a group's test resets what it reads).
         let mut sizes = [0usize; MAX_RECVS];
@@ -477,19 +476,6 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         if received <= step {
             return Ok(false);
         }
-        if ONE && PLAIN && !P::PER_STEP {
-            // No flush to wait for and no profiler watching: the whole run of landed steps is
-            // handed over at once, with one store of its last `tail` (the value the per-step
-            // stores below end with; each step's own store would reach the GPU only a few
-            // instructions earlier).
-            let sub = &mut op.subs[lead];
-            sub.transmitted = received;
-            if step < sub.nsteps {
-                store_step(self.links[0].tail, sub.base + received);
-                self.shape.mem.store_fence();
-            }
-            return Ok(true);
-        }
         let ri = (step % STEPS as u64) as usize;
         // A plain sub never flushes: no request waits here.
         if let (false, Some(req)) = (PLAIN, op.subs[lead].requests[ri]) {
@@ -536,9 +522,6 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
     fn retire<P: Profiler>(&self, net: &mut N, op: &mut ProxyOp<N>, prof: &mut P) -> Result<bool> {
         let slice = self.shape.slice;
         let lead = self.lead();
-        if ONE && PLAIN && !P::PER_STEP {
-            return self.retire_run(net, op);
-        }
         let mut moved = false;
         for (j, link) in self.links[..self.len()].iter().enumerate() {
             let si = self.member(op, j);
@@ -587,95 +570,6 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
             }
         }
         Ok(moved)
-    }
-}
-
-impl<N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
-    GroupPass<'_, '_, N, M, ONE, PLAIN>
-{
-    /// [`GroupPass::post`] for a plain solo receive with no profiler watching: the buffer,
-    /// step size and memory handle looked up once, then every slot the depth allows posted
-    /// (the same receives, in the same order, as repeated `post`s).
-    #[inline(always)]
-    fn post_run(&self, net: &mut N, op: &mut ProxyOp<N>) -> Result<bool> {
-        let Shape {
-            p,
-            slice,
-            max_depth,
-            ..
-        } = *self.shape;
-        let sub = &mut op.subs[Group::SOLO.lead];
-        let end = sub.nsteps.min(sub.done + max_depth);
-        if sub.posted >= end {
-            return Ok(false);
-        }
-        let Link { c, r, .. } = self.links[0];
-        let b = r.bufs[p.index()].ok_or(Error::Missing {
-            what: "protocol buffer of the connection",
-        })?;
-        let mr = sub.mhandle.ok_or(Error::Missing {
-            what: "memory handle",
-        })?;
-        let step_size = b.size / STEPS;
-        let size = (step_size * slice as usize).min(sub.nbytes);
-        let tag = c.req.tp_remote_rank;
-        let mut moved = false;
-        while sub.posted < end {
-            let slot = RecvMem::<STEPS>::slot(sub.base + sub.posted);
-            let buf = NetBuf {
-                addr: b.cpu + (slot * step_size) as u64,
-                size,
-                tag,
-                mr,
-            };
-            let Some(req) = net.irecv(self.rc, &[buf])? else {
-                break;
-            };
-            let ri = (sub.posted % STEPS as u64) as usize;
-            sub.requests[ri] = Some(req);
-            sub.req_count[ri] = 1;
-            sub.posted += slice;
-            moved = true;
-        }
-        Ok(moved)
-    }
-
-    /// [`GroupPass::retire`] for a plain solo receive with no profiler watching: the run of
-    /// consumed steps found from one look at the sub and the GPU's `head`, then retired in one
-    /// loop (the same steps, `irecv_consumed` calls and end state as the per-step loop).
-    #[inline(always)]
-    fn retire_run(&self, net: &mut N, op: &mut ProxyOp<N>) -> Result<bool> {
-        let slice = self.shape.slice;
-        let ndone = &mut op.ndone;
-        let sub = &mut op.subs[Group::SOLO.lead];
-        if sub.done == sub.nsteps || sub.transmitted <= sub.done {
-            return Ok(false);
-        }
-        let head = load_step(&self.links[0].r.send_mem.get().head);
-        // Retire while `base + done < head` and `done < transmitted` (LL and LL128 may
-        // acknowledge empty sends early: never pass `transmitted`).
-        let end = head.saturating_sub(sub.base).min(sub.transmitted);
-        if end <= sub.done {
-            return Ok(false);
-        }
-        while sub.done < end {
-            let ci = (sub.done % STEPS as u64) as usize;
-            if let Some(req) = sub.requests[ci].take() {
-                net.irecv_consumed(self.rc, usize::from(sub.req_count[ci]), req)?;
-            }
-            sub.done += slice;
-            if sub.done == sub.nsteps {
-                if sub.own_mr {
-                    if let Some(mr) = sub.mhandle.take() {
-                        sub.own_mr = false;
-                        net.dereg_mr(self.links[0].r.comm, mr)?;
-                    }
-                }
-                *ndone += 1;
-                break;
-            }
-        }
-        Ok(true)
     }
 }
 

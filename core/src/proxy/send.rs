@@ -14,6 +14,9 @@
 //!    store `head = base + done` (Release; dedicated buffers). A registered send whose piece
 //!    was short of the rest moves on to one more piece (1 GiB splits); the last piece resets the
 //!    size the GPU set at `base`, telling it the user buffer is free.
+//!
+//! A one-sub op of the plain shape (dedicated SIMPLE buffer, no user buffer) with no profiler
+//! watching takes the same stages compiled apart, in `send_solo`.
 
 use super::lines::{ll128_ready, ll_ready, LL128_LINE, LL_LINE};
 use super::mem::MemProvider;
