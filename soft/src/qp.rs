@@ -26,7 +26,12 @@
 //!   has landed. With no receive posted at the target (RNR) the cursor stays, and the delivery
 //!   is retried by the next kick: every `post_send` and every `poll_cq` of this QP's CQ kicks
 //!   (a NIC's RNR timer, driven by the initiator's progress calls; it never gives up while the
-//!   target lives, like `rnr_retry = 7`).
+//!   target lives, like `rnr_retry = 7`). One exception: a `post_send` of unsignaled plain
+//!   WRITEs only (a comm's clear-to-send posts) does not kick. Such a WR delivers nothing and
+//!   nobody waits for its retirement but the poller (its failure, its SQ slot), and every
+//!   `poll_cq` kicks before it harvests; its bytes moved at post (or a worker kicks when it
+//!   finishes them). Its combiner pass then runs in the poster's next poll, mostly while it
+//!   waits, instead of on the way to its next send.
 //! * `poll_cq` retires entries in `[sq_head, sq_cursor)`, producing completions for signaled
 //!   WRs and for every WR that failed.
 //!
@@ -380,7 +385,13 @@ impl QpShared {
         }
         // Release: publishes the entries to the combiner and the poller (their Acquire loads).
         self.sq_tail.store(seq, Ordering::Release);
-        self.kick();
+        // Unsignaled plain WRITEs only: the next poll_cq kicks ("Send queue" in the module doc).
+        if wrs
+            .iter()
+            .any(|w| w.signaled || w.opcode != WrOpcode::Write)
+        {
+            self.kick();
+        }
         Ok(())
     }
 
