@@ -406,12 +406,12 @@ impl QpShared {
             return;
         };
         match w.opcode {
-            WrOpcode::WriteWithImm => {
-                // Relaxed (both): combiner-only counters, read here as a hint only.
-                if self.imm_sent.load(Ordering::Relaxed) >= self.posted_seen.load(Ordering::Relaxed)
-                {
-                    crate::hint::read(r.peer.seg.qp_block(r.block).recv_posted);
-                }
+            // Relaxed (both): combiner-only counters, read here as a hint only.
+            WrOpcode::WriteWithImm
+                if self.imm_sent.load(Ordering::Relaxed)
+                    >= self.posted_seen.load(Ordering::Relaxed) =>
+            {
+                crate::hint::read(r.peer.seg.qp_block(r.block).recv_posted);
             }
             WrOpcode::Write if w.sge.len as usize <= HINT_LINES * 64 => {
                 let len = u64::from(w.sge.len);

@@ -349,7 +349,8 @@ impl<P: Provider> SendComm<P> {
         if let ([one], Some(id)) = (posted, self.slot_reqs[0]) {
             let split = self.cfg.split_data && self.base.qps.len() > 1;
             let s = self.base.reqs.get(id)?.send;
-            if !split && !(self.cfg.adaptive_routing && s.size > self.cfg.ar_threshold) {
+            let ar_imm = self.cfg.adaptive_routing && s.size > self.cfg.ar_threshold;
+            if !split && !ar_imm {
                 return self.single_send(one, id, &s);
             }
         }
