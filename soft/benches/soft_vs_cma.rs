@@ -513,7 +513,7 @@ provider one-way latency per size (ping-pong of the size, idle QP; p50)"
         let (one, post) = soft_lat_size(e, peer, size, iters);
         let step = if prev > 0.0 { one / prev } else { 0.0 };
         println!(
-            "  {:>8}      {raw:9.2}  {one:8.2}   {post:12.2}   {:8.2}   {step:6.2}",
+            "  {:>8}      {raw:9.2}  {one:8.3}   {post:12.2}   {:8.2}   {step:6.2}",
             unit(size),
             one / raw
         );
