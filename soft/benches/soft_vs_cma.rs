@@ -13,7 +13,8 @@
 //! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run,
 //! `--inproc` for the in-process section only, `--comm-only SIZE` for ~10 s of the comm
 //! bandwidth of one size against the raw loop, e.g. under a profiler, `--lat-only` for the
-//! latency sections only: 8 bytes and the per-size table). The
+//! latency sections only: 8 bytes and the per-size table from 8 B; `--comm-lat` for those and
+//! then the comms' one-way latency per size, 8 B to 4 KiB). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
 
@@ -506,13 +507,13 @@ provider one-way latency per size (ping-pong of the size, idle QP; p50)"
     );
     println!("      size    raw call us   soft us   post_send us   soft/raw   x prev");
     let mut prev = 0.0;
-    let mut size = 4096;
+    let mut size = 8;
     while size <= 1 << 20 {
         let raw = raw_once_us(peer.pid, &e.buf, peer.buf, size, iters);
         let (one, post) = soft_lat_size(e, peer, size, iters);
         let step = if prev > 0.0 { one / prev } else { 0.0 };
         println!(
-            "  {:>8}      {raw:9.2}  {one:8.2}   {post:12.2}   {:8.2}   {step:6.2}",
+            "  {:>8}      {raw:9.2}  {one:8.3}   {post:12.2}   {:8.2}   {step:6.2}",
             unit(size),
             one / raw
         );
@@ -576,6 +577,11 @@ fn main() {
         soft_us / raw_us
     );
     print_lat_sizes(&mut e, &peer, quick);
+    if std::env::args().any(|a| a == "--comm-lat") {
+        comm_lat(e, peer, &mut stdout, &mut stdin, quick, raw_us);
+        assert!(ch.wait().unwrap().success(), "peer process failed");
+        return;
+    }
     if std::env::args().any(|a| a == "--lat-only") {
         // The peer sits in its echo loop: this process spawned it, and ends it.
         let _ = ch.kill();
@@ -620,6 +626,42 @@ fn arg_after(flag: &str) -> Option<usize> {
     let a: Vec<String> = std::env::args().collect();
     let i = a.iter().position(|x| x == flag)?;
     Some(a.get(i + 1)?.parse().expect("a size in bytes"))
+}
+
+/// `--comm-lat`: the comms' one-way latency (ping-pong, p50 of rounds) per size, 8 B to 4 KiB,
+/// next to one raw 8-byte call (`raw_us`) and one raw call of the size.
+fn comm_lat<I: BufRead, O: Write>(
+    mut e: End,
+    peer: Peer,
+    inp: I,
+    out: O,
+    quick: bool,
+    raw_us: f64,
+) {
+    let w = wri(&e, &peer, 0, QUIT, 0);
+    e.p.post_send(&mut e.qp, &[w]).unwrap();
+    let mut cs = [Completion::EMPTY; 4];
+    while e.p.poll_cq(&mut e.cq, &mut cs).unwrap() == 0 {
+        std::thread::yield_now();
+    }
+    let mut c = comms::Comms::connect(&e, inp, out);
+    let iters = if quick { 2_000 } else { 20_000 };
+    println!("\ncomm one-way latency per size (SendComm -> RecvComm ping-pong, p50 of 9 rounds)");
+    println!("      size    raw call us   comm us   goal us (1.5 x (raw + raw 8 B))   comm/goal");
+    let mut size = 8;
+    while size <= 4096 {
+        let raw = raw_once_us(peer.pid, &e.buf, peer.buf, size, 2000);
+        let mut v: Vec<f64> = (0..9).map(|_| c.latency(size, iters)).collect();
+        let us = median(&mut v);
+        let goal = 1.5 * (raw + raw_us);
+        println!(
+            "  {:>8}      {raw:9.2}  {us:8.3}   {goal:8.2}                           {:6.2}",
+            unit(size),
+            us / goal
+        );
+        size *= 2;
+    }
+    c.end();
 }
 
 /// `--comm-only SIZE`: only the comm bandwidth of `SIZE`, for about 10 s (for a profiler:

@@ -149,15 +149,21 @@ impl SoftCq {
         if self.faults.is_some() {
             return self.poll_faulty(out);
         }
+        if let [q] = &self.qps[..] {
+            return q.poll_into(out); // one QP (a comm's CQ): no rotation
+        }
+        // No division on the hot path (`rr` is past the end only after the list shrank: start at 0).
+        let start = if self.rr < nq { self.rr } else { 0 };
         let mut n = 0;
-        for i in 0..nq {
-            let q = &self.qps[(self.rr + i) % nq];
-            n += q.poll_into(&mut out[n..]);
-            if n == out.len() {
+        let mut i = start;
+        loop {
+            n += self.qps[i].poll_into(&mut out[n..]);
+            i = if i + 1 == nq { 0 } else { i + 1 };
+            if n == out.len() || i == start {
                 break;
             }
         }
-        self.rr = (self.rr + 1) % nq;
+        self.rr = if start + 1 == nq { 0 } else { start + 1 };
         n
     }
 

@@ -104,6 +104,7 @@ mod cq;
 mod engine;
 pub mod faults;
 mod fifo;
+mod hint;
 mod idx;
 mod inject;
 #[cfg(loom)]

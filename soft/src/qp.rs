@@ -28,7 +28,12 @@
 //!   has landed. With no receive posted at the target (RNR) the cursor stays, and the delivery
 //!   is retried by the next kick: every `post_send` and every `poll_cq` of this QP's CQ kicks
 //!   (a NIC's RNR timer, driven by the initiator's progress calls; it never gives up while the
-//!   target lives, like `rnr_retry = 7`).
+//!   target lives, like `rnr_retry = 7`). One exception: a `post_send` of unsignaled plain
+//!   WRITEs only (a comm's clear-to-send posts) does not kick. Such a WR delivers nothing and
+//!   nobody waits for its retirement but the poller (its failure, its SQ slot), and every
+//!   `poll_cq` kicks before it harvests; its bytes moved at post (or a worker kicks when it
+//!   finishes them). Its combiner pass then runs in the poster's next poll, mostly while it
+//!   waits, instead of on the way to its next send.
 //! * `poll_cq` retires entries in `[sq_head, sq_cursor)`, producing completions for signaled
 //!   WRs and for every WR that failed.
 //!
@@ -106,7 +111,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
-use ibnet_core::provider::{Completion, QpAttr, SendWr, WcOpcode, WcStatus};
+use ibnet_core::provider::{Completion, QpAttr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use ibnet_core::{Error, Result};
 
 use crate::cq::{CqShared, Harvest};
@@ -188,6 +193,10 @@ pub struct QpShared {
     /// Armed `IBNET_SOFT_FAULTS` (None: the normal case).
     faults: Option<Arc<crate::inject::Inject>>,
 }
+
+/// Most cache lines of a small plain write into a peer's FIFO area hinted ahead of the copy
+/// ([`QpShared::prefetch`]; a clear-to-send element is one line, a multi-receive's up to 8).
+const HINT_LINES: usize = 8;
 
 /// Most bytes of one WR the posting thread copies itself (beyond `direct_max`): up to this,
 /// a WR never waits for a copy worker to wake up; above it the poster returns after this much.
@@ -348,6 +357,9 @@ impl QpShared {
                 state: "QP not connected (RESET)",
             });
         }
+        if let Some(w) = wrs.first() {
+            self.prefetch(w);
+        }
         // Relaxed: only the poster writes `sq_tail`.
         let tail = self.sq_tail.load(Ordering::Relaxed);
         // Acquire: pairs with the poller's Release of `sq_head`: it has read those entries.
@@ -389,8 +401,44 @@ impl QpShared {
         }
         // Release: publishes the entries to the combiner and the poller (their Acquire loads).
         self.sq_tail.store(seq, Ordering::Release);
-        self.kick();
+        // Unsignaled plain WRITEs only: the next poll_cq kicks ("Send queue" in the module doc).
+        if wrs
+            .iter()
+            .any(|w| w.signaled || w.opcode != WrOpcode::Write)
+        {
+            self.kick();
+        }
         Ok(())
+    }
+
+    /// Starts, as a cache hint, the cross-process line transfer that `w`'s execution will wait
+    /// for (`hint`'s module doc): the peer's FIFO-area line a small plain write stores into,
+    /// or the target's `recv_posted` when a WRITE_WITH_IMM finds the cached credits used up.
+    /// No effect on what happens, only on when the line arrives.
+    #[inline(always)]
+    fn prefetch(&self, w: &SendWr) {
+        let Some(r) = self.remote.get() else { return };
+        let Fabric::Cross { base, .. } = r.peer.fabric else {
+            return;
+        };
+        match w.opcode {
+            // Relaxed (both): combiner-only counters, read here as a hint only.
+            WrOpcode::WriteWithImm
+                if self.imm_sent.load(Ordering::Relaxed)
+                    >= self.posted_seen.load(Ordering::Relaxed) =>
+            {
+                crate::hint::read(r.peer.seg.qp_block(r.block).recv_posted);
+            }
+            WrOpcode::Write if w.sge.len as usize <= HINT_LINES * 64 => {
+                let len = u64::from(w.sge.len);
+                if let Some(p) = r.peer.seg.fifo_area_ptr(base, w.remote_addr, len) {
+                    for off in (0..len.max(1)).step_by(64) {
+                        crate::hint::write((p + off) as *const u8);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     fn execute(self: &Arc<Self>, seq: u64, e: &SqEntry, len: u64, engine: &Engine<Self>) {

@@ -372,7 +372,7 @@ impl Segment {
 
     /// Where `[raddr, raddr + len)` of the owner's address space (whose segment mapping starts
     /// at `base` there) lies in our mapping of this segment, if it is inside the FIFO area.
-    fn fifo_area_ptr(&self, base: u64, raddr: u64, len: u64) -> Option<u64> {
+    pub(crate) fn fifo_area_ptr(&self, base: u64, raddr: u64, len: u64) -> Option<u64> {
         let off = raddr.checked_sub(base)?;
         let end = off.checked_add(len)?;
         (off >= FIFO_OFF as u64 && end <= BYTES as u64).then(|| self.map.as_ptr() as u64 + off)

@@ -107,6 +107,15 @@ impl Qp {
         }
     }
 
+    /// `QpShared::poll_into`'s kick: drives the combiner when WRs are published but not
+    /// retired (a `post_send` of unsignaled plain WRITEs does not kick).
+    fn poll_kick(&self) {
+        // Acquire (both): as in `poll_into`.
+        if self.cursor.load(Ordering::Acquire) < self.tail.load(Ordering::Acquire) {
+            self.kick();
+        }
+    }
+
     /// The poller: once the WR is retired, its status and bytes must be final.
     fn poll(&self) -> Option<u32> {
         if self.cursor.load(Ordering::Acquire) < 1 {
@@ -178,6 +187,34 @@ fn two_tokens_land_before_retirement() {
 #[test]
 fn failed_chunk_sets_the_status_seen_at_retirement() {
     run(Some(1), WcStatus::RemoteAccessError as u32);
+}
+
+/// A `post_send` of unsignaled plain WRITEs only does not kick (`qp.rs`, "Send queue"): the
+/// WR (copied by the poster and a worker token) is published without a kick while a poller
+/// polls. Whatever the interleaving, the poster's next poll (which kicks before it looks)
+/// retires it, with its bytes landed, and no combiner pass retires it early.
+#[test]
+fn unkicked_post_retires_at_the_next_poll() {
+    loom::model(|| {
+        let qp = Arc::new(Qp::new(None));
+        qp.e.store(&wr(0));
+        qp.e.arm(0, CHUNK, true);
+        let q = qp.clone();
+        let worker = thread::spawn(move || q.run_token(0));
+        let q = qp.clone();
+        let poller = thread::spawn(move || {
+            q.poll_kick();
+            if let Some(st) = q.poll() {
+                assert_eq!(st, 0);
+            }
+        });
+        qp.run_chunks(0);
+        qp.tail.store(1, Ordering::Release); // `post`: publishes the entry, no kick
+        worker.join().unwrap();
+        poller.join().unwrap();
+        qp.poll_kick(); // the poster's next poll_cq
+        assert_eq!(qp.poll(), Some(0), "WR never retired");
+    });
 }
 
 /// A token of WR 0 that runs late: the poster copied WR 0 alone, it was retired and polled, and

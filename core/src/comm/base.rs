@@ -245,7 +245,8 @@ impl<P: Provider> Base<P> {
     #[inline]
     pub fn next_qp(&mut self) -> usize {
         let q = self.qp_index;
-        self.qp_index = (q + 1) % self.qps.len();
+        // No division: `q < qps.len()` always (a comm has at least one QP).
+        self.qp_index = if q + 1 >= self.qps.len() { 0 } else { q + 1 };
         q
     }
 

@@ -346,6 +346,14 @@ impl<P: Provider> SendComm<P> {
     /// Posts the data writes and the write-with-immediate for the slot at `fifo_head`.
     fn multi_send(&mut self, posted: &[PostedRecv]) -> Result<()> {
         let n = posted.len();
+        if let ([one], Some(id)) = (posted, self.slot_reqs[0]) {
+            let split = self.cfg.split_data && self.base.qps.len() > 1;
+            let s = self.base.reqs.get(id)?.send;
+            let ar_imm = self.cfg.adaptive_routing && s.size > self.cfg.ar_threshold;
+            if !split && !ar_imm {
+                return self.single_send(one, id, &s);
+            }
+        }
         let mut lanes = [0u8; MAX_RECVS];
         let mut sends = [crate::request::SendState::default(); MAX_RECVS];
         for r in 0..n {
@@ -422,6 +430,39 @@ impl<P: Provider> SendComm<P> {
             self.base.dev.post_send(qp, &wrs[..k])?;
         }
         Ok(())
+    }
+
+    /// [`Self::multi_send`] of a slot with one receive, on one QP, with the immediate on the
+    /// data write (no split, no adaptive routing): the one WRITE_WITH_IMM the general path
+    /// builds for that case (its size as immediate, even when 0), without its per-QP and
+    /// per-receive arrays: the common small message's path.
+    #[inline(always)]
+    fn single_send(
+        &mut self,
+        posted: &PostedRecv,
+        id: ReqId,
+        s: &crate::request::SendState,
+    ) -> Result<()> {
+        let wr = SendWr {
+            wr_id: pack_wr_id(&[id.index()]),
+            opcode: WrOpcode::WriteWithImm,
+            sge: Sge {
+                addr: s.addr,
+                len: s.size as u32,
+                lkey: s.lkey,
+            },
+            remote_addr: posted.addr + self.slot_roff[0],
+            rkey: posted.rkey,
+            imm: s.size as u32,
+            signaled: true,
+            inline: false,
+        };
+        let qi = self.base.next_qp();
+        if let Some(sink) = self.base.sink {
+            self.start_events(sink, qi, wr.wr_id, &[wr], &[0])?;
+        }
+        let qp = &mut self.base.qps[qi];
+        self.base.dev.post_send(qp, &[wr])
     }
 
     /// The write that carries a separate immediate: for a multi-receive it writes every send's

@@ -152,14 +152,15 @@ pub fn peer(e: &End, inp: &mut impl BufRead, out: &mut impl Write) {
         match f.first().copied() {
             Some("LAT") => {
                 let n: usize = f[1].parse().unwrap();
-                let mut rid = irecv(&mut r, slot(e, 8, 0), 8, mk);
+                let size: usize = f[2].parse().unwrap();
+                let mut rid = irecv(&mut r, slot(e, size, 0), size, mk);
                 say(out, "READY");
                 for i in 0..n {
                     done("recv", || r.test(rid));
                     if i + 1 < n {
-                        rid = irecv(&mut r, slot(e, 8, 0), 8, mk);
+                        rid = irecv(&mut r, slot(e, size, 0), size, mk);
                     }
-                    let sid = isend(&mut s, slot(e, 8, 1), 8, mk);
+                    let sid = isend(&mut s, slot(e, size, 1), size, mk);
                     done("send", || s.test(sid));
                 }
             }
@@ -222,24 +223,25 @@ impl<'a, I: BufRead, O: Write> Comms<'a, I, O> {
         }
     }
 
-    /// 8-byte ping-pong, `iters` round trips after `iters / 10` of warm-up; one-way µs.
-    pub fn latency(&mut self, iters: usize) -> f64 {
+    /// Ping-pong of `size` bytes, `iters` round trips after `iters / 10` of warm-up; one-way
+    /// µs.
+    pub fn latency(&mut self, size: usize, iters: usize) -> f64 {
         let warm = iters / 10;
         let n = warm + iters;
-        say(&mut self.out, &format!("LAT {n}"));
+        say(&mut self.out, &format!("LAT {n} {size}"));
         let (e, mk) = (self.e, self.mk);
-        let mut rid = irecv(&mut self.r, slot(e, 8, 0), 8, mk);
+        let mut rid = irecv(&mut self.r, slot(e, size, 0), size, mk);
         expect(&mut self.inp, "READY");
         let mut t = Instant::now();
         for i in 0..n {
             if i == warm {
                 t = Instant::now();
             }
-            let sid = isend(&mut self.s, slot(e, 8, 1), 8, mk);
+            let sid = isend(&mut self.s, slot(e, size, 1), size, mk);
             let r = &mut self.r;
             done("recv", || r.test(rid));
             if i + 1 < n {
-                rid = irecv(r, slot(e, 8, 0), 8, mk);
+                rid = irecv(r, slot(e, size, 0), size, mk);
             }
             let s = &mut self.s;
             done("send", || s.test(sid));
@@ -288,7 +290,7 @@ pub fn print<I: BufRead, O: Write>(
     raw: &[(usize, f64)],
 ) {
     let lat_iters = if quick { 5_000 } else { 50_000 };
-    let us = c.latency(lat_iters);
+    let us = c.latency(8, lat_iters);
     println!("\nibnet comms (SendComm -> RecvComm, two processes, CommConfig::default())");
     println!(
         "  8 B one-way (RTT/2, reply on a second comm pair)  {us:8.2} us   ratio {:.2} vs one raw call (goal <= 2.0)",
