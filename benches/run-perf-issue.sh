@@ -5,7 +5,7 @@
 # Usage: run-perf-issue.sh OUTDIR [BINDIR]   (BINDIR: default the directory of this script)
 #        run-perf-issue.sh --summary OUTDIR  (only recompute OUTDIR/summary.txt from its files)
 # Writes to OUTDIR (5 files):
-#   soft_vs_cma.txt   provider latency (8 B, and per size 4 KiB..1 MiB)/bandwidth vs raw process_vm_writev, comms section
+#   soft_vs_cma.txt   provider latency (8 B, and per size 8 B..64 MiB beside one raw call of the size)/bandwidth vs raw process_vm_writev, comms section
 #   proxy.txt         proxy engine vs bare comms (summary lines; criterion skipped)
 #   comm_cycle.txt    criterion: irecv+isend+test cycle over the loopback double
 #   ibnet-perf.txt    plugin sweep 8 B .. 64 MiB over soft between two processes (p50/p99, BW)

@@ -2,7 +2,9 @@
 //! * raw `process_vm_writev`: bandwidth of one thread, one call at a time, per size, and the
 //!   time of one 8-byte call — the mechanism's limit;
 //! * the soft provider: WRITE_WITH_IMM bandwidth (a window of outstanding WRs, completions
-//!   polled), and one-way latency of 8-byte WRITE_WITH_IMM ping-pong (round trip / 2).
+//!   polled), and one-way latency of 8-byte WRITE_WITH_IMM ping-pong (round trip / 2);
+//! * per size, 8 B to 64 MiB: one raw `process_vm_writev` of the size (p50) beside the soft
+//!   provider's one-way latency of that size (ping-pong on an idle QP).
 //!
 //! * the core's comms (`SendComm` here, `RecvComm` in the peer; see `comms/mod.rs`): one-way
 //!   8-byte latency and bandwidth per size, against the raw figures of the same run.
@@ -13,7 +15,7 @@
 //! `cargo bench -p ibnet-soft --bench soft_vs_cma` (add `-- --quick` for a short run,
 //! `--inproc` for the in-process section only, `--comm-only SIZE` for ~10 s of the comm
 //! bandwidth of one size against the raw loop, e.g. under a profiler, `--lat-only` for the
-//! latency sections only: 8 bytes and the per-size table from 8 B; `--comm-lat` for those and
+//! latency sections only: 8 bytes and the per-size table, 8 B to 64 MiB; `--comm-lat` for those and
 //! then the comms' one-way latency per size, 8 B to 4 KiB). The
 //! binary re-executes itself as the peer (`IBNET_SOFT_BENCH_CHILD=1`).
 #![allow(unsafe_code)]
@@ -508,9 +510,15 @@ provider one-way latency per size (ping-pong of the size, idle QP; p50)"
     println!("      size    raw call us   soft us   post_send us   soft/raw   x prev");
     let mut prev = 0.0;
     let mut size = 8;
-    while size <= 1 << 20 {
-        let raw = raw_once_us(peer.pid, &e.buf, peer.buf, size, iters);
-        let (one, post) = soft_lat_size(e, peer, size, iters);
+    while size <= MAX {
+        // Fewer iterations above 1 MiB: the same bytes per size as 1 MiB's.
+        let n = if size <= 1 << 20 {
+            iters
+        } else {
+            (iters * (1 << 20) / size).max(20)
+        };
+        let raw = raw_once_us(peer.pid, &e.buf, peer.buf, size, n);
+        let (one, post) = soft_lat_size(e, peer, size, n);
         let step = if prev > 0.0 { one / prev } else { 0.0 };
         println!(
             "  {:>8}      {raw:9.2}  {one:8.3}   {post:12.2}   {:8.2}   {step:6.2}",
