@@ -135,6 +135,23 @@ pub trait Net {
         req: Self::Req,
         sizes: &mut [usize; MAX_RECVS],
     ) -> Result<bool>;
+    /// [`Net::test`] of a send request, without the byte count (which a send through the
+    /// connection's own buffer does not need). A net may answer it with less work than `test`;
+    /// the default asks `test`.
+    #[inline(always)]
+    fn test_send(&mut self, comm: Self::Send, req: Self::Req) -> Result<bool> {
+        let mut sizes = [0usize; MAX_RECVS];
+        self.test(CommRef::Send(comm), req, &mut sizes)
+    }
+    /// [`Net::test`] of a receive of one buffer: `Some(bytes received)` once complete. A net
+    /// may answer it with less work than `test`; the default asks `test`.
+    #[inline(always)]
+    fn test_recv1(&mut self, comm: Self::Recv, req: Self::Req) -> Result<Option<usize>> {
+        let mut sizes = [0usize; MAX_RECVS];
+        Ok(self
+            .test(CommRef::Recv(comm), req, &mut sizes)?
+            .then_some(sizes[0]))
+    }
     /// The GPU consumed the data of a completed multi-receive (NCCL's optional
     /// `irecvConsumed`).
     fn irecv_consumed(&mut self, comm: Self::Recv, n: usize, req: Self::Req) -> Result<()> {

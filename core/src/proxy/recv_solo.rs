@@ -18,7 +18,7 @@ use super::op::{ProxyOp, Sub};
 use super::profiler::Profiler;
 use super::shared::{load_step, store_step, RecvMem};
 use super::state::{lookup, ProxyState};
-use super::{Dir, Protocol, MAX_RECVS, STEPS};
+use super::{Dir, Protocol, STEPS};
 use crate::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
@@ -137,7 +137,6 @@ fn receive<N: Net>(
     old: u64,
     slice: u64,
 ) -> Result<bool> {
-    let mut sizes = [0usize; MAX_RECVS];
     let (start, mut bytes) = (sub.received, 0u64);
     let mut received = start;
     let r = loop {
@@ -151,14 +150,12 @@ fn receive<N: Net>(
                 state: "no request for a posted step",
             });
         };
-        sizes[0] = 0;
-        match net.test(CommRef::Recv(rc), req, &mut sizes) {
-            Ok(true) => {}
-            Ok(false) => break Ok(()),
+        match net.test_recv1(rc, req) {
+            Ok(Some(size)) => bytes += size as u64,
+            Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         }
         received += slice;
-        bytes += sizes[0] as u64;
     };
     sub.received = received;
     sub.trans_size += bytes;
