@@ -84,27 +84,36 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             })?;
             let step_size = b.size / STEPS;
             let size = (step_size * slice as usize).min(sub.nbytes);
-            let tag = c.req.tp_remote_rank;
-            while sub.posted < end {
-                let slot = RecvMem::<STEPS>::slot(sub.base + sub.posted);
+            let (tag, base) = (c.req.tp_remote_rank, sub.base);
+            // The count in a local, stored back once (also when an `irecv` fails).
+            let mut posted = old;
+            let r = loop {
+                let slot = RecvMem::<STEPS>::slot(base + posted);
                 let buf = NetBuf {
                     addr: b.cpu + (slot * step_size) as u64,
                     size,
                     tag,
                     mr,
                 };
-                let Some(req) = net.irecv(rc, &[buf])? else {
-                    break;
+                let req = match net.irecv(rc, &[buf]) {
+                    Ok(Some(req)) => req,
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
                 };
-                let ri = (sub.posted % STEPS as u64) as usize;
+                let ri = (posted % STEPS as u64) as usize;
                 sub.requests[ri] = Some(req);
                 if N::IRECV_CONSUMED {
                     // Read back only by `irecv_consumed`.
                     sub.req_count[ri] = 1;
                 }
-                sub.posted += slice;
-                moved = true;
-            }
+                posted += slice;
+                if posted >= end {
+                    break Ok(());
+                }
+            };
+            moved |= posted != old;
+            sub.posted = posted;
+            r?;
         }
         // Stage 2, receive: the receives posted by earlier calls, oldest first, while they
         // complete. A plain receive's request stays in `requests` until retire.
