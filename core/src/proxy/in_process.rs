@@ -381,6 +381,18 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
         Ok(true)
     }
 
+    #[inline(always)]
+    fn test_send(&mut self, comm: u16, req: ReqId) -> Result<bool> {
+        // No sizes to copy: only whether the comm returned a `Done`.
+        Ok(self.send(comm)?.test(req)?.is_some())
+    }
+
+    #[inline(always)]
+    fn test_recv1(&mut self, comm: u16, req: ReqId) -> Result<Option<usize>> {
+        // A single receive: its one size, read where the comm returned it.
+        Ok(self.recv(comm)?.test(req)?.map(|d| d.sizes[0] as usize))
+    }
+
     fn close_send(&mut self, comm: u16) -> Result<()> {
         let c = self
             .sends

@@ -135,6 +135,23 @@ pub trait Net {
         req: Self::Req,
         sizes: &mut [usize; MAX_RECVS],
     ) -> Result<bool>;
+    /// [`Net::test`] of a send request, without the byte count (which a send through the
+    /// connection's own buffer does not need). A net may answer it with less work than `test`;
+    /// the default asks `test`.
+    #[inline(always)]
+    fn test_send(&mut self, comm: Self::Send, req: Self::Req) -> Result<bool> {
+        let mut sizes = [0usize; MAX_RECVS];
+        self.test(CommRef::Send(comm), req, &mut sizes)
+    }
+    /// [`Net::test`] of a receive of one buffer: `Some(bytes received)` once complete. A net
+    /// may answer it with less work than `test`; the default asks `test`.
+    #[inline(always)]
+    fn test_recv1(&mut self, comm: Self::Recv, req: Self::Req) -> Result<Option<usize>> {
+        let mut sizes = [0usize; MAX_RECVS];
+        Ok(self
+            .test(CommRef::Recv(comm), req, &mut sizes)?
+            .then_some(sizes[0]))
+    }
     /// The GPU consumed the data of a completed multi-receive (NCCL's optional
     /// `irecvConsumed`).
     fn irecv_consumed(&mut self, comm: Self::Recv, n: usize, req: Self::Req) -> Result<()> {
@@ -147,4 +164,96 @@ pub trait Net {
     fn close_recv(&mut self, comm: Self::Recv) -> Result<()>;
     /// Closes a listening endpoint.
     fn close_listen(&mut self, listen: Self::Listen) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// A net whose only working operation is `test`: request 1 is done (sizes 8, 9), request 2
+    /// is pending, request 3 fails; it records which comm `test` was asked about.
+    struct TestOnly(Option<CommRef<u8, u8>>);
+
+    impl Net for TestOnly {
+        type Listen = u8;
+        type Send = u8;
+        type Recv = u8;
+        type Mr = u8;
+        type Req = u8;
+
+        fn properties(&mut self, _: u32) -> Result<NetProps> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn listen(&mut self, _: u32, _: &mut NetHandle) -> Result<u8> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn connect(&mut self, _: u32, _: &NetHandle) -> Result<Option<u8>> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn accept(&mut self, _: u8) -> Result<Option<u8>> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn reg_mr(
+            &mut self,
+            _: CommRef<u8, u8>,
+            _: u64,
+            _: usize,
+            _: PtrType,
+            _: Option<(i32, u64)>,
+        ) -> Result<u8> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn dereg_mr(&mut self, _: CommRef<u8, u8>, _: u8) -> Result<()> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn isend(&mut self, _: u8, _: u64, _: usize, _: u32, _: u8) -> Result<Option<u8>> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn irecv(&mut self, _: u8, _: &[NetBuf<u8>]) -> Result<Option<u8>> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn iflush(&mut self, _: u8, _: &[NetBuf<u8>]) -> Result<Option<u8>> {
+            Err(Error::Missing { what: "test" })
+        }
+        fn test(
+            &mut self,
+            comm: CommRef<u8, u8>,
+            req: u8,
+            sizes: &mut [usize; MAX_RECVS],
+        ) -> Result<bool> {
+            self.0 = Some(comm);
+            match req {
+                1 => {
+                    sizes[0] = 8;
+                    sizes[1] = 9;
+                    Ok(true)
+                }
+                2 => Ok(false),
+                _ => Err(Error::Missing { what: "request" }),
+            }
+        }
+        fn close_send(&mut self, _: u8) -> Result<()> {
+            Ok(())
+        }
+        fn close_recv(&mut self, _: u8) -> Result<()> {
+            Ok(())
+        }
+        fn close_listen(&mut self, _: u8) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn default_test_send_and_test_recv1_ask_test() {
+        let mut n = TestOnly(None);
+        assert!(n.test_send(4, 1).unwrap());
+        assert_eq!(n.0, Some(CommRef::Send(4)));
+        assert!(!n.test_send(4, 2).unwrap());
+        assert!(matches!(n.test_send(4, 3), Err(Error::Missing { .. })));
+        assert_eq!(n.test_recv1(5, 1).unwrap(), Some(8));
+        assert_eq!(n.0, Some(CommRef::Recv(5)));
+        assert_eq!(n.test_recv1(5, 2).unwrap(), None);
+        assert!(matches!(n.test_recv1(5, 3), Err(Error::Missing { .. })));
+    }
 }

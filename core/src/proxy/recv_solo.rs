@@ -18,7 +18,7 @@ use super::op::{ProxyOp, Sub};
 use super::profiler::Profiler;
 use super::shared::{load_step, store_step, RecvMem};
 use super::state::{lookup, ProxyState};
-use super::{Dir, Protocol, MAX_RECVS, STEPS};
+use super::{Dir, Protocol, STEPS};
 use crate::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
@@ -84,27 +84,36 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             })?;
             let step_size = b.size / STEPS;
             let size = (step_size * slice as usize).min(sub.nbytes);
-            let tag = c.req.tp_remote_rank;
-            while sub.posted < end {
-                let slot = RecvMem::<STEPS>::slot(sub.base + sub.posted);
+            let (tag, base) = (c.req.tp_remote_rank, sub.base);
+            // The count in a local, stored back once (also when an `irecv` fails).
+            let mut posted = old;
+            let r = loop {
+                let slot = RecvMem::<STEPS>::slot(base + posted);
                 let buf = NetBuf {
                     addr: b.cpu + (slot * step_size) as u64,
                     size,
                     tag,
                     mr,
                 };
-                let Some(req) = net.irecv(rc, &[buf])? else {
-                    break;
+                let req = match net.irecv(rc, &[buf]) {
+                    Ok(Some(req)) => req,
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
                 };
-                let ri = (sub.posted % STEPS as u64) as usize;
+                let ri = (posted % STEPS as u64) as usize;
                 sub.requests[ri] = Some(req);
                 if N::IRECV_CONSUMED {
                     // Read back only by `irecv_consumed`.
                     sub.req_count[ri] = 1;
                 }
-                sub.posted += slice;
-                moved = true;
-            }
+                posted += slice;
+                if posted >= end {
+                    break Ok(());
+                }
+            };
+            moved |= posted != old;
+            sub.posted = posted;
+            r?;
         }
         // Stage 2, receive: the receives posted by earlier calls, oldest first, while they
         // complete. A plain receive's request stays in `requests` until retire.
@@ -137,7 +146,6 @@ fn receive<N: Net>(
     old: u64,
     slice: u64,
 ) -> Result<bool> {
-    let mut sizes = [0usize; MAX_RECVS];
     let (start, mut bytes) = (sub.received, 0u64);
     let mut received = start;
     let r = loop {
@@ -151,14 +159,12 @@ fn receive<N: Net>(
                 state: "no request for a posted step",
             });
         };
-        sizes[0] = 0;
-        match net.test(CommRef::Recv(rc), req, &mut sizes) {
-            Ok(true) => {}
-            Ok(false) => break Ok(()),
+        match net.test_recv1(rc, req) {
+            Ok(Some(size)) => bytes += size as u64,
+            Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         }
         received += slice;
-        bytes += sizes[0] as u64;
     };
     sub.received = received;
     sub.trans_size += bytes;

@@ -16,7 +16,7 @@ use super::op::{ProxyOp, Sub};
 use super::profiler::Profiler;
 use super::shared::RecvMem;
 use super::state::{lookup, Buf, ProxyState};
-use super::{Dir, Protocol, MAX_RECVS, STEPS};
+use super::{Dir, Protocol, STEPS};
 use crate::error::{Error, Result};
 use crate::sync::AtomicU64;
 
@@ -161,8 +161,6 @@ fn complete<N: Net, M: MemProvider>(
 ) -> Result<(bool, bool)> {
     let (base, start, end) = (sub.base, sub.done, sub.transmitted);
     let mut d = start;
-    // A send's byte count is not needed here (not registered: no piece to move on to).
-    let mut sizes = [0usize; MAX_RECVS];
     let r = loop {
         if d >= end {
             break Ok(());
@@ -175,7 +173,8 @@ fn complete<N: Net, M: MemProvider>(
                 state: "no request for a transmitted step",
             });
         };
-        match net.test(CommRef::Send(comm), req, &mut sizes) {
+        // A send's byte count is not needed here (not registered: no piece to move on to).
+        match net.test_send(comm, req) {
             Ok(true) => {}
             Ok(false) => break Ok(()),
             Err(e) => break Err(e),
