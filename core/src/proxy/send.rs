@@ -20,13 +20,13 @@
 
 use super::lines::{ll128_ready, ll_ready, LL128_LINE, LL_LINE};
 use super::mem::MemProvider;
-use super::net::{CommRef, Net};
+use super::net::Net;
 use super::op::{ProxyOp, Sub};
 use super::pools::shared_offset;
 use super::profiler::{OpEvent, Profiler, StepEvent};
 use super::shared::{load_step, store_step, BufView, RecvMem, SIZE_EMPTY};
 use super::state::ProxyState;
-use super::state::{lookup, Buf, Conn, ProxyConfig, Resources};
+use super::state::{check_gpu_size, lookup, Buf, Conn, ProxyConfig, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
 use crate::error::{Error, Result};
 use crate::sync::AtomicU64;
@@ -76,12 +76,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         }
         let conn = lookup(&self.conns, &self.gens, sub.conn)?;
         let res = conn.res()?;
-        let CommRef::Send(comm) = res.comm else {
-            return Err(Error::BadState {
-                op: "send progress",
-                state: "receive comm",
-            });
-        };
+        let comm = res.send_comm()?;
         let pass = SendPass {
             s,
             nsubs,
@@ -283,14 +278,7 @@ impl<N: Net> SendPass<'_, N> {
             let step_size = b.size / STEPS;
             (slot * step_size, step_size * self.slice as usize)
         };
-        if size > room || off + size > b.size {
-            return Err(Error::OutOfRange {
-                what: "connFifo size from the GPU",
-                value: size as i64,
-                min: 0,
-                max: room.min(b.size.saturating_sub(off)) as i64,
-            });
-        }
+        check_gpu_size(size, off, room, b.size)?;
         let addr = b.cpu + off as u64;
         let lines_ok = match p {
             Protocol::Ll => {

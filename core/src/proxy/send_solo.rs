@@ -15,7 +15,7 @@ use super::net::{CommRef, Net};
 use super::op::{ProxyOp, Sub};
 use super::profiler::Profiler;
 use super::shared::RecvMem;
-use super::state::{lookup, Buf, ProxyState};
+use super::state::{check_gpu_size, lookup, Buf, ProxyState};
 use super::{Dir, Protocol, STEPS};
 use crate::error::{Error, Result};
 use crate::sync::AtomicU64;
@@ -48,12 +48,7 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         }
         let conn = lookup(&self.conns, &self.gens, sub.conn)?;
         let res = conn.res()?;
-        let CommRef::Send(comm) = res.comm else {
-            return Err(Error::BadState {
-                op: "send progress",
-                state: "receive comm",
-            });
-        };
+        let comm = res.send_comm()?;
         if conn.req.shared || sub.reg || !simple {
             return Ok(None);
         }
@@ -117,13 +112,8 @@ fn transmit<N: Net>(
         let slot = RecvMem::<STEPS>::slot(step);
         let step_size = b.size / STEPS;
         let (off, room) = (slot * step_size, step_size * slice as usize);
-        if size > room || off + size > b.size {
-            break Err(Error::OutOfRange {
-                what: "connFifo size from the GPU",
-                value: size as i64,
-                min: 0,
-                max: room.min(b.size.saturating_sub(off)) as i64,
-            });
+        if let Err(e) = check_gpu_size(size, off, room, b.size) {
+            break Err(e);
         }
         let Some(mr) = mhandle else {
             break Err(Error::Missing {

@@ -159,6 +159,36 @@ impl<N: Net> Conn<N> {
     }
 }
 
+impl<N: Net> Resources<N> {
+    /// The send comm of a send connection (send progress on a receive connection is a
+    /// `BadState`).
+    #[inline(always)]
+    pub fn send_comm(&self) -> Result<N::Send> {
+        match self.comm {
+            CommRef::Send(c) => Ok(c),
+            CommRef::Recv(_) => Err(Error::BadState {
+                op: "send progress",
+                state: "receive comm",
+            }),
+        }
+    }
+}
+
+/// Checks the size a GPU wrote into a connFifo slot: `size` bytes at `off` must fit the
+/// step's `room` and the buffer's `buf_size` (`OutOfRange` names the largest that fits).
+#[inline(always)]
+pub(crate) fn check_gpu_size(size: usize, off: usize, room: usize, buf_size: usize) -> Result<()> {
+    if size > room || off + size > buf_size {
+        return Err(Error::OutOfRange {
+            what: "connFifo size from the GPU",
+            value: size as i64,
+            min: 0,
+            max: room.min(buf_size.saturating_sub(off)) as i64,
+        });
+    }
+    Ok(())
+}
+
 /// The proxy engine: `C` connections over net `N` with memory from `M`.
 pub struct ProxyState<N: Net, M: MemProvider, const C: usize = 64> {
     pub(crate) net: N,
