@@ -341,28 +341,51 @@ fn unit(size: usize) -> String {
     }
 }
 
+/// One raw `process_vm_writev` of `size` bytes at `off` of our buffer to `off` of the peer's
+/// (at `dst` in process `pid`).
+fn raw_write(pid: i32, src: &Region, dst: u64, off: usize, size: usize) {
+    assert!(off + size <= BUF, "inside both buffers");
+    let l = libc::iovec {
+        // SAFETY: `off + size <= BUF` (asserted): inside our buffer.
+        iov_base: unsafe { src.ptr.add(off) }.cast(),
+        iov_len: size,
+    };
+    let r = libc::iovec {
+        iov_base: (dst + off as u64) as *mut libc::c_void,
+        iov_len: size,
+    };
+    // SAFETY: both iovecs describe `size` bytes of live buffers (ours and the peer's).
+    let n = unsafe { libc::process_vm_writev(pid, &l, 1, &r, 1, 0) };
+    assert_eq!(
+        n,
+        size as isize,
+        "process_vm_writev: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Polls until the peer's echo has arrived (its receive reposted) and our send completed.
+fn await_echo(e: &mut End, cs: &mut [Completion]) {
+    let (mut got_recv, mut got_send) = (false, false);
+    while !(got_recv && got_send) {
+        let k = e.p.poll_cq(&mut e.cq, cs).unwrap();
+        for c in &cs[..k] {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            if c.opcode == ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
+                e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
+                got_recv = true;
+            } else {
+                got_send = true;
+            }
+        }
+    }
+}
+
 fn raw_bw(pid: i32, src: &Region, dst: u64, size: usize, iters: usize) -> f64 {
     let k = slots(size);
     let t = Instant::now();
     for i in 0..iters {
-        let off = (i % k) * size;
-        let l = libc::iovec {
-            // SAFETY: `off + size <= BUF`: inside our buffer.
-            iov_base: unsafe { src.ptr.add(off) }.cast(),
-            iov_len: size,
-        };
-        let r = libc::iovec {
-            iov_base: (dst + off as u64) as *mut libc::c_void,
-            iov_len: size,
-        };
-        // SAFETY: both iovecs describe `size` bytes of live buffers (ours and the peer's).
-        let n = unsafe { libc::process_vm_writev(pid, &l, 1, &r, 1, 0) };
-        assert_eq!(
-            n,
-            size as isize,
-            "process_vm_writev: {}",
-            std::io::Error::last_os_error()
-        );
+        raw_write(pid, src, dst, (i % k) * size, size);
     }
     (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
 }
@@ -408,20 +431,7 @@ fn soft_lat(e: &mut End, peer: &Peer, iters: usize) -> f64 {
         for _ in 0..n {
             let w = wri(e, peer, 8, 8, 0);
             e.p.post_send(&mut e.qp, &[w]).unwrap();
-            let mut got_recv = false;
-            let mut got_send = false;
-            while !(got_recv && got_send) {
-                let k = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
-                for c in &cs[..k] {
-                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
-                    if c.opcode == ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
-                        e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
-                        got_recv = true;
-                    } else {
-                        got_send = true;
-                    }
-                }
-            }
+            await_echo(e, &mut cs);
         }
     };
     run(iters / 10, e); // warm-up
@@ -455,19 +465,7 @@ fn soft_lat_size(e: &mut End, peer: &Peer, size: usize, iters: usize) -> (f64, f
         let t0 = Instant::now();
         e.p.post_send(&mut e.qp, &[w]).unwrap();
         let tp = t0.elapsed();
-        let (mut got_recv, mut got_send) = (false, false);
-        while !(got_recv && got_send) {
-            let k = e.p.poll_cq(&mut e.cq, &mut cs).unwrap();
-            for c in &cs[..k] {
-                assert_eq!(c.status, WcStatus::Success, "{c:?}");
-                if c.opcode == ibnet_core::provider::WcOpcode::RecvRdmaWithImm {
-                    e.p.post_recv(&mut e.qp, c.wr_id).unwrap();
-                    got_recv = true;
-                } else {
-                    got_send = true;
-                }
-            }
-        }
+        await_echo(e, &mut cs);
         if i >= warm {
             one.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
             post.push(tp.as_secs_f64() * 1e6);
@@ -481,19 +479,8 @@ fn soft_lat_size(e: &mut End, peer: &Peer, size: usize, iters: usize) -> (f64, f
 fn raw_once_us(pid: i32, src: &Region, dst: u64, size: usize, iters: usize) -> f64 {
     let mut v: Vec<f64> = (0..iters)
         .map(|_| {
-            let l = libc::iovec {
-                // SAFETY: `PING_OFF + size <= BUF`: inside our buffer.
-                iov_base: unsafe { src.ptr.add(PING_OFF) }.cast(),
-                iov_len: size,
-            };
-            let r = libc::iovec {
-                iov_base: (dst + PING_OFF as u64) as *mut libc::c_void,
-                iov_len: size,
-            };
             let t = Instant::now();
-            // SAFETY: both iovecs describe `size` bytes of live buffers (ours and the peer's).
-            let n = unsafe { libc::process_vm_writev(pid, &l, 1, &r, 1, 0) };
-            assert_eq!(n, size as isize);
+            raw_write(pid, src, dst, PING_OFF, size);
             t.elapsed().as_secs_f64() * 1e6
         })
         .collect();
