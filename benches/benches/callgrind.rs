@@ -4,7 +4,7 @@
 //! case with collection switched on only inside the case's `cg_*` function, and divides the
 //! instructions by the operations the binary reports.
 //!
-//! Cases (`callgrind CASE` runs one, warmed up, then `ITERS` operations inside `cg_CASE`):
+//! Cases (`callgrind CASE` runs one, warmed up, then 2000 (or `IBNET_CG_ITERS`) operations inside `cg_CASE`):
 //! * `core_cycle`: ibnet-core's comms over the loopback double (`ibnet-testkit`), 8 B:
 //!   `irecv` + `isend` + `test` (send) + `test` (recv).
 //! * `mr_hit`: an MR-cache hit, `acquire` + `release` of a cached range (256 ranges cached).
@@ -26,8 +26,16 @@ use ibnet_core::mr_cache::MrCache;
 use ibnet_core::provider::MrKeys;
 use ibnet_testkit::{connect_pair, AlignedBuf, Loopback};
 
-const ITERS: u64 = 2000;
 const WARM: u64 = 200;
+
+/// Operations counted per case: 2000, or `IBNET_CG_ITERS` (a larger count lets `perf stat`
+/// read the same cases' cycles and instructions on a machine with hardware counters).
+fn iters() -> u64 {
+    std::env::var("IBNET_CG_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
 
 struct Cycle {
     s: SendComm<Loopback>,
@@ -86,8 +94,8 @@ fn core_cycle() -> u64 {
     for _ in 0..WARM {
         c.once();
     }
-    cg_core_cycle(&mut c, ITERS);
-    ITERS
+    cg_core_cycle(&mut c, iters());
+    iters()
 }
 
 type Cache = MrCache<u64, 4096>;
@@ -118,8 +126,8 @@ fn mr_hit() -> u64 {
         cache.acquire(a, l, 4096, |a, _| Ok(a)).expect("register");
     }
     cg_mr_hit(&cache, &keys, WARM);
-    cg_mr_hit(&cache, &keys, ITERS * 4);
-    ITERS * 4
+    cg_mr_hit(&cache, &keys, iters() * 4);
+    iters() * 4
 }
 
 #[inline(never)]
@@ -135,7 +143,7 @@ fn proxy_step() -> u64 {
     for _ in 0..4 {
         e.batch();
     }
-    let batches = ITERS / MSGS;
+    let batches = iters() / MSGS;
     cg_proxy_step(&mut e, batches);
     batches * MSGS
 }
@@ -153,7 +161,7 @@ fn bare_step() -> u64 {
     for _ in 0..4 {
         b.batch();
     }
-    let batches = ITERS / MSGS;
+    let batches = iters() / MSGS;
     cg_bare_step(&mut b, batches);
     batches * MSGS
 }
@@ -263,8 +271,8 @@ fn plugin_cycle() -> u64 {
     for _ in 0..WARM {
         r.once();
     }
-    cg_plugin_cycle(&mut r, ITERS);
-    ITERS
+    cg_plugin_cycle(&mut r, iters());
+    iters()
 }
 
 fn main() {

@@ -68,6 +68,8 @@ pub struct Bare<P: Provider + Clone> {
     mrs: Option<(P::Mr, P::Mr)>,
     keys: (MrKeys, MrKeys),
     size: usize,
+    /// Bytes between two slots: the engine's step size (its SIMPLE buffer / `STEPS`).
+    stride: u64,
 }
 
 impl<P: Provider + Clone> Bare<P> {
@@ -75,7 +77,10 @@ impl<P: Provider + Clone> Bare<P> {
     pub fn new(dev: &P, size: usize) -> Self {
         let (s, r) = connect_pair(dev, CommConfig::default()).expect("connect");
         // The same allocator as the engine's buffers (same alignment and placement).
-        let slots = STEPS * size.max(4096);
+        // The engine's SIMPLE buffer (see `Engine::new`), cut into `STEPS` slots as the engine
+        // cuts it: the same addresses, so the same cache sets, as the engine's steps.
+        let stride = size.max(4096);
+        let slots = STEPS * stride;
         let mut mem = HostMem::default();
         let src = mem.alloc(MemKind::Host, slots).expect("alloc");
         let dst = mem.alloc(MemKind::Host, slots).expect("alloc");
@@ -97,19 +102,20 @@ impl<P: Provider + Clone> Bare<P> {
             mrs: Some((sm, rm)),
             keys,
             size,
+            stride: stride as u64,
         }
     }
 
     /// [`MSGS`] messages.
     pub fn batch(&mut self) {
-        let size = self.size as u64;
+        let (size, stride) = (self.size as u64, self.stride);
         let (sk, rk) = self.keys;
         let mut sids = [None::<ReqId>; STEPS];
         let mut rids = [None::<ReqId>; STEPS];
         let (mut posted, mut sent, mut sdone, mut rdone) = (0u64, 0u64, 0u64, 0u64);
         while sdone < MSGS || rdone < MSGS {
             while posted < MSGS && posted < rdone + STEPS as u64 {
-                let off = (posted % STEPS as u64) * size;
+                let off = (posted % STEPS as u64) * stride;
                 let buf = [RecvBuf {
                     addr: self.dst.cpu() + off,
                     size,
@@ -123,7 +129,7 @@ impl<P: Provider + Clone> Bare<P> {
                 posted += 1;
             }
             while sent < posted && sent < sdone + STEPS as u64 {
-                let off = (sent % STEPS as u64) * size;
+                let off = (sent % STEPS as u64) * stride;
                 match self
                     .s
                     .isend(self.src.cpu() + off, size, 1, sk)
@@ -243,19 +249,23 @@ impl<P: Provider + Clone> Engine<P> {
         let (mut sd, mut rd) = (false, false);
         while !(sd && rd) {
             // The sending GPU: publish every credited step (the credit bound read once per
-            // run, as a kernel keeps it until it used it up).
+            // run, as a kernel keeps it until it used it up), then `tail` once for the run
+            // (its Release covers every size before it).
             let credit = gs.credit_end().min(end);
-            while k_send < credit {
-                gs.publish(k_send, size as u64);
-                gs.advance(k_send + 1);
-                k_send += 1;
+            if k_send < credit {
+                while k_send < credit {
+                    gs.publish(k_send, size as u64);
+                    k_send += 1;
+                }
+                gs.advance(k_send);
             }
             sd = sd || self.px.progress(&mut so).expect("send").done;
             rd = rd || self.px.progress(&mut ro).expect("recv").done;
-            // The receiving GPU: consume every landed step (`tail` read once per run).
+            // The receiving GPU: consume every landed step (`tail` read once per run), handing
+            // the run's slots back with one `head` store.
             let landed = gr.landed_end();
-            while k_recv < landed {
-                k_recv += 1;
+            if k_recv < landed {
+                k_recv = landed;
                 gr.consume(k_recv);
             }
         }

@@ -270,6 +270,19 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
         )
     }
 
+    /// Reader side, a hint: whether the writer has begun posting the slot of `seq` (its first
+    /// element's `idx` names `seq`). `false` means [`FifoRing::poll`] of `seq` would return
+    /// `Ok(None)` now; `true` promises nothing (poll reads and checks the slot).
+    #[inline]
+    pub fn is_posted(&self, seq: u64) -> bool {
+        // Relaxed: nothing is read on the strength of this load; `poll_rails` loads the same
+        // `idx` again with Acquire (pairing with `publish`'s Release) before reading fields.
+        self.slots[Self::slot_of(seq)][0]
+            .idx
+            .load(Ordering::Relaxed)
+            == seq + 1
+    }
+
     /// Reader side: the slot of `seq`, if the writer has posted every element of it.
     ///
     /// Returns `Ok(None)` when the slot is not (fully) posted yet, `Ok(Some(n))` with `out[..n]`

@@ -586,3 +586,36 @@ fn a_failed_accept_releases_its_cq_and_qps() {
         "nothing leaked"
     );
 }
+
+#[test]
+fn peer_posted_is_false_exactly_until_the_receiver_posts_the_next_slot() {
+    let (dev, mut s, mut r) = pair(CommConfig::default());
+    let src = AlignedBuf::new(64);
+    let dsts = [AlignedBuf::new(64), AlignedBuf::new(64)];
+    let sk = reg(&dev, &src);
+    let buf = |i: usize, tag: u32| RecvBuf {
+        addr: dsts[i].addr(),
+        size: 64,
+        tag,
+        mr: reg(&dev, &dsts[i]),
+    };
+    for round in 0..3u32 {
+        // Nothing posted: the hint says so, and an isend agrees.
+        assert!(!s.peer_posted(), "round {round}: before the irecv");
+        assert_eq!(s.isend(src.addr(), 8, 1, sk).unwrap(), None);
+        // A multi-receive of two: posted until both of its sends matched.
+        let rid = r.irecv(&[buf(0, 1), buf(1, 2)]).unwrap().unwrap();
+        assert!(s.peer_posted(), "round {round}: after the irecv");
+        let a = s.isend(src.addr(), 8, 1, sk).unwrap().expect("first send");
+        assert!(
+            s.peer_posted(),
+            "round {round}: one of two receives matched"
+        );
+        let b = s.isend(src.addr(), 8, 2, sk).unwrap().expect("second send");
+        // The slot is used up: the next one is not posted yet.
+        assert!(!s.peer_posted(), "round {round}: after the slot's sends");
+        wait(|| s.test(a));
+        wait(|| s.test(b));
+        assert_eq!(wait(|| r.test(rid)).n, 2);
+    }
+}

@@ -225,7 +225,11 @@ fn bad_input_is_an_error_by_variant() {
         let mut op = ProxyOp::new(Dir::Send, Protocol::Simple, 1, 1).unwrap();
         op.push(SubArgs::registered(s[0], 0x1000, 64)).unwrap();
         assert!(matches!(px.progress(&mut op), Err(Error::BadState { .. })));
-        // A hostile size from the GPU is refused, not sent.
+        // A hostile size from the GPU is refused, not sent (checked when the step could be
+        // sent: the receiver has posted).
+        let mut ro = ProxyOp::new(Dir::Recv, Protocol::Simple, 1, 1).unwrap();
+        ro.push(SubArgs::new(r[0], 1, 1 << 20)).unwrap();
+        assert!(!px.progress(&mut ro).unwrap().done);
         let v = px.device_view(s[0]).unwrap();
         // SAFETY: connection alive, host memory.
         let g = unsafe { DeviceSend::from_view(&v) }.unwrap();
@@ -242,6 +246,7 @@ fn bad_input_is_an_error_by_variant() {
             })
         ));
         px.abort(&mut op).unwrap();
+        px.abort(&mut ro).unwrap();
         // Setup errors: channel beyond the shared pools.
         let bad = SetupReq {
             shared: true,

@@ -155,6 +155,16 @@ impl<P: Provider> SendComm<P> {
         self.base.sink = sink;
     }
 
+    /// A hint before [`SendComm::isend`]: `false` only when the receiver has not posted the
+    /// FIFO slot the next send matches, so that an `isend` now could not send (it would
+    /// return `Ok(None)`, or reject bad arguments). A comm that is not connected answers
+    /// `true`: its `isend` reports that. One load, no request touched: a caller polling for
+    /// the receiver skips the `isend` call while this is `false`.
+    #[inline]
+    pub fn peer_posted(&self) -> bool {
+        self.base.life() != Life::Connected || self.fifo.is_posted(self.fifo_head)
+    }
+
     /// Sends `size` bytes at `addr` (registered with `mr`) to the receive tagged `tag`.
     ///
     /// `Ok(None)`: the receiver has not posted the matching receive yet; call again.

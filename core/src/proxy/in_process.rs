@@ -336,6 +336,15 @@ impl<P: Provider + Clone, const C: usize> Net for InProcessNet<P, C> {
     }
 
     #[inline(always)]
+    fn send_ready(&mut self, comm: u16) -> bool {
+        // An unknown comm answers `true`: `isend` reports it.
+        self.sends
+            .get(comm as usize)
+            .and_then(Option::as_ref)
+            .is_none_or(SendComm::peer_posted)
+    }
+
+    #[inline(always)]
     fn irecv(&mut self, comm: u16, bufs: &[NetBuf<InProcessMr>]) -> Result<Option<ReqId>> {
         if let [b] = bufs {
             // One buffer (the common case): no table of `MAX_RECVS` to fill.

@@ -124,6 +124,14 @@ pub trait Net {
         tag: u32,
         mr: Self::Mr,
     ) -> Result<Option<Self::Req>>;
+    /// A hint before [`Net::isend`]: `false` only when an `isend` on `comm` now could not
+    /// send because the receiver has not posted its receive yet (the engine then skips the
+    /// call). The default, `true`, always calls `isend`.
+    #[inline(always)]
+    fn send_ready(&mut self, comm: Self::Send) -> bool {
+        let _ = comm;
+        true
+    }
     /// Posts a (multi-)receive of 1..=`max_recvs` buffers; `Ok(None)`: try again later.
     fn irecv(&mut self, comm: Self::Recv, bufs: &[NetBuf<Self::Mr>]) -> Result<Option<Self::Req>>;
     /// Flushes received data to the GPU; `Ok(None)` when there is nothing to flush.

@@ -66,9 +66,11 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
             };
             moved = true;
         }
-        // Stage 2, transmit (only when a posted step is not yet sent).
+        // Stage 2, transmit (only when a posted step is not yet sent and the receiver has
+        // posted its next receive: a pass that finds it not posted, the usual idle pass, skips
+        // transmit's frame; the GPU's size of a step is checked when the step can be sent).
         let limit = sub.posted.min(sub.done + STEPS as u64);
-        if sub.transmitted < limit {
+        if sub.transmitted < limit && self.net.send_ready(comm) {
             let buf = res.bufs[Protocol::Simple.index()].as_ref();
             let tag = conn.req.tp_rank;
             moved |= transmit(&mut self.net, sub, comm, ring, buf, tag, slice, limit)?;
