@@ -4,7 +4,8 @@
 //! case with collection switched on only inside the case's `cg_*` function, and divides the
 //! instructions by the operations the binary reports.
 //!
-//! Cases (`callgrind CASE` runs one, warmed up, then 2000 (or `IBNET_CG_ITERS`) operations inside `cg_CASE`):
+//! Cases (`callgrind CASE` runs one, warmed up, then 2000 (or `IBNET_CG_ITERS`) operations
+//! inside `cg_CASE`):
 //! * `core_cycle`: ibnet-core's comms over the loopback double (`ibnet-testkit`), 8 B:
 //!   `irecv` + `isend` + `test` (send) + `test` (recv).
 //! * `mr_hit`: an MR-cache hit, `acquire` + `release` of a cached range (256 ranges cached).
@@ -94,14 +95,20 @@ fn core_cycle() -> u64 {
     for _ in 0..WARM {
         c.once();
     }
-    cg_core_cycle(&mut c, iters());
-    iters()
+    let n = iters();
+    cg_core_cycle(&mut c, n);
+    n
 }
 
 type Cache = MrCache<u64, 4096>;
 
 #[inline(never)]
 fn cg_mr_hit(cache: &Cache, keys: &[(u64, u64)], n: u64) {
+    hits(cache, keys, n);
+}
+
+#[inline(always)]
+fn hits(cache: &Cache, keys: &[(u64, u64)], n: u64) {
     for i in 0..n as usize {
         let (a, l) = keys[i % keys.len()];
         let r = cache
@@ -125,9 +132,11 @@ fn mr_hit() -> u64 {
     for &(a, l) in &keys {
         cache.acquire(a, l, 4096, |a, _| Ok(a)).expect("register");
     }
-    cg_mr_hit(&cache, &keys, WARM);
-    cg_mr_hit(&cache, &keys, iters() * 4);
-    iters() * 4
+    // Warmed outside `cg_mr_hit` (callgrind counts only inside it).
+    hits(&cache, &keys, WARM);
+    let n = iters() * 4;
+    cg_mr_hit(&cache, &keys, n);
+    n
 }
 
 #[inline(never)]
@@ -271,8 +280,9 @@ fn plugin_cycle() -> u64 {
     for _ in 0..WARM {
         r.once();
     }
-    cg_plugin_cycle(&mut r, iters());
-    iters()
+    let n = iters();
+    cg_plugin_cycle(&mut r, n);
+    n
 }
 
 fn main() {
