@@ -4,7 +4,8 @@
 //! the third post; the writer reuses a slot only after the reader consumed it, as the real
 //! protocol does (a slot is reposted only after the request that used it completed). Each
 //! slot carries a live-rail mask (a fused receiver's; it changes from lap to lap, as when a
-//! rail fails), which the reader must see whole with the slot.
+//! rail fails), which the reader must see whole with the slot. A second model gates the
+//! reader's polls on the `is_posted` hint, as the proxy engine's send pass does.
 #![cfg(loom)]
 
 use ibnet_core::fifo::{FifoRing, PostedRecv, MAX_RECVS};
@@ -33,9 +34,21 @@ fn rails(seq: u64) -> u32 {
 
 #[test]
 fn reader_sees_whole_slots_across_wrap_around() {
+    wrap_around(false);
+}
+
+/// The same, with the reader polling only once `is_posted` (the sender's hint, a Relaxed load
+/// of the first element's `idx`, `SendComm::peer_posted`) says the slot is begun: the hint
+/// never keeps the reader from a slot the writer posted, and the slot it then reads is whole.
+#[test]
+fn reader_gated_by_the_is_posted_hint_sees_every_slot_whole() {
+    wrap_around(true);
+}
+
+fn wrap_around(hint: bool) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
-    b.check(|| {
+    b.check(move || {
         let ring = Arc::new(FifoRing::<2>::new());
         let consumed = Arc::new(AtomicU64::new(0));
         const POSTS: u64 = 3;
@@ -56,6 +69,10 @@ fn reader_sees_whole_slots_across_wrap_around() {
         let mut out = [PostedRecv::default(); MAX_RECVS];
         for seq in 0..POSTS {
             let (n, mask) = loop {
+                if hint && !ring.is_posted(seq) {
+                    thread::yield_now();
+                    continue;
+                }
                 match ring.poll_rails(seq, &mut out) {
                     Ok(Some(x)) => break x,
                     Ok(None) => thread::yield_now(),
