@@ -14,7 +14,7 @@ use super::mem::MemProvider;
 use super::net::{CommRef, Net};
 use super::op::{ProxyOp, Sub};
 use super::profiler::Profiler;
-use super::shared::RecvMem;
+use super::shared::{store_step, RecvMem};
 use super::state::{check_gpu_size, lookup, Buf, ProxyState};
 use super::{Dir, Protocol, STEPS};
 use crate::error::{Error, Result};
@@ -138,9 +138,9 @@ fn transmit<N: Net>(
     r.map(|()| t != start)
 }
 
-/// Stage 3: retires every finished send, oldest first: resets the slot's size, then stores
-/// `head = base + done` (Release, in `RecvMem::retire`). Returns whether one moved and whether
-/// the sub finished.
+/// Stage 3: retires every finished send, oldest first: resets each one's slot size, then
+/// stores `head = base + done` once for the run (Release: the GPU that sees the new `head` sees
+/// every reset before it). Returns whether one moved and whether the sub finished.
 #[inline(always)]
 fn complete<N: Net, M: MemProvider>(
     net: &mut N,
@@ -174,9 +174,13 @@ fn complete<N: Net, M: MemProvider>(
         // The request stays in its slot until the slot's next `isend` overwrites it (only
         // transmitted steps are tested).
         d += slice;
-        ring.retire(step, Some((head, base + d)));
-        mem.store_fence();
+        ring.retire(step, None);
     };
+    if d != start {
+        // One `head` for the run (Release: covers every size reset above).
+        store_step(head, base + d);
+        mem.store_fence();
+    }
     sub.done = d;
     r?;
     let finished = d != start && d == sub.nsteps;

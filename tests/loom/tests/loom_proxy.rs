@@ -84,6 +84,52 @@ fn send_ring_dedicated_resets_size_before_head() {
     });
 }
 
+/// The same ring with the proxy retiring a run of steps at once, as the engine's plain send
+/// pass does (`send_solo::complete`): every slot of the run reset (Relaxed), then one `head`
+/// store (Release) for the run. The GPU must still see each reused slot reset.
+#[test]
+fn send_ring_dedicated_retires_a_run_with_one_head() {
+    loom::model(|| {
+        let ring = Ring::new(0);
+        let r = ring.clone();
+        let gpu = thread::spawn(move || {
+            let d = DeviceSend::<N>::new(&r.head, &r.mem);
+            for k in 0..STEPS {
+                while !d.has_credit(k) {
+                    thread::yield_now();
+                }
+                assert!(!d.pending(k), "step {k}: size not reset before head moved");
+                r.write(k, payload(k));
+                d.publish(k, 64 + k);
+                d.advance(k + 1);
+            }
+        });
+        let mut k = 0;
+        while k < STEPS {
+            // The run: every step ready now, at least one (wait for it).
+            let mut end = k;
+            while end < STEPS && end < k + N as u64 {
+                match ring.mem.ready(end, end, true) {
+                    Some(size) => {
+                        assert_eq!(size, 64 + end);
+                        assert_eq!(ring.read(end), payload(end));
+                        end += 1;
+                    }
+                    None if end == k => thread::yield_now(),
+                    None => break,
+                }
+            }
+            for s in k..end {
+                ring.mem.retire(s, None);
+            }
+            store_step(&ring.head, end);
+            k = end;
+        }
+        gpu.join().unwrap();
+        assert_eq!(load_step(&ring.head), STEPS);
+    });
+}
+
 #[test]
 fn send_ring_shared_credits_publish_offsets() {
     loom::model(|| {
