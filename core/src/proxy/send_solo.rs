@@ -71,7 +71,11 @@ impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
         // transmit's frame; the GPU's size of a step is checked when the step can be sent).
         let limit = sub.posted.min(sub.done + STEPS as u64);
         if sub.transmitted < limit && self.net.send_ready(comm) {
-            let buf = res.bufs[Protocol::Simple.index()].as_ref();
+            let Some(buf) = res.bufs[Protocol::Simple.index()].as_ref() else {
+                return Err(Error::Missing {
+                    what: "protocol buffer of the connection",
+                });
+            };
             let tag = conn.req.tp_rank;
             moved |= transmit(&mut self.net, sub, comm, ring, buf, tag, slice, limit)?;
         }
@@ -93,12 +97,20 @@ fn transmit<N: Net>(
     sub: &mut Sub<N>,
     comm: N::Send,
     ring: &RecvMem,
-    buf: Option<&Buf>,
+    b: &Buf,
     tag: u32,
     slice: u64,
     limit: u64,
 ) -> Result<bool> {
-    let (base, start, mhandle) = (sub.base, sub.transmitted, sub.mhandle);
+    let (base, start) = (sub.base, sub.transmitted);
+    // `start` set the handle of a sub that is not registered (its connection's buffer).
+    let Some(mr) = sub.mhandle else {
+        return Err(Error::Missing {
+            what: "memory handle",
+        });
+    };
+    let step_size = b.size / STEPS;
+    let room = step_size * slice as usize;
     let (mut t, mut bytes) = (start, 0u64);
     let r = loop {
         let step = base + t;
@@ -106,22 +118,11 @@ fn transmit<N: Net>(
             break Ok(());
         };
         let size = size as usize;
-        let Some(b) = buf else {
-            break Err(Error::Missing {
-                what: "protocol buffer of the connection",
-            });
-        };
         let slot = RecvMem::<STEPS>::slot(step);
-        let step_size = b.size / STEPS;
-        let (off, room) = (slot * step_size, step_size * slice as usize);
+        let off = slot * step_size;
         if let Err(e) = check_gpu_size(size, off, room, b.size) {
             break Err(e);
         }
-        let Some(mr) = mhandle else {
-            break Err(Error::Missing {
-                what: "memory handle",
-            });
-        };
         match net.isend(comm, b.cpu + off as u64, size, tag, mr) {
             Ok(Some(req)) => sub.requests[slot] = Some(req),
             Ok(None) => break Ok(()),
