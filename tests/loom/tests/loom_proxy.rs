@@ -50,24 +50,30 @@ fn payload(k: u64) -> u64 {
     0x1000 + 7 * k
 }
 
+/// The GPU of a send ring with dedicated buffers: waits for credit, checks that the proxy
+/// reset the slot's size (-1) before handing the credit back, fills the slot, sets its size
+/// and moves `tail`, for `STEPS` steps.
+fn dedicated_send_gpu(ring: &Arc<Ring>) -> thread::JoinHandle<()> {
+    let r = ring.clone();
+    thread::spawn(move || {
+        let d = DeviceSend::<N>::new(&r.head, &r.mem);
+        for k in 0..STEPS {
+            while !d.has_credit(k) {
+                thread::yield_now();
+            }
+            assert!(!d.pending(k), "step {k}: size not reset before head moved");
+            r.write(k, payload(k));
+            d.publish(k, 64 + k);
+            d.advance(k + 1);
+        }
+    })
+}
+
 #[test]
 fn send_ring_dedicated_resets_size_before_head() {
     loom::model(|| {
         let ring = Ring::new(0);
-        let r = ring.clone();
-        let gpu = thread::spawn(move || {
-            let d = DeviceSend::<N>::new(&r.head, &r.mem);
-            for k in 0..STEPS {
-                while !d.has_credit(k) {
-                    thread::yield_now();
-                }
-                // The proxy reset the slot's size (-1) before handing the credit back.
-                assert!(!d.pending(k), "step {k}: size not reset before head moved");
-                r.write(k, payload(k));
-                d.publish(k, 64 + k);
-                d.advance(k + 1);
-            }
-        });
+        let gpu = dedicated_send_gpu(&ring);
         for k in 0..STEPS {
             let size = loop {
                 match ring.mem.ready(k, k, true) {
@@ -91,19 +97,7 @@ fn send_ring_dedicated_resets_size_before_head() {
 fn send_ring_dedicated_retires_a_run_with_one_head() {
     loom::model(|| {
         let ring = Ring::new(0);
-        let r = ring.clone();
-        let gpu = thread::spawn(move || {
-            let d = DeviceSend::<N>::new(&r.head, &r.mem);
-            for k in 0..STEPS {
-                while !d.has_credit(k) {
-                    thread::yield_now();
-                }
-                assert!(!d.pending(k), "step {k}: size not reset before head moved");
-                r.write(k, payload(k));
-                d.publish(k, 64 + k);
-                d.advance(k + 1);
-            }
-        });
+        let gpu = dedicated_send_gpu(&ring);
         let mut k = 0;
         while k < STEPS {
             // The run: every step ready now, at least one (wait for it).
