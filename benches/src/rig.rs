@@ -253,10 +253,10 @@ impl<P: Provider + Clone> Engine<P> {
             // (its Release covers every size before it).
             let credit = gs.credit_end().min(end);
             if k_send < credit {
-                while k_send < credit {
-                    gs.publish(k_send, size as u64);
-                    k_send += 1;
+                for k in k_send..credit {
+                    gs.publish(k, size as u64);
                 }
+                k_send = credit;
                 gs.advance(k_send);
             }
             sd = sd || self.px.progress(&mut so).expect("send").done;
