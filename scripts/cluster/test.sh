@@ -19,8 +19,8 @@
 #
 # Environment: IBNET_CLUSTER_ONLY (case regex), IBNET_CLUSTER_SUITE (guest Debian release, default
 # trixie), IBNET_CLUSTER_CASES (a cases file instead of cases.sh), IBNET_CLUSTER_DEADLINE (s from
-# the first case on, default 1500: a case due later is not run but reported FAIL),
-# IBNET_CLUSTER_TIMEOUT (most seconds one VM boot may live, default 2400), IBNET_CLUSTER_HUNG
+# the first case on, default 1800: a case due later is not run but reported FAIL),
+# IBNET_CLUSTER_TIMEOUT (most seconds one VM boot may live, default 2700: the backstop of .ci/run), IBNET_CLUSTER_HUNG
 # (s without the guest agent's heartbeat before a VM counts as hung, default 120),
 # IBNET_CLUSTER_REBOOTS (most reboots of the VMs after a crash or hang, default 5),
 # IBNET_CLUSTER_CPU (qemu -cpu model, default max), IBNET_CLUSTER_MEM / IBNET_CLUSTER_SMP (per VM,
@@ -35,8 +35,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 rxe=$repo/scripts/rxe
 CACHE=${IBNET_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ibnet-rxe-vm}
-TIMEOUT=${IBNET_CLUSTER_TIMEOUT:-2400}
-DEADLINE=${IBNET_CLUSTER_DEADLINE:-1500}
+TIMEOUT=${IBNET_CLUSTER_TIMEOUT:-2700}
+DEADLINE=${IBNET_CLUSTER_DEADLINE:-1800}
 trap 'echo "cluster: FAILED at test.sh line $LINENO: $BASH_COMMAND" >&2' ERR
 step() { printf '\n---- cluster: %s (%s)\n' "$*" "$(date +%T)"; }
 t_start=$SECONDS
