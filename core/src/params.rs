@@ -201,8 +201,8 @@ pub struct Params {
     pub ib_warn_rail_local: bool,
     /// `NCCL_IB_SOCK_CLIENT_PORT_REUSE` (default off).
     pub ib_sock_client_port_reuse: bool,
-    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off). Not implemented by the plugin: `ffi`
-    /// refuses 1 with a WARN at init.
+    /// `NCCL_IB_SOCK_SERVER_PORT_REUSE` (default off): the listen comms of one thread share
+    /// one listening port, connections routed by the nonce of the handle (`ffi`'s listen).
     pub ib_sock_server_port_reuse: bool,
     /// `NCCL_IB_RETURN_ASYNC_EVENTS`: fatal async events fail the comm (default on).
     pub ib_return_async_events: bool,

@@ -64,6 +64,16 @@ pub fn gpu_direct() -> &'static GpuDirect {
                 dmabuf_gpu_side,
             }
         }
+        // A value that cannot be used (IBNET_GPU other than auto, cuda, hip, rocm or none) is
+        // the user's error: one WARN. No runtime on the host is not: INFO.
+        Err(e @ ibnet_hip::Error::InvalidArgument { .. }) => {
+            let v = std::env::var("IBNET_GPU").unwrap_or_default();
+            crate::warn!("GPU runtime not chosen ({e}; IBNET_GPU={v:?}): GPU Direct RDMA disabled");
+            GpuDirect {
+                gdr: false,
+                dmabuf_gpu_side: false,
+            }
+        }
         Err(e) => {
             crate::info!(
                 crate::log::INIT | crate::log::NET,

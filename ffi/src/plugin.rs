@@ -140,11 +140,23 @@ fn discover(cfg: &Config) -> Vec<Dev> {
         ece: cfg.ece_enable,
         fault_timeouts: cfg.fault_mqp_etimedout.into(),
     });
-    // IBNET_PROVIDER=verbs asked for verbs devices: none is worth one WARN (auto: INFO).
+    // IBNET_PROVIDER=verbs asked for verbs devices: none is worth one WARN (auto: INFO). So is
+    // a libibverbs named by IBNET_IBVERBS_PATH that cannot be loaded (discover tried it already
+    // unless NCCL_IB_DISABLE, so `get` returns the cached result).
     let asked = cfg.provider == ProviderChoice::Verbs;
+    let named_lib_failed = || {
+        !cfg.ib_disable
+            && crate::verbs::loader::named_path().is_some()
+            && crate::verbs::loader::get().is_err()
+    };
     let none = |why: &dyn core::fmt::Display| {
         if asked {
             warn!("IBNET_PROVIDER=verbs: no verbs device ({why}); reporting 0 devices");
+        } else if named_lib_failed() {
+            warn!(
+                "{}: the libibverbs it names cannot be loaded ({why}); reporting 0 devices",
+                crate::verbs::loader::PATH_ENV
+            );
         } else {
             info!(
                 crate::log::INIT | crate::log::NET,

@@ -38,7 +38,7 @@
 //!
 //! Environment: `NCCL_DMABUF_ENABLE` (NCCL default 1, RCCL default 0), `RCCL_FORCE_ENABLE_GDRDMA`,
 //! `NCCL_IB_PCI_RELAXED_ORDERING` (Hyper-V rule), `RCCL_ROCR_PATH` (HSA location) and ours,
-//! `IBNET_GPU` = `auto` (default) | `cuda` | `hip` | `none`, `IBNET_CUDA_LIB` / `IBNET_HIP_LIB`
+//! `IBNET_GPU` = `auto` (default) | `cuda` | `hip` (or `rocm`) | `none`, `IBNET_CUDA_LIB` / `IBNET_HIP_LIB`
 //! (a library path to load instead of `libcuda.so.1` / `libamdhip64.so`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -79,7 +79,7 @@ fn want(host: &Host) -> Result<Want> {
         Some("hip") | Some("rocm") => Ok(Want::Hip),
         Some("none") => Ok(Want::Nothing),
         Some(_) => Err(Error::InvalidArgument {
-            what: "IBNET_GPU must be auto, cuda, hip or none",
+            what: "IBNET_GPU must be auto, cuda, hip (or rocm) or none",
         }),
     }
 }

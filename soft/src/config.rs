@@ -68,9 +68,11 @@ impl Config {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// Reads the variables through `get`. A malformed value is returned as an
+    /// Reads the variables through `get`. A variable set to nothing (or blanks) counts as
+    /// unset, as for every other variable the plugin reads. A malformed value is returned as an
     /// [`Error::Param`] (for the caller to log) and the default stands.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Self, Vec<Error>) {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut c = Self::default();
         let mut errs = Vec::new();
         let mut num = |name: &'static str, min: u64, max: u64| -> Option<u64> {
@@ -167,6 +169,18 @@ mod tests {
                 reason: "not a number; default used",
             }
         ));
+    }
+
+    #[test]
+    fn a_variable_set_to_nothing_counts_as_unset() {
+        let (c, e) = Config::from_lookup(|k| {
+            (k.starts_with("IBNET_SOFT_") || k == faults::VAR).then(|| " ".into())
+        });
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(c.workers, Config::default().workers);
+        assert_eq!(c.bounce_max, Config::default().bounce_max);
+        assert!(c.set_ptracer);
+        assert_eq!(c.faults, Faults::OFF);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Loads libibverbs at run time and resolves the calls ibnet uses.
 //!
-//! Search order: `$IBNET_IBVERBS_PATH` (when set), `libibverbs.so.1`, `libibverbs.so`. Base calls
+//! Search order: `$IBNET_IBVERBS_PATH` alone when it is set (a library the user named is never
+//! replaced by the system's), else `libibverbs.so.1`, then `libibverbs.so`. Base calls
 //! are pinned to `IBVERBS_1.1` with `dlvsym` (the library also exports legacy `IBVERBS_1.0`
 //! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`), `ibv_query_ece` /
 //! `ibv_set_ece` (`IBVERBS_1.10`) and `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) are optional: a
@@ -67,6 +68,13 @@ unsafe impl Sync for Verbs {}
 /// The environment variable naming an explicit libibverbs to load.
 pub const PATH_ENV: &str = "IBNET_IBVERBS_PATH";
 
+/// `IBNET_IBVERBS_PATH` when it names something (set to nothing or blanks counts as unset).
+/// Such a path is the only libibverbs tried: one that cannot be loaded is a configuration error
+/// (the caller WARNs), never silently replaced by the system's library.
+pub fn named_path() -> Option<std::ffi::OsString> {
+    std::env::var_os(PATH_ENV).filter(|p| !p.to_string_lossy().trim().is_empty())
+}
+
 static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
 
 /// The process-wide libibverbs, loading it on first use. `Err` carries why it is unavailable
@@ -87,14 +95,15 @@ fn dlerror_text() -> String {
 
 fn open() -> Result<*mut c_void, String> {
     let mut names: Vec<std::ffi::CString> = Vec::new();
-    if let Some(p) = std::env::var_os(PATH_ENV) {
+    if let Some(p) = named_path() {
         use std::os::unix::ffi::OsStrExt;
-        if let Ok(c) = std::ffi::CString::new(p.as_bytes()) {
-            names.push(c);
-        }
+        let c = std::ffi::CString::new(p.as_bytes())
+            .map_err(|_| format!("{PATH_ENV} holds a NUL byte"))?;
+        names.push(c);
+    } else {
+        names.push(c"libibverbs.so.1".into());
+        names.push(c"libibverbs.so".into());
     }
-    names.push(c"libibverbs.so.1".into());
-    names.push(c"libibverbs.so".into());
     let mut errs = Vec::new();
     for n in &names {
         // SAFETY: `n` is a valid C string; RTLD_NOW resolves everything now, RTLD_LOCAL keeps

@@ -242,7 +242,8 @@ fn spawn_peer(
 
 fn driver(a: &Args) -> Result<(), Error> {
     let plugin = plugin_path(a)?;
-    if std::env::var_os("IBNET_PROVIDER").is_none() {
+    // Unset or set to nothing (which the plugin reads as unset): the soft provider.
+    if !matches!(std::env::var("IBNET_PROVIDER"), Ok(v) if !v.trim().is_empty()) {
         // Single-threaded here; the peer inherits it. The plugin reads it at init.
         std::env::set_var("IBNET_PROVIDER", "soft");
     }
