@@ -26,9 +26,9 @@ pub fn entry(name: &str, f: impl FnOnce() -> Result<(), Error>) -> ncclResult_t 
     entry_on(name, core::ptr::null_mut(), f)
 }
 
-/// [`entry`] for a bootstrap call (`connect`, `accept`): `f` notes where its handshake stands
-/// in the [`Where`] it is given, and a failure's WARN names that peer and state
-/// ([`AtPeer`]).
+/// [`entry`] for a call that knows its peer (`connect`, and the data calls `isend`, `irecv`,
+/// `iflush`, `test`): `f` notes the peer and where it stands in the [`Where`] it is given, and
+/// a failure's WARN names that peer and state ([`AtPeer`]).
 pub fn entry_at(
     name: &str,
     on: *mut c_void,
