@@ -443,6 +443,7 @@ ibnet_result_t ibnet_proxy_progress(ibnet_proxy_t* proxy, ibnet_proxy_op_t* op, 
 ibnet_result_t ibnet_proxy_op_bytes(ibnet_proxy_op_t* op, uint32_t sub, uint64_t* bytes);
 /* Gives up on op (deregisters the user buffers it registered); free its connections next. */
 ibnet_result_t ibnet_proxy_op_abort(ibnet_proxy_t* proxy, ibnet_proxy_op_t* op);
+/* Frees op. An unfinished op that registered user buffers is refused (abort it first). */
 ibnet_result_t ibnet_proxy_op_destroy(ibnet_proxy_op_t* op);
 /* Releases exactly what the connection took (comm references, buffers, registrations). */
 ibnet_result_t ibnet_proxy_free(ibnet_proxy_t* proxy, uint32_t conn);

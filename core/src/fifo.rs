@@ -74,7 +74,7 @@ pub struct FifoElem {
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<FifoElem>() == 64);
 #[cfg(not(loom))]
-const _: () = assert!(core::mem::size_of::<FifoElem>() % 32 == 0);
+const _: () = assert!(core::mem::size_of::<FifoElem>().is_multiple_of(32));
 const _: () = assert!(core::mem::align_of::<FifoElem>() >= 64);
 
 /// What one posted receive says to the sender.
@@ -410,6 +410,8 @@ mod tests {
         let mut out = [PostedRecv::default(); MAX_RECVS];
         ring.publish(0, &[p(0), p(1)]);
         // Simulate a field of element 1 still in flight.
+        // Relaxed (both `addr` stores): one thread; `poll` on this thread sees them in program
+        // order, and the test is about the `check` mismatch, not publication.
         ring.slots[0][1].addr.store(0, Ordering::Relaxed);
         assert_eq!(ring.poll(0, &mut out), Ok(None));
         ring.slots[0][1].addr.store(p(1).addr, Ordering::Relaxed);
@@ -417,12 +419,16 @@ mod tests {
         // A hostile but well-formed element with nreqs 9.
         let e = &ring.slots[1][0];
         let bad = p(3);
+        // Relaxed (the field stores): published by the Release store of `idx` below, as in
+        // `publish_rails`.
         e.addr.store(bad.addr, Ordering::Relaxed);
         e.size.store(bad.size, Ordering::Relaxed);
         e.rkey.store(bad.rkey, Ordering::Relaxed);
         e.tag.store(bad.tag, Ordering::Relaxed);
         e.nreqs.store(9, Ordering::Relaxed);
         e.check.store(check_of(&bad, 9, 0, 2), Ordering::Relaxed);
+        // Release: pairs with the Acquire load of `idx` in `poll_rails` (mirrors `publish_rails`;
+        // a single thread here, so program order would do).
         e.idx.store(2, Ordering::Release);
         assert_eq!(
             ring.poll(1, &mut out),
@@ -443,17 +449,21 @@ mod tests {
         // A plain comm's slot says 0, and its element hashes as before the word had a meaning.
         ring.publish(1, &[p(2)]);
         assert_eq!(ring.poll_rails(1, &mut out), Ok(Some((1, 0))));
+        // Relaxed: this thread wrote `check` in `publish`; program order suffices.
         assert_eq!(
             ring.slots[1][0].check.load(Ordering::Relaxed),
             check_of(&p(2), 1, 0, 2)
         );
         // `rails` still in flight: the element does not verify yet.
         ring.publish_rails(2, &[p(3)], 0b11);
+        // Relaxed: one thread; `poll_rails` below sees it in program order.
         ring.slots[2][0].rails.store(0, Ordering::Relaxed);
         assert_eq!(ring.poll_rails(2, &mut out), Ok(None));
         // Two verified elements with different masks: a fault.
         ring.publish_rails(3, &[p(4), p(5)], 0b11);
         let e = &ring.slots[3][1];
+        // Relaxed (`rails` and `check`): one thread; `poll_rails` below sees them in program
+        // order (the slot's `idx` was already published by `publish_rails`).
         e.rails.store(0b10, Ordering::Relaxed);
         e.check
             .store(check_of(&p(5), 2, 0b10, 4), Ordering::Relaxed);

@@ -739,8 +739,11 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                     break;
                 }
                 let k = slot.key();
-                // Acquire: ordered after the key loads (which are Acquire themselves); a changed
-                // generation means the key may be from another life of the slot.
+                // Acquire: same pair as `s` (the Release stores of PENDING in `claim` and READY
+                // in `acquire_impl`). The seqlock re-check itself rests on the key loads' Acquire
+                // (pairing with `claim`'s Release key stores): a key from a newer claim makes its
+                // generation bump visible here, so a changed generation means the key may be from
+                // another life of the slot.
                 let s2 = slot.state.load(Ordering::Acquire);
                 if gen_of(s2) != gen_of(s) {
                     continue;

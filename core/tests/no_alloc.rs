@@ -136,6 +136,7 @@ fn ten_thousand_cycles_allocate_nothing() {
     }
     COUNTING.with(|c| c.set(false));
 
+    // Relaxed: read after the loop on the thread that counted (`counting` is thread-local).
     assert_eq!(
         ALLOCS.load(Ordering::Relaxed),
         0,

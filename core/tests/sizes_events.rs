@@ -121,6 +121,8 @@ fn multi_receive_reports_each_sends_bytes_with_and_without_split() {
 #[test]
 fn a_size_beyond_the_posted_buffer_is_an_error_naming_the_receive() {
     let (d, _, mut r) = multi(CommConfig::default(), &[10, 20], 64, &[], None, |row| {
+        // Relaxed: `r.test` reads the row later on this thread (program order), after the
+        // sends completed, so no peer write can overwrite it.
         row[1].store(65, Ordering::Relaxed);
     });
     let e = d.unwrap_err();
@@ -145,6 +147,7 @@ fn a_size_beyond_the_posted_buffer_is_an_error_naming_the_receive() {
 fn a_size_disagreeing_with_the_immediate_is_an_error() {
     // Send 0 was empty (bit 0 clear), yet its row says 5 bytes.
     let (d, _, _) = multi(CommConfig::default(), &[0, 20], 64, &[], None, |row| {
+        // Relaxed: as in the test above.
         row[0].store(5, Ordering::Relaxed);
     });
     assert!(

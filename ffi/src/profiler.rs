@@ -196,6 +196,8 @@ impl QpEvents for NcclEvents {
 
     fn stop(&self, ctx: usize, req: u8, qp: Option<u8>) {
         let slot = &table(ctx).slots[req as usize % MAX_REQUESTS];
+        // Relaxed (here and below, as in `start`): see `ReqSlot`; one thread at a time drives
+        // the comm's data path, so there is no cross-thread pair to make.
         let n = slot.n.load(Ordering::Relaxed) as usize;
         let mut open = 0;
         for (h, q) in slot.handle[..n].iter().zip(&slot.qp[..n]) {
@@ -272,6 +274,8 @@ mod tests {
         for i in 0..10u8 {
             sink.events.start(sink.ctx, 5, i % 2, PARENT, &ev);
         }
+        // Relaxed (this and the STOPS loads below): `cb` counted on this thread, during the
+        // `start`/`stop` calls; program order suffices.
         assert_eq!(STARTS.load(Ordering::Relaxed), MAX_REQ_EVENTS);
         sink.events.stop(sink.ctx, 5, Some(1));
         assert_eq!(STOPS.load(Ordering::Relaxed), 4, "QP 1's four");

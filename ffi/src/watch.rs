@@ -89,7 +89,7 @@ impl Watch {
             return Err(Error::PeerGone { peer: self.peer });
         }
         self.spins = self.spins.wrapping_add(1);
-        if self.spins % SPIN_CHECK != 0 {
+        if !self.spins.is_multiple_of(SPIN_CHECK) {
             return Ok(());
         }
         self.look(what, comm)

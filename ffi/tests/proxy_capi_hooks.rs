@@ -97,6 +97,8 @@ unsafe extern "C" fn gdc_alloc(
 }
 
 unsafe extern "C" fn store_fence(ctx: *mut c_void) {
+    // Relaxed: a counter, read by the test thread that drove `ibnet_proxy_progress` (which
+    // calls this hook); nothing else is read through it.
     mem(ctx).fences.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -215,6 +217,11 @@ struct Pair {
 /// A proxy over `t` (or the library's memory) with one connected SIMPLE pair whose GPU side
 /// is process `gpu` (0: this one).
 fn pair(t: Option<&CMemTable>, gpu: u64) -> Pair {
+    pair_with(t, gpu, 0)
+}
+
+/// [`pair`] with the connections' `shared` flag (1: shared buffers, which registered subs need).
+fn pair_with(t: Option<&CMemTable>, gpu: u64, shared: c_int) -> Pair {
     env();
     let cfg = CConfig {
         buff_sizes: [0, 0, 8 << 16],
@@ -230,11 +237,13 @@ fn pair(t: Option<&CMemTable>, gpu: u64) -> Pair {
     let rq = CSetup {
         tp_rank: 1,
         gpu_process: gpu,
+        shared,
         ..CSetup::default()
     };
     let sq = CSetup {
         tp_remote_rank: 1,
         gpu_process: gpu,
+        shared,
         ..CSetup::default()
     };
     let (mut s, mut r, mut h) = (0u32, 0u32, [0u8; 128]);
@@ -297,12 +306,17 @@ fn three_steps(p: &Pair, sv: &CDeviceView, rv: &CDeviceView) {
     let (mut ks, mut kr, mut sd, mut rd) = (0u64, 0u64, 0, 0);
     let mut spins = 0u64;
     while sd == 0 || rd == 0 || kr < 3 {
+        // Acquire: pairs with the proxy's Release `store_step` of the send `head` (credits).
         while ks < 3 && word(sv.head).load(Ordering::Acquire) + 8 > ks {
             let dst = sv.buffs[2] + (ks % 8) * slot as u64;
             // SAFETY: the slot lies in the attached SIMPLE buffer.
             unsafe { core::ptr::write_bytes(dst as *mut u8, b'a' + ks as u8, slot) };
+            // Release: the slot's `connFifo` size; pairs with the proxy's Acquire in
+            // `ConnFifo::size`.
             word(fifo + 24 * (ks % 8) + 8).store(slot as u64, Ordering::Release);
             ks += 1;
+            // Release: pairs with the proxy's Acquire `load_step` of `tail` (send side): the
+            // bytes and size above are visible.
             word(sv.tail).store(ks, Ordering::Release);
         }
         // SAFETY: valid pointers.
@@ -320,12 +334,16 @@ fn three_steps(p: &Pair, sv: &CDeviceView, rv: &CDeviceView) {
                 );
             }
         }
+        // Acquire: pairs with the proxy's Release `store_step` of the recv `tail`: the landed
+        // bytes are visible.
         while kr < word(rv.tail).load(Ordering::Acquire) {
             let src = rv.buffs[2] + (kr % 8) * slot as u64;
             // SAFETY: a landed slot of the attached receive buffer.
             let got = unsafe { std::slice::from_raw_parts(src as *const u8, slot) };
             assert!(got.iter().all(|&b| b == b'a' + kr as u8), "step {kr} bytes");
             kr += 1;
+            // Release: pairs with the proxy's Acquire `load_step` of the recv `head`: our reads
+            // of the slot are done before it is refilled.
             word(rv.head).store(kr, Ordering::Release);
         }
         spins += 1;
@@ -377,6 +395,8 @@ fn gdr_copy_words_hold_the_proxy_counters_and_profiler_sees_steps() {
     };
     // SAFETY: valid pointers; `ev` outlives the proxy.
     ok(unsafe { ibnet_proxy_set_profiler(p.px, &prof) }, "profiler");
+    // Relaxed (both `fences` loads): `store_fence` ran on this thread, inside
+    // `three_steps`'s progress calls; program order suffices.
     let before = m.fences.load(Ordering::Relaxed);
     three_steps(&p, &sv, &rv);
     assert!(m.fences.load(Ordering::Relaxed) > before, "credits fenced");
@@ -456,6 +476,22 @@ fn export_and_import_hooks_carry_a_cross_process_connection() {
     };
     assert_ne!(rc, ncclResult_t::Success);
     assert!(a.is_null());
+    // A length other than the map's is refused before the map is read, SIZE_MAX too (a slice
+    // that long would be undefined behaviour).
+    for len in [XMap::BYTES - 1, usize::MAX] {
+        // SAFETY: valid pointers; the length is the point of the test (not read).
+        let rc = unsafe {
+            ibnet_proxy_attach(
+                core::ptr::null(),
+                maps[1].as_ptr().cast(),
+                len,
+                &mut a,
+                &mut v,
+            )
+        };
+        assert_eq!(rc, ncclResult_t::InvalidArgument, "len {len}");
+        assert!(a.is_null());
+    }
     // SAFETY: valid pointers.
     let rc = unsafe { ibnet_proxy_export_map(p.px, p.s, maps[0].as_mut_ptr().cast(), 10) };
     assert_ne!(rc, ncclResult_t::Success);
@@ -477,4 +513,37 @@ fn export_map_of_a_same_process_connection_is_refused() {
     ok(unsafe { ibnet_proxy_process_id(&mut id) }, "process id");
     assert_ne!(id, 0);
     finish(p);
+}
+
+#[test]
+fn an_unfinished_op_holding_registrations_is_refused_by_destroy_until_aborted() {
+    let _g = SERIAL.lock().unwrap();
+    let p = pair_with(None, 0, 1);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut ro = core::ptr::null_mut();
+    let (mut done, mut idle) = (0, 0);
+    // SAFETY: valid pointers; `buf` outlives the op (aborted and destroyed below).
+    unsafe {
+        ok(ibnet_proxy_op_create(1, 2, 1, 1, &mut ro), "op");
+        ok(
+            ibnet_proxy_op_add(ro, p.r, 1, buf.len(), buf.as_mut_ptr().cast()),
+            "add (user buffer)",
+        );
+        // The first progress registers the user buffer; nothing is sent, so it stays unfinished.
+        ok(
+            ibnet_proxy_progress(p.px, ro, &mut done, &mut idle),
+            "progress",
+        );
+    }
+    assert_eq!(done, 0, "no sender: unfinished");
+    // SAFETY: a live op.
+    let rc = unsafe { ibnet_proxy_op_destroy(ro) };
+    assert_eq!(rc, ncclResult_t::InternalError, "refused, not leaked");
+    // SAFETY: live proxy and op; the op is aborted once, then destroyed once.
+    unsafe {
+        ok(ibnet_proxy_op_abort(p.px, ro), "abort");
+        ok(ibnet_proxy_op_destroy(ro), "destroy after abort");
+    }
+    finish(p);
+    drop(buf);
 }

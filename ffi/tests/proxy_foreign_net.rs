@@ -320,6 +320,8 @@ fn write_slot(p: Protocol, addr: u64, data: &[u8], k: u64) {
                 let a = addr + (LL_LINE * i) as u64;
                 let lo = u32::from_le_bytes(b[..4].try_into().unwrap()) as u64;
                 let hi = u32::from_le_bytes(b[4..].try_into().unwrap()) as u64;
+                // Release (both): pair with the proxy's Acquire `BufView::load` in `ll_ready`
+                // (`lines.rs`): each word carries its data and flag together.
                 word(a).store(lo | f, Ordering::Release);
                 word(a + 8).store(hi | f, Ordering::Release);
             }
@@ -330,9 +332,12 @@ fn write_slot(p: Protocol, addr: u64, data: &[u8], k: u64) {
                 let mut b = [0u8; LL128_DATA_ELEMS * 8];
                 b[..c.len()].copy_from_slice(c);
                 for (e, d) in b.chunks(8).enumerate() {
+                    // Relaxed: published by the Release store of the line's flag below.
                     word(line + 8 * e as u64)
                         .store(u64::from_le_bytes(d.try_into().unwrap()), Ordering::Relaxed);
                 }
+                // Release: pairs with the proxy's Acquire `BufView::load` of the flag word in
+                // `ll128_ready` (`lines.rs`): the line's data words are visible with it.
                 word(line + 8 * LL128_DATA_ELEMS as u64).store(ll128_flag(k), Ordering::Release);
             }
         }
@@ -349,6 +354,8 @@ fn read_slot(p: Protocol, addr: u64, len: usize, k: u64) -> Vec<u8> {
         }
         Protocol::Ll => {
             for i in 0..len.div_ceil(8) as u64 {
+                // Acquire (both): stronger than needed: the net copied these bytes in before
+                // the proxy's Release store of `tail`, which `arrived` acquired.
                 let (a, b) = (
                     word(addr + 16 * i).load(Ordering::Acquire),
                     word(addr + 16 * i + 8).load(Ordering::Acquire),
@@ -362,6 +369,7 @@ fn read_slot(p: Protocol, addr: u64, len: usize, k: u64) -> Vec<u8> {
         Protocol::Ll128 => {
             for i in 0..len.div_ceil(LL128_DATA_ELEMS * 8) as u64 {
                 let line = addr + LL128_LINE as u64 * i;
+                // Acquire (the flag and data loads): stronger than needed, as for LL above.
                 let f = word(line + 8 * LL128_DATA_ELEMS as u64).load(Ordering::Acquire);
                 assert_eq!(f, ll128_flag(k), "LL128 flag");
                 for e in 0..LL128_DATA_ELEMS as u64 {

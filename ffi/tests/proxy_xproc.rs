@@ -228,6 +228,8 @@ fn run_gpu(
                 dead = watch.check();
                 if dead.is_err() {
                     // Bounded waits: the GPU threads stop instead of waiting on a dead proxy.
+                    // Relaxed: a bare flag `gpu_send`/`gpu_recv` poll; nothing is published
+                    // through it (the joins below order what they did).
                     stop.store(true, Ordering::Relaxed);
                 }
             }
@@ -423,6 +425,8 @@ fn killed_proxy_process_fails_the_gpu_side() {
         // Kill the proxy once some steps have landed on the receiving GPU.
         let tail = views[sc.nsubs].tail;
         // SAFETY: the receive connection's tail word, mapped by `att` for this whole run.
+        // Acquire: pairs with the proxy process's Release `store_step` of the recv `tail`;
+        // stronger than needed, as only a kill threshold is read from it.
         let landed = unsafe { &*(tail as *const AtomicU64) }.load(Ordering::Acquire);
         if !killed && landed >= 20 {
             child.kill().unwrap();

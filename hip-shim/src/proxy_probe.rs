@@ -97,6 +97,8 @@ fn send_kernel(
     let slot = v.buff_sizes[Protocol::Simple.index()] / STEPS;
     for k in 0..steps {
         while !d.has_credit(k) {
+            // Relaxed: a bare flag; nothing is published through it (the scope's join orders
+            // the rest), so it only has to be seen eventually.
             if stop.load(Ordering::Relaxed) {
                 return Err("stopped".into());
             }
@@ -127,6 +129,7 @@ fn recv_kernel(
     let mut got = vec![0u8; slot];
     for k in 0..steps {
         while !d.arrived(k) {
+            // Relaxed: a bare flag, as in `send_kernel`.
             if stop.load(Ordering::Relaxed) {
                 return Err("stopped".into());
             }
@@ -246,6 +249,8 @@ pub fn run(rt: &GpuRuntime, dev: i32, ops: usize) -> Result<ProbeReport, String>
             report.ops = n;
         }
         if drive.is_err() {
+            // Relaxed: a bare flag the kernel threads poll; nothing is published through it
+            // (the joins below order what they did).
             stop.store(true, Ordering::Relaxed);
         }
         let sent = gs.join().map_err(|_| "send kernel panicked".to_string())?;

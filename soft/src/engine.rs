@@ -87,7 +87,7 @@ fn next<J>(
             std::hint::spin_loop();
             polls += 1;
             // The clock only every 64 polls (a vDSO call, ~20 ns).
-            if polls % 64 == 0 && t.elapsed() >= spin {
+            if polls.is_multiple_of(64) && t.elapsed() >= spin {
                 break;
             }
         }
@@ -271,6 +271,8 @@ mod tests {
 
     impl Job for Gate {
         fn run_token(&self, _seq: u64) {
+            // SeqCst: stronger than needed; a test counter that publishes nothing (picking the
+            // first token needs only the RMW's atomicity; `go` is behind the mutex).
             if self.ran.fetch_add(1, Ordering::SeqCst) == 0 {
                 let mut g = self.go.lock().unwrap();
                 while !*g {
@@ -290,6 +292,7 @@ mod tests {
         let e = Arc::new(Engine::start(2, Duration::ZERO).unwrap());
         // The first token holds worker 0; the rest queue in its mailbox and the shared queue.
         assert!(e.submit_to(job.clone(), 0, 0));
+        // SeqCst: stronger than needed; only waits for the count, nothing is read through it.
         while job.ran.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
@@ -306,6 +309,8 @@ mod tests {
         *job.go.lock().unwrap() = true;
         job.cv.notify_all();
         stopper.join().unwrap();
+        // SeqCst: stronger than needed; `shutdown` joined the workers (and ran the rest itself),
+        // and `stopper.join` orders all of that before this load.
         assert_eq!(job.ran.load(Ordering::SeqCst), 13, "no token lost");
     }
 }

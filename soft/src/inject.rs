@@ -56,14 +56,14 @@ impl Inject {
 
     /// True with probability `1/one_in` (never for 0).
     pub fn roll(&self, one_in: u64) -> bool {
-        one_in != 0 && self.rand() % one_in == 0
+        one_in != 0 && self.rand().is_multiple_of(one_in)
     }
 
     /// `reg_mr`: does this registration fail?
     pub fn reg_fails(&self) -> bool {
         let n = self.spec.reg_fail;
         // Relaxed: a counter.
-        n != 0 && (self.regs.fetch_add(1, Ordering::Relaxed) + 1) % n == 0
+        n != 0 && (self.regs.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(n)
     }
 
     /// `post_send`, per WR: kills the process at the armed count; returns the status the WR
@@ -88,7 +88,7 @@ impl Inject {
         out: &mut [u8; ELEM * MAX_RECVS],
     ) -> Option<usize> {
         let scratch = self.scratch.as_ref()?;
-        if src_len == 0 || src_len % ELEM != 0 || src_len > out.len() {
+        if src_len == 0 || !src_len.is_multiple_of(ELEM) || src_len > out.len() {
             return None;
         }
         let src = &mut out[..src_len];

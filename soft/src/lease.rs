@@ -80,7 +80,10 @@ impl Header {
     pub fn claim_lane(&self, pid: i32, nonce: u64) -> u8 {
         let tag = (pid as u32 as u64) << 32 | (nonce & 0xffff_ffff).max(1);
         for (i, l) in self.lanes.iter().enumerate().skip(1) {
-            // AcqRel/Acquire: claims are ordered among claimants; no data hangs on the tag.
+            // AcqRel/Acquire: a winning CAS's Release pairs with the Acquire of a later
+            // claimant's CAS (success or failure) on the same lane. Nothing is published through
+            // the tag (it is only ever set from 0, and `lane_pid` reads it Relaxed), so this
+            // orders only among claimants.
             match l.compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return i as u8,
                 Err(t) if t == tag => return i as u8,

@@ -849,6 +849,8 @@ impl QpShared {
         // in `poll_into`): the entry, and every byte this QP copied before (which
         // happened-before this point), are visible.
         b.ring[(t % RING as u64) as usize].publish(t, imm, len, inline.as_ref());
+        // Relaxed: combiner only (read back by the load above on the next delivery; `prefetch`
+        // reads it as a hint only); the entry itself is published by `seq`'s Release above.
         self.imm_sent.store(t + 1, Ordering::Relaxed);
         Deliver::Done
     }
@@ -980,6 +982,7 @@ impl QpShared {
         }
         if fail != 0 && cut == u64::MAX && n < out.len() {
             // Everything delivered before we looked is harvested: fix the cut here.
+            // Relaxed: only the poller writes and reads it (the load of `cut` above).
             self.rq_cutoff.store(rh, Ordering::Relaxed);
         }
         if fail != 0 {

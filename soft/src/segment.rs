@@ -180,12 +180,12 @@ pub struct QpBlock<'a> {
 const _: () = assert!(std::mem::size_of::<MrSlot>() == 192);
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<QpHead>() == 192);
-const _: () = assert!(RING_BYTES % 4096 == 0);
+const _: () = assert!(RING_BYTES.is_multiple_of(4096));
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<RingEntry>() == 64);
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= HDR_BYTES);
-const _: () = assert!(QP_OFF % 64 == 0);
+const _: () = assert!(QP_OFF.is_multiple_of(64));
 
 /// A held lease on a registration of a segment: the slot's lease (`lease::Lease`, whose drop
 /// releases it; while it lives, the owner's `dereg` waits), and the segment whose registration
@@ -497,7 +497,7 @@ impl Segment {
             if spins < 64 {
                 std::hint::spin_loop();
             } else {
-                if spins % 16 == 0 {
+                if spins.is_multiple_of(16) {
                     self.void_dead_lanes(slot); // a few µs of syscalls, every ~1 ms
                 }
                 std::thread::sleep(Duration::from_micros(50));

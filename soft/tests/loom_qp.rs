@@ -118,6 +118,7 @@ impl Qp {
 
     /// The poller: once the WR is retired, its status and bytes must be final.
     fn poll(&self) -> Option<u32> {
+        // Acquire: pairs with the combiner's Release store of `cursor` in `advance`.
         if self.cursor.load(Ordering::Acquire) < 1 {
             return None;
         }
@@ -169,11 +170,15 @@ fn run(fail_chunk: Option<usize>, want: u32) {
                 assert_eq!(st, want);
             }
         });
-        qp.run_chunks(0); // the poster copies while the worker wakes
+        // The poster copies while the worker wakes.
+        qp.run_chunks(0);
+        // Release: pairs with the Acquire load of `tail` in `advance` (and `poll_kick`).
         qp.tail.store(1, Ordering::Release); // `post`: publishes the entry
         qp.kick();
         worker.join().unwrap();
         poller.join().unwrap();
+        // Acquire: pairs with `advance`'s Release store of `cursor` (the joins above already
+        // order every combiner pass before this load).
         assert_eq!(qp.cursor.load(Ordering::Acquire), 1, "WR never retired");
         assert_eq!(qp.poll(), Some(want));
     });
@@ -209,6 +214,7 @@ fn unkicked_post_retires_at_the_next_poll() {
             }
         });
         qp.run_chunks(0);
+        // Release: pairs with the Acquire load of `tail` in `poll_kick` and `advance`.
         qp.tail.store(1, Ordering::Release); // `post`: publishes the entry, no kick
         worker.join().unwrap();
         poller.join().unwrap();
@@ -229,6 +235,8 @@ fn stale_token_claims_nothing_of_the_next_wr() {
         let q = qp.clone();
         let stale = thread::spawn(move || q.run_token(0));
         qp.run_chunks(0);
+        // Release: `post` publishes the entry; pairs with the Acquire load of `tail` in
+        // `advance`.
         qp.tail.store(1, Ordering::Release);
         qp.kick();
         // WR 0 retires once the worker (if it claimed a chunk) is done and kicks.

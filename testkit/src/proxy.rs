@@ -101,6 +101,8 @@ unsafe impl MemProvider for HostMem {
     }
     fn flush_read(&self, w: &ibnet_core::sync::AtomicU64) {
         self.flush_reads.set(self.flush_reads.get() + 1);
+        // SeqCst: as in the default `MemProvider::flush_read`: a real load the compiler cannot
+        // drop; it pairs with no store (the read is the flush; here it is only counted).
         std::hint::black_box(w.load(Ordering::SeqCst));
     }
 }
@@ -367,6 +369,8 @@ fn write_slot(proto: Protocol, addr: u64, payload: &[u8], k: u64) {
                 // words atomically.
                 let w = unsafe { &*((addr + 16 * i as u64) as *const AtomicU64) };
                 let w2 = unsafe { &*((addr + 16 * i as u64 + 8) as *const AtomicU64) };
+                // Release (both): pair with the proxy's Acquire `BufView::load` in `ll_ready`
+                // (`lines.rs`): each word carries its data and flag together.
                 w.store(d1 | flag << 32, Ordering::Release);
                 w2.store(d2 | flag << 32, Ordering::Release);
             }
@@ -380,10 +384,13 @@ fn write_slot(proto: Protocol, addr: u64, payload: &[u8], k: u64) {
                 for (e, d) in b.chunks(8).enumerate() {
                     // SAFETY: as for LL: inside the slot, aligned, atomic accesses.
                     let w = unsafe { &*((line + 8 * e as u64) as *const AtomicU64) };
+                    // Relaxed: published by the Release store of the line's flag below.
                     w.store(u64::from_le_bytes(d.try_into().unwrap()), Ordering::Relaxed);
                 }
                 // SAFETY: as above; the flag word is stored last, with Release.
                 let f = unsafe { &*((line + 8 * LL128_DATA_ELEMS as u64) as *const AtomicU64) };
+                // Release: pairs with the proxy's Acquire `BufView::load` of the flag word in
+                // `ll128_ready` (`lines.rs`): the line's data words are visible with it.
                 f.store(flag, Ordering::Release);
             }
         }
@@ -394,6 +401,8 @@ fn write_slot(proto: Protocol, addr: u64, payload: &[u8], k: u64) {
 fn read_slot(proto: Protocol, addr: u64, len: usize, k: u64) -> Vec<u8> {
     let word = |a: u64| {
         // SAFETY: inside a live receive buffer; the data landed before `tail` (acquired).
+        // Acquire: stronger than needed: the net copied these bytes in (plain copies) before
+        // the proxy's Release store of `tail`, which `arrived`'s `load_step` acquired.
         unsafe { &*(a as *const AtomicU64) }.load(Ordering::Acquire)
     };
     match proto {
@@ -466,6 +475,7 @@ pub fn gpu_send(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &At
     let per = slice_payload(&sc, &views[0]);
     let mut cur = vec![Cursor::default(); sc.nsubs];
     let mut finished = 0;
+    // Relaxed: a bare stop flag; nothing is published through it (the joins order the rest).
     while finished < sc.nsubs && !stop.load(Ordering::Relaxed) {
         let mut moved = false;
         for s in 0..sc.nsubs {
@@ -548,6 +558,7 @@ pub fn gpu_recv(sc: Scenario, views: Vec<DeviceView>, ubufs: Vec<u64>, stop: &At
     let mut cur = vec![Cursor::default(); sc.nsubs];
     let mut finished = 0;
     let mut verified = 0u64;
+    // Relaxed: a bare stop flag, as in `gpu_send`.
     while finished < sc.nsubs && !stop.load(Ordering::Relaxed) {
         let mut moved = false;
         for s in 0..sc.nsubs {
@@ -766,6 +777,8 @@ fn run_inner<D: Fabric, P: Profiler>(
             }
         }));
         if r.is_err() {
+            // Relaxed: a bare flag the GPU threads poll; nothing is published through it (the
+            // joins below order what they did).
             stop.store(true, Ordering::Relaxed);
         }
         gs.join().unwrap();

@@ -91,7 +91,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 pub fn fmt_bytes(n: u64) -> String {
     const U: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (u, m) in U {
-        if n >= m && n % m == 0 {
+        if n >= m && n.is_multiple_of(m) {
             return format!("{}{u}", n / m);
         }
     }

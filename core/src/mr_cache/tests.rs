@@ -355,6 +355,10 @@ fn threads_register_each_live_range_once() {
                         let (addr, len) = key_of(k);
                         let r = cache
                             .acquire(addr + next() % (PAGE / 2), len - PAGE / 2, PAGE, |_, _| {
+                                // SeqCst (LIVE, CURRENT): stronger than needed; the cache itself
+                                // orders a range's deregistration before its next registration
+                                // (Release store of FREE, Acquire claim CAS). Relaxed (SERIAL):
+                                // unique numbers need only the RMW's atomicity.
                                 assert_eq!(LIVE[k].fetch_add(1, O::SeqCst), 0, "two live");
                                 let v = ((k as u64) << 48) | SERIAL.fetch_add(1, O::Relaxed);
                                 CURRENT[k].store(v, O::SeqCst);
@@ -362,6 +366,9 @@ fn threads_register_each_live_range_once() {
                             })
                             .unwrap();
                         assert_eq!(r.value >> 48, k as u64);
+                        // SeqCst: stronger than needed; a hit sees the registrar's CURRENT store
+                        // through the cache's Release store of READY and its Acquire hit CAS
+                        // (what this checks).
                         assert_eq!(CURRENT[k].load(O::SeqCst), r.value, "stale value");
                         assert_eq!(cache.get(r.handle), Some(r.value));
                         held.push((k, r));
@@ -370,6 +377,8 @@ fn threads_register_each_live_range_once() {
                         cache
                             .release(r.handle, |v| {
                                 assert_eq!(v, r.value);
+                                // SeqCst: stronger than needed, as in the register closure.
+                                // Relaxed (DEREGS): a counter read after the scope's joins.
                                 assert_eq!(LIVE[k].fetch_sub(1, O::SeqCst), 1);
                                 DEREGS.fetch_add(1, O::Relaxed);
                                 Ok(())
@@ -380,6 +389,7 @@ fn threads_register_each_live_range_once() {
                 for (k, r) in held {
                     cache
                         .release(r.handle, |_| {
+                            // SeqCst / Relaxed: as in the release closure above.
                             LIVE[k].fetch_sub(1, O::SeqCst);
                             DEREGS.fetch_add(1, O::Relaxed);
                             Ok(())
@@ -389,6 +399,8 @@ fn threads_register_each_live_range_once() {
             });
         }
     });
+    // SeqCst (here and in the two asserts below): stronger than needed; the scope's joins order
+    // every thread's updates before these loads.
     assert!(LIVE.iter().all(|l| l.load(O::SeqCst) == 0));
     assert_eq!(
         SERIAL.load(O::SeqCst) - 1,

@@ -122,7 +122,7 @@ impl<'a, const N: usize> DeviceRecv<'a, N> {
 /// a provider whose GPU addresses are host-accessible).
 #[allow(unsafe_code)]
 pub unsafe fn words<'a>(view: &DeviceView) -> Result<(&'a AtomicU64, &'a AtomicU64, &'a RecvMem)> {
-    let ok = |a: u64, align: u64| a != 0 && a % align == 0;
+    let ok = |a: u64, align: u64| a != 0 && a.is_multiple_of(align);
     if !ok(view.head, 8) || !ok(view.tail, 8) || !ok(view.recv_mem, 4096) {
         return Err(Error::Missing {
             what: "device view address",

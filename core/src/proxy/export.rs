@@ -210,7 +210,7 @@ impl BankDesc {
             });
         }
         // 256: the CUDA allocation alignment (a 4 KiB-aligned bank inside a cuMemAlloc block).
-        if self.offset > MAX_BANK_SIZE || self.offset % 256 != 0 {
+        if self.offset > MAX_BANK_SIZE || !self.offset.is_multiple_of(256) {
             return Err(Error::OutOfRange {
                 what: "exported bank offset (a multiple of 256)",
                 value: self.offset.min(i64::MAX as u64) as i64,

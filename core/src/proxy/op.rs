@@ -183,7 +183,7 @@ impl<N: Net> ProxyOp<N> {
                 state: "started",
             });
         }
-        if a.nsteps == 0 || a.nsteps % self.slice_steps != 0 {
+        if a.nsteps == 0 || !a.nsteps.is_multiple_of(self.slice_steps) {
             return Err(Error::OutOfRange {
                 what: "sub nsteps (a positive multiple of slice_steps)",
                 value: a.nsteps as i64,
@@ -226,6 +226,11 @@ impl<N: Net> ProxyOp<N> {
     /// The operation's state.
     pub fn state(&self) -> OpState {
         self.state
+    }
+    /// Whether a sub still holds a registration of a user buffer that `start` made for it: a
+    /// started op that has neither finished (which deregisters it) nor been aborted.
+    pub fn holds_registrations(&self) -> bool {
+        self.subs.iter().any(|s| s.own_mr)
     }
     /// Sub-operations.
     pub fn nsubs(&self) -> usize {

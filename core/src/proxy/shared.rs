@@ -287,7 +287,7 @@ impl<T> MemRef<T> {
             max: region.size() as i64,
         })?;
         let addr = region.cpu().wrapping_add(offset as u64);
-        if end > region.size() || addr % core::mem::align_of::<T>() as u64 != 0 {
+        if end > region.size() || !addr.is_multiple_of(core::mem::align_of::<T>() as u64) {
             return Err(Error::OutOfRange {
                 what: "shared structure offset",
                 value: offset as i64,
@@ -334,7 +334,7 @@ impl BufView {
     pub(crate) fn new(region: &Region, addr: u64, len: usize) -> Result<Self> {
         let start = region.cpu();
         let ok = addr >= start
-            && addr % 8 == 0
+            && addr.is_multiple_of(8)
             && (addr - start)
                 .checked_add(len as u64)
                 .is_some_and(|e| e <= region.size() as u64);

@@ -89,8 +89,9 @@ impl<C> CommBox<C> {
         })
     }
 
-    /// Logs rails a fused comm took out of use (one line each: which rail, why, where its
-    /// traffic went; WARN, or the comm's error when no rail is left). Nothing for none.
+    /// Logs rails a fused comm took out of use, one line each: which rail, why, where its
+    /// traffic went (WARN); the last rail at INFO, since the call then fails and its error is
+    /// the WARN. Nothing for none.
     #[cold]
     pub(crate) fn log_rail_events(&self, side: &str, events: crate::dev::RailEvents) {
         let Some(f) = &self.fused else { return };
@@ -113,7 +114,10 @@ impl<C> CommBox<C> {
                     e.error,
                     name(to)
                 ),
-                None => crate::warn!(
+                // The last rail: the call fails with the comm's error, whose WARN (`entry_at`,
+                // naming the peer) is the failure's one WARN; this line adds which rail, at INFO.
+                None => crate::info!(
+                    crate::log::NET,
                     "{side} comm to {peer}: rail {} ({}) of the fused NIC failed ({}); no \
                      healthy rail left: the comm fails",
                     e.rail,

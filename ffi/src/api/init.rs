@@ -164,14 +164,17 @@ pub fn make_vdevice(d: *mut c_int, props: *const ncclNetVDeviceProps_t) -> ncclR
                 quiet = Some(ncclResult_t::InvalidUsage);
                 Ok(())
             }
-            Err(Made::Refused(r)) => {
-                if let Refused::LinkLayers(a, an, b, bn) = &r {
-                    crate::warn!(
-                        "makeVDevice: cannot merge [{a}]{an} and [{b}]{bn}: different link layers"
-                    );
-                }
-                Err(r.to_error())
+            // One WARN that names both devices, in place of `entry`'s (which could not name them):
+            // the same ncclInvalidUsage as the error would map to.
+            Err(Made::Refused(Refused::LinkLayers(a, an, b, bn))) => {
+                crate::warn!(
+                    "makeVDevice: cannot merge [{a}]{an} and [{b}]{bn}: different link layers; \
+                     select NICs of one link type with NCCL_IB_HCA"
+                );
+                quiet = Some(ncclResult_t::InvalidUsage);
+                Ok(())
             }
+            Err(Made::Refused(r)) => Err(r.to_error()),
             Err(Made::Error(e)) => Err(e),
         }
     });

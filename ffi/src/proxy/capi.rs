@@ -519,6 +519,14 @@ pub unsafe extern "C" fn ibnet_proxy_op_abort(px: *mut CProxy, o: *mut COp) -> n
 pub unsafe extern "C" fn ibnet_proxy_op_destroy(o: *mut COp) -> ncclResult_t {
     entry("ibnet_proxy_op_destroy", || {
         let x = op(o)?;
+        if x.op.holds_registrations() {
+            // Refused, not leaked (as `ibnet_proxy_destroy`): abort it, then destroy again.
+            return Err(Error::BadState {
+                op: "ibnet_proxy_op_destroy",
+                state: "the op is unfinished and holds registrations of user buffers: \
+                        ibnet_proxy_op_abort it first",
+            });
+        }
         x.tag = DEAD;
         // SAFETY: a live COp we allocated; freed once (tag cleared above).
         drop(unsafe { Box::from_raw(x as *mut COp) });

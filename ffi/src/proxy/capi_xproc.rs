@@ -130,7 +130,17 @@ pub unsafe extern "C" fn ibnet_proxy_attach(
         if map.is_null() {
             return Err(missing("connection map"));
         }
-        // SAFETY: `len` readable bytes (the caller's contract).
+        // A map is exactly `XMap::BYTES` long: any other `len` is refused before a slice is made
+        // of it (a `len` above `isize::MAX` would break `from_raw_parts`' contract).
+        if len != XMap::BYTES {
+            return Err(Error::OutOfRange {
+                what: "cross-process connection map bytes",
+                value: i64::try_from(len).unwrap_or(i64::MAX),
+                min: XMap::BYTES as i64,
+                max: XMap::BYTES as i64,
+            });
+        }
+        // SAFETY: `len` readable bytes (the caller's contract), `len` == XMap::BYTES.
         let b = unsafe { core::slice::from_raw_parts(map.cast::<u8>(), len) };
         let x = XMap::from_bytes(b)?;
         // SAFETY: NULL or a valid table.

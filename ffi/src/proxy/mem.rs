@@ -157,7 +157,7 @@ unsafe impl MemProvider for ProxyMem {
             };
             // SAFETY: the caller's callback, with valid out-pointers.
             let rc = unsafe { f(t.ctx, k, size, &mut cpu, &mut gpu, &mut h) };
-            if rc != 0 || cpu.is_null() || cpu as usize % 4096 != 0 {
+            if rc != 0 || cpu.is_null() || !(cpu as usize).is_multiple_of(4096) {
                 return Err(Error::Provider {
                     call: "ibnet_proxy_mem_t alloc",
                     errno: rc,

@@ -24,7 +24,7 @@ impl CMemTable {
         let (mut cpu, mut gpu, mut h) = (core::ptr::null_mut(), 0u64, 0u64);
         // SAFETY: the caller's callback (its contract), valid out-pointers.
         let rc = unsafe { f(self.ctx, words, &mut cpu, &mut gpu, &mut h) };
-        if rc != 0 || cpu.is_null() || cpu as usize % 8 != 0 || gpu == 0 {
+        if rc != 0 || cpu.is_null() || !(cpu as usize).is_multiple_of(8) || gpu == 0 {
             return Err(failed("ibnet_proxy_mem_t gdcAlloc", rc));
         }
         // SAFETY: the callback's contract: `words` 8-byte words mapped at `cpu` until `free`,
@@ -130,7 +130,7 @@ impl CMemTable {
                 &mut tok,
             )
         };
-        if rc != 0 || cpu.is_null() || cpu as usize % 4096 != 0 {
+        if rc != 0 || cpu.is_null() || !(cpu as usize).is_multiple_of(4096) {
             return Err(failed("ibnet_proxy_mem_t importMem", rc));
         }
         // SAFETY: the callback's contract: `size` bytes mapped at `cpu` (4096-aligned, checked)

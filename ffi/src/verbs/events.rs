@@ -62,12 +62,15 @@ mod tests {
             ev.handle(classify(IBV_EVENT_QP_FATAL), qp_a),
             Handled::FailedComm
         );
+        // Acquire (both): as `check`, pairing with the Release flag store in `handle` (made on
+        // this thread here, so program order alone would do).
         assert!(fa.load(Ordering::Acquire) && !fb.load(Ordering::Acquire));
         assert_eq!(ev.fatal_events(), 0);
         assert_eq!(
             ev.handle(classify(IBV_EVENT_CQ_ERR), cq_b),
             Handled::FailedComm
         );
+        // Acquire: as above.
         assert!(fb.load(Ordering::Acquire));
         assert_eq!(
             ev.handle(classify(IBV_EVENT_QP_REQ_ERR), 0x9999),
@@ -113,6 +116,8 @@ mod tests {
             ev.handle(classify(IBV_EVENT_DEVICE_FATAL), 0),
             Handled::WarnOnly
         );
+        // Acquire: as `check`, pairing with `handle`'s Release flag store (which must not
+        // happen here); one thread, so program order alone would do.
         assert!(!f.load(Ordering::Acquire));
         assert_eq!(ev.fatal_events(), 0);
     }

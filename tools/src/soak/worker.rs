@@ -54,7 +54,7 @@ pub struct ThreadCfg {
 
 impl ThreadCfg {
     fn role(&self, lane: u32) -> Role {
-        if (lane % 2 == 0) == self.deadline.is_some() {
+        if lane.is_multiple_of(2) == self.deadline.is_some() {
             Role::Send
         } else {
             Role::Recv
