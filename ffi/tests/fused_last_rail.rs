@@ -8,30 +8,16 @@ mod util;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
-use nccl_net_ibnet::api::{self, Sizes};
+use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 #[test]
 fn the_last_rail_failing_is_one_warn_the_failing_calls() {
-    let env = [
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        ("IBNET_SOFT_FAULTS", "seed=7,wr_fail=41:RetryExceeded"),
-    ];
-    if !init_soft(&env) {
+    let Some((s, r, _l)) = fused_pair_faults_on("seed=7,wr_fail=41:RetryExceeded", None) else {
         return;
-    }
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
     };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
-    let (mut h, l) = listen_on(d);
-    let (s, r, _) = establish_on(d, &mut h, l, Duration::from_secs(30));
-    let _ = take_log();
     let len = 256 * 1024;
     let mut src = vec![7u8; len];
     let mut dst = vec![0u8; len];
@@ -40,20 +26,7 @@ fn the_last_rail_failing_is_one_warn_the_failing_calls() {
     // traffic to the other, the second one fails the comm).
     let mut failed = None;
     'messages: for m in 0..400u32 {
-        let mut data = [dst.as_mut_ptr() as *mut c_void];
-        let (sizes, tags, mut mhs) = ([len], [5 as c_int], [mr]);
-        let mut rreq = core::ptr::null_mut();
-        let rc = api::irecv(
-            r,
-            1,
-            data.as_mut_ptr(),
-            Sizes::Size(sizes.as_ptr()),
-            tags.as_ptr(),
-            mhs.as_mut_ptr(),
-            core::ptr::null_mut(),
-            &mut rreq,
-        );
-        assert_eq!(rc, ncclResult_t::Success, "irecv {m}");
+        let rreq = post_recv(r, &mut dst, mr, 5);
         let mut sreq: *mut c_void = core::ptr::null_mut();
         let rc = api::isend(
             s,

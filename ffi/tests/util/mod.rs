@@ -271,12 +271,20 @@ impl Rng {
 /// soft1 only) picks; its send and receive comms and listener, `None` without the soft
 /// provider.
 pub fn fused_pair(spec: &str) -> Option<(*mut c_void, *mut c_void, *mut c_void)> {
-    let env = [
+    fused_pair_faults_on(spec, Some("1"))
+}
+
+/// [`fused_pair`] with the faults armed on soft device `dev` only, or on both (`None`).
+pub fn fused_pair_faults_on(
+    spec: &str,
+    dev: Option<&str>,
+) -> Option<(*mut c_void, *mut c_void, *mut c_void)> {
+    let mut env = vec![
         ("NCCL_SOCKET_IFNAME", "lo"),
         ("IBNET_SOFT_DEVICES", "2"),
         ("IBNET_SOFT_FAULTS", spec),
-        ("IBNET_SOFT_FAULTS_DEV", "1"),
     ];
+    env.extend(dev.map(|d| ("IBNET_SOFT_FAULTS_DEV", d)));
     if !init_soft(&env) {
         return None;
     }
