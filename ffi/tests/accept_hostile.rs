@@ -1,14 +1,18 @@
 //! Accept survives anything (issue 13): junk, truncated, idle and replayed connections on a
 //! listen comm's port are dropped with a WARN naming their address, `accept` never fails, and
-//! the legitimate peer still connects and its bytes verify. Over the soft provider, through
-//! `api` (the bodies of the exported C entry points).
+//! the legitimate peer still connects and its bytes verify. But a connection that presented
+//! the listen comm's nonce is the peer NCCL waits for: when it dies mid-handshake and no other
+//! connection carrying the nonce is in progress, `accept` fails at once naming it (issue 30).
+//! Over the soft provider, through `api` (the bodies of the exported C entry points).
 
 mod util;
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use nccl_net_ibnet::api;
 use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
@@ -67,13 +71,21 @@ fn warned_drop(log: &[(nccl_net_ibnet::log::Level, String)]) -> bool {
         .any(|(_, l)| l.contains("accept: dropped the connection from 127.0.0.1:"))
 }
 
-#[test]
-fn accept_survives_hostile_connections() {
+/// The tests of this binary share the plugin's log: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn init() -> bool {
     let t = TIMEOUT_S.to_string();
-    if !init_soft(&[
+    init_soft(&[
         ("IBNET_HANDSHAKE_TIMEOUT", &t),
         ("NCCL_SOCKET_IFNAME", "lo"),
-    ]) {
+    ])
+}
+
+#[test]
+fn accept_survives_hostile_connections() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !init() {
         return;
     }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -162,4 +174,274 @@ fn a_replayed_connect_gets_no_second_comm() {
     // The first pair still works.
     transfer(s, r, 4096, 3);
     close(s, r, l);
+}
+
+/// A real connector's first flight to the listener of `h` (Hello · QpInfo · RailList, made by
+/// `connect` against a stand-in listener with `h`'s nonce), its message lengths, and what to
+/// drop once done (the stand-in's socket and the parked connect's handle).
+struct Flight {
+    bytes: Vec<u8>,
+    /// Lengths of the Hello and the QpInfo (the rest is the rail list).
+    hello: usize,
+    info: usize,
+    standin: TcpStream,
+    handle: Handle,
+}
+
+fn capture_flight(h: &Handle) -> Flight {
+    use ibnet_core::wire::{ConnectHandle, QpInfo, HELLO_LEN, QP_INFO_HEADER_LEN};
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut handle = *h;
+    let mut ch = ConnectHandle::decode(&h[..]).unwrap();
+    ch.addr = fake.local_addr().unwrap();
+    ch.encode(&mut handle[..]).unwrap();
+    let mut step = || {
+        let (rc, s) = connect_once(&mut handle);
+        assert_eq!(rc, ncclResult_t::Success, "{:?}", take_log());
+        assert!(s.is_null());
+    };
+    step();
+    let (standin, _) = fake.accept().unwrap();
+    standin.set_nonblocking(true).unwrap();
+    // Reads exactly `b.len()` bytes, calling connect meanwhile (NCCL keeps calling it).
+    let mut read = |b: &mut [u8]| {
+        let (mut got, t0) = (0, Instant::now());
+        while got < b.len() {
+            assert!(t0.elapsed() < Duration::from_secs(TIMEOUT_S), "no flight");
+            step();
+            match (&standin).read(&mut b[got..]) {
+                Ok(0) => panic!("the connector closed"),
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    let mut bytes = vec![0u8; HELLO_LEN + QP_INFO_HEADER_LEN];
+    read(&mut bytes);
+    let info = QpInfo::frame_len(&bytes[HELLO_LEN..]).unwrap();
+    let rails = ibnet_core::wire::RailList::encoded_len(1);
+    bytes.resize(HELLO_LEN + info + rails, 0);
+    read(&mut bytes[HELLO_LEN + QP_INFO_HEADER_LEN..]);
+    Flight {
+        bytes,
+        hello: HELLO_LEN,
+        info,
+        standin,
+        handle,
+    }
+}
+
+impl Flight {
+    /// Ends the captured connect: its stand-in listener closes, so its next call fails.
+    fn finish(mut self) {
+        drop(self.standin);
+        let t0 = Instant::now();
+        while connect_once(&mut self.handle).0 == ncclResult_t::Success {
+            assert!(t0.elapsed() < Duration::from_secs(TIMEOUT_S), "stand-in connect");
+        }
+    }
+}
+
+/// How a hand-written connector ends.
+#[derive(Clone, Copy, Debug)]
+enum Death {
+    /// Sends this many bytes of the first flight, then closes (FIN).
+    After(usize),
+    /// Sends them, then resets the connection (RST).
+    ResetAfter(usize),
+    /// Sends the whole flight, reads the acceptor's whole answer, sends `n` bytes of Ready
+    /// (fewer than it has), then closes.
+    Answered(usize),
+}
+
+/// Closes `s` with a reset (SO_LINGER 0) instead of a FIN.
+fn reset(s: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a linger struct of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &l as *const libc::linger as *const libc::c_void,
+            core::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+    drop(s);
+}
+
+/// Drives a hand-written connector to the listener `l` (handle `h`) until `death`; returns its
+/// address. `accept` is called between its steps, as NCCL keeps calling it.
+fn connector_dies(h: &Handle, l: *mut core::ffi::c_void, f: &Flight, death: Death) -> SocketAddr {
+    let poll = || {
+        let (rc, c) = accept_once(l);
+        assert_eq!(rc, ncclResult_t::Success, "{death:?}: {:?}", take_log());
+        assert!(c.is_null());
+    };
+    let mut s = TcpStream::connect(addr(h)).unwrap();
+    let me = s.local_addr().unwrap();
+    let (n, read_answer) = match death {
+        Death::After(n) | Death::ResetAfter(n) => (n, false),
+        Death::Answered(_) => (f.bytes.len(), true),
+    };
+    s.write_all(&f.bytes[..n]).unwrap();
+    poll();
+    if read_answer {
+        // The acceptor's answer: its QpInfo and rail list (as long as ours: same device).
+        let mut answer = vec![0u8; f.bytes.len() - f.hello];
+        s.set_nonblocking(true).unwrap();
+        let (mut got, t0) = (0, Instant::now());
+        while got < answer.len() {
+            assert!(t0.elapsed() < Duration::from_secs(TIMEOUT_S), "no answer");
+            poll();
+            match s.read(&mut answer[got..]) {
+                Ok(0) => panic!("{death:?}: the acceptor closed: {:?}", take_log()),
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        if let Death::Answered(k) = death {
+            let ready = ibnet_core::wire::READY_LEN;
+            assert!(k < ready);
+            s.set_nonblocking(false).unwrap();
+            s.write_all(&[0u8; 8][..k]).unwrap();
+            poll();
+        }
+    }
+    match death {
+        Death::ResetAfter(_) => reset(s),
+        _ => drop(s),
+    }
+    me
+}
+
+/// Calls `accept` until it fails or `limit` passes; the failure and its time.
+fn accept_until_error(l: *mut core::ffi::c_void, limit: Duration) -> Option<(ncclResult_t, Duration)> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        let (rc, c) = accept_once(l);
+        assert!(c.is_null(), "a dead connector produced a comm");
+        if rc != ncclResult_t::Success {
+            return Some((rc, t0.elapsed()));
+        }
+    }
+    None
+}
+
+/// The connecting side dies in every state after its Hello (closed or reset): `accept` fails
+/// within 1 s with one WARN naming it; dying before the Hello is complete (no nonce seen) is
+/// junk and never fails `accept`, and the listener still connects the real peer afterwards.
+#[test]
+fn a_connector_dying_mid_handshake_fails_accept() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !init() {
+        return;
+    }
+    let probe = {
+        let (h, l) = listen();
+        let f = capture_flight(&h);
+        let v = (f.hello, f.info, f.bytes.len());
+        f.finish();
+        assert_eq!(api::close_listen(l), ncclResult_t::Success);
+        v
+    };
+    let (hello, info, all) = probe;
+    let fatal = [
+        ("RecvInfo (the Hello only)", Death::After(hello)),
+        ("RecvInfo (part of the QpInfo)", Death::After(hello + 10)),
+        ("RecvRails (Hello and QpInfo)", Death::After(hello + info)),
+        ("RecvRails (part of the rail list)", Death::After(all - 1)),
+        ("RecvReady (the whole flight)", Death::After(all)),
+        ("RecvReady (answer read)", Death::Answered(0)),
+        ("RecvReady (part of Ready)", Death::Answered(3)),
+        ("RecvInfo, reset", Death::ResetAfter(hello)),
+        ("RecvReady, reset", Death::ResetAfter(all)),
+    ];
+    for (state, death) in fatal {
+        take_log();
+        let (h, l) = listen();
+        let f = capture_flight(&h);
+        let me = connector_dies(&h, l, &f, death);
+        let failed = accept_until_error(l, Duration::from_secs(1));
+        let log = take_log();
+        let Some((rc, took)) = failed else {
+            panic!("{state}: accept still waiting 1 s after the connector died: {log:?}");
+        };
+        eprintln!("connector died in {state}: accept failed ({rc:?}) after {took:?}");
+        assert_eq!(rc, ncclResult_t::RemoteError, "{state}: {log:?}");
+        let warns: Vec<_> = log
+            .iter()
+            .filter(|(lv, _)| *lv == nccl_net_ibnet::log::Level::Warn)
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(warns.len(), 1, "{state}: one WARN: {warns:?}");
+        assert!(warns[0].contains(&me.to_string()), "{state}: {warns:?}");
+        assert!(warns[0].starts_with("accept"), "{state}: {warns:?}");
+        f.finish();
+        assert_eq!(api::close_listen(l), ncclResult_t::Success);
+    }
+    // Before its Hello is whole, a connection is junk: dropped, never an accept failure.
+    let (mut h, l) = listen();
+    let f = capture_flight(&h);
+    for death in [Death::After(0), Death::After(hello - 1), Death::ResetAfter(5)] {
+        connector_dies(&h, l, &f, death);
+        assert!(
+            accept_until_error(l, Duration::from_millis(300)).is_none(),
+            "{death:?}: junk failed accept: {:?}",
+            take_log()
+        );
+    }
+    f.finish();
+    let (s, r, _) = establish(&mut h, l, Duration::from_secs(TIMEOUT_S));
+    transfer(s, r, 4096, 9);
+    close(s, r, l);
+    take_log();
+}
+
+/// A replayed copy of the peer's Hello that dies while the real peer is mid-handshake does not
+/// fail `accept`: the real peer connects and its bytes verify.
+#[test]
+fn a_dying_replay_does_not_cost_the_real_peer() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !init() {
+        return;
+    }
+    let (mut h, l) = listen();
+    // The real peer's first flight is in: the acceptor answered and waits for its Ready.
+    for _ in 0..3 {
+        let (rc, s) = connect_once(&mut h);
+        assert_eq!(rc, ncclResult_t::Success);
+        assert!(s.is_null());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (rc, r) = accept_once(l);
+    assert_eq!(rc, ncclResult_t::Success);
+    assert!(r.is_null());
+    // A replay of its Hello, which dies (EOF, then a reset) while the real one is in progress.
+    let hello = ibnet_core::wire::Hello { nonce: nonce(&h) }.encode();
+    for rst in [false, true] {
+        let mut c = TcpStream::connect(addr(&h)).unwrap();
+        c.write_all(&hello).unwrap();
+        if rst {
+            reset(c);
+        } else {
+            drop(c);
+        }
+        assert!(
+            accept_until_error(l, Duration::from_millis(300)).is_none(),
+            "a dying replay failed accept: {:?}",
+            take_log()
+        );
+    }
+    let (s, r, _) = establish(&mut h, l, Duration::from_secs(TIMEOUT_S));
+    transfer(s, r, 1 << 16, 5);
+    close(s, r, l);
+    take_log();
 }

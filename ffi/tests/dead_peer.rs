@@ -3,6 +3,10 @@
 //! receives posted. Two processes over the soft provider, through `api` (the bodies of the
 //! exported C entry points); the peer is this test binary re-run in a child role.
 //!
+//! Also (issue 30): a comm that failed refuses new work with the first error's kind, and 100
+//! cycles of a peer dying (either side, connected or mid-handshake, registrations left or not)
+//! leave the process's file descriptors as they were.
+//!
 //! `IBNET_DEADPEER_TRIALS` (default 3) trials per state, each timed from the kill to the
 //! error; the worst and the median per state are printed at the end.
 //! `IBNET_DEADPEER_PROVIDER=verbs` runs the same trials over the verbs provider (the rxe VM:
@@ -15,6 +19,7 @@ mod util;
 use core::ffi::{c_int, c_void};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api;
@@ -25,6 +30,9 @@ const ROLE: &str = "IBNET_DEADPEER_ROLE";
 const PEER_HANDLE: &str = "IBNET_DEADPEER_HANDLE";
 const BOUND: Duration = Duration::from_secs(30);
 const BIG: usize = 64 << 20;
+
+/// The tests of this binary share the plugin's log and the process's fds: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn hex(h: &Handle) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
@@ -84,6 +92,16 @@ fn child() {
                 let mh = reg(r, &mut b);
                 post_recv(r, &mut b, mh, 1);
                 keep.push(b);
+            }
+        }
+        // A connector that sends its first flight and dies before the handshake is done.
+        "connect-half" => {
+            let mut h = unhex(&std::env::var(PEER_HANDLE).unwrap());
+            for _ in 0..5 {
+                let (rc, c) = connect_once(&mut h);
+                assert_eq!(rc, ncclResult_t::Success);
+                assert!(c.is_null());
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
         // A sender that never sends: the survivor has a receive posted.
@@ -297,6 +315,7 @@ fn survivor_errors_when_the_peer_dies() {
     if std::env::var_os(ROLE).is_some() {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !init() {
         return;
     }
@@ -331,4 +350,216 @@ fn survivor_errors_when_the_peer_dies() {
             "{name}: no WARN naming the peer: {log:?}"
         );
     }
+}
+
+/// Accepts the connection of a child in `role` (given our handle); the child, the receive comm
+/// and the listener.
+fn accept_from(role: &str) -> (Child, *mut c_void, *mut c_void) {
+    let (h, l) = listen();
+    let (c, _, ready) = spawn(role, Some(&h));
+    let mut r: *mut c_void = core::ptr::null_mut();
+    let t0 = Instant::now();
+    while r.is_null() {
+        assert!(t0.elapsed() < BOUND);
+        let (rc, x) = accept_once(l);
+        assert_eq!(rc, ncclResult_t::Success, "{:?}", take_log());
+        r = x;
+    }
+    ready();
+    (c, r, l)
+}
+
+/// One `irecv` of `b` (registered as `mh`) on `r`: its result and request.
+fn irecv_once(r: *mut c_void, b: &mut [u8], mh: *mut c_void) -> (ncclResult_t, *mut c_void) {
+    let mut req: *mut c_void = core::ptr::null_mut();
+    let mut data = [b.as_mut_ptr() as *mut c_void];
+    let sizes = [b.len()];
+    let tags = [1];
+    let mut mhs = [mh];
+    let rc = api::irecv(
+        r,
+        1,
+        data.as_mut_ptr(),
+        api::Sizes::Size(sizes.as_ptr()),
+        tags.as_ptr(),
+        mhs.as_mut_ptr(),
+        core::ptr::null_mut(),
+        &mut req,
+    );
+    (rc, req)
+}
+
+fn warns(log: &[(nccl_net_ibnet::log::Level, String)]) -> Vec<&String> {
+    log.iter()
+        .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn)
+        .map(|(_, m)| m)
+        .collect()
+}
+
+/// Once a call failed with "peer … is gone", every later data call on that comm (irecv, iflush,
+/// test of a new or old request; isend) fails at once with the same result, without another
+/// WARN.
+#[test]
+fn a_failed_comm_refuses_new_work() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !init() {
+        return;
+    }
+    // The receiving side.
+    let (mut c, r, l) = accept_from("send-idle");
+    let mut b = vec![0u8; 4096];
+    let mh = reg(r, &mut b);
+    let req = post_recv(r, &mut b, mh, 1);
+    let t0 = kill(&mut c);
+    let mut done: c_int = 0;
+    let mut first = ncclResult_t::Success;
+    until_error(t0, || {
+        first = api::test(req, &mut done, core::ptr::null_mut());
+        first
+    });
+    assert_eq!(first, ncclResult_t::RemoteError);
+    let log = take_log();
+    assert!(warns(&log).iter().any(|w| w.contains("is gone")), "{log:?}");
+    let (rc, req2) = irecv_once(r, &mut b, mh);
+    assert_eq!(rc, first, "irecv on a failed comm: {:?}", take_log());
+    assert!(req2.is_null());
+    let mut freq: *mut c_void = core::ptr::null_mut();
+    let mut data = [b.as_mut_ptr() as *mut c_void];
+    let sizes = [4096 as c_int];
+    let mut mhs = [mh];
+    let rc = api::iflush(r, 1, data.as_mut_ptr(), sizes.as_ptr(), mhs.as_mut_ptr(), &mut freq);
+    assert_eq!(rc, first, "iflush on a failed comm");
+    assert_eq!(api::test(req, &mut done, core::ptr::null_mut()), first);
+    let log = take_log();
+    assert!(warns(&log).is_empty(), "later refusals are not WARNs: {log:?}");
+    assert_eq!(api::dereg_mr(r, mh), ncclResult_t::Success);
+    assert_eq!(api::close_recv(r), ncclResult_t::Success);
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
+
+    // The sending side.
+    let (mut c, s) = connect_to("recv-idle");
+    let mh = reg(s, &mut b);
+    let mut sreq: *mut c_void = core::ptr::null_mut();
+    let mut isend = |sreq: &mut *mut c_void| {
+        api::isend(
+            s,
+            b.as_mut_ptr() as *mut c_void,
+            4096,
+            1,
+            mh,
+            core::ptr::null_mut(),
+            sreq,
+        )
+    };
+    assert_eq!(isend(&mut sreq), ncclResult_t::Success);
+    let t0 = kill(&mut c);
+    let mut first = ncclResult_t::Success;
+    until_error(t0, || {
+        first = isend(&mut sreq);
+        first
+    });
+    assert_eq!(first, ncclResult_t::RemoteError);
+    take_log();
+    for _ in 0..3 {
+        assert_eq!(isend(&mut sreq), first, "isend on a failed comm");
+        assert!(sreq.is_null());
+    }
+    let log = take_log();
+    assert!(warns(&log).is_empty(), "later refusals are not WARNs: {log:?}");
+    let _ = api::dereg_mr(s, mh);
+    assert_eq!(api::close_send(s), ncclResult_t::Success);
+}
+
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// One cycle of a peer dying: `kind` picks the side and the state (see the match); `left`
+/// keeps the cycle's registrations (never deregistered, as after a failed run).
+fn die_cycle(kind: usize, left: &mut Vec<Vec<u8>>) {
+    let mut b = vec![0u8; 4096];
+    let keep = kind % 2 == 0;
+    match kind {
+        // The connecting side dies after the handshake: the survivor's receive fails.
+        0 | 1 => {
+            let (mut c, r, l) = accept_from("send-idle");
+            let mh = reg(r, &mut b);
+            let req = post_recv(r, &mut b, mh, 1);
+            let t0 = kill(&mut c);
+            let mut done: c_int = 0;
+            until_error(t0, || api::test(req, &mut done, core::ptr::null_mut()));
+            if !keep {
+                assert_eq!(api::dereg_mr(r, mh), ncclResult_t::Success);
+            }
+            assert_eq!(api::close_recv(r), ncclResult_t::Success);
+            assert_eq!(api::close_listen(l), ncclResult_t::Success);
+        }
+        // The accepting side dies after the handshake: the survivor's send fails.
+        2 | 3 => {
+            let (mut c, s) = connect_to("recv-idle");
+            let mh = reg(s, &mut b);
+            let mut req: *mut c_void = core::ptr::null_mut();
+            let t0 = kill(&mut c);
+            until_error(t0, || {
+                api::isend(
+                    s,
+                    b.as_mut_ptr() as *mut c_void,
+                    4096,
+                    1,
+                    mh,
+                    core::ptr::null_mut(),
+                    &mut req,
+                )
+            });
+            if !keep {
+                assert_eq!(api::dereg_mr(s, mh), ncclResult_t::Success);
+            }
+            assert_eq!(api::close_send(s), ncclResult_t::Success);
+        }
+        // The connecting side dies mid-handshake: accept fails.
+        4 => {
+            let (h, l) = listen();
+            let (mut c, _, ready) = spawn("connect-half", Some(&h));
+            ready();
+            let t0 = kill(&mut c);
+            until_error(t0, || accept_once(l).0);
+            assert_eq!(api::close_listen(l), ncclResult_t::Success);
+        }
+        // The accepting side dies mid-handshake: connect fails.
+        _ => {
+            handshake();
+        }
+    }
+    if keep {
+        left.push(b);
+    }
+}
+
+/// 100 cycles of a peer dying (six kinds in turn, half of the connected ones leaving their
+/// registration) end with as many open fds as they started with.
+#[test]
+fn dead_peers_leave_no_fds() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !init() {
+        return;
+    }
+    let mut left = Vec::new();
+    // Warm up: one cycle of each kind (the plugin, its threads and first sockets exist).
+    for k in 0..6 {
+        die_cycle(k, &mut left);
+    }
+    let start = fds();
+    for i in 0..100 {
+        die_cycle(i % 6, &mut left);
+    }
+    take_log();
+    let end = fds();
+    eprintln!("dead peers: {start} fds before 100 cycles, {end} after");
+    assert_eq!(end, start, "fds leaked over 100 dead-peer cycles");
 }
