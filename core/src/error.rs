@@ -28,6 +28,18 @@ pub enum ErrorKind {
     Remote,
 }
 
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::System => "system",
+            Self::Internal => "internal",
+            Self::InvalidUsage => "invalid usage",
+            Self::InvalidArgument => "invalid argument",
+            Self::Remote => "remote",
+        })
+    }
+}
+
 /// Who is on the other end of a comm, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PeerId {
@@ -213,10 +225,13 @@ pub enum Error {
         /// Why it was rejected.
         reason: &'static str,
     },
-    /// The comm has failed earlier (fatal completion or async event) and accepts no more work.
+    /// The comm has failed earlier (a fatal completion or async event, a dead peer) and accepts
+    /// no more work; reported as its first failure was (`cause`).
     Poisoned {
         /// The operation refused.
         op: &'static str,
+        /// The first failure's kind: this refusal is reported the same way.
+        cause: ErrorKind,
     },
     /// The peer closed or stopped responding.
     PeerGone {
@@ -238,7 +253,8 @@ impl Error {
             Self::OutOfRange { .. } | Self::Repeated { .. } => ErrorKind::InvalidArgument,
             Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
-            Self::Provider { .. } | Self::Wire { .. } | Self::Poisoned { .. } => ErrorKind::System,
+            Self::Provider { .. } | Self::Wire { .. } => ErrorKind::System,
+            Self::Poisoned { cause, .. } => *cause,
         }
     }
 }
@@ -326,10 +342,11 @@ impl fmt::Display for Error {
                 )
             }
             Self::Param { name, reason } => write!(f, "{name}: {reason}"),
-            Self::Poisoned { op } => {
+            Self::Poisoned { op, cause } => {
                 write!(
                     f,
-                    "{op} refused: the comm failed earlier and accepts no more work"
+                    "{op} refused: the comm failed earlier ({cause} error) and accepts no more \
+                     work"
                 )
             }
             Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),

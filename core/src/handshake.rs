@@ -516,6 +516,10 @@ enum AState {
 pub struct Acceptor {
     state: AState,
     nonce: u64,
+    /// A Hello carrying `nonce` was received (it stays set when the machine fails later).
+    nonce_seen: bool,
+    /// The state the machine failed in (`None` while it has not).
+    failed_in: Option<&'static str>,
     link_layer: LinkLayer,
     mtu: [Mtu; MAX_RAILS],
     rails: usize,
@@ -533,6 +537,8 @@ impl Acceptor {
         Self {
             state: AState::RecvHello(Rx::new(HELLO_LEN)),
             nonce,
+            nonce_seen: false,
+            failed_in: None,
             link_layer: port.link_layer,
             mtu,
             rails: 1,
@@ -645,6 +651,19 @@ impl Acceptor {
     /// Whether the handshake completed.
     pub fn is_done(&self) -> bool {
         matches!(self.state, AState::Done { .. })
+    }
+
+    /// The state the handshake failed in (`None` while it has not failed), for the failure's
+    /// message: [`Self::state_name`] says `Failed` by then, and one socket read may have moved
+    /// the machine through several states before the error.
+    pub fn failed_in(&self) -> Option<&'static str> {
+        self.failed_in
+    }
+
+    /// Whether the connector's Hello carried this listener's nonce (whatever happened after,
+    /// failure included): the connection is from someone who holds the listener's handle.
+    pub fn nonce_seen(&self) -> bool {
+        self.nonce_seen
     }
 
     /// The current state's name, for logs.
@@ -773,12 +792,17 @@ impl Acceptor {
             Ok((h, _)) if h.nonce != self.nonce => {
                 wire("Hello nonce is not this listener's", h.nonce)
             }
-            Ok((_, r)) if usize::from(r) != self.rails => wire(
-                "peer's rail count differs from this listener's (a fused NIC on one side \
-                 only: both ends must fuse as many devices)",
-                r,
-            ),
-            Ok(_) => return (AState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n)),
+            Ok((_, r)) => {
+                self.nonce_seen = true;
+                if usize::from(r) == self.rails {
+                    return (AState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n));
+                }
+                wire(
+                    "peer's rail count differs from this listener's (a fused NIC on one side \
+                     only: both ends must fuse as many devices)",
+                    r,
+                )
+            }
             Err(e) => e,
         };
         (AState::Failed(e), Err(e))
@@ -884,6 +908,9 @@ impl Acceptor {
             // Anything else is a caller bug: refuse, keep the state.
             (s, _) => (s, Err(Error::BadState { op, state: name })),
         };
+        if matches!(next, AState::Failed(_)) && self.failed_in.is_none() {
+            self.failed_in = Some(name);
+        }
         self.state = next;
         out
     }

@@ -340,9 +340,21 @@ fn error_completion_is_reported_with_the_peer_and_poisons_the_comm() {
     assert_eq!(e.kind(), ErrorKind::Remote);
     assert_eq!(
         s.isend(src.addr(), 1, 0, sk).unwrap_err(),
-        Error::Poisoned { op: "isend" }
+        Error::Poisoned {
+            op: "isend",
+            cause: ErrorKind::Remote
+        }
     );
-    assert_eq!(s.test(sid).unwrap_err(), Error::Poisoned { op: "test" });
+    let refused = s.test(sid).unwrap_err();
+    assert_eq!(
+        refused,
+        Error::Poisoned {
+            op: "test",
+            cause: ErrorKind::Remote
+        }
+    );
+    // Refused as the first failure was reported.
+    assert_eq!(refused.kind(), e.kind());
 }
 
 #[test]

@@ -409,6 +409,10 @@ impl AnySend {
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         all!(self, c => c.test(id))
     }
+    /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
+    pub fn fail(&mut self, e: &Error) {
+        all!(self, c => c.fail(e))
+    }
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
         split!(self, _c => RailEvents::new(), c => c.take_events())
@@ -472,6 +476,10 @@ impl AnyRecv {
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         all!(self, c => c.test(id))
+    }
+    /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
+    pub fn fail(&mut self, e: &Error) {
+        all!(self, c => c.fail(e))
     }
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {

@@ -272,7 +272,10 @@ mod tests {
         assert_eq!(found.life, Life::Poisoned(Kind::Send));
         assert!(matches!(
             found.life.check("isend"),
-            Err(Error::Poisoned { op: "isend" })
+            Err(Error::Poisoned {
+                op: "isend",
+                cause: ibnet_core::ErrorKind::Internal
+            })
         ));
         assert_eq!(
             lookup_request(r).unwrap().0.life,

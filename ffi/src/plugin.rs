@@ -302,14 +302,25 @@ fn create() -> Arc<Plugin> {
 }
 
 /// Stops the plugin's threads once nothing uses it: no comm or listen comm open
-/// ([`crate::handles::live`]), no connect in progress, and no call holding the plugin. The
-/// v6–v10 tables have no `finalize`, so without this their threads would outlive the last
-/// comm and (their thread-locals pinning the library) keep `dlclose` from unloading it. The
-/// references `init` took stay: the next call that needs the plugin creates it again.
+/// ([`crate::handles::live`]), no connect in progress, no registration left in a device's
+/// cache, and no call holding the plugin. The v6–v10 tables have no `finalize`, so without
+/// this their threads would outlive the last comm and (their thread-locals pinning the
+/// library) keep `dlclose` from unloading it. The references `init` took stay: the next call
+/// that needs the plugin creates it again.
+///
+/// A registration left when its comm closed (NCCL's error paths close comms without
+/// `deregMr`) keeps the plugin, as NCCL's own plugin keeps its devices and their MR caches:
+/// the registration holds its provider (the soft provider's segment memfd, a verbs PD), so
+/// dropping the plugin under it and creating another for the next comm would leak that
+/// provider's descriptors on every such cycle (issue 30: one fd per failed run). It goes at
+/// `finalize` or unload.
 pub fn idle() {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();
-    let unused = s.plugin.as_ref().is_some_and(|p| Arc::strong_count(p) == 1);
+    let unused = s
+        .plugin
+        .as_ref()
+        .is_some_and(|p| Arc::strong_count(p) == 1 && p.caches.iter().all(|c| c.occupied() == 0));
     // Every comm-creating call holds a plugin clone until its comm is in the table, so with
     // the count at 1 (ours) under the lock, no comm can appear meanwhile.
     if !unused || crate::handles::live() != 0 || !crate::connect_registry::is_empty() {

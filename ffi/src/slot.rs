@@ -70,10 +70,14 @@ impl Life {
         }
     }
 
-    /// `Ok` for a live comm; `Poisoned { op }` for a poisoned one.
+    /// `Ok` for a live comm; `Poisoned { op }` for a poisoned one (poisoned by a caught panic:
+    /// reported as an internal error, as the panic was).
     pub fn check(self, op: &'static str) -> Result<(), Error> {
         match self {
-            Life::Poisoned(_) => Err(Error::Poisoned { op }),
+            Life::Poisoned(_) => Err(Error::Poisoned {
+                op,
+                cause: ibnet_core::ErrorKind::Internal,
+            }),
             _ => Ok(()),
         }
     }

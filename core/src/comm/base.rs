@@ -5,7 +5,7 @@ use heapless::Vec;
 
 use super::events::Sink;
 use super::types::{CommConfig, Done};
-use crate::error::{Error, PeerId, ReqType, Result};
+use crate::error::{Error, ErrorKind, PeerId, ReqType, Result};
 use crate::provider::{
     Access, Completion, ConnectAttr, Ece, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
     WcStatus,
@@ -39,8 +39,9 @@ pub(super) enum Life {
     Unconnected,
     /// QPs connected: data calls allowed.
     Connected,
-    /// A completion or post failed (reported once): every later call fails fast.
-    Poisoned,
+    /// A completion or post failed, or the peer is gone (reported once, with this kind):
+    /// every later call fails fast, reported the same way.
+    Poisoned(ErrorKind),
 }
 
 impl<P: Provider> Base<P> {
@@ -209,9 +210,12 @@ impl<P: Provider> Base<P> {
         self.life = Life::Connected;
     }
 
-    /// A failure was reported: later calls fail fast.
-    pub fn poison(&mut self) {
-        self.life = Life::Poisoned;
+    /// The failure `e` is being reported: later calls fail fast, reported as `e` (the first
+    /// failure's kind stays).
+    pub fn poison(&mut self, e: &Error) {
+        if !matches!(self.life, Life::Poisoned(_)) {
+            self.life = Life::Poisoned(e.kind());
+        }
     }
 
     /// Records the peer's socket address, for error messages.
@@ -222,8 +226,8 @@ impl<P: Provider> Base<P> {
     /// Fails fast on a poisoned comm.
     #[inline]
     pub fn check_live(&self, op: &'static str) -> Result<()> {
-        if self.life == Life::Poisoned {
-            return Err(Error::Poisoned { op });
+        if let Life::Poisoned(cause) = self.life {
+            return Err(Error::Poisoned { op, cause });
         }
         Ok(())
     }
@@ -237,7 +241,7 @@ impl<P: Provider> Base<P> {
                 op,
                 state: "not connected",
             }),
-            Life::Poisoned => Err(Error::Poisoned { op }),
+            Life::Poisoned(cause) => Err(Error::Poisoned { op, cause }),
         }
     }
 
@@ -270,7 +274,7 @@ impl<P: Provider> Base<P> {
                 return match done {
                     Ok(d) => Ok(Some(d)),
                     Err(e) => {
-                        self.poison();
+                        self.poison(&e);
                         Err(e)
                     }
                 };
@@ -286,7 +290,7 @@ impl<P: Provider> Base<P> {
             }
             for wc in &wcs[..n] {
                 if let Err(e) = self.complete(wc) {
-                    self.poison();
+                    self.poison(&e);
                     return Err(e);
                 }
             }
@@ -313,7 +317,7 @@ impl<P: Provider> Base<P> {
         match done {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
-                self.poison();
+                self.poison(&e);
                 Err(e)
             }
         }
@@ -332,7 +336,7 @@ impl<P: Provider> Base<P> {
         let n = self.dev.poll_cq(cq, &mut wcs)?;
         for wc in &wcs[..n] {
             if let Err(e) = self.complete(wc) {
-                self.poison();
+                self.poison(&e);
                 return Err(e);
             }
         }

@@ -240,7 +240,7 @@ impl<P: Provider> RecvComm<P> {
         self.base.reqs.get(id)?.fifo_slot =
             FifoRing::<MAX_REQUESTS>::slot_of(self.fifo_tail) as u16;
         if let Err(e) = self.post(id, bufs, parents, nqps, rails) {
-            self.base.poison();
+            self.base.poison(&e);
             let _ = self.base.reqs.free(id);
             return Err(e);
         }
@@ -396,10 +396,16 @@ impl<P: Provider> RecvComm<P> {
         };
         if let Err(e) = self.base.dev.post_send(&mut self.base.qps[0], &[wr]) {
             let _ = self.base.reqs.free(id);
-            self.base.poison();
+            self.base.poison(&e);
             return Err(e);
         }
         Ok(id)
+    }
+
+    /// The comm failed outside the core (its caller found the peer gone): every later call is
+    /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
+    pub fn fail(&mut self, e: &Error) {
+        self.base.poison(e);
     }
 
     /// Polls the CQ once for no request in particular (see `Base::progress`).

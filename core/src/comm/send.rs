@@ -347,6 +347,12 @@ impl<P: Provider> SendComm<P> {
         self.base.test(id, |r, _| Ok(Base::<P>::done_of(r)))
     }
 
+    /// The comm failed outside the core (its caller found the peer gone): every later call is
+    /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
+    pub fn fail(&mut self, e: &Error) {
+        self.base.poison(e);
+    }
+
     /// Polls the CQ once for no request in particular (see `Base::progress`): an error
     /// completion or a fatal device event surfaces as the error it is.
     pub fn progress(&mut self) -> Result<()> {
@@ -539,7 +545,7 @@ impl<P: Provider> SendComm<P> {
     }
 
     fn poison(&mut self, e: Error) -> Error {
-        self.base.poison();
+        self.base.poison(&e);
         e
     }
 

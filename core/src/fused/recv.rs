@@ -12,7 +12,7 @@ use super::notice::{GroupNotice, Notice};
 use super::stripe::stripe_set;
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, MrKeys, Provider, RegKind};
 use crate::request::ReqId;
@@ -102,7 +102,8 @@ pub struct FusedRecv<P: Provider> {
     back_needed: u8,
     back_told: u8,
     back_pending: [Option<(u8, ReqId)>; N],
-    poisoned: bool,
+    /// The first failure's kind once the comm failed: later calls are refused, reported so.
+    poisoned: Option<ErrorKind>,
     events: Vec<RailEvent, N>,
 }
 
@@ -156,7 +157,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).back_needed).write(0);
             addr_of_mut!((*p).back_told).write(0);
             addr_of_mut!((*p).back_pending).write([None; N]);
-            addr_of_mut!((*p).poisoned).write(false);
+            addr_of_mut!((*p).poisoned).write(None);
             addr_of_mut!((*p).events).write(Vec::new());
         }
         // Every field written above: this pattern names them all, so a new field that the
@@ -300,6 +301,12 @@ impl<P: Provider + Clone> FusedRecv<P> {
         Ok(())
     }
 
+    /// The comm failed outside the core (its caller found the peer gone): every later call is
+    /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
+    pub fn fail(&mut self, e: &Error) {
+        self.poisoned.get_or_insert(e.kind());
+    }
+
     /// Rails taken out of use since the last call (each once), for the caller to log.
     pub fn take_events(&mut self) -> Vec<RailEvent, N> {
         core::mem::take(&mut self.events)
@@ -311,8 +318,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
     }
 
     fn check(&self, op: &'static str) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::Poisoned { op });
+        if let Some(cause) = self.poisoned {
+            return Err(Error::Poisoned { op, cause });
         }
         Ok(())
     }
@@ -613,7 +620,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     }
 
     fn poison(&mut self, e: Error) -> Error {
-        self.poisoned = true;
+        self.poisoned.get_or_insert(e.kind());
         e
     }
 

@@ -12,7 +12,7 @@ use super::notice::{GroupNotice, Notice};
 use super::stripe::{stripe_set, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, MrKeys, Provider, RegKind, Sge};
 use crate::request::ReqId;
@@ -144,7 +144,8 @@ pub struct FusedSend<P: Provider> {
     /// messages' parts along. Cleared once none has, so a comm that lost a rail long ago
     /// pays nothing for it.
     degraded: bool,
-    poisoned: bool,
+    /// The first failure's kind once the comm failed: later calls are refused, reported so.
+    poisoned: Option<ErrorKind>,
     events: Vec<RailEvent, N>,
     resent: u64,
     /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
@@ -199,7 +200,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).back_mrs).write(Vec::new());
             addr_of_mut!((*p).back_keys).write([MrKeys::default(); N]);
             addr_of_mut!((*p).degraded).write(false);
-            addr_of_mut!((*p).poisoned).write(false);
+            addr_of_mut!((*p).poisoned).write(None);
             addr_of_mut!((*p).events).write(Vec::new());
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
@@ -335,6 +336,12 @@ impl<P: Provider + Clone> FusedSend<P> {
         }
     }
 
+    /// The comm failed outside the core (its caller found the peer gone): every later call is
+    /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
+    pub fn fail(&mut self, e: &Error) {
+        self.poisoned.get_or_insert(e.kind());
+    }
+
     /// Rails that failed since the last call (each once), for the caller to log.
     pub fn take_events(&mut self) -> Vec<RailEvent, N> {
         core::mem::take(&mut self.events)
@@ -357,8 +364,8 @@ impl<P: Provider + Clone> FusedSend<P> {
     }
 
     fn check(&self, op: &'static str) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::Poisoned { op });
+        if let Some(cause) = self.poisoned {
+            return Err(Error::Poisoned { op, cause });
         }
         Ok(())
     }
@@ -862,7 +869,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     }
 
     fn poison(&mut self, e: Error) -> Error {
-        self.poisoned = true;
+        self.poisoned.get_or_insert(e.kind());
         e
     }
 

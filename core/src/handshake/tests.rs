@@ -272,6 +272,7 @@ fn wrong_nonce_is_rejected() {
             value: NONCE + 1
         }
     );
+    assert!(!a.nonce_seen(), "a wrong nonce is not this listener's peer");
 }
 
 #[test]
@@ -445,10 +446,17 @@ fn eof_at_every_stage_is_peer_gone() {
         }
         // The peer of whichever side is still working closes.
         if !a.is_done() {
+            // The nonce counts as seen from the whole Hello on, and stays so after failing.
+            let seen = a.state_name() != "RecvHello";
+            assert_eq!(a.nonce_seen(), seen, "{}", a.state_name());
+            let state = a.state_name();
+            assert_eq!(a.failed_in(), None);
             let e = a.handle_eof().unwrap_err();
+            assert_eq!(a.failed_in(), Some(state), "the state it failed in");
             assert!(matches!(e, Error::PeerGone { .. }), "{e:?}");
             assert_eq!(a.handle_recv(&[0]), Err(e));
             assert_eq!(a.poll_event(), None);
+            assert_eq!(a.nonce_seen(), seen);
         }
         if !c.is_done() {
             let e = c.handle_eof().unwrap_err();

@@ -1,5 +1,6 @@
 //! The acceptor side of the bootstrap handshake: every connection queued on a listen comm's
-//! port is handshaken concurrently, and one that fails never fails `accept`.
+//! port is handshaken concurrently. Junk never fails `accept`; the peer NCCL waits for dying
+//! does.
 //!
 //! A listen comm's port is reachable by anything on the network (port scanners, health
 //! checkers, a replayed capture), and NCCL aborts the communicator when `accept` fails. So:
@@ -13,6 +14,7 @@
 //!               a replayed nonce        → dropped (socket and half-built comm), one
 //!                                         rate-limited WARN naming its address
 //!               waiting                 → stays, costing nothing but a recv per call
+//!             a nonce holder died and none is left in progress → accept fails (see below)
 //! ```
 //! No connection waits for another (no head-of-line blocking): an idle one costs its own
 //! `IBNET_HANDSHAKE_TIMEOUT`, never the legitimate peer's time. The listener's nonce is single
@@ -20,6 +22,33 @@
 //! accepts exactly one connection per listen comm). A connection whose Hello carries the
 //! nonce but that has not completed yet does not spend it, so a stalled copy cannot lock the
 //! legitimate peer out.
+//!
+//! # A nonce holder that dies fails `accept`
+//! A connection whose Hello carried this listen comm's nonce (a *nonce holder*) comes from
+//! someone who has the handle NCCL passed between the ranks: it is the peer NCCL waits for,
+//! or a replayed copy of it. When a nonce holder *dies* (its socket reports end-of-file, a
+//! reset or another error, in any handshake state) while the nonce is unspent, the rule is:
+//! ```text
+//!  another nonce holder still in progress?  no  → accept fails now: the death's error
+//!                                                  (PeerGone: ncclRemoteError; a socket
+//!                                                  error: ncclSystemError), ONE WARN naming
+//!                                                  the dead connection's address and state
+//!                                           yes → the death is remembered (one INFO line);
+//!                                                  the other one goes on. accept fails with
+//!                                                  the remembered death once no nonce holder
+//!                                                  is in progress without one having completed
+//!                                                  (it died too, sent invalid bytes, or timed
+//!                                                  out)
+//! ```
+//! So a replayed copy that dies never costs the real peer its connection while the real peer
+//! is in progress, and the real peer dying is never hidden for longer than the copies that
+//! outlive it. What is not a death: the handshake deadline (a stall: the connector's own
+//! deadline closes its socket, which is a death), and any other failure (invalid bytes, even
+//! after a valid Hello; this side's own setup error) while the socket is still open; those
+//! connections are dropped as junk is. The same failure with the socket closed is a death (a
+//! soft peer whose process died fails the QP setup before its end-of-file is read). A connection that dies before its whole Hello arrived never showed
+//! the nonce: junk. Once `accept` failed, later calls are refused (`Error::Poisoned`, the same
+//! kind, logged at INFO): NCCL tears the communicator down.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -66,6 +95,9 @@ pub(super) struct Pending {
     /// When the last drop was logged, and how many were dropped silently since.
     last_log: Option<Instant>,
     quiet_drops: u64,
+    /// The first nonce holder that died while another one was in progress: its error and
+    /// where (see the module doc).
+    died: Option<(Error, Where)>,
 }
 
 /// Why a connection that stepped without error is not done yet, or its comm.
@@ -84,6 +116,7 @@ impl Pending {
             spent: false,
             last_log: None,
             quiet_drops: 0,
+            died: None,
         }
     }
 
@@ -144,14 +177,22 @@ impl Pending {
         }
     }
 
-    /// Steps every connection; returns the first comm completed. Failed ones are dropped.
-    pub(super) fn step_all(&mut self, nic: &Nic, plugin: &Plugin, nonce: u64) -> Option<Accepted> {
+    /// Steps every connection; returns the first comm completed. Failed ones are dropped,
+    /// except that the death of a nonce holder fails the call when no other one is in progress
+    /// (the module doc's rule): `Err` with the death's error and where it happened.
+    pub(super) fn step_all(
+        &mut self,
+        nic: &Nic,
+        plugin: &Plugin,
+        nonce: u64,
+    ) -> Result<Option<Accepted>, (Error, Where)> {
         let mut i = 0;
         while i < self.conns.len() {
             match step(&mut self.conns[i], nic, plugin, nonce, self.spent) {
                 Ok(Step::Waiting) => i += 1,
                 Ok(Step::Done(r)) => {
                     self.spent = true;
+                    self.died = None;
                     let a = self.conns.swap_remove(i);
                     crate::info!(
                         crate::log::NET,
@@ -159,15 +200,46 @@ impl Pending {
                         a.peer
                     );
                     let w = Watch::new(a.stream, a.peer, a.remote, plugin.cfg.stall_warn_s);
-                    return Some((r, w));
+                    return Ok(Some((r, w)));
                 }
                 Err(e) => {
                     let a = self.conns.swap_remove(i);
-                    self.dropped(a, &e);
+                    if !self.spent && a.machine.nonce_seen() && is_death(&e, &a.stream) {
+                        self.holder_died(a, e);
+                    } else {
+                        self.dropped(a, &e);
+                    }
                 }
             }
         }
-        None
+        let holders = self.conns.iter().any(|a| a.machine.nonce_seen());
+        match self.died {
+            Some(d) if !holders => Err(d),
+            _ => Ok(None),
+        }
+    }
+
+    /// A nonce holder died (the module doc's rule): remembered as the cause `accept` fails
+    /// with, unless an earlier death is; an INFO line while another holder is in progress
+    /// (the failure's WARN, if it comes, names the first death).
+    fn holder_died(&mut self, a: Accepting, e: Error) {
+        let at = Where {
+            peer: a.peer,
+            state: a.state,
+        };
+        if let Some(r) = a.recv {
+            let _ = r.close();
+        }
+        drop(a.stream);
+        if self.conns.iter().any(|c| c.machine.nonce_seen()) {
+            crate::info!(
+                crate::log::NET,
+                "accept: {}; another connection carrying this listener's nonce is in progress: \
+                 waiting for it",
+                AtPeer(&e, at)
+            );
+        }
+        self.died.get_or_insert((e, at));
     }
 
     /// The listener's own accept failed (ECONNABORTED, EMFILE, …): logged like a drop.
@@ -220,8 +292,50 @@ impl Pending {
     }
 }
 
+/// Whether `e`, the error of the connection on `s`, is its death: its socket closed, reset or
+/// failed. A stall past the deadline is not; any other failure (invalid bytes, this side's own
+/// setup error) is when the socket shows the peer gone (a soft peer whose process died fails
+/// the QP setup before its socket's end-of-file is read).
+fn is_death(e: &Error, s: &TcpStream) -> bool {
+    match e {
+        Error::PeerGone { .. } => true,
+        Error::Provider { call, .. } if call.ends_with("(handshake)") => true,
+        Error::Provider { call, .. } if call.starts_with("bootstrap handshake timed out") => false,
+        _ => socket_closed(s),
+    }
+}
+
+/// Whether the peer's end of `s` is closed or failed (one non-blocking peek; bytes not read
+/// yet mean it is not, so far).
+fn socket_closed(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    }
+}
+
 /// Drives one connection as far as it goes now.
 fn step(
+    a: &mut Accepting,
+    nic: &Nic,
+    plugin: &Plugin,
+    nonce: u64,
+    spent: bool,
+) -> Result<Step, Error> {
+    let r = step_machine(a, nic, plugin, nonce, spent);
+    if let (Err(_), Some(s)) = (&r, a.machine.failed_in()) {
+        // The machine's own failure: the state it failed in (one read may cross several).
+        a.state = s;
+    }
+    r
+}
+
+/// [`step`]'s loop: pumps the machine and acts on its events.
+fn step_machine(
     a: &mut Accepting,
     nic: &Nic,
     plugin: &Plugin,

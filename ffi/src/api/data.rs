@@ -16,13 +16,14 @@ use super::comm::{recv_comm, request, send_comm, CommRef};
 use super::common::{missing, out_ptr};
 use super::entry::entry_at;
 use super::mr::{covers, fused_mr_get, mr_get, MrInfo};
-use crate::dev::MrCacheT;
+use crate::dev::{AnyRecv, AnySend, MrCacheT};
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
 use crate::nic::FusedNic;
 use crate::watch::Watch;
 use ibnet_core::fused::{FusedBuf, MAX_DEVS_PER_NIC};
 use ibnet_core::provider::MrKeys;
+use ibnet_core::request::ReqId;
 
 /// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
 /// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.
@@ -63,7 +64,13 @@ pub fn isend(
                 match w.waiting("clear-to-send (a matching irecv)", comm as usize) {
                     Ok(()) => None,
                     // Dead: one more try, in case the last message raced the close.
-                    Err(e) => Some(post()?.ok_or(e)?),
+                    Err(e) => match post()? {
+                        Some(id) => Some(id),
+                        None => {
+                            c.fail(&e);
+                            return Err(e);
+                        }
+                    },
                 }
             }
         };
@@ -107,7 +114,10 @@ fn isend_fused(
         (None, None) => None,
         (None, Some(w)) => {
             w.tag = tag as u32;
-            w.waiting("clear-to-send (a matching irecv)", comm as usize)?;
+            if let Err(e) = w.waiting("clear-to-send (a matching irecv)", comm as usize) {
+                c.fail(&e);
+                return Err(e);
+            }
             None
         }
     };
@@ -360,7 +370,7 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 *at = b.at();
                 // SAFETY: a data-path call; see `CommBox::comm_mut`.
                 let (c, w) = unsafe { b.parts_mut() };
-                let r = watched(|| c.test(id), w, "the send's completion", req);
+                let r = watched(c, id, w, "the send's completion", req);
                 if b.fused.is_some() {
                     b.log_rail_events("send", c.take_events());
                 }
@@ -370,7 +380,7 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 *at = b.at();
                 // SAFETY: as above.
                 let (c, w) = unsafe { b.parts_mut() };
-                let r = watched(|| c.test(id), w, "data (a matching isend)", req);
+                let r = watched(c, id, w, "data (a matching isend)", req);
                 if b.fused.is_some() {
                     b.log_rail_events("receive", c.take_events());
                 }
@@ -391,15 +401,43 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
     })
 }
 
-/// `test` of one request, its wait watched by `w`: a dead peer is an error unless one more
-/// test finds the request done (its last completion raced the close).
+/// A comm whose requests `test` polls.
+trait Tested {
+    fn test(&mut self, id: ReqId) -> Result<Option<Done>, Error>;
+    fn fail(&mut self, e: &Error);
+}
+
+impl Tested for AnySend {
+    #[inline]
+    fn test(&mut self, id: ReqId) -> Result<Option<Done>, Error> {
+        AnySend::test(self, id)
+    }
+    fn fail(&mut self, e: &Error) {
+        AnySend::fail(self, e)
+    }
+}
+
+impl Tested for AnyRecv {
+    #[inline]
+    fn test(&mut self, id: ReqId) -> Result<Option<Done>, Error> {
+        AnyRecv::test(self, id)
+    }
+    fn fail(&mut self, e: &Error) {
+        AnyRecv::fail(self, e)
+    }
+}
+
+/// `test` of request `id` of `c`, its wait watched by `w`: a dead peer is an error unless one
+/// more test finds the request done (its last completion raced the close), and it fails the
+/// comm (every later call on it is refused, reported as this one).
 fn watched(
-    mut test: impl FnMut() -> Result<Option<Done>, Error>,
+    c: &mut impl Tested,
+    id: ReqId,
     w: Option<&mut Watch>,
     what: &str,
     req: *mut c_void,
 ) -> Result<Option<Done>, Error> {
-    let r = test()?;
+    let r = c.test(id)?;
     let Some(w) = w else { return Ok(r) };
     if r.is_some() {
         w.progress();
@@ -407,6 +445,12 @@ fn watched(
     }
     match w.waiting(what, req as usize) {
         Ok(()) => Ok(None),
-        Err(e) => Ok(Some(test()?.ok_or(e)?)),
+        Err(e) => match c.test(id)? {
+            Some(d) => Ok(Some(d)),
+            None => {
+                c.fail(&e);
+                Err(e)
+            }
+        },
     }
 }

@@ -1,5 +1,5 @@
-//! The frame of every entry point: panics caught, one WARN per failure, errors mapped to
-//! `ncclResult_t`.
+//! The frame of every entry point: panics caught, one WARN per failure (a comm's refusals
+//! after its first failure are INFO), errors mapped to `ncclResult_t`.
 
 use core::ffi::c_void;
 
@@ -39,8 +39,8 @@ pub fn entry_at(
         Ok(Ok(())) => ncclResult_t::Success,
         Ok(Err(e)) => {
             match at {
-                Some(w) => warn!("{name}: {}", AtPeer(&e, w)),
-                None => warn!("{name}: {e}"),
+                Some(w) => log_failure(&e, format_args!("{name}: {}", AtPeer(&e, w))),
+                None => log_failure(&e, format_args!("{name}: {e}")),
             }
             to_nccl(e.kind())
         }
@@ -59,10 +59,21 @@ pub fn entry_on(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => ncclResult_t::Success,
         Ok(Err(e)) => {
-            warn!("{name}: {e}");
+            log_failure(&e, format_args!("{name}: {e}"));
             to_nccl(e.kind())
         }
         Err(_) => panicked(name, on),
+    }
+}
+
+/// Logs a failed call: one WARN, except for a call refused because its comm failed earlier
+/// (`Error::Poisoned`): that failure was the comm's one WARN, so each refusal after it is an
+/// INFO line (NCCL may keep calling a failed comm until it tears it down).
+fn log_failure(e: &Error, line: core::fmt::Arguments<'_>) {
+    if matches!(e, Error::Poisoned { .. }) {
+        crate::info!(crate::log::NET, "{line}");
+    } else {
+        warn!("{line}");
     }
 }
 

@@ -9,12 +9,12 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use ibnet_core::wire::ConnectHandle;
-use ibnet_core::Error;
+use ibnet_core::{Error, ErrorKind};
 
 use super::accepting::Pending;
 use super::comm::publish;
 use super::common::{missing, out_ptr, plugin, random_u64, sys};
-use super::entry::{entry, entry_on};
+use super::entry::{entry, entry_at};
 use super::shared_listen::SharedListener;
 use crate::dev::AnyRecv;
 use crate::handles::{self, Kind};
@@ -31,6 +31,8 @@ pub struct ListenComm {
     listener: Listener,
     nonce: u64,
     pending: Pending,
+    /// `accept` failed (its peer died mid-handshake): later calls are refused, reported so.
+    failed: Option<ErrorKind>,
 }
 
 /// Where a listen comm's connections arrive.
@@ -94,6 +96,7 @@ pub fn listen(
             listener: l,
             nonce,
             pending: Pending::new(),
+            failed: None,
         });
         let raw = Box::into_raw(lc);
         match handles::insert(Kind::Listen, raw as *mut ()) {
@@ -121,13 +124,21 @@ fn listen_comm(l: *mut c_void) -> Result<&'static mut ListenComm, Error> {
 }
 
 /// `accept`: takes every queued connection and steps all handshakes in progress (see
-/// `api::accepting`); returns the first comm completed. A connection that fails is dropped
-/// with a WARN and never fails the call; only a bad listen comm or argument does.
+/// `api::accepting`); returns the first comm completed. A junk connection that fails is
+/// dropped with a WARN and never fails the call; a bad listen comm or argument does, and so
+/// does the death of the connection carrying the listener's nonce (`api::accepting`'s rule:
+/// one WARN naming its address; every later call is refused).
 pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t {
-    entry_on("accept", listen, || {
+    entry_at("accept", listen, |at| {
         let out = out_ptr(recv_comm, "recvComm")?;
         *out = core::ptr::null_mut();
         let lc = listen_comm(listen)?;
+        if let Some(cause) = lc.failed {
+            return Err(Error::Poisoned {
+                op: "accept",
+                cause,
+            });
+        }
         let timeout = lc.plugin.cfg.handshake_timeout_s;
         match &lc.listener {
             Listener::Own(l) => {
@@ -154,8 +165,16 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
                 }
             }
         }
-        if let Some((recv, w)) = lc.pending.step_all(&lc.nic, &lc.plugin, lc.nonce) {
-            *out = publish(Kind::Recv, &lc.nic, *recv, Some(w), AnyRecv::close)?;
+        match lc.pending.step_all(&lc.nic, &lc.plugin, lc.nonce) {
+            Ok(Some((recv, w))) => {
+                *out = publish(Kind::Recv, &lc.nic, *recv, Some(w), AnyRecv::close)?;
+            }
+            Ok(None) => {}
+            Err((e, w)) => {
+                lc.failed = Some(e.kind());
+                *at = Some(w);
+                return Err(e);
+            }
         }
         Ok(())
     })

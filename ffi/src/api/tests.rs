@@ -93,7 +93,10 @@ fn a_caught_panic_poisons_its_comm() {
     assert_eq!(r, ncclResult_t::InternalError);
     assert!(matches!(
         send_comm(tok, "isend"),
-        Err(Error::Poisoned { op: "isend" })
+        Err(Error::Poisoned {
+            op: "isend",
+            cause: ibnet_core::ErrorKind::Internal
+        })
     ));
     let mut buf = [0u8; 8];
     let mut mh: *mut c_void = core::ptr::null_mut();
