@@ -507,7 +507,7 @@ fn fds() -> Vec<(String, String)> {
 /// keeps the cycle's registrations (never deregistered, as after a failed run).
 fn die_cycle(kind: usize, left: &mut Vec<Vec<u8>>) {
     let mut b = vec![0u8; 4096];
-    let keep = kind % 2 == 0;
+    let keep = kind.is_multiple_of(2);
     match kind {
         // The connecting side dies after the handshake: the survivor's receive fails.
         0 | 1 => {

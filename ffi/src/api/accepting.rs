@@ -185,7 +185,7 @@ impl Pending {
         nic: &Nic,
         plugin: &Plugin,
         nonce: u64,
-    ) -> Result<Option<Accepted>, (Error, Where)> {
+    ) -> Result<Option<Accepted>, Box<(Error, Where)>> {
         let mut i = 0;
         while i < self.conns.len() {
             match step(&mut self.conns[i], nic, plugin, nonce, self.spent) {
@@ -214,7 +214,7 @@ impl Pending {
         }
         let holders = self.conns.iter().any(|a| a.machine.nonce_seen());
         match self.died {
-            Some(d) if !holders => Err(d),
+            Some(d) if !holders => Err(Box::new(d)),
             _ => Ok(None),
         }
     }

@@ -170,7 +170,8 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
                 *out = publish(Kind::Recv, &lc.nic, *recv, Some(w), AnyRecv::close)?;
             }
             Ok(None) => {}
-            Err((e, w)) => {
+            Err(d) => {
+                let (e, w) = *d;
                 lc.failed = Some(e.kind());
                 *at = Some(w);
                 return Err(e);

@@ -30,7 +30,9 @@
 //! that holds the provider comm; only the data-path calls (serialised by NCCL on one thread)
 //! borrow the cell mutably, and registrations take only a shared reference to the box. A
 //! panic caught in a call on a comm poisons it (its slot's [`Life`](crate::handles::Life);
-//! later calls but close fail with `Poisoned`).
+//! later calls but close fail with `Poisoned`). So does any failure of the comm itself (the
+//! core's `Life::Poisoned`, and a peer `crate::watch` found gone): every later data call is
+//! refused with the first error's kind.
 //!
 //! Connection setup (never blocks; NCCL calls connect/accept until they return a comm). The
 //! handle is the core's [`ConnectHandle`](ibnet_core::wire::ConnectHandle) (listener address,
@@ -54,7 +56,9 @@
 //! (`PeerGone`); one that stalls past `IBNET_HANDSHAKE_TIMEOUT` seconds is an error. Either
 //! drops the half-built comm; its WARN names the peer's socket address and the handshake state
 //! (`handshake_io::AtPeer`: "timed out waiting for ADDR in state …"). On the accepting side
-//! such a connection is dropped and `accept` goes on (see `accepting`).
+//! such a connection is dropped and `accept` goes on, unless it was the one carrying the
+//! listener's nonce and no other such one is in progress: then `accept` fails (see
+//! `accepting`).
 
 mod accepting;
 pub mod comm;
