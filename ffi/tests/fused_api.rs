@@ -239,6 +239,55 @@ fn a_fused_nic_through_the_api() {
     assert!(api::fused_stats(h2s).is_none(), "device 0 is plain");
     transfer(h2s, h2r, 100_000, 3);
     close(h2s, h2r, h2l);
+    a_failed_fused_comm_refuses_new_work(d);
+}
+
+/// A fused receive comm whose peer is gone (its send comm closed): once `test` failed, every
+/// later data call fails at once with the same result, logged at INFO (issue 30).
+fn a_failed_fused_comm_refuses_new_work(d: c_int) {
+    let (s, r, l) = pair(d);
+    let mut b = vec![0u8; 4096];
+    let mh = reg(r, &mut b);
+    let req = post_recv(r, &mut b, mh, 1);
+    assert_eq!(api::close_send(s), ncclResult_t::Success);
+    let t0 = Instant::now();
+    let mut done: c_int = 0;
+    let first = loop {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the receive never failed");
+        let rc = api::test(req, &mut done, core::ptr::null_mut());
+        if rc != ncclResult_t::Success {
+            break rc;
+        }
+    };
+    let log = take_log();
+    println!("a fused receive whose sender closed: {first:?}, {log:?}");
+    assert_eq!(first, ncclResult_t::RemoteError, "{log:?}");
+    let mut req2: *mut c_void = core::ptr::null_mut();
+    let mut data = [b.as_mut_ptr() as *mut c_void];
+    let sizes = [b.len()];
+    let tags = [1];
+    let mut mhs = [mh];
+    let rc = api::irecv(
+        r,
+        1,
+        data.as_mut_ptr(),
+        Sizes::Size(sizes.as_ptr()),
+        tags.as_ptr(),
+        mhs.as_mut_ptr(),
+        core::ptr::null_mut(),
+        &mut req2,
+    );
+    assert_eq!(rc, first, "irecv on a failed fused comm: {:?}", take_log());
+    assert!(req2.is_null());
+    assert_eq!(api::test(req, &mut done, core::ptr::null_mut()), first);
+    let warns = take_log()
+        .into_iter()
+        .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn)
+        .count();
+    assert_eq!(warns, 0, "the refusals are INFO lines");
+    assert_eq!(api::dereg_mr(r, mh), ncclResult_t::Success);
+    assert_eq!(api::close_recv(r), ncclResult_t::Success);
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
 }
 
 #[test]
