@@ -462,4 +462,44 @@ fn a_dying_replay_does_not_cost_the_real_peer() {
     transfer(s, r, 1 << 16, 5);
     close(s, r, l);
     take_log();
+    a_death_waits_for_the_other_nonce_holder();
+}
+
+/// Two connections present the nonce; the second dies while the first is in progress (no
+/// failure yet), then the first dies too: `accept` fails, its WARN naming the first death.
+fn a_death_waits_for_the_other_nonce_holder() {
+    let (h, l) = listen();
+    let hello = ibnet_core::wire::Hello { nonce: nonce(&h) }.encode();
+    let mut first = TcpStream::connect(addr(&h)).unwrap();
+    first.write_all(&hello).unwrap();
+    let mut second = TcpStream::connect(addr(&h)).unwrap();
+    second.write_all(&hello).unwrap();
+    let dead = second.local_addr().unwrap();
+    assert_eq!(accept_once(l).0, ncclResult_t::Success);
+    drop(second);
+    assert!(
+        accept_until_error(l, Duration::from_millis(300)).is_none(),
+        "failed while another nonce holder is in progress: {:?}",
+        take_log()
+    );
+    take_log();
+    drop(first);
+    let Some((rc, _)) = accept_until_error(l, Duration::from_secs(1)) else {
+        panic!(
+            "accept still waiting with no nonce holder left: {:?}",
+            take_log()
+        );
+    };
+    assert_eq!(rc, ncclResult_t::RemoteError);
+    let log = take_log();
+    let warns: Vec<_> = log
+        .iter()
+        .filter(|(lv, _)| *lv == nccl_net_ibnet::log::Level::Warn)
+        .collect();
+    assert_eq!(warns.len(), 1, "{log:?}");
+    assert!(warns[0].1.contains(&dead.to_string()), "{warns:?}");
+    // Later calls are refused the same way.
+    assert_eq!(accept_once(l).0, rc);
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
+    take_log();
 }

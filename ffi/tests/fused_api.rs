@@ -253,7 +253,10 @@ fn a_failed_fused_comm_refuses_new_work(d: c_int) {
     let t0 = Instant::now();
     let mut done: c_int = 0;
     let first = loop {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the receive never failed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the receive never failed"
+        );
         let rc = api::test(req, &mut done, core::ptr::null_mut());
         if rc != ncclResult_t::Success {
             break rc;
