@@ -29,26 +29,24 @@
 //! or a replayed copy of it. When a nonce holder *dies* (its socket reports end-of-file, a
 //! reset or another error, in any handshake state) while the nonce is unspent, the rule is:
 //! ```text
-//!  another nonce holder still in progress?  no  → accept fails now: the death's error
-//!                                                  (PeerGone: ncclRemoteError; a socket
-//!                                                  error: ncclSystemError), ONE WARN naming
-//!                                                  the dead connection's address and state
-//!                                           yes → the death is remembered (one INFO line);
-//!                                                  the other one goes on. accept fails with
-//!                                                  the remembered death once no nonce holder
-//!                                                  is in progress without one having completed
-//!                                                  (it died too, sent invalid bytes, or timed
-//!                                                  out)
+//!  another nonce holder still in progress?
+//!    no  → accept fails now with the death's error (PeerGone, a reset included:
+//!          ncclRemoteError; another socket error: ncclSystemError) and ONE WARN naming the
+//!          dead connection's address and handshake state
+//!    yes → the death is remembered (an INFO line) and the others go on: one completing
+//!          spends the nonce and forgets it; once none is left in progress (they died too,
+//!          sent invalid bytes or timed out), accept fails with the first death remembered
 //! ```
 //! So a replayed copy that dies never costs the real peer its connection while the real peer
-//! is in progress, and the real peer dying is never hidden for longer than the copies that
-//! outlive it. What is not a death: the handshake deadline (a stall: the connector's own
-//! deadline closes its socket, which is a death), and any other failure (invalid bytes, even
-//! after a valid Hello; this side's own setup error) while the socket is still open; those
-//! connections are dropped as junk is. The same failure with the socket closed is a death (a
-//! soft peer whose process died fails the QP setup before its end-of-file is read). A connection that dies before its whole Hello arrived never showed
-//! the nonce: junk. Once `accept` failed, later calls are refused (`Error::Poisoned`, the same
-//! kind, logged at INFO): NCCL tears the communicator down.
+//! is in progress, and the real peer's death is never hidden for longer than the copies that
+//! outlive it. What is not a death: the handshake deadline (a stall; a real connector stalled
+//! that long fails its own `connect` on its deadline, which closes its socket: a death if seen
+//! first), and any other failure (invalid bytes, even after a valid Hello; this side's own
+//! setup error) while the socket is still open: those connections are dropped as junk is. The same failure with the socket closed is a death (a
+//! soft peer whose process died fails the QP setup before its end-of-file is read). A
+//! connection that dies before its whole Hello arrived never showed the nonce: junk. Once
+//! `accept` failed, later calls are refused (`Error::Poisoned`, the same kind, logged at
+//! INFO): NCCL tears the communicator down.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
