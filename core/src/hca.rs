@@ -136,7 +136,10 @@ impl HcaFilter {
                 continue; // strtok skips empty entries
             }
             let mut bad = |reason| {
-                let (start, end) = (start.min(u16::MAX.into()), (start + item.len()).min(u16::MAX.into()));
+                let (start, end) = (
+                    start.min(u16::MAX.into()),
+                    (start + item.len()).min(u16::MAX.into()),
+                );
                 let m = Malformed {
                     start: start as u16,
                     end: end as u16,
@@ -256,7 +259,9 @@ pub fn fused_ids(members: &[Ids], all: &[Ids]) -> Ids {
     let Some(first) = members.first() else {
         return Ids::UNSET;
     };
-    let same = members.iter().all(|m| m.rail != UNSET && m.rail == first.rail);
+    let same = members
+        .iter()
+        .all(|m| m.rail != UNSET && m.rail == first.rail);
     let rail = if same { first.rail } else { UNSET };
     if members.len() == 1 {
         return Ids {

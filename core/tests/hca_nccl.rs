@@ -28,7 +28,8 @@ fn empty_fields_and_commas() {
 #[test]
 fn rail_and_plane_come_from_the_entry() {
     let mut p = Params::default();
-    p.set("NCCL_IB_HCA", "=mlx5_0:1:0:0,mlx5_1::1,mlx5_2:1::3").unwrap();
+    p.set("NCCL_IB_HCA", "=mlx5_0:1:0:0,mlx5_1::1,mlx5_2:1::3")
+        .unwrap();
     let f = p.hca_filter();
     let ids = |d, port| f.select(d, port).map(|i| (i.rail, i.plane));
     assert_eq!(ids("mlx5_0", 1), Some((0, 0)));

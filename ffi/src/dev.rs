@@ -153,6 +153,9 @@ impl Dev {
                     max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                     force_flush: false,
                     vprops: Default::default(),
+                    // From NCCL_IB_HCA: `Plugin::props`.
+                    rail: crate::nccl::types::NCCL_NET_ID_UNDEF,
+                    plane: crate::nccl::types::NCCL_NET_ID_UNDEF,
                 }
             }
             // Host memory only: NCCL stages GPU buffers through host memory for this device.
@@ -169,6 +172,8 @@ impl Dev {
                 max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                 force_flush: false,
                 vprops: Default::default(),
+                rail: crate::nccl::types::NCCL_NET_ID_UNDEF,
+                plane: crate::nccl::types::NCCL_NET_ID_UNDEF,
             },
         }
     }

@@ -287,6 +287,7 @@ impl Config {
                 Err(e) => crate::warn!("ignoring {n}={v:?}: {e}; the default stands"),
             }
         }
+        warn_malformed_hca(&p);
         refuse_unimplemented(&mut p);
         let mut c = Self::from_params(&p);
         for (n, v) in own {
@@ -296,6 +297,19 @@ impl Config {
             }
         }
         (c, p)
+    }
+}
+
+/// One WARN per `NCCL_IB_HCA` entry that is not well formed, naming it and saying what ibnet
+/// does with it; the rest of the list applies (`ibnet_core::hca`).
+fn warn_malformed_hca(p: &Params) {
+    for m in p.hca.malformed() {
+        crate::warn!(
+            "NCCL_IB_HCA={:?}: entry {:?}: {}; the rest of the list applies",
+            p.ib_hca.as_str(),
+            m.entry(&p.ib_hca),
+            m.reason
+        );
     }
 }
 

@@ -53,6 +53,20 @@ impl Plugin {
             d.gpu_direct() || self.cfg.force_flush,
         )
     }
+
+    /// Device `d`'s properties ([`Dev::props`]) with the rail and plane of the `NCCL_IB_HCA`
+    /// entry that names it (v12's `railId`/`planeId`; -1 when none does). A soft device is
+    /// not filtered by `NCCL_IB_HCA` (`IBNET_SOFT_DEVICES` picks them) but takes its ids from
+    /// an entry naming it (`soft0:1:0:0`), so tests can give soft devices rails.
+    pub fn props(&self, d: &Dev) -> crate::dev::Props {
+        let mut out = d.props(&self.comm_config(d, -1));
+        let port = u8::try_from(d.port_info().port).unwrap_or(1);
+        let name = d.name().to_string_lossy();
+        let ids = self.params.hca.select(&name, port);
+        let ids = ids.unwrap_or(ibnet_core::hca::Ids::UNSET);
+        (out.rail, out.plane) = (ids.rail, ids.plane);
+        out
+    }
 }
 
 struct State {

@@ -34,15 +34,24 @@ pub fn entry(item: &str) -> core::result::Result<HcaEntry, Odd> {
             atoi(port)
         }
     };
-    let mut id = |f: Option<&str>, max: i16, what| match well_formed(f.unwrap_or(""), 0, max.into()) {
+    let mut id = |f: Option<&str>, max: i16, what| match well_formed(f.unwrap_or(""), 0, max.into())
+    {
         Some(v) => v as i16,
         None => {
             note(what);
             UNSET
         }
     };
-    let rail = id(rail, i16::MAX, "rail is not -1 or 0..=32767: taken as unset");
-    let plane = id(plane, PLANE_MAX, "plane is not -1 or 0..=16383: taken as unset");
+    let rail = id(
+        rail,
+        i16::MAX,
+        "rail is not -1 or 0..=32767: taken as unset",
+    );
+    let plane = id(
+        plane,
+        PLANE_MAX,
+        "plane is not -1 or 0..=16383: taken as unset",
+    );
     if extra {
         note("fields after the plane are ignored, as NCCL");
     }
@@ -109,9 +118,7 @@ pub fn parse_names(s: &str) -> Result<HcaFilter> {
             rail: UNSET,
             plane: UNSET,
         };
-        f.entries
-            .push(e)
-            .map_err(|_| err("more than 32 entries"))?;
+        f.entries.push(e).map_err(|_| err("more than 32 entries"))?;
     }
     Ok(f)
 }

@@ -27,15 +27,31 @@ fn nccl_table() {
         ("=mlx5_1", [N, N, U, U, N, N], 0),
         ("mlx5_0:1", [U, N, N, N, N, N], 0),
         ("mlx5_0:1:0:0", [Some((0, 0)), N, N, N, N, N], 0),
-        ("mlx5_0:1:0:0,mlx5_1:1:1:0", [Some((0, 0)), N, Some((1, 0)), N, Some((1, 0)), N], 0),
-        ("=mlx5_0:1:0:0,mlx5_1:1:1:0", [Some((0, 0)), N, Some((1, 0)), N, N, N], 0),
+        (
+            "mlx5_0:1:0:0,mlx5_1:1:1:0",
+            [Some((0, 0)), N, Some((1, 0)), N, Some((1, 0)), N],
+            0,
+        ),
+        (
+            "=mlx5_0:1:0:0,mlx5_1:1:1:0",
+            [Some((0, 0)), N, Some((1, 0)), N, N, N],
+            0,
+        ),
         ("mlx5_0:1:3", [Some((3, -1)), N, N, N, N, N], 0),
         ("mlx5_0::2", [Some((2, -1)), Some((2, -1)), N, N, N, N], 0),
         ("mlx5_0:::5", [Some((-1, 5)), Some((-1, 5)), N, N, N, N], 0),
         ("mlx5_0:-1:-1:-1", [U, U, N, N, N, N], 0),
-        ("mlx5_0:2:7,mlx5_0:1:8", [Some((8, -1)), Some((7, -1)), N, N, N, N], 0),
+        (
+            "mlx5_0:2:7,mlx5_0:1:8",
+            [Some((8, -1)), Some((7, -1)), N, N, N, N],
+            0,
+        ),
         // The first matching entry gives the ids.
-        ("mlx5_1:1:4,=mlx5_10:1:5", [N, N, Some((4, -1)), N, Some((4, -1)), N], 0),
+        (
+            "mlx5_1:1:4,=mlx5_10:1:5",
+            [N, N, Some((4, -1)), N, Some((4, -1)), N],
+            0,
+        ),
         ("mlx5_0,,mlx5_1:2,", [U, U, N, U, N, U], 0),
         (",mlx5_0,,,", [U, U, N, N, N, N], 0),
         (",,,", [U, U, U, U, U, U], 0),
@@ -95,7 +111,9 @@ fn malformed_names_the_entry() {
     assert!(x.malformed()[1].reason.contains("after the plane"));
     let s = "^=a:1,b::z";
     assert_eq!(f(s).malformed()[0].entry(s), "b::z");
-    assert!(f("^").malformed()[0].reason.contains("excludes every device"));
+    assert!(f("^").malformed()[0]
+        .reason
+        .contains("excludes every device"));
 }
 
 #[test]
@@ -120,7 +138,10 @@ fn capacity_and_long_names() {
     assert_eq!(x.malformed().len(), 1);
     // Cut at a character boundary.
     let wide = format!("{}é", "n".repeat(NAME_MAX - 1));
-    assert_eq!(f(&wide).entries()[0].name.as_str(), "n".repeat(NAME_MAX - 1));
+    assert_eq!(
+        f(&wide).entries()[0].name.as_str(),
+        "n".repeat(NAME_MAX - 1)
+    );
 }
 
 #[test]
@@ -246,10 +267,18 @@ mod nccl {
         }
         (not, exact, out)
     }
-    pub fn select<'a>(l: &'a (bool, bool, Vec<If>), dev: &str, port: i32) -> (bool, Option<&'a If>) {
+    pub fn select<'a>(
+        l: &'a (bool, bool, Vec<If>),
+        dev: &str,
+        port: i32,
+    ) -> (bool, Option<&'a If>) {
         let (not, exact, list) = l;
         let hit = list.iter().find(|i| {
-            let name = if *exact { dev == i.prefix } else { dev.starts_with(&i.prefix) };
+            let name = if *exact {
+                dev == i.prefix
+            } else {
+                dev.starts_with(&i.prefix)
+            };
             name && (i.port == -1 || i.port == port)
         });
         let matched = list.is_empty() || hit.is_some();
@@ -264,8 +293,8 @@ mod nccl {
 #[test]
 fn selection_is_nccls_for_random_strings() {
     const ALPHA: &[&str] = &[
-        "mlx5_", "0", "1", "m", "x", ":", ":", ",", ",", "^", "=", "-", " ", "9", "+", "2",
-        "-1", "16384", "99999",
+        "mlx5_", "0", "1", "m", "x", ":", ":", ",", ",", "^", "=", "-", " ", "9", "+", "2", "-1",
+        "16384", "99999",
     ];
     const DEVS: &[&str] = &["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_", "m", "x1"];
     let mut seed: u64 = 0x1b_e7_20_30;
@@ -277,7 +306,9 @@ fn selection_is_nccls_for_random_strings() {
     };
     for _ in 0..20_000 {
         let len = (next() % 16) as usize;
-        let s: String = (0..len).map(|_| ALPHA[(next() % ALPHA.len() as u64) as usize]).collect();
+        let s: String = (0..len)
+            .map(|_| ALPHA[(next() % ALPHA.len() as u64) as usize])
+            .collect();
         let ours = HcaFilter::parse(&s);
         let theirs = nccl::parse(&s);
         let ok = |f: &str, max: i32| super::num::well_formed(f, 0, max).is_some();
@@ -290,15 +321,26 @@ fn selection_is_nccls_for_random_strings() {
                     continue;
                 };
                 let want = |(v, f): &(i16, String), max: i32| if ok(f, max) { *v } else { UNSET };
-                assert_eq!(got.rail, want(&hit.rail, i16::MAX.into()), "{s:?} rail on {dev}:{port}");
-                assert_eq!(got.plane, want(&hit.plane, PLANE_MAX.into()), "{s:?} plane on {dev}:{port}");
+                assert_eq!(
+                    got.rail,
+                    want(&hit.rail, i16::MAX.into()),
+                    "{s:?} rail on {dev}:{port}"
+                );
+                assert_eq!(
+                    got.plane,
+                    want(&hit.plane, PLANE_MAX.into()),
+                    "{s:?} plane on {dev}:{port}"
+                );
             }
         }
         if ours.malformed().is_empty() {
             // Well formed: every entry's fields are, and an exclusion has entries.
             assert!(!(theirs.0 && theirs.2.is_empty()), "{s:?}");
             for i in &theirs.2 {
-                assert!(ok(&i.rail.1, i16::MAX.into()) && ok(&i.plane.1, PLANE_MAX.into()), "{s:?}");
+                assert!(
+                    ok(&i.rail.1, i16::MAX.into()) && ok(&i.plane.1, PLANE_MAX.into()),
+                    "{s:?}"
+                );
                 assert!(i.port == -1 || (1..=255).contains(&i.port), "{s:?}");
             }
         }

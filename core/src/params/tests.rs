@@ -362,7 +362,12 @@ fn strings() {
     let p = good("NCCL_IB_HCA", "mlx5_0:x,,mlx5_1:1:2:3");
     assert_eq!(p.hca_filter().malformed().len(), 1);
     assert!(!p.hca_filter().matches("mlx5_0", 1) && !p.hca_filter().matches("mlx5_2", 1));
-    assert_eq!(p.hca_filter().select("mlx5_1", 1).map(|i| (i.rail, i.plane)), Some((2, 3)));
+    assert_eq!(
+        p.hca_filter()
+            .select("mlx5_1", 1)
+            .map(|i| (i.rail, i.plane)),
+        Some((2, 3))
+    );
     let long = "m".repeat(HCA_MAX_LEN + 1);
     bad("NCCL_IB_HCA", &long);
     let p = good("NCCL_SOCKET_IFNAME", "=eth0,ib0");
