@@ -26,8 +26,10 @@ pub enum Dev {
     Soft(SoftProvider, u8),
 }
 
-/// The names of the soft devices (`IBNET_SOFT_DEVICES` ≤ 4).
-const SOFT_NAMES: [&std::ffi::CStr; 4] = [c"soft0", c"soft1", c"soft2", c"soft3"];
+/// The names of the soft devices (`IBNET_SOFT_DEVICES` ≤ 8, a v12 vNIC's devices).
+const SOFT_NAMES: [&std::ffi::CStr; 8] = [
+    c"soft0", c"soft1", c"soft2", c"soft3", c"soft4", c"soft5", c"soft6", c"soft7",
+];
 
 /// A send comm over some provider.
 pub enum AnySend {

@@ -205,7 +205,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
     }
 }
 
-/// `IBNET_PROVIDER=soft`: `soft0` (and up to `soft3` with `IBNET_SOFT_DEVICES`, each its own
+/// `IBNET_PROVIDER=soft`: `soft0` (and up to `soft7` with `IBNET_SOFT_DEVICES`, each its own
 /// provider instance, for fused-NIC tests on one host) if the host lets processes of one user
 /// attach to each other's memory, else zero devices with a WARN naming the cause and the fix.
 /// `IBNET_SOFT_FAULTS` arms every soft device, or with `IBNET_SOFT_FAULTS_DEV=N` only `softN`.
