@@ -40,6 +40,7 @@
 //! ([`HcaFilter::parse_names`]): there a `:` is part of the interface name (`eth0:1` is an
 //! alias interface).
 
+mod entry;
 mod names;
 mod num;
 #[cfg(test)]
@@ -47,27 +48,10 @@ mod tests;
 
 /// Most entries in one filter (NCCL's `MAX_IB_DEVS`); later ones are ignored, with a WARN.
 pub const MAX_ENTRIES: usize = 32;
-/// Longest name kept from an entry, in bytes (NCCL's `char prefix[64]` less its NUL).
-pub const NAME_MAX: usize = 63;
-/// Largest plane id NCCL accepts (bit 14 marks a fused NIC's plane set, `NCCL_IB_PLANE_VIRT_BIT`).
-pub const PLANE_MAX: i16 = (1 << 14) - 1;
-/// NCCL's "not set" for ports, rails and planes (`NCCL_NET_ID_UNDEF`).
-pub const UNSET: i16 = -1;
+pub use entry::{HcaEntry, NAME_MAX, PLANE_MAX, UNSET};
+
 /// Most diagnostics one parse keeps: one per entry, the ignored tail, an empty exclusion.
 pub const MAX_MALFORMED: usize = MAX_ENTRIES + 2;
-
-/// One `name[:port[:rail[:plane]]]` entry, as NCCL reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HcaEntry {
-    /// Device (or interface) name, or its prefix.
-    pub name: heapless::String<NAME_MAX>,
-    /// Port as NCCL's `atoi` reads it; -1 matches every port (0 or > 255: none).
-    pub port: i32,
-    /// Rail id (v12 `railId`), -1 unset.
-    pub rail: i16,
-    /// Plane id (v12 `planeId`), -1 unset.
-    pub plane: i16,
-}
 
 /// What a matching entry gives a device: its v12 rail and plane ids (-1: unset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +136,7 @@ impl HcaFilter {
                 bad("more than 32 entries: this one and the rest are ignored, as NCCL");
                 break;
             }
-            match names::entry(item) {
+            match entry::entry(item) {
                 Ok(e) => {
                     let _ = f.entries.push(e);
                 }
@@ -177,7 +161,13 @@ impl HcaFilter {
     /// Parses an `NCCL_SOCKET_IFNAME` value (names only; a `:` belongs to the name). Errors
     /// are [`Error::Param`](crate::Error::Param) naming `NCCL_SOCKET_IFNAME`.
     pub fn parse_names(s: &str) -> crate::error::Result<Self> {
-        names::parse_names(s)
+        let (exclude, exact, entries) = names::parse_names(s)?;
+        Ok(Self {
+            exclude,
+            exact,
+            entries,
+            malformed: heapless::Vec::new(),
+        })
     }
 
     /// The entries that were not well formed, in order, each to be reported once.

@@ -1,4 +1,10 @@
+//! `NCCL_IB_HCA` through `Params::set` as NCCL 2.30 reads it: the `dev:port:rail:plane` form
+//! selects only the devices it names (ibnet before 2.30 support called `mlx5_0:1:0:0` a "bad
+//! port" and then used every HCA), one odd entry leaves the rest of the list in force, empty
+//! fields and commas are NCCL's, and the first matching entry gives v12's rail and plane.
+
 use ibnet_core::params::Params;
+
 #[test]
 fn rail_plane_entries_select_only_their_devices() {
     let mut p = Params::default();

@@ -60,9 +60,8 @@ impl Plugin {
     /// an entry naming it (`soft0:1:0:0`), so tests can give soft devices rails.
     pub fn props(&self, d: &Dev) -> crate::dev::Props {
         let mut out = d.props(&self.comm_config(d, -1));
-        let port = u8::try_from(d.port_info().port).unwrap_or(1);
         let name = d.name().to_string_lossy();
-        let ids = self.params.hca.select(&name, port);
+        let ids = self.params.hca.select(&name, d.port_info().port);
         let ids = ids.unwrap_or(ibnet_core::hca::Ids::UNSET);
         (out.rail, out.plane) = (ids.rail, ids.plane);
         out

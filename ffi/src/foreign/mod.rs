@@ -289,8 +289,9 @@ impl ForeignPlugin {
     /// The ABI version of the table.
     pub fn version(&self) -> Version {
         by_version!(self.table, {
-            [V12] _t => Version::V12, [V11] _t => Version::V11, [V10] _t => Version::V10, [V9] _t => Version::V9,
-            [V8] _t => Version::V8, [V7] _t => Version::V7, [V6] _t => Version::V6,
+            [V12] _t => Version::V12, [V11] _t => Version::V11, [V10] _t => Version::V10,
+            [V9] _t => Version::V9, [V8] _t => Version::V8, [V7] _t => Version::V7,
+            [V6] _t => Version::V6,
         })
     }
 

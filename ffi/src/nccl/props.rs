@@ -176,10 +176,9 @@ fn vprops(p: &Props, dev: c_int) -> ncclNetVDeviceProps_v12_t {
     if p.vprops.ndevs > 0 {
         return p.vprops;
     }
-    let mut v = ncclNetVDeviceProps_v12_t::default();
-    v.ndevs = 1;
-    v.devs[0] = dev;
-    v
+    let mut devs = [0; 8];
+    devs[0] = dev;
+    ncclNetVDeviceProps_v12_t { ndevs: 1, devs }
 }
 
 /// Converting one version's struct from and to [`Props`].
