@@ -1,10 +1,11 @@
 /*
  * ibnet.h: C/C++ declarations of what libnccl-net-ibnet.so / libibnet.a export.
  *
- * The library exports the NCCL net plugin tables ncclNetPlugin_v6 .. ncclNetPlugin_v11 and the
- * proxy engine's C API (ibnet_proxy_*, at the end of this header).
- * This header declares the v11 and v8 tables with ibnet_-prefixed type names (layouts identical
- * to NCCL 2.28's ncclNet_v11_t / ncclNet_v8_t), so it can be included next to NCCL's headers.
+ * The library exports the NCCL net plugin tables ncclNetPlugin_v6 .. ncclNetPlugin_v12 and the
+ * proxy engine's C API (ibnet_proxy_*, at the end of this header). NCCL 2.30+ uses v12.
+ * This header declares the v12, v11 and v8 tables with ibnet_-prefixed type names (layouts
+ * identical to NCCL 2.30's ncclNet_v12_t and NCCL 2.28's ncclNet_v11_t / ncclNet_v8_t), so it
+ * can be included next to NCCL's headers.
  * Static users link libibnet.a plus -lpthread -ldl -lm (the library dlopens libibverbs itself).
  *
  * The void* values the library hands out for listen/send/recv comms, requests and mhandles are
@@ -36,7 +37,9 @@ typedef ibnet_result_t (*ibnet_profiler_cb_t)(void** eHandle, int type, void* pH
 #define IBNET_PTR_DMABUF 0x4
 #define IBNET_MAX_RECVS 8
 
-typedef struct { int ndevs; int devs[4]; } ibnet_vdevice_props_t;
+typedef struct { int ndevs; int devs[4]; } ibnet_vdevice_props_t;     /* v9..v11 */
+typedef struct { int ndevs; int devs[8]; } ibnet_vdevice_props_v12_t; /* v12: up to 8 devices */
+#define IBNET_NET_ID_UNDEF -1 /* railId / planeId not set */
 typedef struct { int trafficClass; } ibnet_comm_config_t;
 typedef struct {
   int netDeviceType; int netDeviceVersion; void* handle; size_t size; int needsProxyProgress;
@@ -79,10 +82,50 @@ typedef struct {
   ibnet_result_t (*closeListen)(void* listenComm);
   ibnet_result_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle); /* NULL */
   ibnet_result_t (*irecvConsumed)(void* recvComm, int n, void* request);          /* NULL */
-  ibnet_result_t (*makeVDevice)(int* d, ibnet_vdevice_props_t* props);            /* NULL */
+  ibnet_result_t (*makeVDevice)(int* d, ibnet_vdevice_props_t* props);           /* <= 4 devs */
   ibnet_result_t (*finalize)(void* ctx);
   ibnet_result_t (*setNetAttr)(void* ctx, ibnet_net_attr_t* netAttr);
 } ibnet_net_v11_t;
+
+/* v12 (NCCL 2.30+): vProps holds 8 devices, so maxP2pBytes moves to offset 104; railId and planeId
+ * (from NCCL_IB_HCA's dev:port:rail:plane, IBNET_NET_ID_UNDEF when unset) end the struct at 128. */
+typedef struct {
+  char* name; char* pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int forceFlush;
+  int speed; int port; float latency; int maxComms; int maxRecvs; int netDeviceType;
+  int netDeviceVersion; ibnet_vdevice_props_v12_t vProps; size_t maxP2pBytes; size_t maxCollBytes;
+  int maxMultiRequestSize; int16_t railId; int16_t planeId;
+} ibnet_properties_v12_t;
+
+typedef struct {
+  const char* name;
+  ibnet_result_t (*init)(void** ctx, uint64_t commId, ibnet_comm_config_t* config,
+                         ibnet_logger_t logFunction, ibnet_profiler_cb_t profFunction);
+  ibnet_result_t (*devices)(int* ndev);
+  ibnet_result_t (*getProperties)(int dev, ibnet_properties_v12_t* props);
+  ibnet_result_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ibnet_result_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                            ibnet_device_handle_t** sendDevComm);
+  ibnet_result_t (*accept)(void* listenComm, void** recvComm, ibnet_device_handle_t** recvDevComm);
+  ibnet_result_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ibnet_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                                int fd, void** mhandle);
+  ibnet_result_t (*deregMr)(void* comm, void* mhandle);
+  ibnet_result_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                          void* phandle, void** request);
+  ibnet_result_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                          void** mhandles, void** phandles, void** request);
+  ibnet_result_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                           void** request);
+  ibnet_result_t (*test)(void* request, int* done, int* sizes);
+  ibnet_result_t (*closeSend)(void* sendComm);
+  ibnet_result_t (*closeRecv)(void* recvComm);
+  ibnet_result_t (*closeListen)(void* listenComm);
+  ibnet_result_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle); /* NULL */
+  ibnet_result_t (*irecvConsumed)(void* recvComm, int n, void* request);          /* NULL */
+  ibnet_result_t (*makeVDevice)(int* d, ibnet_vdevice_props_v12_t* props);       /* <= 8 devs */
+  ibnet_result_t (*finalize)(void* ctx);
+  ibnet_result_t (*setNetAttr)(void* ctx, ibnet_net_attr_t* netAttr);
+} ibnet_net_v12_t;
 
 typedef struct {
   char* name; char* pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int speed; int port;
@@ -115,6 +158,7 @@ typedef struct {
 } ibnet_net_v8_t;
 
 /* The exported tables (v6, v7, v9 and v10 are exported too; see NCCL's net_v*.h). */
+extern const ibnet_net_v12_t ncclNetPlugin_v12;
 extern const ibnet_net_v11_t ncclNetPlugin_v11;
 extern const ibnet_net_v8_t ncclNetPlugin_v8;
 

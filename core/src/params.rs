@@ -409,10 +409,11 @@ impl Params {
         };
         match field {
             Field::IbHca => {
-                let f = HcaFilter::parse(v)?;
+                // Never an error but for its length: entries that are not well formed are
+                // `self.hca.malformed()`, each reported once by ffi, and the rest applies.
                 self.ib_hca =
                     heapless::String::try_from(v).map_err(|_| err("longer than 512 bytes"))?;
-                self.hca = f;
+                self.hca = HcaFilter::parse(v);
             }
             Field::IbGidIndex => self.ib_gid_index = auto(255, "must be -1 (auto) or 0..=255")?,
             Field::IbRoceVersionNum => {

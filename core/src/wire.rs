@@ -50,7 +50,7 @@
 //! ```text
 //!   0   4   magic "IBNL"      8+16i   8   ring addr   (0 for one rail, ≠ 0 for more)
 //!   4   2   version          16+16i   4   ring rkey   (idem)
-//!   6   1   n (1..=4)        20+16i   2   physical device index
+//!   6   1   n (1..=8)        20+16i   2   physical device index
 //!   7   1   reserved (0)     22+16i   2   reserved (0)
 //! ```
 //! Both sides must have the same number of rails: the acceptor refuses a Hello whose rail
@@ -83,8 +83,10 @@ pub const MAX_QPS: usize = 128;
 /// a multi-receive's sizes); 2: `QpInfo` carries each QP's ECE.
 pub const WIRE_VERSION: u16 = 4;
 
-/// Most rails (physical devices) of one comm (a fused NIC's `NCCL_IB_MAX_DEVS_PER_NIC`).
-pub const MAX_RAILS: usize = 4;
+/// Most rails (physical devices) of one comm: a fused NIC's `NCCL_NET_MAX_DEVS_PER_NIC` of
+/// NCCL 2.30's v12 table, 8 (v9–v11 tables fuse at most 4). The masks of rails that travel on
+/// the wire (clear-to-send, notices) are one byte, so 8 is also the most they can say.
+pub const MAX_RAILS: usize = 8;
 
 /// Largest QP number a verbs QP can have (24 bits).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;

@@ -58,7 +58,7 @@ fn wait(mut f: impl FnMut() -> ibnet_core::Result<Option<Done>>) -> Done {
     panic!("request never completed");
 }
 
-fn post_recv(p: &mut Pair, rb: &AlignedBuf, rk: [MrKeys; 4], tag: u32) -> ReqId {
+fn post_recv(p: &mut Pair, rb: &AlignedBuf, rk: [MrKeys; MAX_DEVS_PER_NIC], tag: u32) -> ReqId {
     let buf = FusedBuf {
         addr: rb.addr(),
         size: rb.len() as u64,
@@ -68,7 +68,13 @@ fn post_recv(p: &mut Pair, rb: &AlignedBuf, rk: [MrKeys; 4], tag: u32) -> ReqId 
     p.r.irecv(&[buf]).expect("irecv").expect("posted")
 }
 
-fn send(p: &mut Pair, sb: &AlignedBuf, size: usize, sk: [MrKeys; 4], tag: u32) -> ReqId {
+fn send(
+    p: &mut Pair,
+    sb: &AlignedBuf,
+    size: usize,
+    sk: [MrKeys; MAX_DEVS_PER_NIC],
+    tag: u32,
+) -> ReqId {
     let n = p.rails.len();
     p.s.isend(sb.addr(), size as u64, tag, &sk[..n])
         .expect("isend")

@@ -26,8 +26,10 @@ pub enum Dev {
     Soft(SoftProvider, u8),
 }
 
-/// The names of the soft devices (`IBNET_SOFT_DEVICES` ≤ 4).
-const SOFT_NAMES: [&std::ffi::CStr; 4] = [c"soft0", c"soft1", c"soft2", c"soft3"];
+/// The names of the soft devices (`IBNET_SOFT_DEVICES` ≤ 8, a v12 vNIC's devices).
+const SOFT_NAMES: [&std::ffi::CStr; 8] = [
+    c"soft0", c"soft1", c"soft2", c"soft3", c"soft4", c"soft5", c"soft6", c"soft7",
+];
 
 /// A send comm over some provider.
 pub enum AnySend {
@@ -153,6 +155,9 @@ impl Dev {
                     max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                     force_flush: false,
                     vprops: Default::default(),
+                    // From NCCL_IB_HCA: `Plugin::props`.
+                    rail: crate::nccl::types::NCCL_NET_ID_UNDEF,
+                    plane: crate::nccl::types::NCCL_NET_ID_UNDEF,
                 }
             }
             // Host memory only: NCCL stages GPU buffers through host memory for this device.
@@ -169,6 +174,8 @@ impl Dev {
                 max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                 force_flush: false,
                 vprops: Default::default(),
+                rail: crate::nccl::types::NCCL_NET_ID_UNDEF,
+                plane: crate::nccl::types::NCCL_NET_ID_UNDEF,
             },
         }
     }

@@ -110,7 +110,7 @@ pub struct Config {
     pub sock_client_port_reuse: bool,
     /// `NCCL_IB_SOCK_SERVER_PORT_REUSE`.
     pub sock_server_port_reuse: bool,
-    /// `IBNET_SOFT_DEVICES=N` (1..=4, default 1): with `IBNET_PROVIDER=soft`, open `soft0` ..
+    /// `IBNET_SOFT_DEVICES=N` (1..=8, default 1): with `IBNET_PROVIDER=soft`, open `soft0` ..
     /// `soft{N-1}`, each its own provider instance (fused-NIC tests on one host).
     pub soft_devices: u8,
     /// `IBNET_SOFT_FAULTS_DEV=N` (tests only): `IBNET_SOFT_FAULTS` arms only `softN` (unset:
@@ -225,13 +225,13 @@ impl Config {
             }
             "IBNET_SOFT_DEVICES" | "IBNET_SOFT_FAULTS_DEV" => {
                 let n = ibnet_core::params::parse_int(v.trim())?;
-                let max = if name == "IBNET_SOFT_DEVICES" { 4 } else { 3 };
+                let max = if name == "IBNET_SOFT_DEVICES" { 8 } else { 7 };
                 let min = if name == "IBNET_SOFT_DEVICES" { 1 } else { 0 };
                 if !(min..=max).contains(&n) {
                     return Err(if name == "IBNET_SOFT_DEVICES" {
-                        "must be in 1..=4 devices"
+                        "must be in 1..=8 devices"
                     } else {
-                        "must be a soft device number in 0..=3"
+                        "must be a soft device number in 0..=7"
                     });
                 }
                 if name == "IBNET_SOFT_DEVICES" {
@@ -287,6 +287,7 @@ impl Config {
                 Err(e) => crate::warn!("ignoring {n}={v:?}: {e}; the default stands"),
             }
         }
+        warn_malformed_hca(&p);
         refuse_unimplemented(&mut p);
         let mut c = Self::from_params(&p);
         for (n, v) in own {
@@ -296,6 +297,19 @@ impl Config {
             }
         }
         (c, p)
+    }
+}
+
+/// One WARN per `NCCL_IB_HCA` entry that is not well formed, naming it and saying what ibnet
+/// does with it; the rest of the list applies (`ibnet_core::hca`).
+fn warn_malformed_hca(p: &Params) {
+    for m in p.hca.malformed() {
+        crate::warn!(
+            "NCCL_IB_HCA={:?}: entry {:?}: {}; the rest of the list applies",
+            p.ib_hca.as_str(),
+            m.entry(&p.ib_hca),
+            m.reason
+        );
     }
 }
 

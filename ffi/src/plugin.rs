@@ -53,6 +53,19 @@ impl Plugin {
             d.gpu_direct() || self.cfg.force_flush,
         )
     }
+
+    /// Device `d`'s properties ([`Dev::props`]) with the rail and plane of the `NCCL_IB_HCA`
+    /// entry that names it (v12's `railId`/`planeId`; -1 when none does). A soft device is
+    /// not filtered by `NCCL_IB_HCA` (`IBNET_SOFT_DEVICES` picks them) but takes its ids from
+    /// an entry naming it (`soft0:1:0:0`), so tests can give soft devices rails.
+    pub fn props(&self, d: &Dev) -> crate::dev::Props {
+        let mut out = d.props(&self.comm_config(d, -1));
+        let name = d.name().to_string_lossy();
+        let ids = self.params.hca.select(&name, d.port_info().port);
+        let ids = ids.unwrap_or(ibnet_core::hca::Ids::UNSET);
+        (out.rail, out.plane) = (ids.rail, ids.plane);
+        out
+    }
 }
 
 struct State {
@@ -191,7 +204,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
     }
 }
 
-/// `IBNET_PROVIDER=soft`: `soft0` (and up to `soft3` with `IBNET_SOFT_DEVICES`, each its own
+/// `IBNET_PROVIDER=soft`: `soft0` (and up to `soft7` with `IBNET_SOFT_DEVICES`, each its own
 /// provider instance, for fused-NIC tests on one host) if the host lets processes of one user
 /// attach to each other's memory, else zero devices with a WARN naming the cause and the fix.
 /// `IBNET_SOFT_FAULTS` arms every soft device, or with `IBNET_SOFT_FAULTS_DEV=N` only `softN`.

@@ -1,9 +1,10 @@
-//! Every exported table through the one foreign loader: for each of `ncclNetPlugin_v11` …
+//! Every exported table through the one foreign loader: for each of `ncclNetPlugin_v12` …
 //! `_v6` of the built plugin, `ForeignPlugin` loads that version, inits it, reads the
 //! properties, connects a loopback pair on the soft provider and moves verified bytes through
 //! `regMr`/`irecv`/`isend`/`test`/`deregMr`/close. This covers each version's export shims
 //! (`int`/`size_t` sizes, ctx, device handles, profiler handles) and the loader's matching
-//! call arm.
+//! call arm. v12's `railId`/`planeId` come from `NCCL_IB_HCA` (`soft0:1:3:2`); older tables
+//! have none.
 
 use core::ffi::c_void;
 use std::path::Path;
@@ -108,6 +109,8 @@ fn transfer(p: &ForeignPlugin, s: V, r: V, n: usize) {
 fn every_exported_version_through_the_foreign_loader() {
     std::env::set_var("IBNET_PROVIDER", "soft");
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    // NCCL 2.30's dev:port:rail:plane, with a malformed entry that must not undo it.
+    std::env::set_var("NCCL_IB_HCA", "soft0:1:3:2,soft1:x");
     let path = so_path();
     for v in Version::ALL {
         let mut p = ForeignPlugin::open_version(Path::new(&path), v).expect("load");
@@ -118,6 +121,10 @@ fn every_exported_version_through_the_foreign_loader() {
         let props = p.properties(0).expect("properties");
         assert_eq!(props.max_recvs, 8, "{v:?}");
         assert_eq!(props.ptr_support, NCCL_PTR_HOST, "{v:?}");
+        let ids = if v == Version::V12 { (3, 2) } else { (-1, -1) };
+        assert_eq!((props.rail, props.plane), ids, "{v:?}: railId/planeId");
+        let old = matches!(v, Version::V6 | Version::V7 | Version::V8);
+        assert_eq!(props.vprops.ndevs, if old { 0 } else { 1 }, "{v:?}");
         let (l, s, r) = pair(&p);
         transfer(&p, s, r, 4096 + 3);
         p.close_send(s).expect("closeSend");
@@ -128,5 +135,5 @@ fn every_exported_version_through_the_foreign_loader() {
     }
     // The newest table is the one `open` picks.
     let p = ForeignPlugin::open(Path::new(&path)).expect("load");
-    assert_eq!(p.version(), Version::V11);
+    assert_eq!(p.version(), Version::V12);
 }

@@ -7,7 +7,8 @@
 //! * every struct of that API: size, alignment, and each field's offset, size and type; the
 //!   Rust field lists must tile their structs (no field forgotten here);
 //! * the API's constants; and the NCCL table structs' sizes and key offsets (NCCL 2.28's
-//!   figures, which `ffi/src/nccl/tables.rs` asserts at compile time on the Rust side).
+//!   figures, and 2.30.7's for v12, which `ffi/src/nccl/tables.rs` and `props.rs` assert at
+//!   compile time on the Rust side).
 //!
 //! A generated C program prints one value per check; each must equal Rust's. Type checks use
 //! GCC/Clang's `__builtin_types_compatible_p`. The header must also compile as C++.
@@ -23,8 +24,10 @@ use ibnet_core::proxy::xmap::XMap;
 use ibnet_core::proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
 use ibnet_core::proxy::{HandleKind, OpEvent, StepEvent};
 use nccl_net_ibnet::log;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
+use nccl_net_ibnet::nccl::props::Props12;
+use nccl_net_ibnet::nccl::tables::ncclNet_v12_t;
 use nccl_net_ibnet::nccl::types::DebugLogFn;
+use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_ID_UNDEF};
 use nccl_net_ibnet::proxy::capi::*;
 use nccl_net_ibnet::proxy::capi_xproc::*;
 use nccl_net_ibnet::proxy::CMemTable;
@@ -354,6 +357,33 @@ fn constants() -> Vec<Check> {
             "IBNET_PROF_STEP_RECV_GPU_WAIT",
             StepEvent::RecvGpuWait as i64,
         ),
+        // NCCL 2.30.7's net_v12.h figures (`ffi/src/nccl/props.rs` asserts them on the Rust side).
+        k(
+            "sizeof(ibnet_properties_v12_t)",
+            size_of::<Props12>() as i64,
+        ),
+        k("sizeof(ibnet_properties_v12_t)", 128),
+        k(
+            "offsetof(ibnet_properties_v12_t, vProps)",
+            offset_of!(Props12, vprops) as i64,
+        ),
+        k("offsetof(ibnet_properties_v12_t, maxP2pBytes)", 104),
+        k("offsetof(ibnet_properties_v12_t, maxCollBytes)", 112),
+        k("offsetof(ibnet_properties_v12_t, maxMultiRequestSize)", 120),
+        k(
+            "offsetof(ibnet_properties_v12_t, railId)",
+            offset_of!(Props12, rail_id) as i64,
+        ),
+        k("offsetof(ibnet_properties_v12_t, railId)", 124),
+        k("offsetof(ibnet_properties_v12_t, planeId)", 126),
+        k("sizeof(ibnet_vdevice_props_v12_t)", 36),
+        k("IBNET_NET_ID_UNDEF", i64::from(NCCL_NET_ID_UNDEF)),
+        k("sizeof(ibnet_net_v12_t)", size_of::<ncclNet_v12_t>() as i64),
+        k(
+            "offsetof(ibnet_net_v12_t, makeVDevice)",
+            offset_of!(ncclNet_v12_t, make_vdevice) as i64,
+        ),
+        k("offsetof(ibnet_net_v12_t, setNetAttr)", 21 * 8),
         k("sizeof(ibnet_properties_v11_t)", 112),
         k("offsetof(ibnet_properties_v11_t, vProps)", 64),
         k("offsetof(ibnet_properties_v11_t, maxP2pBytes)", 88),

@@ -1,6 +1,6 @@
 //! The proxy engine driving ibnet's own `.so` through its C table: the built
 //! `libnccl_net_ibnet.so` is `dlopen`ed with `IBNET_PROVIDER=soft` and
-//! * the Rust engine runs over it as a [`ForeignNet`] (`ncclNetPlugin_v11`, and `ncclNetPlugin_v8`,
+//! * the Rust engine runs over it as a [`ForeignNet`] (`ncclNetPlugin_v12`, and `ncclNetPlugin_v8`,
 //!   found with `dlsym`);
 //! * the C API (`ibnet_proxy_*`, found with `dlsym` in the same `.so`) runs over the library's
 //!   own table (`pluginPath = NULL`).
@@ -583,7 +583,7 @@ fn run<E: Eng>(e: &mut E, sc: Sc) -> u64 {
 fn rust_engine() -> RustEng {
     env();
     let net = ForeignNet::load(&so_path()).expect("load the plugin");
-    assert_eq!(net.version(), Version::V11, "the newest table is preferred");
+    assert_eq!(net.version(), Version::V12, "the newest table is preferred");
     assert_eq!(net.name(), "IBNet");
     assert!(
         net.devices().expect("devices") >= 1,

@@ -1,4 +1,4 @@
-//! `makeVDevice` through the API (exported in the v9–v11 tables): one device is that device,
+//! `makeVDevice` through the API (exported in the v9–v12 tables): one device is that device,
 //! bad descriptions are refused with the right code and one WARN each, and the device count and
 //! properties stay those of the physical devices. A real fusion over two soft devices, with
 //! comms over it, is `fused_api.rs`; the fusion rules themselves are unit-tested over device
@@ -9,7 +9,7 @@ mod util;
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
 use nccl_net_ibnet::nccl::props::{Props11, VersionProps};
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
+use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclNetVDeviceProps_v12_t, ncclResult_t};
 
 #[test]
 fn make_vdevice_through_the_api() {
@@ -62,7 +62,7 @@ fn make_vdevice_through_the_api() {
         ncclResult_t::InternalError
     );
     assert_eq!(
-        api::make_vdevice(&mut d, core::ptr::null()),
+        api::make_vdevice::<4>(&mut d, core::ptr::null()),
         ncclResult_t::InternalError
     );
     let mut again = 0;
@@ -82,4 +82,22 @@ fn make_vdevice_through_the_api() {
     assert!(nccl_net_ibnet::abi::exports::ncclNetPlugin_v11
         .make_vdevice
         .is_some());
+    assert!(nccl_net_ibnet::abi::exports::ncclNetPlugin_v12
+        .make_vdevice
+        .is_some());
+    // v12's struct holds 8 devices: 9 is refused naming that limit, as 5 is for v11's 4.
+    let nine = ncclNetVDeviceProps_v12_t {
+        ndevs: 9,
+        devs: [0; 8],
+    };
+    assert_eq!(
+        api::make_vdevice(&mut d, &nine),
+        ncclResult_t::InvalidArgument
+    );
+    let w = util::take_log();
+    assert!(
+        w.iter()
+            .any(|(l, s)| *l == Level::Warn && s.contains("out of range [1, 8]")),
+        "{w:?}"
+    );
 }

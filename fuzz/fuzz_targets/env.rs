@@ -82,8 +82,13 @@ fn params(name: &str, v: &str) {
 }
 
 fn filters(v: &str) {
-    if let Ok(f) = HcaFilter::parse(v) {
+    {
+        let f = HcaFilter::parse(v);
         assert!(f.entries().len() <= ibnet_core::hca::MAX_ENTRIES);
+        assert!(f.malformed().len() <= ibnet_core::hca::MAX_MALFORMED);
+        for m in f.malformed() {
+            let _ = m.entry(v);
+        }
         for n in NAMES {
             for port in [1u8, 2, 255] {
                 let _ = f.matches(n, port);
@@ -91,14 +96,14 @@ fn filters(v: &str) {
         }
     }
     if let Ok(f) = HcaFilter::parse_names(v) {
-        assert!(f.entries().iter().all(|e| e.port.is_none()));
+        assert!(f.entries().iter().all(|e| e.port == -1));
     }
     // NCCL_IB_HCA is parsed once, by `Params::set`, and that filter is what ffi's verbs
     // discovery applies: the stored text parses to the same filter.
     let mut p = Params::default();
     if p.set("NCCL_IB_HCA", v).is_ok() {
         let core = p.hca_filter();
-        assert_eq!(HcaFilter::parse(&p.ib_hca).ok().as_ref(), Some(core));
+        assert_eq!(&HcaFilter::parse(&p.ib_hca), core);
     }
     // NCCL_SOCKET_IFNAME is validated by core (`Params::set`) and applied by ffi
     // (`ifaddr::choose` on the stored value): both must select the same interfaces.

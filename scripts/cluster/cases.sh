@@ -37,12 +37,12 @@ perf perf-qps4 400 "NCCL_IB_QPS_PER_CONNECTION=4" "NCCL_IB_QPS_PER_CONNECTION=4"
 # send refused, finalize (v11) and dlclose; both sides on rxe0.
 abi_ok() {
   local v
-  for v in 6 7 8 9 10 11; do
+  for v in 6 7 8 9 10 11 12; do
     has "$1" "v$v two-host receiver: verified" && has "$2" "v$v two-host sender: verified" || return 1
   done
   has "$1" 'abi_test: OK' && has "$2" 'abi_test: OK'
 }
-ABI="ABI_TEST_TABLES=6,7,8,9,10,11 ABI_TEST_MAX_BYTES=4M ABI_TEST_BW_ITERS=2 NCCL_IB_HCA=rxe0 \$BIN/abi_test \$SO 1"
+ABI="ABI_TEST_TABLES=6,7,8,9,10,11,12 ABI_TEST_MAX_BYTES=4M ABI_TEST_BW_ITERS=2 NCCL_IB_HCA=rxe0 \$BIN/abi_test \$SO 1"
 pair abi-all-tables 900 "$ABI --server \$PORT" "$ABI --client $A_MGMT:\$PORT" abi_ok
 
 # ---- GID selection on a real link: each side's chosen GID and the peer's, data verified

@@ -1,5 +1,5 @@
 //! An NCCL net plugin `.so` as the tools drive it: ibnet-ffi's one loader
-//! ([`ibnet_ffi::foreign::ForeignPlugin`]: newest table of v11 … v6, as NCCL 2.28 prefers
+//! ([`ibnet_ffi::foreign::ForeignPlugin`]: newest table of v12 … v6, as NCCL 2.30 prefers
 //! them) with the tools' types and one-line errors.
 //!
 //! Every pointer handed to the plugin is either one it gave us (comm, mhandle, request) or
@@ -39,8 +39,12 @@ pub struct DevProps {
     /// `regIsGlobal` (false for v6/v7, which have none).
     pub reg_is_global: bool,
     /// The physical devices behind this device, rail order (v9+ `vProps`: one for a plain
-    /// device, 2 to 4 for a virtual NIC made by `makeVDevice`; empty before v9).
+    /// device, 2 to 4 for a virtual NIC made by `makeVDevice`, 8 through v12; empty before v9).
     pub rails: Vec<i32>,
+    /// v12 `railId` (-1: unset, or a table older than v12).
+    pub rail_id: i16,
+    /// v12 `planeId` (-1: unset, or a table older than v12).
+    pub plane_id: i16,
 }
 
 /// A comm or listen comm handed out by the plugin.
@@ -69,7 +73,7 @@ pub struct RecvSpec {
 /// Most receives in one `irecv` (`NCCL_NET_IB_MAX_RECVS`).
 pub const MAX_RECVS: usize = ibnet_ffi::foreign::calls::MAX_RECVS;
 
-/// The `commId` passed to a v11 `init` (any value; NCCL passes its communicator's hash).
+/// The `commId` passed to a v11/v12 `init` (any value; NCCL passes its communicator's hash).
 const COMM_ID: u64 = 0x1b4e_7065_7266;
 
 /// A loaded plugin.
@@ -101,7 +105,7 @@ impl Plugin {
     pub fn open(path: &Path) -> Result<Self, Error> {
         let plugin = ForeignPlugin::open(path).map_err(|e| match e {
             LoadError::NoTable => Error(format!(
-                "{} exports none of ncclNetPlugin_v11/v10/v9/v8/v7/v6: not an NCCL net plugin ibnet-perf can drive",
+                "{} exports none of ncclNetPlugin_v12/v11/v10/v9/v8/v7/v6: not an NCCL net plugin ibnet-perf can drive",
                 path.display()
             )),
             LoadError::Dlopen(why) => {
@@ -143,7 +147,7 @@ impl Plugin {
             .init(Some(crate::log::ibnet_tools_logger), COMM_ID)?)
     }
 
-    /// `finalize` (v11; older versions have none). Idempotent.
+    /// `finalize` (v11, v12; older versions have none). Idempotent.
     pub fn finalize(&mut self) -> Result<(), Error> {
         Ok(self.plugin.finalize()?)
     }
@@ -173,6 +177,8 @@ impl Plugin {
                 .take(usize::try_from(p.vprops.ndevs).unwrap_or(0))
                 .copied()
                 .collect(),
+            rail_id: p.rail,
+            plane_id: p.plane,
         })
     }
 

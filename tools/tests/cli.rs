@@ -85,7 +85,7 @@ fn runtime_errors_are_one_line() {
         if std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6").exists() {
             assert_eq!(o.status.code(), Some(1));
             assert!(
-                text(&o).1.contains("none of ncclNetPlugin_v11"),
+                text(&o).1.contains("none of ncclNetPlugin_v12"),
                 "{:?}",
                 text(&o)
             );
@@ -118,7 +118,7 @@ fn info_reports_providers() {
     assert!(out.contains("verbs provider"), "{out}");
     assert!(out.contains("soft provider"), "{out}");
     assert!(out.contains("RLIMIT_MEMLOCK"), "{out}");
-    assert!(out.contains("ncclNetPlugin_v11, name IBNet"), "{out}");
+    assert!(out.contains("ncclNetPlugin_v12, name IBNet"), "{out}");
     let no_nic = out.contains("  0 devices:");
     if no_nic {
         // No RDMA NIC here: the plugin alone reports nothing usable, one line says why.
@@ -137,6 +137,31 @@ fn info_reports_providers() {
             assert!(out.contains("0: soft0"), "{out}");
         }
     }
+}
+
+/// ibnet-info reads the v12 table: the rail and plane NCCL 2.30's `NCCL_IB_HCA` form gives a
+/// device are shown (one malformed entry is one WARN and does not undo the rest).
+#[test]
+fn info_shows_v12_rail_and_plane() {
+    let o = bin("ibnet-info")
+        .args(["--plugin", plugin().to_str().unwrap()])
+        .env("IBNET_PROVIDER", "soft")
+        .env("NCCL_IB_HCA", "soft0:1:3:2,soft1:x")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    if !out.contains("soft provider (ibnet-soft, same host only, host memory): usable") {
+        eprintln!("SKIP: soft provider unusable here");
+        return;
+    }
+    assert!(out.contains("ncclNetPlugin_v12, name IBNet"), "{out}");
+    let dev0 = out.lines().find(|l| l.contains("0: soft0")).expect(&out);
+    assert!(dev0.ends_with("rail 3  plane 2"), "{dev0}");
+    assert_eq!(
+        err.matches("entry \"soft1:x\"").count(),
+        1,
+        "one WARN: {err}"
+    );
 }
 
 #[test]
@@ -176,7 +201,7 @@ fn loopback_verified_run_and_formats() {
         assert!(r.contains(",2,"), "multirecv 2: {r}");
     }
     assert!(
-        err.contains("ibnet-perf: IBNet (ncclNetPlugin_v11)"),
+        err.contains("ibnet-perf: IBNet (ncclNetPlugin_v12)"),
         "{err}"
     );
     if have_font {
@@ -237,7 +262,7 @@ fn closed_stdout_ends_quietly() {
     );
     assert_quiet_end("ibnet-perf --json", &o);
     assert!(
-        text(&o).1.contains("ibnet-perf: IBNet (ncclNetPlugin_v11)"),
+        text(&o).1.contains("ibnet-perf: IBNet (ncclNetPlugin_v12)"),
         "the run went as far as the report: {:?}",
         text(&o)
     );

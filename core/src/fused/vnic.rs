@@ -3,8 +3,11 @@
 
 use crate::error::{Error, Result};
 
-/// The most physical devices one virtual NIC fuses (NCCL's `NCCL_IB_MAX_DEVS_PER_NIC`).
+/// The most physical devices one virtual NIC fuses (NCCL 2.30's `NCCL_IB_MAX_DEVS_PER_NIC`, 8;
+/// ffi's v9–v11 tables refuse more than 4, the size of their `makeVDevice` struct).
 pub const MAX_DEVS_PER_NIC: usize = crate::wire::MAX_RAILS;
+// Rail sets travel as one byte (clear-to-send masks, notices, stripes).
+const _: () = assert!(MAX_DEVS_PER_NIC <= 8);
 
 /// The physical devices of one virtual NIC, in rail order: rail `i` is device `devs()[i]`.
 ///
@@ -19,10 +22,9 @@ pub struct VNic {
 impl VNic {
     /// A vNIC of one physical device (no fusion).
     pub const fn single(dev: u16) -> Self {
-        Self {
-            n: 1,
-            devs: [dev, 0, 0, 0],
-        }
+        let mut devs = [0; MAX_DEVS_PER_NIC];
+        devs[0] = dev;
+        Self { n: 1, devs }
     }
 
     /// The vNIC fusing `devs` (in that rail order), each below `ndev_phys`.

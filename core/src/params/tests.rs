@@ -358,8 +358,16 @@ fn strings() {
     let f = p.hca_filter();
     assert!(!f.matches("mlx5_0", 1));
     assert!(f.matches("mlx5_0", 2));
-    bad("NCCL_IB_HCA", "mlx5_0:x");
-    bad("NCCL_IB_HCA", "a,,b");
+    // NCCL 2.30's reading: never refused, a malformed entry is listed once and the rest applies.
+    let p = good("NCCL_IB_HCA", "mlx5_0:x,,mlx5_1:1:2:3");
+    assert_eq!(p.hca_filter().malformed().len(), 1);
+    assert!(!p.hca_filter().matches("mlx5_0", 1) && !p.hca_filter().matches("mlx5_2", 1));
+    assert_eq!(
+        p.hca_filter()
+            .select("mlx5_1", 1)
+            .map(|i| (i.rail, i.plane)),
+        Some((2, 3))
+    );
     let long = "m".repeat(HCA_MAX_LEN + 1);
     bad("NCCL_IB_HCA", &long);
     let p = good("NCCL_SOCKET_IFNAME", "=eth0,ib0");

@@ -1,12 +1,14 @@
-//! The six exported tables. Entries ibnet leaves NULL: `getDeviceMr`/`irecvConsumed` (no
-//! device offload). `makeVDevice` (v9–v11) fuses devices into a virtual NIC whose comms stripe
-//! over every rail (`crate::nic`, `ibnet_core::fused`). NCCL reads these tables in place.
+//! The seven exported tables. Entries ibnet leaves NULL: `getDeviceMr`/`irecvConsumed` (no
+//! device offload). `makeVDevice` (v9–v12) fuses devices into a virtual NIC whose comms stripe
+//! over every rail (`crate::nic`, `ibnet_core::fused`): up to 4 through v9–v11 (their struct
+//! holds 4), up to 8 through v12. NCCL reads these tables in place; NCCL 2.30+ takes v12.
 #![allow(unsafe_code)] // `#[no_mangle]` statics: the exported symbols NCCL looks up by name.
 
 use super::shims::*;
-use crate::nccl::props::{Props11, Props6, Props7, Props8, Props9};
+use crate::nccl::props::{Props11, Props12, Props6, Props7, Props8, Props9};
 use crate::nccl::tables::{
-    ncclNet_v10_t, ncclNet_v11_t, ncclNet_v6_t, ncclNet_v7_t, ncclNet_v8_t, ncclNet_v9_t,
+    ncclNet_v10_t, ncclNet_v11_t, ncclNet_v12_t, ncclNet_v6_t, ncclNet_v7_t, ncclNet_v8_t,
+    ncclNet_v9_t,
 };
 
 /// Exports table `$name` of type `$ty`: the version's own shims are given in the order of
@@ -65,18 +67,25 @@ export!(
     /// `ncclNetPlugin_v9` (NCCL 2.24–2.25).
     ncclNetPlugin_v9: ncclNet_v9_t, Props9,
     [init_log, listen_dev, connect_dev, accept, reg_mr, isend_size, irecv_size],
-    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice)
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice::<4>)
 );
 export!(
     /// `ncclNetPlugin_v10` (NCCL 2.26–2.27).
     ncclNetPlugin_v10: ncclNet_v10_t, Props9,
     [init_log_prof, listen_dev, connect_v10, accept, reg_mr, isend_ph, irecv_ph],
-    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice)
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice::<4>)
 );
 export!(
     /// `ncclNetPlugin_v11` (NCCL 2.28).
     ncclNetPlugin_v11: ncclNet_v11_t, Props11,
     [init_v11, listen_v11, connect_v11, accept, reg_mr, isend_ph, irecv_ph],
-    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice),
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice::<4>),
+    finalize: Some(finalize), set_net_attr: Some(set_net_attr)
+);
+export!(
+    /// `ncclNetPlugin_v12` (NCCL 2.30+, the first table it looks for).
+    ncclNetPlugin_v12: ncclNet_v12_t, Props12,
+    [init_v11, listen_v11, connect_v11, accept, reg_mr, isend_ph, irecv_ph],
+    get_device_mr: None, irecv_consumed: None, make_vdevice: Some(make_vdevice::<8>),
     finalize: Some(finalize), set_net_attr: Some(set_net_attr)
 );

@@ -1,7 +1,8 @@
 //! The C entry points of the exported tables, one per distinct signature. Each only adapts
 //! its version's arguments and calls [`crate::api`] (which checks every pointer, catches
 //! panics and maps errors); names say which versions use them (`_int`: v6–v8 `int` sizes,
-//! `_size`: v9 `size_t`, `_ph`: v10/v11 with profiler handles, `_dev`: v6–v10 without ctx).
+//! `_size`: v9 `size_t`, `_ph`: v10–v12 with profiler handles, `_dev`: v6–v10 without ctx,
+//! `_v11`: v11 and v12).
 #![allow(unsafe_code)] // C entry points (`unsafe extern "C"`); every block has a SAFETY comment.
 
 use core::ffi::{c_int, c_void};
@@ -45,15 +46,16 @@ pub(crate) unsafe extern "C" fn finalize(ctx: V) -> ncclResult_t {
 pub(crate) unsafe extern "C" fn set_net_attr(ctx: V, a: *mut ncclNetAttr_t) -> ncclResult_t {
     api::set_net_attr(ctx, a)
 }
-/// `devices`.
-/// `makeVDevice` (v9–v11): the device number of a fused NIC (`api::make_vdevice`).
-pub(crate) unsafe extern "C" fn make_vdevice(
+/// `makeVDevice` over a struct of `N` devices (v9–v11: 4, v12: 8): the device number of a
+/// fused NIC (`api::make_vdevice`).
+pub(crate) unsafe extern "C" fn make_vdevice<const N: usize>(
     d: *mut c_int,
-    props: *mut crate::nccl::types::ncclNetVDeviceProps_t,
+    props: *mut VDevProps<N>,
 ) -> ncclResult_t {
     api::make_vdevice(d, props)
 }
 
+/// `devices`.
 pub(crate) unsafe extern "C" fn devices(n: *mut c_int) -> ncclResult_t {
     api::devices(n)
 }

@@ -13,7 +13,7 @@ use ibnet_core::Error;
 use super::common::{device, missing, out_ptr, plugin};
 use super::entry::entry;
 use crate::dev::Props;
-use crate::nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclNetVDeviceProps_t, ncclResult_t};
+use crate::nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclResult_t, VDevProps};
 use crate::plugin as state;
 use crate::vdev::merge::Refused;
 use crate::vdev::Made;
@@ -136,13 +136,14 @@ pub fn properties(dev: c_int) -> Result<Props, Error> {
         return crate::vdev::props(&p, &v);
     }
     let d = device(&p, dev)?;
-    Ok(d.props(&p.comm_config(&d, -1)))
+    Ok(p.props(&d))
 }
 
 /// `makeVDevice`: the device number of the virtual NIC fusing `props.devs` ([`crate::vdev`]);
-/// one device is that device. A fusion refused by `NCCL_IB_MERGE_NICS=0` is
+/// one device is that device. `N` is the table's limit (4 for v9–v11, 8 for v12): more is
+/// `ncclInvalidArgument` naming it. A fusion refused by `NCCL_IB_MERGE_NICS=0` is
 /// `ncclInvalidUsage` with an INFO line (as NCCL 2.28), every other failure one WARN.
-pub fn make_vdevice(d: *mut c_int, props: *const ncclNetVDeviceProps_t) -> ncclResult_t {
+pub fn make_vdevice<const N: usize>(d: *mut c_int, props: *const VDevProps<N>) -> ncclResult_t {
     let mut quiet = None;
     let r = entry("makeVDevice", || {
         // SAFETY: valid or NULL (rejected).
@@ -150,7 +151,7 @@ pub fn make_vdevice(d: *mut c_int, props: *const ncclNetVDeviceProps_t) -> ncclR
         // SAFETY: valid or NULL (rejected).
         let pr = unsafe { props.as_ref() }.ok_or(missing("props"))?;
         let p = plugin()?;
-        match crate::vdev::make(&p, pr) {
+        match crate::vdev::make(&p, pr.ndevs, &pr.devs) {
             Ok(v) => {
                 *d = v;
                 Ok(())

@@ -116,7 +116,7 @@ impl ForeignPlugin {
         let h: V = handle.as_mut_ptr().cast();
         // SAFETY (every arm): `handle` has NCCL_NET_HANDLE_MAXSIZE bytes; valid out-pointer.
         let rc = by_version!(self.table, {
-            [V11] t => unsafe { need(t.listen, call)?(self.ctx, dev, h, &mut l) },
+            [V12, V11] t => unsafe { need(t.listen, call)?(self.ctx, dev, h, &mut l) },
             [V10, V9, V8, V7, V6] t => unsafe { need(t.listen, call)?(dev, h, &mut l) },
         });
         check(call, rc)?;
@@ -135,7 +135,7 @@ impl ForeignPlugin {
         let h: V = handle.as_mut_ptr().cast();
         // SAFETY (every arm): a 128-byte handle and out-pointers that outlive the call.
         let rc = by_version!(self.table, {
-            [V11] t => unsafe { need(t.connect, call)?(self.ctx, dev, h, &mut s, &mut dh) },
+            [V12, V11] t => unsafe { need(t.connect, call)?(self.ctx, dev, h, &mut s, &mut dh) },
             [V10] t => unsafe { need(t.connect, call)?(dev, &mut cfg, h, &mut s, &mut dh) },
             [V9, V8, V7] t => unsafe { need(t.connect, call)?(dev, h, &mut s, &mut dh) },
             [V6] t => unsafe { need(t.connect, call)?(dev, h, &mut s) },
@@ -151,7 +151,9 @@ impl ForeignPlugin {
         let mut dh: *mut ncclNetDeviceHandle_t = core::ptr::null_mut();
         // SAFETY (every arm): a listen comm of this plugin; out-pointers outlive the call.
         let rc = by_version!(self.table, {
-            [V11, V10, V9, V8, V7] t => unsafe { need(t.accept, call)?(listen, &mut r, &mut dh) },
+            [V12, V11, V10, V9, V8, V7] t => unsafe {
+                need(t.accept, call)?(listen, &mut r, &mut dh)
+            },
             [V6] t => unsafe { need(t.accept, call)?(listen, &mut r) },
         });
         check(call, rc)?;
@@ -168,7 +170,9 @@ impl ForeignPlugin {
         // SAFETY (every arm): a comm of this plugin; the caller keeps the memory; valid
         // out-pointer.
         let rc = by_version!(self.table, {
-            [V11, V10, V9, V8] t => unsafe { need(t.reg_mr, call)?(comm, data, size, ty, &mut mh) },
+            [V12, V11, V10, V9, V8] t => unsafe {
+                need(t.reg_mr, call)?(comm, data, size, ty, &mut mh)
+            },
             [V7, V6] t => unsafe { need(t.reg_mr, call)?(comm, data, int_size(size)?, ty, &mut mh) },
         });
         check(call, rc)?;
@@ -225,7 +229,9 @@ impl ForeignPlugin {
         // SAFETY (every arm): a send comm of this plugin; the buffer contract is the caller's;
         // valid out-pointer.
         let rc = by_version!(self.table, {
-            [V11, V10] t => unsafe { need(t.isend, call)?(comm, data, size, tag, mh, ph, &mut r) },
+            [V12, V11, V10] t => unsafe {
+                need(t.isend, call)?(comm, data, size, tag, mh, ph, &mut r)
+            },
             [V9] t => unsafe { need(t.isend, call)?(comm, data, size, tag, mh, &mut r) },
             [V8, V7, V6] t => unsafe {
                 need(t.isend, call)?(comm, data, int_size(size)?, tag, mh, &mut r)
@@ -250,7 +256,9 @@ impl ForeignPlugin {
         // what it needs); a recv comm and registrations of this plugin; the buffer contract is
         // the caller's.
         let rc = by_version!(self.table, {
-            [V11, V10] t => unsafe { need(t.irecv, call)?(comm, a.n, d, sz, tg, m, ph, &mut r) },
+            [V12, V11, V10] t => unsafe {
+                need(t.irecv, call)?(comm, a.n, d, sz, tg, m, ph, &mut r)
+            },
             [V9] t => unsafe { need(t.irecv, call)?(comm, a.n, d, sz, tg, m, &mut r) },
             [V8, V7, V6] t => {
                 let mut isz = a.int_sizes(true)?;
@@ -305,7 +313,7 @@ impl ForeignPlugin {
     #[inline] // the data path, called across crates (ibnet-tools)
     pub fn irecv_consumed(&self, comm: V, n: usize, req: V) -> CallResult<()> {
         let f = by_version!(self.table, {
-            [V11, V10, V9, V8, V7] t => t.irecv_consumed,
+            [V12, V11, V10, V9, V8, V7] t => t.irecv_consumed,
             [V6] _t => None,
         });
         let Some(f) = f else {

@@ -6,15 +6,15 @@
 //! ```text
 //!  ForeignPlugin::open(path) ─ dlopen(RTLD_NOW | RTLD_LOCAL)   (never dlclose'd: a plugin
 //!       │                                                        may own threads)
-//!       └─ dlsym ncclNetPlugin_v11, v10, … v6 (newest first, as NCCL)
+//!       └─ dlsym ncclNetPlugin_v12, v11, … v6 (newest first, as NCCL 2.30+)
 //!            └─ the table is copied out once ([`Table`]); calls read the copy, never the
 //!               library's memory again
-//!  init(logger, commId) ─ v11: init(&ctx, commId, {trafficClass = -1}, logger, NULL)
+//!  init(logger, commId) ─ v11/v12: init(&ctx, commId, {trafficClass = -1}, logger, NULL)
 //!                       ─ v10: init(logger, NULL)      ─ v6–v9: init(logger)
 //!  listen/connect/accept/regMr/isend/irecv/iflush/test/close* ──▶ the version's entry
-//!  finalize (v11; idempotent)
+//!  finalize (v11/v12; idempotent)
 //! ```
-//! Version differences handled in [`calls`]: the ctx argument (v11), the comm config on
+//! Version differences handled in [`calls`]: the ctx argument (v11, v12), the comm config on
 //! `connect` (v10), device handles (v7+), `int` sizes (regMr v6–v7, isend/irecv v6–v8: a
 //! larger size is an `OutOfRange` error, not a truncation), profiler handles (v10+).
 //!
@@ -33,13 +33,15 @@ use std::path::Path;
 use crate::nccl::props::{Props, VersionProps};
 use crate::nccl::tables::*;
 use crate::nccl::types::{
-    ncclDebugLogger_t, ncclNetCommConfig_t, ncclNetVDeviceProps_t, ncclResult_t,
-    NCCL_NET_MAX_DEVS_PER_NIC, NCCL_NET_TRAFFIC_CLASS_UNDEF,
+    ncclDebugLogger_t, ncclNetCommConfig_t, ncclResult_t, VDevProps, NCCL_NET_MAX_DEVS_PER_NIC,
+    NCCL_NET_MAX_DEVS_PER_NIC_V12, NCCL_NET_TRAFFIC_CLASS_UNDEF,
 };
 
 /// The ABI versions the loader speaks, newest first (the order it looks for them in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
+    /// `ncclNetPlugin_v12` (NCCL 2.30+).
+    V12,
     /// `ncclNetPlugin_v11` (NCCL 2.28).
     V11,
     /// `ncclNetPlugin_v10` (NCCL 2.26–2.27).
@@ -56,7 +58,8 @@ pub enum Version {
 
 impl Version {
     /// Every version, newest first.
-    pub const ALL: [Version; 6] = [
+    pub const ALL: [Version; 7] = [
+        Version::V12,
         Version::V11,
         Version::V10,
         Version::V9,
@@ -72,6 +75,7 @@ impl Version {
 
     fn csymbol(self) -> &'static CStr {
         match self {
+            Version::V12 => c"ncclNetPlugin_v12",
             Version::V11 => c"ncclNetPlugin_v11",
             Version::V10 => c"ncclNetPlugin_v10",
             Version::V9 => c"ncclNetPlugin_v9",
@@ -86,6 +90,7 @@ impl Version {
 #[derive(Clone, Copy)]
 #[allow(missing_docs)]
 pub enum Table {
+    V12(ncclNet_v12_t),
     V11(ncclNet_v11_t),
     V10(ncclNet_v10_t),
     V9(ncclNet_v9_t),
@@ -106,7 +111,7 @@ pub(crate) use by_version;
 /// An entry every version has with one signature, as an `Option`.
 macro_rules! shared {
     ($table:expr, $f:ident) => {
-        $crate::foreign::by_version!($table, { [V11, V10, V9, V8, V7, V6] t => t.$f })
+        $crate::foreign::by_version!($table, { [V12, V11, V10, V9, V8, V7, V6] t => t.$f })
     };
 }
 pub(crate) use shared;
@@ -206,7 +211,7 @@ pub struct ForeignPlugin {
 }
 
 impl ForeignPlugin {
-    /// Opens `path` as NCCL does and takes its newest table (v11 … v6).
+    /// Opens `path` as NCCL does and takes its newest table (v12 … v6).
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         Self::open_any(path, &Version::ALL)
     }
@@ -257,6 +262,7 @@ impl ForeignPlugin {
         // whose entries are nullable, so any bit pattern a C table holds is valid.
         unsafe {
             match v {
+                Version::V12 => Table::V12(*(sym as *const ncclNet_v12_t)),
                 Version::V11 => Table::V11(*(sym as *const ncclNet_v11_t)),
                 Version::V10 => Table::V10(*(sym as *const ncclNet_v10_t)),
                 Version::V9 => Table::V9(*(sym as *const ncclNet_v9_t)),
@@ -283,8 +289,9 @@ impl ForeignPlugin {
     /// The ABI version of the table.
     pub fn version(&self) -> Version {
         by_version!(self.table, {
-            [V11] _t => Version::V11, [V10] _t => Version::V10, [V9] _t => Version::V9,
-            [V8] _t => Version::V8, [V7] _t => Version::V7, [V6] _t => Version::V6,
+            [V12] _t => Version::V12, [V11] _t => Version::V11, [V10] _t => Version::V10,
+            [V9] _t => Version::V9, [V8] _t => Version::V8, [V7] _t => Version::V7,
+            [V6] _t => Version::V6,
         })
     }
 
@@ -296,7 +303,7 @@ impl ForeignPlugin {
         (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) })
     }
 
-    /// `init`, with `logger` (NULL allowed) and, for v11, `comm_id` and an undefined traffic
+    /// `init`, with `logger` (NULL allowed) and, for v11/v12, `comm_id` and an undefined traffic
     /// class.
     pub fn init(&mut self, logger: ncclDebugLogger_t, comm_id: u64) -> CallResult<()> {
         let call = "ncclNet init";
@@ -307,7 +314,7 @@ impl ForeignPlugin {
         // SAFETY (every arm): the plugin's init with valid out-pointer and config that outlive
         // the call; a NULL profiler callback is allowed by the ABI.
         let rc = by_version!(self.table, {
-            [V11] t => unsafe { need(t.init, call)?(ctx, comm_id, &mut cfg, logger, None) },
+            [V12, V11] t => unsafe { need(t.init, call)?(ctx, comm_id, &mut cfg, logger, None) },
             [V10] t => unsafe { need(t.init, call)?(logger, None) },
             [V9, V8, V7, V6] t => unsafe { need(t.init, call)?(logger) },
         });
@@ -316,16 +323,17 @@ impl ForeignPlugin {
         Ok(())
     }
 
-    /// `finalize(ctx)` (v11; older versions have none). Idempotent.
+    /// `finalize(ctx)` (v11, v12; older versions have none). Idempotent.
     pub fn finalize(&mut self) -> CallResult<()> {
         if !core::mem::take(&mut self.inited) {
             return Ok(());
         }
         let ctx = core::mem::replace(&mut self.ctx, core::ptr::null_mut());
-        if let Table::V11(ncclNet_v11_t {
-            finalize: Some(f), ..
-        }) = self.table
-        {
+        let f = by_version!(self.table, {
+            [V12, V11] t => t.finalize,
+            [V10, V9, V8, V7, V6] _t => None,
+        });
+        if let Some(f) = f {
             // SAFETY: `ctx` came from this table's init and is finalized once.
             check("ncclNet finalize", unsafe { f(ctx) })?;
         }
@@ -342,18 +350,37 @@ impl ForeignPlugin {
     }
 
     /// `makeVDevice` (v9+): the device number of the virtual NIC fusing the devices `devs`
-    /// (1 to `NCCL_NET_MAX_DEVS_PER_NIC` of them). [`CallError::Null`] when the table has none
-    /// (v6–v8, or a NULL entry).
+    /// (1 to `NCCL_NET_MAX_DEVS_PER_NIC` of them: 4 for v9–v11, 8 for v12).
+    /// [`CallError::Null`] when the table has none (v6–v8, or a NULL entry).
     pub fn make_vdevice(&self, devs: &[c_int]) -> CallResult<c_int> {
-        const CALL: &str = "ncclNet makeVDevice";
-        let f = by_version!(self.table, {
-            [V11, V10, V9] t => t.make_vdevice,
-            [V8, V7, V6] _t => None,
-        });
+        by_version!(self.table, {
+            [V12] t => make_vdev::<NCCL_NET_MAX_DEVS_PER_NIC_V12>(t.make_vdevice, devs),
+            [V11, V10, V9] t => make_vdev::<NCCL_NET_MAX_DEVS_PER_NIC>(t.make_vdevice, devs),
+            [V8, V7, V6] _t => make_vdev::<NCCL_NET_MAX_DEVS_PER_NIC>(None, devs),
+        })
+    }
+
+    /// `getProperties(dev)`. The strings it points to are the plugin's, valid at least until
+    /// the next call.
+    pub fn properties(&self, dev: c_int) -> CallResult<Props> {
+        // Expanded per version: `get_props` reads that version's struct.
+        by_version!(self.table, {
+            [V12, V11, V10, V9, V8, V7, V6] t => get_props(t.get_properties, dev)
+        })
+    }
+}
+
+/// Calls a `makeVDevice` entry whose struct holds `N` devices.
+fn make_vdev<const N: usize>(
+    f: Option<unsafe extern "C" fn(*mut c_int, *mut VDevProps<N>) -> ncclResult_t>,
+    devs: &[c_int],
+) -> CallResult<c_int> {
+    const CALL: &str = "ncclNet makeVDevice";
+    {
         let f = need(f, CALL)?;
-        let mut props = ncclNetVDeviceProps_t {
+        let mut props = VDevProps::<N> {
             ndevs: devs.len() as c_int,
-            devs: [0; NCCL_NET_MAX_DEVS_PER_NIC],
+            devs: [0; N],
         };
         if devs.is_empty() || devs.len() > props.devs.len() {
             return Err(CallError::Arg(ibnet_core::Error::OutOfRange {
@@ -368,13 +395,6 @@ impl ForeignPlugin {
         // SAFETY: valid out-pointers; the plugin reads `props` and writes `d` during the call.
         check(CALL, unsafe { f(&mut d, &mut props) })?;
         Ok(d)
-    }
-
-    /// `getProperties(dev)`. The strings it points to are the plugin's, valid at least until
-    /// the next call.
-    pub fn properties(&self, dev: c_int) -> CallResult<Props> {
-        // Expanded per version: `get_props` reads that version's struct.
-        by_version!(self.table, { [V11, V10, V9, V8, V7, V6] t => get_props(t.get_properties, dev) })
     }
 }
 

@@ -5,14 +5,15 @@
 //!  export (abi/vN):  plugin device ── Props ── PropsN::from_props(p, dev) ──▶ NCCL's struct
 //!  import (foreign): plugin's struct ── PropsN::to_props() ── Props ──▶ ForeignNet / ibnet-perf
 //! ```
-//! v10's struct is v9's. Fields a version lacks read as their v11 meaning's neutral value
-//! (`regIsGlobal`/`forceFlush` false).
+//! v10's struct is v9's. Fields a version lacks read as their v12 meaning's neutral value
+//! (`regIsGlobal`/`forceFlush` false, `railId`/`planeId` -1).
 
 use core::ffi::{c_char, c_int};
 use core::mem::{offset_of, size_of};
 
 use super::types::{
-    ncclNetVDeviceProps_t, MAX_COLLNET_SIZE, NCCL_NET_DEVICE_HOST, NCCL_NET_DEVICE_INVALID_VERSION,
+    ncclNetVDeviceProps_t, ncclNetVDeviceProps_v12_t, MAX_COLLNET_SIZE, NCCL_NET_DEVICE_HOST,
+    NCCL_NET_DEVICE_INVALID_VERSION, NCCL_NET_ID_UNDEF,
 };
 
 /// A device's properties, version-agnostic.
@@ -40,8 +41,13 @@ pub struct Props {
     pub max_recvs: i32,
     /// Force a flush (v9+).
     pub force_flush: bool,
-    /// The physical devices of a virtual NIC (v9+); `ndevs` 0: the device itself.
-    pub vprops: ncclNetVDeviceProps_t,
+    /// The physical devices of a virtual NIC (v9+, up to 8 in v12); `ndevs` 0: the device
+    /// itself.
+    pub vprops: ncclNetVDeviceProps_v12_t,
+    /// `railId` (v12; -1 unset): from the `NCCL_IB_HCA` entry that selected the device.
+    pub rail: i16,
+    /// `planeId` (v12; -1 unset): likewise.
+    pub plane: i16,
 }
 
 /// `ncclNetProperties_v6_t`.
@@ -130,6 +136,51 @@ const _: () = assert!(size_of::<Props11>() == 112);
 const _: () = assert!(offset_of!(Props11, v9) + offset_of!(Props9, max_p2p_bytes) == 88);
 const _: () = assert!(offset_of!(Props11, max_multi_request_size) == 104);
 
+/// `ncclNetProperties_v12_t` (NCCL 2.30+): v11's fields with room for 8 devices in `vProps`
+/// (so the sizes move), then `railId` and `planeId`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct Props12 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub force_flush: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    pub vprops: ncclNetVDeviceProps_v12_t,
+    pub max_p2p_bytes: usize,
+    pub max_coll_bytes: usize,
+    pub max_multi_request_size: c_int,
+    pub rail_id: i16,
+    pub plane_id: i16,
+}
+// 2.30.7's net_v12.h: vProps 36 B at 64, maxP2pBytes at 104, railId at 124, size 128.
+const _: () = assert!(size_of::<Props12>() == 128);
+const _: () = assert!(offset_of!(Props12, vprops) == 64);
+const _: () = assert!(offset_of!(Props12, max_p2p_bytes) == 104);
+const _: () = assert!(offset_of!(Props12, max_coll_bytes) == 112);
+const _: () = assert!(offset_of!(Props12, max_multi_request_size) == 120);
+const _: () = assert!(offset_of!(Props12, rail_id) == 124);
+const _: () = assert!(offset_of!(Props12, plane_id) == 126);
+
+/// The vNIC list a device reports: its fused devices, or itself alone.
+fn vprops(p: &Props, dev: c_int) -> ncclNetVDeviceProps_v12_t {
+    if p.vprops.ndevs > 0 {
+        return p.vprops;
+    }
+    let mut devs = [0; 8];
+    devs[0] = dev;
+    ncclNetVDeviceProps_v12_t { ndevs: 1, devs }
+}
+
 /// Converting one version's struct from and to [`Props`].
 pub trait VersionProps: Copy {
     /// NCCL's struct for device `dev` with properties `p` (what ibnet exports).
@@ -159,7 +210,7 @@ macro_rules! out {
 /// A struct with the fields every version has → `Props` (with `regIsGlobal`, `forceFlush`).
 macro_rules! back {
     ($s:expr, $reg:expr, $flush:expr) => {
-        back!($s, $reg, $flush, ncclNetVDeviceProps_t::default())
+        back!($s, $reg, $flush, ncclNetVDeviceProps_v12_t::default())
     };
     ($s:expr, $reg:expr, $flush:expr, $vprops:expr) => {
         Props {
@@ -175,6 +226,8 @@ macro_rules! back {
             max_recvs: $s.max_recvs,
             force_flush: $flush,
             vprops: $vprops,
+            rail: NCCL_NET_ID_UNDEF,
+            plane: NCCL_NET_ID_UNDEF,
         }
     };
 }
@@ -221,14 +274,7 @@ impl VersionProps for Props9 {
             force_flush: p.force_flush as c_int,
             net_device_type: NCCL_NET_DEVICE_HOST,
             net_device_version: NCCL_NET_DEVICE_INVALID_VERSION,
-            vprops: if p.vprops.ndevs > 0 {
-                p.vprops
-            } else {
-                ncclNetVDeviceProps_t {
-                    ndevs: 1,
-                    devs: [dev, 0, 0, 0],
-                }
-            },
+            vprops: vprops(p, dev).resize(),
             // One isend is one RDMA write of at most 1 GiB (the core's MAX_MSG_SIZE, NCCL's
             // MAX_NET_SIZE): NCCL splits larger point-to-point transfers to this size.
             max_p2p_bytes: ibnet_core::comm::MAX_MSG_SIZE as usize,
@@ -240,7 +286,7 @@ impl VersionProps for Props9 {
             self,
             self.reg_is_global != 0,
             self.force_flush != 0,
-            self.vprops
+            self.vprops.resize()
         )
     }
 }
@@ -254,5 +300,44 @@ impl VersionProps for Props11 {
     }
     fn to_props(&self) -> Props {
         self.v9.to_props()
+    }
+}
+
+impl VersionProps for Props12 {
+    fn from_props(p: &Props, dev: c_int) -> Self {
+        let v9 = Props9::from_props(p, dev);
+        Self {
+            name: v9.name,
+            pci_path: v9.pci_path,
+            guid: v9.guid,
+            ptr_support: v9.ptr_support,
+            reg_is_global: v9.reg_is_global,
+            force_flush: v9.force_flush,
+            speed: v9.speed,
+            port: v9.port,
+            latency: v9.latency,
+            max_comms: v9.max_comms,
+            max_recvs: v9.max_recvs,
+            net_device_type: v9.net_device_type,
+            net_device_version: v9.net_device_version,
+            vprops: vprops(p, dev),
+            max_p2p_bytes: v9.max_p2p_bytes,
+            max_coll_bytes: v9.max_coll_bytes,
+            max_multi_request_size: 1,
+            rail_id: p.rail,
+            plane_id: p.plane,
+        }
+    }
+    fn to_props(&self) -> Props {
+        Props {
+            rail: self.rail_id,
+            plane: self.plane_id,
+            ..back!(
+                self,
+                self.reg_is_global != 0,
+                self.force_flush != 0,
+                self.vprops
+            )
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! `ncclNet_v6_t` … `ncclNet_v11_t`, each defined once by `net_table!` and used in both
+//! `ncclNet_v6_t` … `ncclNet_v12_t`, each defined once by `net_table!` and used in both
 //! directions: ibnet exports one of each (`abi/vN`), and [`crate::foreign`] reads whichever a
 //! plugin `.so` exports (ibnet's own included).
 //!
@@ -8,15 +8,19 @@
 //! [`ncclResult_t`], a transparent C `int`, so any value a foreign plugin returns is sound.
 //!
 //! ```text
-//!  entry            v6    v7    v8     v9     v10               v11
+//!  entry            v6    v7    v8     v9     v10               v11 (= v12)
 //!  init(…)          log   log   log    log    log, prof         ctx*, commId, cfg, log, prof
-//!  getProperties    P6    P7    P8     P9     P9                P11
+//!  getProperties    P6    P7    P8     P9     P9                P11 (v12: P12)
 //!  listen/connect   dev   dev   dev    dev    dev (+cfg)        ctx, dev
 //!  connect/accept   -     +devHandle ──────────────────────────────────────────▶
 //!  regMr size       int   int   size_t ──────────────────────────────────────▶
 //!  isend/irecv      int   int   int    size_t size_t, phandles ──────────────▶
 //!  tail             -     getDeviceMr, irecvConsumed; v9+ makeVDevice; v11 finalize, setNetAttr
+//!  makeVDevice      -     -     -      4 devs 4 devs            4 devs (v12: 8 devs)
 //! ```
+//! v12 (NCCL 2.30.7 `net_v12.h`) has v11's entries with the same signatures but for two
+//! types: `getProperties` takes [`Props12`] (`railId`, `planeId`) and `makeVDevice` a
+//! `ncclNetVDeviceProps_v12_t` of up to 8 devices.
 //! The sizes and a few offsets are asserted at compile time (8 bytes per entry on LP64).
 #![allow(non_camel_case_types)]
 #![allow(unsafe_code)] // `unsafe impl Sync` for the tables (plain data; see the SAFETY comment).
@@ -24,10 +28,10 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};
 
-use super::props::{Props11, Props6, Props7, Props8, Props9};
+use super::props::{Props11, Props12, Props6, Props7, Props8, Props9};
 use super::types::{
     ncclDebugLogger_t, ncclNetAttr_t, ncclNetCommConfig_t, ncclNetDeviceHandle_t,
-    ncclNetVDeviceProps_t, ncclProfilerCallback_t, ncclResult_t,
+    ncclNetVDeviceProps_t, ncclNetVDeviceProps_v12_t, ncclProfilerCallback_t, ncclResult_t,
 };
 
 type R = ncclResult_t;
@@ -69,6 +73,7 @@ pub mod sig {
     pub type GetDeviceMr = unsafe extern "C" fn(V, V, PV) -> R;
     pub type IrecvConsumed = unsafe extern "C" fn(V, c_int, V) -> R;
     pub type MakeVDevice = unsafe extern "C" fn(*mut c_int, *mut ncclNetVDeviceProps_t) -> R;
+    pub type MakeVDevice12 = unsafe extern "C" fn(*mut c_int, *mut ncclNetVDeviceProps_v12_t) -> R;
     pub type Finalize = unsafe extern "C" fn(V) -> R;
     pub type SetNetAttr = unsafe extern "C" fn(V, *mut ncclNetAttr_t) -> R;
 }
@@ -152,7 +157,20 @@ net_table!(
     }
 );
 
+net_table!(
+    /// `ncclNet_v12_t` (NCCL 2.30+): v11 with [`Props12`] and vNICs of up to 8 devices.
+    ncclNet_v12_t, Props12,
+    [InitV11, ListenV11, ConnectV11, AcceptDh, RegMrSize, IsendPh, IrecvPh],
+    tail {
+        get_device_mr: GetDeviceMr, irecv_consumed: IrecvConsumed, make_vdevice: MakeVDevice12,
+        finalize: Finalize, set_net_attr: SetNetAttr
+    }
+);
+
 const _: () = assert!(size_of::<ncclNet_v6_t>() == 17 * 8);
+const _: () = assert!(size_of::<ncclNet_v12_t>() == 22 * 8);
+const _: () = assert!(offset_of!(ncclNet_v12_t, make_vdevice) == 19 * 8);
+const _: () = assert!(offset_of!(ncclNet_v12_t, set_net_attr) == 21 * 8);
 const _: () = assert!(size_of::<ncclNet_v7_t>() == 19 * 8);
 const _: () = assert!(size_of::<ncclNet_v8_t>() == 19 * 8);
 const _: () = assert!(size_of::<ncclNet_v9_t>() == 20 * 8);

@@ -1,5 +1,5 @@
 //! Types shared by every ABI version: `ncclResult_t`, constants, the device handle, the v10/v11
-//! comm config and net attributes, the logger (layouts from NCCL 2.28.9
+//! comm config and net attributes, the logger (layouts from NCCL 2.28.9 and 2.30.7
 //! `src/include/plugin/net/net_v*.h`).
 
 use core::ffi::{c_char, c_int, c_ulong, c_void};
@@ -62,8 +62,12 @@ pub const NCCL_PTR_HOST: c_int = 0x1;
 pub const NCCL_PTR_CUDA: c_int = 0x2;
 /// `NCCL_PTR_DMABUF`.
 pub const NCCL_PTR_DMABUF: c_int = 0x4;
-/// `NCCL_NET_MAX_DEVS_PER_NIC`.
+/// `NCCL_NET_MAX_DEVS_PER_NIC` of v9–v11 (`NCCL_NET_MAX_DEVS_PER_NIC_V11`).
 pub const NCCL_NET_MAX_DEVS_PER_NIC: usize = 4;
+/// `NCCL_NET_MAX_DEVS_PER_NIC_V12` (NCCL 2.30+).
+pub const NCCL_NET_MAX_DEVS_PER_NIC_V12: usize = 8;
+/// `NCCL_NET_ID_UNDEF`: v12's `railId`/`planeId` when not set.
+pub const NCCL_NET_ID_UNDEF: i16 = -1;
 /// `NCCL_NET_OPTIONAL_RECV_COMPLETION`: a value NCCL may preset in `*request` before `irecv`.
 pub const NCCL_NET_OPTIONAL_RECV_COMPLETION: usize = 0x1;
 /// `NCCL_NET_TRAFFIC_CLASS_UNDEF`.
@@ -94,15 +98,44 @@ pub struct ncclNetDeviceHandle_t {
     pub needs_proxy_progress: c_int,
 }
 
-/// `ncclNetVDeviceProps_v9_t` … `_v11_t`.
+/// `ncclNetVDeviceProps_vN_t` with room for `N` devices: 4 in v9–v11, 8 in v12.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ncclNetVDeviceProps_t {
+#[derive(Debug, Clone, Copy)]
+pub struct VDevProps<const N: usize> {
     /// Number of physical devices fused.
     pub ndevs: c_int,
     /// Their indices.
-    pub devs: [c_int; NCCL_NET_MAX_DEVS_PER_NIC],
+    pub devs: [c_int; N],
 }
+
+impl<const N: usize> Default for VDevProps<N> {
+    fn default() -> Self {
+        Self {
+            ndevs: 0,
+            devs: [0; N],
+        }
+    }
+}
+
+impl<const N: usize> VDevProps<N> {
+    /// The same list in a struct of `M` devices; past `M`, devices are dropped and `ndevs`
+    /// is cut to `M` (only a v12 vNIC of more than 4 devices read through v9–v11, which
+    /// NCCL never does: one process loads one table).
+    pub fn resize<const M: usize>(&self) -> VDevProps<M> {
+        let mut out = VDevProps::<M>::default();
+        let n = usize::try_from(self.ndevs).unwrap_or(0).min(N).min(M);
+        out.devs[..n].copy_from_slice(&self.devs[..n]);
+        out.ndevs = n as c_int;
+        out
+    }
+}
+
+/// `ncclNetVDeviceProps_v9_t` … `_v11_t`.
+#[allow(non_camel_case_types)]
+pub type ncclNetVDeviceProps_t = VDevProps<NCCL_NET_MAX_DEVS_PER_NIC>;
+/// `ncclNetVDeviceProps_v12_t`.
+#[allow(non_camel_case_types)]
+pub type ncclNetVDeviceProps_v12_t = VDevProps<NCCL_NET_MAX_DEVS_PER_NIC_V12>;
 
 /// `ncclNetCommConfig_v10_t` / `_v11_t`.
 #[repr(C)]
@@ -163,6 +196,7 @@ pub type ncclProfilerCallback_t = Option<ProfilerFn>;
 
 const _: () = assert!(size_of::<ncclNetDeviceHandle_t>() == 32);
 const _: () = assert!(size_of::<ncclNetVDeviceProps_t>() == 20);
+const _: () = assert!(size_of::<ncclNetVDeviceProps_v12_t>() == 36);
 const _: () = assert!(size_of::<ncclNetCommConfig_t>() == 4);
 const _: () = assert!(size_of::<ncclNetAttr_t>() == 44);
 const _: () = assert!(offset_of!(ncclNetAttr_t, proto) == 40);

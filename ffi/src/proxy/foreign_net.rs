@@ -5,7 +5,7 @@
 //! this file only adapts the engine's types.
 //!
 //! ```text
-//!  ForeignNet::load("libnccl-net-foo.so") ─ ForeignPlugin::open (newest of v11 … v6)
+//!  ForeignNet::load("libnccl-net-foo.so") ─ ForeignPlugin::open (newest of v12 … v6)
 //!        └─ init(NULL logger, commId 0)   (v11: ctx with trafficClass = -1)
 //!  engine ── listen/connect/accept/regMr/isend/irecv/iflush/test/close* ──▶ ForeignPlugin
 //!  drop ──▶ finalize(ctx) (v11)     (the library stays loaded: a plugin may own threads)
@@ -59,7 +59,7 @@ fn tag(t: u32) -> Result<c_int> {
 
 impl ForeignNet {
     /// Loads the plugin at `path` (`dlopen`, `RTLD_NOW | RTLD_LOCAL`) and initialises its newest
-    /// table (`ncclNetPlugin_v11` … `_v6`). The library is never unloaded.
+    /// table (`ncclNetPlugin_v12` … `_v6`). The library is never unloaded.
     pub fn load(path: &str) -> Result<Self> {
         Self::init(ForeignPlugin::open(Path::new(path))?)
     }

@@ -9,9 +9,10 @@
 //!
 //! ```text
 //!  makeVDevice({ndevs: 2, devs: [0, 1]})
-//!    VNic::new (1..=4 distinct devices in range) ─▶ merge::fuse (NCCL_IB_MERGE_NICS, link
+//!    VNic::new (1..=8 distinct devices in range; 4 through v9–v11) ─▶ merge::fuse (NCCL_IB_MERGE_NICS, link
 //!    layers) ─▶ FUSED.push(entry "mlx5_0+mlx5_1") ─▶ *d = nphys + i
-//!  getProperties(nphys + i) ─▶ rail 0's properties, speed summed, vProps = [0, 1]
+//!  getProperties(nphys + i) ─▶ rail 0's properties, speed summed, vProps = [0, 1],
+//!                             railId/planeId as NCCL 2.30 fuses them (`hca::fused_ids`)
 //! ```
 //!
 //! The table is taken only on the control path (`makeVDevice`, `getProperties`, `devices`,
@@ -24,10 +25,11 @@ use std::ffi::CString;
 use std::sync::Mutex;
 
 use ibnet_core::fused::VNic;
+use ibnet_core::hca::Ids;
 use ibnet_core::Error;
 
 use crate::dev::Props;
-use crate::nccl::types::ncclNetVDeviceProps_t;
+use crate::nccl::types::ncclNetVDeviceProps_v12_t;
 use crate::plugin::Plugin;
 
 /// The most fused vNICs one process makes (NCCL 2.28's `MAX_IB_VDEVS`).
@@ -80,7 +82,7 @@ fn descriptions(p: &Plugin) -> Vec<(Props, u8, String)> {
     p.devs
         .iter()
         .map(|d| {
-            let props = d.props(&p.comm_config(d, -1));
+            let props = p.props(d);
             let name = d.name().to_string_lossy().into_owned();
             (props, d.port_info().link_layer as u8, name)
         })
@@ -89,6 +91,13 @@ fn descriptions(p: &Plugin) -> Vec<(Props, u8, String)> {
 
 fn fuse_props(p: &Plugin, v: &VNic) -> Result<(Props, merge::Fused), merge::Refused> {
     let descs = descriptions(p);
+    let ids = |d: &(Props, u8, String)| Ids {
+        rail: d.0.rail,
+        plane: d.0.plane,
+    };
+    let all: Vec<Ids> = descs.iter().map(ids).collect();
+    let members: Vec<Ids> = v.devs().iter().map(|&d| all[usize::from(d)]).collect();
+    let fused_ids = ibnet_core::hca::fused_ids(&members, &all);
     let phys: Vec<merge::PhysDesc<'_>> = descs
         .iter()
         .map(|(pr, ll, name)| merge::PhysDesc {
@@ -100,18 +109,21 @@ fn fuse_props(p: &Plugin, v: &VNic) -> Result<(Props, merge::Fused), merge::Refu
         })
         .collect();
     let fused = merge::fuse(v, &phys, p.params.ib_merge_nics)?;
-    Ok((descs[v.devs()[0] as usize].0, fused))
+    let mut out = descs[v.devs()[0] as usize].0;
+    (out.rail, out.plane) = (fused_ids.rail, fused_ids.plane);
+    Ok((out, fused))
 }
 
-/// `makeVDevice`: the number of the vNIC fusing `props.devs`, or why not. One device is that
-/// device itself (no table entry).
-pub fn make(p: &Plugin, props: &ncclNetVDeviceProps_t) -> Result<c_int, Made> {
-    let n = usize::try_from(props.ndevs).unwrap_or(usize::MAX);
-    let devs = props.devs.get(..n).ok_or(Made::Error(Error::OutOfRange {
+/// `makeVDevice`: the number of the vNIC fusing the first `ndevs` of `all` (the table's
+/// `devs` array, whose length is the table's limit), or why not. One device is that device
+/// itself (no table entry).
+pub fn make(p: &Plugin, ndevs: c_int, all: &[c_int]) -> Result<c_int, Made> {
+    let n = usize::try_from(ndevs).unwrap_or(usize::MAX);
+    let devs = all.get(..n).ok_or(Made::Error(Error::OutOfRange {
         what: "devices in a virtual NIC",
-        value: props.ndevs as i64,
+        value: ndevs as i64,
         min: 1,
-        max: props.devs.len() as i64,
+        max: all.len() as i64,
     }))?;
     if let Some(e) = repeated(devs, p.devs.len()) {
         return Err(Made::Error(e));
@@ -192,11 +204,11 @@ pub fn props(p: &Plugin, v: &VNic) -> Result<Props, Error> {
     Ok(out)
 }
 
-/// `v` as NCCL's `ncclNetVDeviceProps_t`.
-pub fn vprops(v: &VNic) -> ncclNetVDeviceProps_t {
-    let mut out = ncclNetVDeviceProps_t {
+/// `v` as NCCL's `ncclNetVDeviceProps_v12_t`.
+pub fn vprops(v: &VNic) -> ncclNetVDeviceProps_v12_t {
+    let mut out = ncclNetVDeviceProps_v12_t {
         ndevs: v.ndevs() as c_int,
-        devs: [0; 4],
+        devs: [0; 8],
     };
     for (o, &d) in out.devs.iter_mut().zip(v.devs()) {
         *o = c_int::from(d);

@@ -396,9 +396,10 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
         .enumerate()
         .map(|(i, d)| {
             format!(
-                "[{i}]{}:{}/{}",
+                "[{i}]{}:{}{}/{}",
                 d.ctx.name,
                 d.port,
+                ids_suffix(filter.select(&d.ctx.name, d.port)),
                 if d.link_layer == IBV_LINK_LAYER_INFINIBAND {
                     "IB"
                 } else {
@@ -415,6 +416,20 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
         if ro { " [RO]" } else { "" }
     );
     Ok(out)
+}
+
+/// A port's rail and plane from `NCCL_IB_HCA` as NCCL 2.30's "Using" line shows them:
+/// `:rail`, `:rail:plane`, `::plane`, or nothing when neither is set.
+fn ids_suffix(ids: Option<ibnet_core::hca::Ids>) -> String {
+    let Some(i) = ids else {
+        return String::new();
+    };
+    match (i.rail, i.plane) {
+        (-1, -1) => String::new(),
+        (r, -1) => format!(":{r}"),
+        (-1, p) => format!("::{p}"),
+        (r, p) => format!(":{r}:{p}"),
+    }
 }
 
 /// Opens `dev` and appends its usable ports (the context closes again when none is used).
@@ -600,6 +615,19 @@ fn log_gid(name: &str, port: u8, idx: u8, gid: &[u8; 16], link_layer: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The "Using" line shows a port's NCCL_IB_HCA rail and plane as NCCL 2.30 does.
+    #[test]
+    fn ids_in_the_using_line() {
+        use ibnet_core::hca::HcaFilter;
+        let f = HcaFilter::parse("mlx5_0:1:0:0,mlx5_1::4,mlx5_2:::7,mlx5_3");
+        let s = |d| ids_suffix(f.select(d, 1));
+        assert_eq!(s("mlx5_0"), ":0:0");
+        assert_eq!(s("mlx5_1"), ":4");
+        assert_eq!(s("mlx5_2"), "::7");
+        assert_eq!(s("mlx5_3"), "");
+        assert_eq!(s("mlx5_9"), "");
+    }
 
     #[test]
     fn speeds() {

@@ -5,14 +5,17 @@
  *   abi_test <plugin.so> <expect-devices|any> --server PORT          two hosts: the receiver
  *   abi_test <plugin.so> <expect-devices|any> --client HOST:PORT     two hosts: the sender
  *
- * 1. Resolves ncclNetPlugin_v11 and, separately, ncclNetPlugin_v8; checks the name "IBNet".
+ * 1. Resolves ncclNetPlugin_v12, ncclNetPlugin_v11 and ncclNetPlugin_v8; checks the name "IBNet".
  * 2. v11: init, devices, getProperties of every device; bad input (NULL pointers, dev out of
  *    range, n > 8, a foreign handle, a corrupt progress token) returns the right ncclResult_t and
- *    always writes *request; finalize (twice, and NULL).
+ *    always writes *request; finalize (twice, and NULL). v12: the same properties in the
+ *    128-byte struct, railId/planeId -1 (ABI_TEST_RAIL/ABI_TEST_PLANE: the values expected,
+ *    e.g. with NCCL_IB_HCA=soft0:1:3:2); makeVDevice refuses 5 devices through v11 (its struct
+ *    holds 4) and 9 through v12 (8), each with ncclInvalidArgument.
  * 3. dlclose.
  * 4. With at least one device: a two-process data test through each table of ABI_TEST_TABLES
- *    (default "11,8"; any of 6,7,8,9,10,11, in the order given). Each process dlopens the table's
- *    symbol, inits through it (v11: ctx/commId/config, v10: logger + profiler, v6..v9: logger),
+ *    (default "12,11,8"; any of 6..12, in the order given). Each process dlopens the table's
+ *    symbol, inits through it (v11/v12: ctx/commId/config, v10: logger + profiler, v6..v9: logger),
  *    moves the data, then finalizes (v11) and dlcloses. The receiver listens, the sender
  *    connects: single receives of 0 B .. ABI_TEST_MAX_BYTES (default 16 MiB) and an 8-way
  *    multi-receive of 8 different sizes, data verified byte for byte and each receive reporting
@@ -152,7 +155,7 @@ static int verify(const unsigned char* b, size_t len, unsigned seed) {
   return 1;
 }
 
-/* One loaded plugin, through any table v6..v11: the pair test runs the same code over each. */
+/* One loaded plugin, through any table v6..v12: the pair test runs the same code over each. */
 typedef struct {
   void* dl;
   int ver;
@@ -162,6 +165,7 @@ typedef struct {
   const ibnet_net_v9_t* n9;
   const ibnet_net_v10_t* n10;
   const ibnet_net_v11_t* n11;
+  const ibnet_net_v12_t* n12;
   void* ctx;
 } net_t;
 
@@ -200,6 +204,11 @@ static void net_load(net_t* n, const char* path, int ver) {
       EXPECT_RC(n->n11->init(&n->ctx, 7, &cfg, logger, prof_cb), 0);
       EXPECT_RC(n->n11->devices(&ndev), 0);
       break;
+    case 12:
+      n->n12 = table(n, 12);
+      EXPECT_RC(n->n12->init(&n->ctx, 7, &cfg, logger, prof_cb), 0);
+      EXPECT_RC(n->n12->devices(&ndev), 0);
+      break;
     default: fprintf(stderr, "FAIL: no table v%d\n", ver); exit(1);
   }
   CHECK(ndev >= 1);
@@ -209,16 +218,18 @@ static void net_load(net_t* n, const char* path, int ver) {
  * destructor stops the provider's threads at dlclose. */
 static void net_unload(net_t* n) {
   if (n->n11) EXPECT_RC(n->n11->finalize(n->ctx), 0);
+  if (n->n12) EXPECT_RC(n->n12->finalize(n->ctx), 0);
   CHECK(dlclose(n->dl) == 0);
 }
 
 /* A member every table has with the same signature. */
 #define CALL(n, f, ...)                                                     \
-  ((n)->n11 ? (n)->n11->f(__VA_ARGS__) : (n)->n10 ? (n)->n10->f(__VA_ARGS__) \
+  ((n)->n12 ? (n)->n12->f(__VA_ARGS__) : (n)->n11 ? (n)->n11->f(__VA_ARGS__) : (n)->n10 ? (n)->n10->f(__VA_ARGS__) \
    : (n)->n9 ? (n)->n9->f(__VA_ARGS__) : (n)->n8 ? (n)->n8->f(__VA_ARGS__)   \
    : (n)->n7 ? (n)->n7->f(__VA_ARGS__) : (n)->n6->f(__VA_ARGS__))
 
 static int net_listen(net_t* n, void* handle, void** lc) {
+  if (n->n12) return n->n12->listen(n->ctx, 0, handle, lc);
   if (n->n11) return n->n11->listen(n->ctx, 0, handle, lc);
   return n->n10 ? n->n10->listen(0, handle, lc) : n->n9 ? n->n9->listen(0, handle, lc)
        : n->n8 ? n->n8->listen(0, handle, lc) : n->n7 ? n->n7->listen(0, handle, lc)
@@ -229,6 +240,7 @@ static int net_connect(net_t* n, void* handle, void** sc) {
   ibnet_comm_config_t cfg = {-1};
   ibnet_device_handle_t* dh = NULL;
   switch (n->ver) {
+    case 12: return n->n12->connect(n->ctx, 0, handle, sc, &dh);
     case 11: return n->n11->connect(n->ctx, 0, handle, sc, &dh);
     case 10: return n->n10->connect(0, &cfg, handle, sc, &dh);
     case 9: return n->n9->connect(0, handle, sc, &dh);
@@ -240,6 +252,7 @@ static int net_connect(net_t* n, void* handle, void** sc) {
 
 static int net_accept(net_t* n, void* lc, void** rc) {
   ibnet_device_handle_t* dh = NULL;
+  if (n->n12) return n->n12->accept(lc, rc, &dh);
   return n->n11 ? n->n11->accept(lc, rc, &dh) : n->n10 ? n->n10->accept(lc, rc, &dh)
        : n->n9 ? n->n9->accept(lc, rc, &dh) : n->n8 ? n->n8->accept(lc, rc, &dh)
        : n->n7 ? n->n7->accept(lc, rc, &dh) : n->n6->accept(lc, rc);
@@ -250,12 +263,14 @@ static int net_regmr(net_t* n, void* c, void* d, size_t sz, void** mh) {
     CHECK(sz <= 0x7fffffff);
     return n->n6 ? n->n6->regMr(c, d, (int)sz, IBNET_PTR_HOST, mh) : n->n7->regMr(c, d, (int)sz, IBNET_PTR_HOST, mh);
   }
+  if (n->n12) return n->n12->regMr(c, d, sz, IBNET_PTR_HOST, mh);
   return n->n11 ? n->n11->regMr(c, d, sz, IBNET_PTR_HOST, mh) : n->n10 ? n->n10->regMr(c, d, sz, IBNET_PTR_HOST, mh)
        : n->n9 ? n->n9->regMr(c, d, sz, IBNET_PTR_HOST, mh) : n->n8->regMr(c, d, sz, IBNET_PTR_HOST, mh);
 }
 
 static int net_isend(net_t* n, void* c, void* d, size_t sz, int tag, void* mh, void** req) {
   switch (n->ver) {
+    case 12: return n->n12->isend(c, d, sz, tag, mh, &g_parent, req);
     case 11: return n->n11->isend(c, d, sz, tag, mh, &g_parent, req);
     case 10: return n->n10->isend(c, d, sz, tag, mh, &g_parent, req);
     case 9: return n->n9->isend(c, d, sz, tag, mh, req);
@@ -271,6 +286,7 @@ static int net_irecv(net_t* n, void* c, int k, void** d, const size_t* sz, int* 
     void* ph[8];
     memcpy(s, sz, (size_t)k * sizeof *s);
     for (int i = 0; i < 8; i++) ph[i] = &g_parent;
+    if (n->ver == 12) return n->n12->irecv(c, k, d, s, tags, mh, ph, req);
     if (n->ver == 11) return n->n11->irecv(c, k, d, s, tags, mh, ph, req);
     if (n->ver == 10) return n->n10->irecv(c, k, d, s, tags, mh, ph, req);
     return n->n9->irecv(c, k, d, s, tags, mh, req);
@@ -562,15 +578,15 @@ static void pair_test(const char* path, int ver) {
   check_threads(base, ver, "receiver");
 }
 
-/* The tables to move data through: ABI_TEST_TABLES, e.g. "6,7,8,9,10,11" (default "11,8"). */
+/* The tables to move data through: ABI_TEST_TABLES, e.g. "6,7,8,9,10,11,12" (default "12,11,8"). */
 static int tables(int* out) {
   const char* s = getenv("ABI_TEST_TABLES");
-  if (!s || !*s) s = "11,8";
+  if (!s || !*s) s = "12,11,8";
   int k = 0;
   for (char* end; *s && k < 16; s = *end ? end + 1 : end) {
     long v = strtol(s, &end, 10);
-    if (end == s || v < 6 || v > 11) {
-      fprintf(stderr, "FAIL: ABI_TEST_TABLES: not a table version 6..11 at \"%s\"\n", s);
+    if (end == s || v < 6 || v > 12) {
+      fprintf(stderr, "FAIL: ABI_TEST_TABLES: not a table version 6..12 at \"%s\"\n", s);
       exit(2);
     }
     out[k++] = (int)v;
@@ -638,6 +654,35 @@ static void host_test(const char* path, int server, const char* where) {
   close(s);
 }
 
+/* v12's properties of device d: v11's fields (p11) at v12's offsets, railId/planeId as
+ * ABI_TEST_RAIL / ABI_TEST_PLANE say (default -1, unset). */
+static void check_v12(const ibnet_net_v12_t* n12, int d, const ibnet_properties_v11_t* p11) {
+  ibnet_properties_v12_t p;
+  memset(&p, 0x5a, sizeof p);
+  EXPECT_RC(n12->getProperties(d, &p), 0);
+  CHECK(p.name == p11->name && p.speed == p11->speed && p.port == p11->port);
+  CHECK(p.maxRecvs == 8 && p.maxComms == p11->maxComms && p.maxMultiRequestSize == 1);
+  CHECK(p.vProps.ndevs == 1 && p.vProps.devs[0] == d);
+  CHECK(p.maxP2pBytes == p11->maxP2pBytes && p.maxCollBytes == p11->maxCollBytes);
+  const char* r = getenv("ABI_TEST_RAIL");
+  const char* pl = getenv("ABI_TEST_PLANE");
+  int rail = r && *r ? atoi(r) : IBNET_NET_ID_UNDEF, plane = pl && *pl ? atoi(pl) : IBNET_NET_ID_UNDEF;
+  if (d == 0) CHECK(p.railId == rail && p.planeId == plane);
+  printf("v12 dev %d: railId %d planeId %d maxP2pBytes %zu\n", d, p.railId, p.planeId, p.maxP2pBytes);
+}
+
+/* makeVDevice through v11 takes at most 4 devices (its struct's size), through v12 at most 8. */
+static void vdevice_limits(const ibnet_net_v11_t* n11, const ibnet_net_v12_t* n12) {
+  ibnet_vdevice_props_t v11 = {5, {0, 0, 0, 0}};
+  ibnet_vdevice_props_v12_t v12 = {9, {0, 0, 0, 0, 0, 0, 0, 0}};
+  int d = -7;
+  EXPECT_RC(n11->makeVDevice(&d, &v11), 4);
+  EXPECT_RC(n12->makeVDevice(&d, &v12), 4);
+  v12.ndevs = 1;
+  EXPECT_RC(n12->makeVDevice(&d, &v12), 0); /* one device: itself */
+  CHECK(d == 0);
+}
+
 static int cycle(const char* path, int expect, int round) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -646,8 +691,9 @@ static int cycle(const char* path, int expect, int round) {
   }
   const ibnet_net_v11_t* n = dlsym(h, "ncclNetPlugin_v11");
   const ibnet_net_v8_t* n8 = dlsym(h, "ncclNetPlugin_v8");
-  CHECK(n && n8);
-  CHECK(strcmp(n->name, "IBNet") == 0 && strcmp(n8->name, "IBNet") == 0);
+  const ibnet_net_v12_t* n12 = dlsym(h, "ncclNetPlugin_v12");
+  CHECK(n && n8 && n12);
+  CHECK(strcmp(n->name, "IBNet") == 0 && strcmp(n8->name, "IBNet") == 0 && strcmp(n12->name, "IBNet") == 0);
   void* ctx = NULL;
   ibnet_comm_config_t cfg = {-1};
   EXPECT_RC(n->init(&ctx, 42, &cfg, logger, NULL), 0);
@@ -667,7 +713,9 @@ static int cycle(const char* path, int expect, int round) {
     ibnet_properties_v8_t p8;
     EXPECT_RC(n8->getProperties(d, &p8), 0);
     CHECK(p8.regIsGlobal == 1 && p8.speed == p.speed && p8.maxRecvs == 8);
+    check_v12(n12, d, &p);
   }
+  if (ndev > 0) vdevice_limits(n, n12);
   bad_input(n, ndev);
   EXPECT_RC(n->finalize(ctx), 0);
   EXPECT_RC(n->finalize(ctx), 0); /* stale: ignored */

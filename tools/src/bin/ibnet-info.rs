@@ -233,8 +233,13 @@ fn run(a: &Args) -> Result<(), Error> {
         if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_DMABUF != 0 {
             ptr.push("DMABUF");
         }
+        // v12's railId/planeId, shown when set (from NCCL_IB_HCA's dev:port:rail:plane).
+        let ids = match (pr.rail_id, pr.plane_id) {
+            (-1, -1) => String::new(),
+            (r, p) => format!("  rail {r}  plane {p}"),
+        };
         outln!(
-            "  {d}: {}  port {}  {} Gb/s  ptrSupport {}  maxComms {}  maxRecvs {}  GUID {:#x}",
+            "  {d}: {}  port {}  {} Gb/s  ptrSupport {}  maxComms {}  maxRecvs {}  GUID {:#x}{ids}",
             pr.name,
             pr.port,
             pr.speed_mbps / 1000,
