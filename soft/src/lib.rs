@@ -95,6 +95,7 @@
 #![deny(unsafe_code)]
 
 mod addr;
+pub mod budget;
 mod config;
 #[cfg(loom)]
 #[doc(hidden)]
@@ -127,6 +128,7 @@ pub mod sq;
 #[cfg(not(loom))]
 mod sq;
 mod sys;
+mod zeroed;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,6 +191,8 @@ struct Inner {
     shut: AtomicBool,
     /// Armed `IBNET_SOFT_FAULTS`, if any.
     inject: Option<Arc<inject::Inject>>,
+    /// The QPs' memory budget (`IBNET_SOFT_MEM`).
+    budget: Arc<budget::Budget>,
 }
 
 impl Inner {
@@ -337,6 +341,7 @@ impl SoftProvider {
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
                 inject: inject::Inject::new(cfg.faults),
+                budget: Arc::new(budget::Budget::new(cfg.mem, cfg.bounce_max)),
             }),
         })
     }
@@ -349,6 +354,13 @@ impl SoftProvider {
     /// The configuration in force.
     pub fn config(&self) -> Config {
         self.inner.cfg
+    }
+
+    /// The QPs' memory budget (`IBNET_SOFT_MEM`, less the bounce slots) and what live QPs
+    /// hold of it now, in bytes.
+    pub fn qp_memory(&self) -> (u64, u64) {
+        let b = &self.inner.budget;
+        (b.cap(), b.held())
     }
 
     /// Stops and joins every thread of the provider (copy engine, monitor). Idempotent. Call it
@@ -439,6 +451,10 @@ impl Provider for SoftProvider {
         range("max_recv_wr", attr.max_recv_wr, 1, MAX_RECV_WR)?;
         range("max_inline", attr.max_inline, 0, MAX_INLINE)?;
         let i = &self.inner;
+        // Before anything is allocated: past the budget, nothing is.
+        let held = i
+            .budget
+            .take(budget::qp_bytes(attr.max_send_wr, attr.max_recv_wr))?;
         let (idx, gen) = {
             let mut a = i.qps.lock().unwrap_or_else(|e| e.into_inner());
             let idx = a.alloc("soft QP table")?;
@@ -464,7 +480,8 @@ impl Provider for SoftProvider {
                 attr,
                 &i.cfg,
             )
-            .with_faults(i.inject.clone()),
+            .with_faults(i.inject.clone())
+            .with_budget(held),
         );
         cq.sh.attach(sh.clone());
         Ok(SoftQp {
