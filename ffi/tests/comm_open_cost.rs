@@ -1,0 +1,177 @@
+//! Opening comms up to `maxComms` through the plugin (issue 30), a process of its own (its
+//! environment and RSS are its alone):
+//!
+//! * `advertised_comms_open_and_the_next_is_refused`: with a small soft memory budget, the
+//!   advertised `maxComms` open as connect/accept pairs, the next `connect` fails with one
+//!   WARN naming the budget and the peer, and a closed pair's share is back.
+//! * `open_cost_table` (ignored: a measurement, not a check): the time and RSS to open one more
+//!   pair at 1, 16 and 128 QPs per connection with 1, 512 and 2,048 comms already open. Each
+//!   row runs in a child process (`open_cost_row`, its own plugin and environment):
+//!   `cargo test -p ibnet-ffi --release --test comm_open_cost -- --ignored --nocapture open_cost_table`
+
+mod util;
+
+use core::ffi::c_void;
+use std::time::{Duration, Instant};
+
+use nccl_net_ibnet::api;
+use nccl_net_ibnet::log::Level;
+use nccl_net_ibnet::nccl::types::ncclResult_t;
+
+/// The bytes one comm of `nqps` QPs holds of the soft budget (no flush QP: soft has no
+/// GPU-direct).
+fn comm_bytes(nqps: u64) -> u64 {
+    nqps * ibnet_soft::budget::qp_bytes(512, 256)
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Opens one connect/accept pair (two comms) on a listen comm of its own, closed after.
+fn pair() -> (*mut c_void, *mut c_void) {
+    let (mut h, l) = util::listen();
+    let (s, r, _) = util::establish(&mut h, l, Duration::from_secs(60));
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
+    (s, r)
+}
+
+fn close_pair((s, r): (*mut c_void, *mut c_void)) {
+    assert_eq!(api::close_send(s), ncclResult_t::Success);
+    assert_eq!(api::close_recv(r), ncclResult_t::Success);
+}
+
+/// A budget of exactly 8 comms at 16 QPs (no bounce slots): `maxComms` is 8, four pairs
+/// open, the fifth `connect` fails at once with one WARN that names `IBNET_SOFT_MEM` and the
+/// listener's address; after a pair is closed another opens.
+#[test]
+fn advertised_comms_open_and_the_next_is_refused() {
+    let mem = (8 * comm_bytes(16) + 4096).to_string();
+    let env = [
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("NCCL_IB_QPS_PER_CONNECTION", "16"),
+        ("IBNET_SOFT_BOUNCE_MAX", "0"),
+        ("IBNET_SOFT_MEM", mem.as_str()),
+    ];
+    if !util::init_soft(&env) {
+        return;
+    }
+    let n = api::properties(0).unwrap().max_comms;
+    assert_eq!(n, 8, "maxComms at 16 QPs in a budget of 8 such comms");
+    let mut open: Vec<_> = (0..n / 2).map(|_| pair()).collect();
+    util::take_log();
+
+    let (mut h, l) = util::listen();
+    let t0 = Instant::now();
+    let rc = loop {
+        let (rc, s) = util::connect_once(&mut h);
+        if rc != ncclResult_t::Success || !s.is_null() {
+            break rc;
+        }
+        // The refusal comes once the TCP connect is done (the comm is made then).
+        assert!(t0.elapsed() < Duration::from_secs(10), "connect neither failed nor connected");
+        let (rc, r) = util::accept_once(l);
+        assert_eq!(rc, ncclResult_t::Success);
+        assert!(r.is_null(), "accepted a comm past maxComms");
+    };
+    assert_ne!(rc, ncclResult_t::Success);
+    let warns: Vec<String> = util::take_log()
+        .into_iter()
+        .filter(|(lv, _)| *lv == Level::Warn)
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(warns.len(), 1, "one WARN: {warns:?}");
+    let w = &warns[0];
+    assert!(w.contains("IBNET_SOFT_MEM"), "names the limit: {w}");
+    assert!(w.contains(&util::addr(&h).to_string()), "names the peer: {w}");
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
+
+    close_pair(open.pop().unwrap());
+    open.push(pair());
+    for p in open {
+        close_pair(p);
+    }
+}
+
+/// One row of the table (a child of `open_cost_table`; does nothing without its variables):
+/// `IBNET_COST_QPS` QPs per connection, pairs opened until 1, 512 and 2,048 comms are open,
+/// then 4 more pairs timed at each of those points. Prints `ROW qps comms ms_per_comm
+/// rss_kib kib_per_comm`.
+#[test]
+#[ignore]
+fn open_cost_row() {
+    let Some(q) = std::env::var("IBNET_COST_QPS").ok() else {
+        return;
+    };
+    let env = [
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("NCCL_IB_QPS_PER_CONNECTION", q.as_str()),
+        // Large enough for 2,048 comms at any QP count: this measures the cost, not the limit.
+        ("IBNET_SOFT_MEM", "0x100000000000"),
+    ];
+    if !util::init_soft(&env) {
+        return;
+    }
+    let mut open = Vec::new();
+    let rss0 = rss_kib();
+    for at in [1usize, 512, 2048] {
+        // Open pairs until `at` comms are open (1: one pair is the smallest step, 2 comms).
+        while open.len() * 2 < at.max(2) {
+            open.push(pair());
+        }
+        let probe = 4;
+        let (r0, t0) = (rss_kib(), Instant::now());
+        for _ in 0..probe {
+            open.push(pair());
+        }
+        let ms = t0.elapsed().as_secs_f64() * 1e3 / (2 * probe) as f64;
+        let r1 = rss_kib();
+        println!(
+            "ROW {q} {at} {ms:.3} {r1} {:.1} {:.1}",
+            (r1.saturating_sub(r0)) as f64 / (2 * probe) as f64,
+            (r1.saturating_sub(rss0)) as f64 / (2 * open.len()) as f64
+        );
+        for p in open.drain(open.len() - probe..) {
+            close_pair(p);
+        }
+    }
+    let t0 = Instant::now();
+    let n = open.len() * 2;
+    for p in open {
+        close_pair(p);
+    }
+    println!("CLOSE {q} {n} {:.3}", t0.elapsed().as_secs_f64() * 1e3 / n as f64);
+}
+
+/// Runs `open_cost_row` at 1, 16 and 128 QPs per connection, each in a child process, and
+/// prints their rows as a table.
+#[test]
+#[ignore]
+fn open_cost_table() {
+    let exe = std::env::current_exe().unwrap();
+    println!("qps  comms open  ms/comm  RSS (MiB)  KiB/comm (last 8)  KiB/comm (avg)");
+    for q in [1, 16, 128] {
+        let out = std::process::Command::new(&exe)
+            .args(["--ignored", "--exact", "open_cost_row", "--nocapture"])
+            .env("IBNET_COST_QPS", q.to_string())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "row {q}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        for l in text.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                ["ROW", q, at, ms, rss, last, avg] => {
+                    let mib = rss.parse::<f64>().unwrap_or(0.0) / 1024.0;
+                    println!("{q:>3}  {at:>10}  {ms:>7}  {mib:>9.0}  {last:>17}  {avg:>14}")
+                }
+                ["CLOSE", q, n, ms] => println!("{q:>3}  closing {n} comms: {ms} ms/comm"),
+                _ => {}
+            }
+        }
+    }
+}
