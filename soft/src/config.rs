@@ -247,6 +247,24 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_budget_is_bytes_of_at_least_one_mib() {
+        let c = |v: &str| {
+            Config::from_lookup(|k| (k == "IBNET_SOFT_MEM").then(|| v.to_string()))
+        };
+        assert_eq!(c("0x40000000"), (Config { mem: 1 << 30, ..Config::default() }, vec![]));
+        let (small, e) = c("4096");
+        assert_eq!(small, Config::default());
+        assert_eq!(
+            e,
+            vec![Error::Param {
+                name: "IBNET_SOFT_MEM",
+                reason: "out of range; default used",
+            }]
+        );
+        assert_eq!(Config::default().mem, crate::budget::default_budget());
+    }
+
+    #[test]
     fn negative_values_are_out_of_range() {
         let (c, e) = Config::from_lookup(|k| (k == "IBNET_SOFT_WORKERS").then(|| "-1".into()));
         assert_eq!(c.workers, Config::default().workers);
