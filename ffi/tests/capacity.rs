@@ -69,7 +69,11 @@ fn past_the_memory_budget_the_next_comm_is_refused() {
         let c = cfg(nqps, false);
         let n = d.max_comms(&c);
         let by_mem = MEM / d.comm_bytes(&c);
-        assert_eq!(n as u64, by_mem.min(2048), "nqps {nqps}: maxComms is the budget's");
+        assert_eq!(
+            n as u64,
+            by_mem.min(2048),
+            "nqps {nqps}: maxComms is the budget's"
+        );
         let mut comms: Vec<AnySend> = (0..n)
             .map(|i| {
                 d.new_send(c)

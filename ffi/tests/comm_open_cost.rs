@@ -73,7 +73,10 @@ fn advertised_comms_open_and_the_next_is_refused() {
             break rc;
         }
         // The refusal comes once the TCP connect is done (the comm is made then).
-        assert!(t0.elapsed() < Duration::from_secs(10), "connect neither failed nor connected");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "connect neither failed nor connected"
+        );
         let (rc, r) = util::accept_once(l);
         assert_eq!(rc, ncclResult_t::Success);
         assert!(r.is_null(), "accepted a comm past maxComms");
@@ -87,7 +90,10 @@ fn advertised_comms_open_and_the_next_is_refused() {
     assert_eq!(warns.len(), 1, "one WARN: {warns:?}");
     let w = &warns[0];
     assert!(w.contains("IBNET_SOFT_MEM"), "names the limit: {w}");
-    assert!(w.contains(&util::addr(&h).to_string()), "names the peer: {w}");
+    assert!(
+        w.contains(&util::addr(&h).to_string()),
+        "names the peer: {w}"
+    );
     assert_eq!(api::close_listen(l), ncclResult_t::Success);
 
     close_pair(open.pop().unwrap());
@@ -144,7 +150,10 @@ fn open_cost_row() {
     for p in open {
         close_pair(p);
     }
-    println!("CLOSE {q} {n} {:.3}", t0.elapsed().as_secs_f64() * 1e3 / n as f64);
+    println!(
+        "CLOSE {q} {n} {:.3}",
+        t0.elapsed().as_secs_f64() * 1e3 / n as f64
+    );
 }
 
 /// Runs `open_cost_row` at 1, 16 and 128 QPs per connection, each in a child process, and
@@ -161,7 +170,11 @@ fn open_cost_table() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "row {q}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "row {q}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         for l in text.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             match f.as_slice() {

@@ -30,13 +30,16 @@ pub const HOST_SHARE: u64 = 8;
 /// state.
 pub fn qp_bytes(max_send_wr: u32, max_recv_wr: u32) -> u64 {
     let page = |b: usize| b.next_multiple_of(4096) as u64;
-    let sq = page(max_send_wr.max(1).next_power_of_two() as usize * size_of::<crate::sq::SqEntry>());
+    let sq =
+        page(max_send_wr.max(1).next_power_of_two() as usize * size_of::<crate::sq::SqEntry>());
     let rq = page(max_recv_wr.max(1).next_power_of_two() as usize * size_of::<u64>());
     let ring = (RING * size_of::<crate::ring::RingEntry>()) as u64;
-    // The `QpShared` behind its `Arc`, and the CQ's and the allocator's bookkeeping.
-    let shared = (size_of::<crate::qp::QpShared>() + 256).next_multiple_of(64) as u64;
-    sq + rq + ring + shared
+    sq + rq + ring + QP_STATE_BYTES
 }
+
+/// A QP's shared state (`QpShared` behind its `Arc`, checked in `qp.rs`) and the CQ's and the
+/// allocator's bookkeeping of it.
+pub const QP_STATE_BYTES: u64 = 2048;
 
 /// The fixed cost of the bounce slots at `bounce_max` bytes per slot.
 pub fn bounce_bytes(bounce_max: u64) -> u64 {
@@ -150,7 +153,10 @@ mod tests {
     fn the_budget_refuses_past_its_cap_and_takes_back_what_is_dropped() {
         let b = Arc::new(Budget::new(10_000, 0));
         let one = b.take(6_000).unwrap();
-        assert!(matches!(b.take(6_000), Err(Error::Full { cap: 10_000, .. })));
+        assert!(matches!(
+            b.take(6_000),
+            Err(Error::Full { cap: 10_000, .. })
+        ));
         assert_eq!(b.held(), 6_000);
         drop(one);
         assert_eq!(b.held(), 0);

@@ -248,10 +248,17 @@ mod tests {
 
     #[test]
     fn the_memory_budget_is_bytes_of_at_least_one_mib() {
-        let c = |v: &str| {
-            Config::from_lookup(|k| (k == "IBNET_SOFT_MEM").then(|| v.to_string()))
-        };
-        assert_eq!(c("0x40000000"), (Config { mem: 1 << 30, ..Config::default() }, vec![]));
+        let c = |v: &str| Config::from_lookup(|k| (k == "IBNET_SOFT_MEM").then(|| v.to_string()));
+        assert_eq!(
+            c("0x40000000"),
+            (
+                Config {
+                    mem: 1 << 30,
+                    ..Config::default()
+                },
+                vec![]
+            )
+        );
         let (small, e) = c("4096");
         assert_eq!(small, Config::default());
         assert_eq!(

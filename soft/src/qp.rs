@@ -199,6 +199,10 @@ pub struct QpShared {
     _budget: Option<crate::budget::Held>,
 }
 
+// The budget's count of a QP's own state covers it (with room for the allocator and the CQ).
+const _: () =
+    assert!(std::mem::size_of::<QpShared>() + 256 <= crate::budget::QP_STATE_BYTES as usize);
+
 /// Most cache lines of a small plain write into a peer's FIFO area hinted ahead of the copy
 /// ([`QpShared::prefetch`]; a clear-to-send element is one line, a multi-receive's up to 8).
 const HINT_LINES: usize = 8;
