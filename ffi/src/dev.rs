@@ -103,8 +103,10 @@ const SOFT_SPEED_MBPS: i32 = 100_000;
 /// filled by soft's own capacity test).
 pub const SOFT_QP_BUDGET: i32 = ibnet_soft::MAX_QPS as i32;
 /// The most comms (send and receive together) advertised per device, whatever the QP budget:
-/// 1024 of each, as many as NCCL opens per peer NIC in practice.
+/// 1024 of each, as many as NCCL opens per peer NIC in practice. A soft device refuses the
+/// comm past it (its CQ cap, one CQ per comm).
 pub const MAX_COMMS: i32 = 2048;
+const _: () = assert!(ibnet_soft::budget::MAX_CQS as i32 == MAX_COMMS);
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
@@ -116,7 +118,8 @@ impl Dev {
     /// flush QP where `cfg.gdr_flush` (receive comms only; counted for all, to stay true), and
     /// at most [`MAX_COMMS`]. Soft: also no more than fit in the provider's QP memory budget
     /// (`IBNET_SOFT_MEM`) at [`Self::comm_bytes`] each, which the provider enforces: the comm
-    /// after that many fails to open (`Error::Full`), before the host runs out of memory.
+    /// after that many fails to open (`Error::Full`), before the host runs out of memory (and
+    /// the one past [`MAX_COMMS`] too: the provider's CQ cap).
     pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
         let budget = match self {
             Dev::Verbs(p) => p.dev.max_qp,

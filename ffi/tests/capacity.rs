@@ -25,8 +25,9 @@ fn cfg(nqps: u8, flush: bool) -> CommConfig {
     CommConfig::from_params(&p, LinkLayer::Ethernet, None, flush)
 }
 
-/// `maxComms` send comms open at once for every QPs-per-connection setting (the budget is the
-/// soft provider's real QP table and its default memory budget, capped at `MAX_COMMS`). Idle
+/// `maxComms` send comms open at once for every QPs-per-connection setting, and not one more
+/// (the budget is the soft provider's real QP table and its default memory budget, capped at
+/// `MAX_COMMS`, the provider's CQ cap). Idle
 /// QPs commit no queue memory, so this stays well under 1 GB of RSS even at 128 QPs per comm.
 #[test]
 fn max_comms_fit_for_any_qps_per_connection() {
@@ -43,6 +44,11 @@ fn max_comms_fit_for_any_qps_per_connection() {
                     .unwrap_or_else(|e| panic!("nqps {nqps}: comm {i} of {n} advertised: {e}"))
             })
             .collect();
+        match d.new_send(c) {
+            Err(ibnet_core::Error::Full { .. }) => {}
+            Err(e) => panic!("nqps {nqps}: comm {n} + 1: wrong error {e}"),
+            Ok(_) => panic!("nqps {nqps}: comm {n} + 1 opened past maxComms"),
+        }
         for s in comms {
             s.close().unwrap();
         }

@@ -188,3 +188,189 @@ fn open_cost_table() {
         }
     }
 }
+
+/// The hex form of a listen handle (a line between the two processes of `xproc_row`).
+fn hex(h: &util::Handle) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The child of `xproc_row` (does nothing without `IBNET_XPROC_QPS`): reads listen handles
+/// from stdin, one a line, connects to each until it has a send comm (`OK`) or `connect`
+/// fails (`REFUSED rc`, then it stops); keeps its comms open; at EOF prints `RSS kib` and
+/// its WARN lines.
+#[test]
+#[ignore]
+fn xproc_child() {
+    use std::io::{BufRead, Write};
+    let Some(q) = std::env::var("IBNET_XPROC_QPS").ok() else {
+        return;
+    };
+    let env = [
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("NCCL_IB_QPS_PER_CONNECTION", q.as_str()),
+    ];
+    if !util::init_soft(&env) {
+        return;
+    }
+    let mut out = std::io::stdout();
+    let mut comms = Vec::new();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let mut h = [0u8; 128];
+        for (i, b) in h.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&line[2 * i..2 * i + 2], 16).unwrap();
+        }
+        let t0 = Instant::now();
+        let rc = loop {
+            let (rc, s) = util::connect_once(&mut h);
+            if rc != ncclResult_t::Success {
+                break rc;
+            }
+            if !s.is_null() {
+                comms.push(s);
+                break rc;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "connect hangs");
+        };
+        if rc == ncclResult_t::Success {
+            writeln!(out, "OK").unwrap();
+        } else {
+            writeln!(out, "REFUSED {rc:?}").unwrap();
+        }
+        out.flush().unwrap();
+    }
+    writeln!(out, "RSS {}", rss_kib()).unwrap();
+    for (lv, s) in util::take_log() {
+        if lv == Level::Warn {
+            writeln!(out, "WARN {s}").unwrap();
+        }
+    }
+    for s in comms {
+        assert_eq!(api::close_send(s), ncclResult_t::Success);
+    }
+}
+
+/// Between two processes, at `IBNET_XPROC_QPS` QPs per connection and the default budget:
+/// opens `maxComms` pairs (each process then holds `maxComms` comms: receive comms here, send
+/// comms in the child), timing each, then one more, which the child's `connect` must refuse.
+/// Prints `XPROC qps maxComms seconds ms(first) ms(512th) ms(2048th) rss_kib child_rss_kib`
+/// and the child's WARN lines.
+#[test]
+#[ignore]
+fn xproc_row() {
+    use std::io::{BufRead, BufReader, Write};
+    let Some(q) = std::env::var("IBNET_XPROC_QPS").ok() else {
+        return;
+    };
+    let env = [
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("NCCL_IB_QPS_PER_CONNECTION", q.as_str()),
+    ];
+    if !util::init_soft(&env) {
+        return;
+    }
+    let n = api::properties(0).unwrap().max_comms as usize;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "xproc_child", "--nocapture", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let from = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        // Only the child's own lines (not the test harness's).
+        let ours = |l: &String| {
+            ["OK", "REFUSED", "RSS ", "WARN "]
+                .iter()
+                .any(|p| l.starts_with(p))
+        };
+        for l in from.lines().map_while(Result::ok).filter(ours) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut recvs = Vec::new();
+    let mut ms = Vec::new();
+    let start = Instant::now();
+    let refused = loop {
+        let (h, l) = util::listen();
+        writeln!(to, "{}", hex(&h)).unwrap();
+        to.flush().unwrap();
+        let t0 = Instant::now();
+        let verdict = loop {
+            let (rc, r) = util::accept_once(l);
+            assert_eq!(rc, ncclResult_t::Success);
+            if !r.is_null() {
+                recvs.push(r);
+            }
+            if let Ok(v) = rx.try_recv() {
+                if v.starts_with("REFUSED") || !r.is_null() {
+                    break v;
+                }
+                // The child's OK before this side's accept returned: wait for the comm.
+                while recvs.len() < ms.len() + 1 {
+                    let (rc, r) = util::accept_once(l);
+                    assert_eq!(rc, ncclResult_t::Success);
+                    if !r.is_null() {
+                        recvs.push(r);
+                    }
+                    assert!(t0.elapsed() < Duration::from_secs(60), "accept hangs");
+                }
+                break v;
+            }
+            if !r.is_null() {
+                let v = rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("child answers");
+                break v;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "pair {} hangs",
+                ms.len()
+            );
+        };
+        assert_eq!(api::close_listen(l), ncclResult_t::Success);
+        if verdict.starts_with("REFUSED") {
+            break Some(ms.len());
+        }
+        assert_eq!(verdict, "OK");
+        ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        if ms.len() > n + 1 {
+            break None;
+        }
+    };
+    let secs = start.elapsed().as_secs_f64();
+    drop(to);
+    let mut child_rss = String::new();
+    let mut warns = Vec::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(60)) {
+        if let Some(r) = l.strip_prefix("RSS ") {
+            child_rss = r.to_string();
+        } else if let Some(w) = l.strip_prefix("WARN ") {
+            warns.push(w.to_string());
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    let at = |i: usize| ms.get(i).map_or("-".to_string(), |m| format!("{m:.2}"));
+    println!(
+        "XPROC {q} {n} {secs:.2} {} {} {} {} {child_rss}",
+        at(0),
+        at(511),
+        at(2047),
+        rss_kib()
+    );
+    for w in &warns {
+        println!("CHILD WARN {w}");
+    }
+    assert_eq!(
+        refused,
+        Some(n),
+        "the advertised {n} open, the next is refused"
+    );
+    assert_eq!(warns.len(), 1, "one WARN: {warns:?}");
+    for r in recvs {
+        assert_eq!(api::close_recv(r), ncclResult_t::Success);
+    }
+}

@@ -15,12 +15,17 @@
 //! process where lower), per soft device: as if each of 8 ranks of a node had one device and
 //! used every ring of every comm it may open.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ibnet_core::{Error, Result};
 
 use crate::segment::{BOUNCE_QPS, BOUNCE_SLOTS, RING};
+
+/// CQs one provider holds at once: one per comm (the core makes one per comm and rail), so
+/// the plugin's `maxComms` cap of 2 × 1024 comms: the comm past it is refused even where
+/// memory would allow it ([`Budget::take_cq`]).
+pub const MAX_CQS: u32 = 2 * 1024;
 
 /// The default budget's share of the host's memory (1/8).
 pub const HOST_SHARE: u64 = 8;
@@ -84,6 +89,8 @@ pub struct Budget {
     /// The configured budget (`IBNET_SOFT_MEM`), for messages.
     configured: u64,
     held: AtomicU64,
+    /// Live CQs (at most [`MAX_CQS`]).
+    cqs: AtomicU32,
 }
 
 impl Budget {
@@ -93,6 +100,7 @@ impl Budget {
             cap: mem.saturating_sub(bounce_bytes(bounce_max)),
             configured: mem,
             held: AtomicU64::new(0),
+            cqs: AtomicU32::new(0),
         }
     }
 
@@ -124,6 +132,19 @@ impl Budget {
         })
     }
 
+    /// Takes one of the [`MAX_CQS`] CQ slots (a comm), or fails with [`Error::Full`].
+    pub fn take_cq(self: &Arc<Self>) -> Result<CqSlot> {
+        // Relaxed: a counter; no data is published through it.
+        if self.cqs.fetch_add(1, Ordering::Relaxed) >= MAX_CQS {
+            self.cqs.fetch_sub(1, Ordering::Relaxed); // Relaxed: as above
+            return Err(Error::Full {
+                what: "soft device comms (one CQ each; the cap of maxComms)",
+                cap: MAX_CQS as usize,
+            });
+        }
+        Ok(CqSlot { pool: self.clone() })
+    }
+
     /// Bytes live QPs hold now.
     pub fn held(&self) -> u64 {
         // Relaxed: a counter, read for reports.
@@ -136,6 +157,19 @@ impl Budget {
 pub struct Held {
     pool: Arc<Budget>,
     bytes: u64,
+}
+
+/// A CQ's slot, given back when the CQ is dropped.
+#[derive(Debug)]
+pub struct CqSlot {
+    pool: Arc<Budget>,
+}
+
+impl Drop for CqSlot {
+    fn drop(&mut self) {
+        // Relaxed: a counter (see `take_cq`).
+        self.pool.cqs.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Held {
@@ -161,6 +195,15 @@ mod tests {
         drop(one);
         assert_eq!(b.held(), 0);
         let _two = b.take(10_000).unwrap();
+    }
+
+    #[test]
+    fn cqs_past_the_cap_are_refused_until_one_is_dropped() {
+        let b = Arc::new(Budget::new(1 << 30, 0));
+        let mut all: Vec<_> = (0..MAX_CQS).map(|_| b.take_cq().unwrap()).collect();
+        assert!(matches!(b.take_cq(), Err(Error::Full { cap, .. }) if cap == MAX_CQS as usize));
+        all.pop();
+        all.push(b.take_cq().unwrap());
     }
 
     #[test]

@@ -443,7 +443,10 @@ impl Provider for SoftProvider {
     fn create_cq(&self, depth: u32) -> Result<Self::Cq> {
         self.check_open("create_cq")?;
         range("CQ depth", depth, 1, MAX_CQ_DEPTH)?;
-        Ok(SoftCq::new(depth, self.inner.inject.clone()))
+        let slot = self.inner.budget.take_cq()?;
+        let mut cq = SoftCq::new(depth, self.inner.inject.clone());
+        cq._slot = Some(slot);
+        Ok(cq)
     }
 
     fn create_qp(&self, cq: &Self::Cq, attr: &QpAttr) -> Result<Self::Qp> {
