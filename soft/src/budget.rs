@@ -1,5 +1,7 @@
 //! The provider's memory budget for QPs (`IBNET_SOFT_MEM`): what a QP may cost at most, the
-//! budget's default, and the live QPs' share of it.
+//! budget's default, and the live QPs' share of it; and the cap on CQs (one per comm,
+//! [`MAX_CQS`]), so that the comm past the plugin's `maxComms` is refused however `maxComms`
+//! is bounded.
 //!
 //! A QP's queues are committed lazily (`zeroed`) and its inbound ring is a sparse part of the
 //! segment, so an idle QP costs about its `QpShared`; but a QP that carries traffic touches
