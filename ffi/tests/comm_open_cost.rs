@@ -5,9 +5,13 @@
 //!   advertised `maxComms` open as connect/accept pairs, the next `connect` fails with one
 //!   WARN naming the budget and the peer, and a closed pair's share is back.
 //! * `open_cost_table` (ignored: a measurement, not a check): the time and RSS to open one more
-//!   pair at 1, 16 and 128 QPs per connection with 1, 512 and 2,048 comms already open. Each
+//!   pair at 1, 16 and 128 QPs per connection with 1, 512 and 2,040 comms already open (a
+//!   budget large enough for them; the last 8 of the 2,048 a soft device holds). Each
 //!   row runs in a child process (`open_cost_row`, its own plugin and environment):
 //!   `cargo test -p ibnet-ffi --release --test comm_open_cost -- --ignored --nocapture open_cost_table`
+//! * `xproc_row` (ignored, with `IBNET_XPROC_QPS=N`): the same between two processes at the
+//!   default budget: the advertised `maxComms` pairs open, timed, and the next is refused
+//!   (the child, `xproc_child`, connects; one WARN there).
 
 mod util;
 
@@ -104,8 +108,8 @@ fn advertised_comms_open_and_the_next_is_refused() {
 }
 
 /// One row of the table (a child of `open_cost_table`; does nothing without its variables):
-/// `IBNET_COST_QPS` QPs per connection, pairs opened until 1, 512 and 2,048 comms are open,
-/// then 4 more pairs timed at each of those points. Prints `ROW qps comms ms_per_comm
+/// `IBNET_COST_QPS` QPs per connection, pairs opened until 1 (2: one pair), 512 and 2,040
+/// comms are open, then 4 more pairs timed at each of those points. Prints `ROW qps comms ms_per_comm
 /// rss_kib kib_per_comm`.
 #[test]
 #[ignore]
@@ -124,7 +128,8 @@ fn open_cost_row() {
     }
     let mut open = Vec::new();
     let rss0 = rss_kib();
-    for at in [1usize, 512, 2048] {
+    // 2,040: its 8 timed comms are the last of the 2,048 a device holds.
+    for at in [1usize, 512, 2040] {
         // Open pairs until `at` comms are open (1: one pair is the smallest step, 2 comms).
         while open.len() * 2 < at.max(2) {
             open.push(pair());
@@ -157,7 +162,7 @@ fn open_cost_row() {
 }
 
 /// Runs `open_cost_row` at 1, 16 and 128 QPs per connection, each in a child process, and
-/// prints their rows as a table.
+/// prints their rows as a table; then `xproc_row` at each.
 #[test]
 #[ignore]
 fn open_cost_table() {
@@ -185,6 +190,26 @@ fn open_cost_table() {
                 ["CLOSE", q, n, ms] => println!("{q:>3}  closing {n} comms: {ms} ms/comm"),
                 _ => {}
             }
+        }
+    }
+    println!("two processes, default budget: qps  maxComms  s(all)  ms(1st)  ms(512th)  ms(2048th)  RSS KiB  child RSS KiB");
+    for q in [1, 16, 128] {
+        let out = std::process::Command::new(&exe)
+            .args(["--ignored", "--exact", "xproc_row", "--nocapture"])
+            .env("IBNET_XPROC_QPS", q.to_string())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "xproc {q}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in text
+            .lines()
+            .filter(|l| l.starts_with("XPROC") || l.starts_with("CHILD"))
+        {
+            println!("{l}");
         }
     }
 }

@@ -19,6 +19,7 @@ use std::ptr::NonNull;
 /// # Safety
 /// Every bit of `Self` may be zero: no references, no niches that zero violates; and the
 /// type is fine with being shared between threads as a plain memory value (atomics).
+#[cfg_attr(loom, allow(dead_code))] // loom: the queues are always on the heap
 pub unsafe trait Zeroable: Sync {}
 
 // SAFETY: an `AtomicU64` is a `u64` in memory; zero is the value a new receive slot holds.
