@@ -141,8 +141,11 @@ fn open_cost_row() {
         }
         let ms = t0.elapsed().as_secs_f64() * 1e3 / (2 * probe) as f64;
         let r1 = rss_kib();
+        // The process's mappings (each QP's queues are mappings of their own; the kernel merges
+        // neighbours, and `vm.max_map_count` is 65530 by default).
+        let maps = std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count());
         println!(
-            "ROW {q} {at} {ms:.3} {r1} {:.1} {:.1}",
+            "ROW {q} {at} {ms:.3} {r1} {:.1} {:.1} {maps}",
             (r1.saturating_sub(r0)) as f64 / (2 * probe) as f64,
             (r1.saturating_sub(rss0)) as f64 / (2 * open.len()) as f64
         );
@@ -167,7 +170,7 @@ fn open_cost_row() {
 #[ignore]
 fn open_cost_table() {
     let exe = std::env::current_exe().unwrap();
-    println!("qps  comms open  ms/comm  RSS (MiB)  KiB/comm (last 8)  KiB/comm (avg)");
+    println!("qps  comms open  ms/comm  RSS (MiB)  KiB/comm (last 8)  KiB/comm (avg)  mappings");
     for q in [1, 16, 128] {
         let out = std::process::Command::new(&exe)
             .args(["--ignored", "--exact", "open_cost_row", "--nocapture"])
@@ -183,9 +186,11 @@ fn open_cost_table() {
         for l in text.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             match f.as_slice() {
-                ["ROW", q, at, ms, rss, last, avg] => {
+                ["ROW", q, at, ms, rss, last, avg, maps] => {
                     let mib = rss.parse::<f64>().unwrap_or(0.0) / 1024.0;
-                    println!("{q:>3}  {at:>10}  {ms:>7}  {mib:>9.0}  {last:>17}  {avg:>14}")
+                    println!(
+                        "{q:>3}  {at:>10}  {ms:>7}  {mib:>9.0}  {last:>17}  {avg:>14}  {maps:>8}"
+                    )
                 }
                 ["CLOSE", q, n, ms] => println!("{q:>3}  closing {n} comms: {ms} ms/comm"),
                 _ => {}
