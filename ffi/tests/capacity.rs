@@ -14,7 +14,7 @@ fn soft() -> Option<ibnet_soft::SoftProvider> {
         eprintln!("SKIP: soft provider unavailable ({u:?})");
         return None;
     }
-    // The largest budget a host could give it (2,048 comms at 128 QPs: 35 GB): the same
+    // A budget large enough for 2,048 comms at 128 QPs (23 GB, a large host's): the same
     // test on every host, at its largest.
     let big = ibnet_soft::Config {
         mem: 64 << 30,

@@ -226,8 +226,8 @@ mod tests {
     #[test]
     fn a_qp_costs_its_queues_ring_and_state() {
         let b = qp_bytes(512, 256);
-        // 512 send entries of 128 B, 256 receive ids, the 64 KiB ring.
-        assert!(b >= 64 * 1024 + 2048 + 64 * 1024, "{b}");
-        assert!(b < 140 * 1024, "{b}");
+        // 512 send entries of 128 B, 256 receive ids, the 16 KiB ring.
+        assert!(b >= 64 * 1024 + 2048 + 16 * 1024, "{b}");
+        assert!(b < 90 * 1024, "{b}");
     }
 }

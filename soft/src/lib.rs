@@ -167,7 +167,7 @@ pub const MAX_INLINE: u32 = 1024;
 /// comms) × 129 QPs each (`NCCL_IB_QPS_PER_CONNECTION` ≤ 128, plus a flush QP), as far as the
 /// memory budget (`IBNET_SOFT_MEM`, [`budget`]) allows. An idle QP costs ~1.5 KiB of heap and a
 /// 192-byte head in the segment; its queues (64 KiB of send queue at 512 WRs, lazily
-/// committed) and its 64 KiB receive ring only as far as they are used.
+/// committed) and its 16 KiB receive ring only as far as they are used.
 pub const MAX_QPS: usize = QP_SLOTS - 1;
 /// Largest CQ depth.
 pub const MAX_CQ_DEPTH: u32 = 1 << 20;
