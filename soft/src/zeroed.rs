@@ -17,8 +17,9 @@ use std::ptr::NonNull;
 /// for a new queue entry makes.
 ///
 /// # Safety
-/// Every bit of `Self` may be zero: no references, no niches that zero violates; and the
-/// type is fine with being shared between threads as a plain memory value (atomics).
+/// Every bit of `Self` may be zero: no references, no niches that zero violates; the type is
+/// fine with being shared between threads as a plain memory value (atomics); and it has no
+/// drop glue (a mapping is unmapped without dropping its entries; `Zeroed::new` checks it).
 #[cfg_attr(loom, allow(dead_code))] // loom: the queues are always on the heap
 pub unsafe trait Zeroable: Sync {}
 
@@ -43,6 +44,7 @@ impl<T: Zeroable> Zeroed<T> {
     /// all-zero value).
     #[cfg(not(loom))]
     pub fn new(n: usize, new: fn() -> T) -> Self {
+        const { assert!(!std::mem::needs_drop::<T>()) };
         let bytes = (n * std::mem::size_of::<T>()).next_multiple_of(page());
         if std::mem::align_of::<T>() <= page() && bytes > 0 {
             // SAFETY: a fresh private anonymous mapping at an address the kernel picks; no
