@@ -105,8 +105,10 @@ const SOFT_SPEED_MBPS: i32 = 100_000;
 /// filled by soft's own capacity test).
 pub const SOFT_QP_BUDGET: i32 = ibnet_soft::MAX_QPS as i32;
 /// The most comms (send and receive together) advertised per device, whatever the QP budget:
-/// 1024 of each, as many as NCCL opens per peer NIC in practice.
+/// 1024 of each, as many as NCCL opens per peer NIC in practice. A soft device refuses the
+/// comm past it (its CQ cap, one CQ per comm).
 pub const MAX_COMMS: i32 = 2048;
+const _: () = assert!(ibnet_soft::budget::MAX_CQS as i32 == MAX_COMMS);
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
@@ -116,14 +118,43 @@ impl Dev {
     /// `maxComms`: send and receive comms together that fit in the device's QP budget (verbs:
     /// `max_qp` of the device; soft: [`SOFT_QP_BUDGET`]), each taking `cfg.nqps` QPs plus a
     /// flush QP where `cfg.gdr_flush` (receive comms only; counted for all, to stay true), and
-    /// at most [`MAX_COMMS`].
+    /// at most [`MAX_COMMS`]. Soft: also no more than fit in the provider's QP memory budget
+    /// (`IBNET_SOFT_MEM`) at [`Self::comm_bytes`] each, which the provider enforces: the comm
+    /// after that many fails to open (`Error::Full`), before the host runs out of memory (and
+    /// the one past [`MAX_COMMS`] too: the provider's CQ cap).
     pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
         let budget = match self {
             Dev::Verbs(p) => p.dev.max_qp,
             Dev::Soft(..) => SOFT_QP_BUDGET,
         };
         let per_comm = i32::from(cfg.nqps.max(1)) + i32::from(cfg.gdr_flush);
-        (budget / per_comm).clamp(1, MAX_COMMS)
+        let by_qps = budget / per_comm;
+        let by_mem = match self {
+            Dev::Verbs(_) => i32::MAX,
+            Dev::Soft(p, _) => {
+                let n = p.qp_memory().0 / self.comm_bytes(cfg).max(1);
+                i32::try_from(n).unwrap_or(i32::MAX)
+            }
+        };
+        by_qps.min(by_mem).clamp(1, MAX_COMMS)
+    }
+
+    /// Soft: the most bytes of the provider's QP memory budget one comm made with `cfg` holds
+    /// (`cfg.nqps` data QPs, and the flush QP where `cfg.gdr_flush`: as [`Self::max_comms`]
+    /// counts it); verbs: 0 (the NIC's `max_qp` bounds it; the driver's memory is not ours).
+    pub fn comm_bytes(&self, cfg: &CommConfig) -> u64 {
+        use ibnet_core::fifo::MAX_REQUESTS;
+        use ibnet_soft::budget::qp_bytes;
+        match self {
+            Dev::Verbs(_) => 0,
+            Dev::Soft(..) => {
+                // The QP attributes of `SendComm::new` / `RecvComm::new` (data QPs) and of the
+                // receive side's flush QP.
+                let data = qp_bytes(2 * MAX_REQUESTS as u32, MAX_REQUESTS as u32);
+                let flush = qp_bytes(MAX_REQUESTS as u32, 1);
+                u64::from(cfg.nqps.max(1)) * data + u64::from(cfg.gdr_flush) * flush
+            }
+        }
     }
 
     /// Properties; `maxComms` for comms made with `cfg` ([`Self::max_comms`]).

@@ -177,6 +177,7 @@ const SOFT: &[&str] = &[
     "IBNET_SOFT_STREAM_MIN",
     "IBNET_SOFT_SPIN_US",
     "IBNET_SOFT_MIN_PIECE",
+    "IBNET_SOFT_MEM",
 ];
 
 fn soft(var: usize, v: &str) {
@@ -189,6 +190,7 @@ fn soft(var: usize, v: &str) {
     }
     assert!(cfg.workers <= 64 && cfg.chunk >= 4096 && cfg.chunk <= 1 << 30);
     assert!(cfg.bounce_max <= ibnet_soft::BOUNCE_MAX as u64);
+    assert!(cfg.mem >= 1 << 20 || cfg.mem == def.mem);
 }
 
 fn ffi_own(var: usize, v: &str) {

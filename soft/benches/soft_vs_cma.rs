@@ -38,7 +38,7 @@ const MAX: usize = 64 << 20;
 const BUF: usize = 256 << 20;
 const SWITCH_TO_SINK: u32 = u32::MAX - 1;
 const QUIT: u32 = u32::MAX;
-const RECVS: u64 = 512;
+const RECVS: u64 = ibnet_soft::MAX_RECV_WR as u64;
 
 struct Region {
     ptr: *mut u8,
@@ -80,7 +80,7 @@ fn end_with(buf_len: usize) -> End {
     let cq = p.create_cq(4096).unwrap();
     let attr = QpAttr {
         max_send_wr: 1024,
-        max_recv_wr: 1024,
+        max_recv_wr: ibnet_soft::MAX_RECV_WR,
         max_inline: 64,
         access: Access::ALL,
     };

@@ -10,6 +10,7 @@
 //! | `IBNET_SOFT_STREAM_MIN` | 8192 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0); the default leaves `BOUNCE_MAX`'s 4 KiB on the bounce path, which measured faster for a 4 KiB stream (1.08 × raw CMA against 0.67–0.80 streamed, 16-core host) |
 //! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once); a worker that just helped with an idle QP's WR sleeps at once (1 MiB ping-pong measured 58–65 µs so, against 71–101 µs spinning 50 µs) |
 //! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
+//! | `IBNET_SOFT_MEM` | host memory / 8 | bytes the provider's QPs may hold, each counted at its worst case (send and receive queues and inbound ring all touched; the bounce slots' fixed cost comes off first); `create_qp` past it fails, and the plugin's `maxComms` is derived from it (see [`crate::budget`]) |
 //! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
 //!
 //! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
@@ -43,6 +44,9 @@ pub struct Config {
     pub set_ptracer: bool,
     /// Armed fault injection (`IBNET_SOFT_FAULTS`; [`Faults::OFF`] by default).
     pub faults: Faults,
+    /// The memory budget of the provider's QPs in bytes (`IBNET_SOFT_MEM`; an eighth of the
+    /// host's memory by default; see [`crate::budget`]).
+    pub mem: u64,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             spin_us: if cores >= 8 { 50 } else { 0 },
             set_ptracer: true,
             faults: Faults::OFF,
+            mem: crate::budget::default_budget(),
         }
     }
 }
@@ -122,6 +127,9 @@ impl Config {
         }
         if let Some(n) = num("IBNET_SOFT_PTRACER", 0, 1) {
             c.set_ptracer = n == 1;
+        }
+        if let Some(n) = num("IBNET_SOFT_MEM", 1 << 20, i64::MAX as u64) {
+            c.mem = n;
         }
         if let Some(v) = get(faults::VAR) {
             match Faults::parse(&v) {
@@ -236,6 +244,31 @@ mod tests {
                 reason: "out of range; default used",
             }]
         ));
+    }
+
+    #[test]
+    fn the_memory_budget_is_bytes_of_at_least_one_mib() {
+        let c = |v: &str| Config::from_lookup(|k| (k == "IBNET_SOFT_MEM").then(|| v.to_string()));
+        assert_eq!(
+            c("0x40000000"),
+            (
+                Config {
+                    mem: 1 << 30,
+                    ..Config::default()
+                },
+                vec![]
+            )
+        );
+        let (small, e) = c("4096");
+        assert_eq!(small, Config::default());
+        assert_eq!(
+            e,
+            vec![Error::Param {
+                name: "IBNET_SOFT_MEM",
+                reason: "out of range; default used",
+            }]
+        );
+        assert_eq!(Config::default().mem, crate::budget::default_budget());
     }
 
     #[test]

@@ -112,6 +112,8 @@ pub struct SoftCq {
     /// Armed `IBNET_SOFT_FAULTS` (delay, reorder), and when the next batch may go out.
     /// Boxed: one pointer in the (common) case of no fault.
     faults: Option<Box<(Arc<Inject>, Option<Instant>)>>,
+    /// This CQ's slot of the provider's CQ cap (None: made outside a provider, in tests).
+    pub(crate) _slot: Option<crate::budget::CqSlot>,
 }
 
 impl SoftCq {
@@ -124,6 +126,7 @@ impl SoftCq {
             faults: inject
                 .filter(|f| f.spec.cq_delay_us != 0 || f.spec.reorder)
                 .map(|f| Box::new((f, None))),
+            _slot: None,
         }
     }
 

@@ -95,6 +95,7 @@
 #![deny(unsafe_code)]
 
 mod addr;
+pub mod budget;
 mod config;
 #[cfg(loom)]
 #[doc(hidden)]
@@ -127,6 +128,7 @@ pub mod sq;
 #[cfg(not(loom))]
 mod sq;
 mod sys;
+mod zeroed;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -162,9 +164,10 @@ pub const MAX_RECV_WR: u32 = RING as u32;
 /// Largest `max_inline`.
 pub const MAX_INLINE: u32 = 1024;
 /// QPs one provider holds at once: 2 × 1024 comms (the plugin's `maxComms`, send and receive
-/// comms) × 129 QPs each (`NCCL_IB_QPS_PER_CONNECTION` ≤ 128, plus a flush QP). An idle QP
-/// costs ~1 KiB of heap and a 192-byte head in the segment; its 16 KiB receive ring only once
-/// used.
+/// comms) × 129 QPs each (`NCCL_IB_QPS_PER_CONNECTION` ≤ 128, plus a flush QP), as far as the
+/// memory budget (`IBNET_SOFT_MEM`, [`budget`]) allows. An idle QP costs ~1.5 KiB of heap and a
+/// 192-byte head in the segment; its queues (64 KiB of send queue at 512 WRs, lazily
+/// committed) and its 16 KiB receive ring only as far as they are used.
 pub const MAX_QPS: usize = QP_SLOTS - 1;
 /// Largest CQ depth.
 pub const MAX_CQ_DEPTH: u32 = 1 << 20;
@@ -189,6 +192,8 @@ struct Inner {
     shut: AtomicBool,
     /// Armed `IBNET_SOFT_FAULTS`, if any.
     inject: Option<Arc<inject::Inject>>,
+    /// The QPs' memory budget (`IBNET_SOFT_MEM`).
+    budget: Arc<budget::Budget>,
 }
 
 impl Inner {
@@ -337,6 +342,7 @@ impl SoftProvider {
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
                 inject: inject::Inject::new(cfg.faults),
+                budget: Arc::new(budget::Budget::new(cfg.mem, cfg.bounce_max)),
             }),
         })
     }
@@ -349,6 +355,13 @@ impl SoftProvider {
     /// The configuration in force.
     pub fn config(&self) -> Config {
         self.inner.cfg
+    }
+
+    /// The QPs' memory budget (`IBNET_SOFT_MEM`, less the bounce slots) and what live QPs
+    /// hold of it now, in bytes.
+    pub fn qp_memory(&self) -> (u64, u64) {
+        let b = &self.inner.budget;
+        (b.cap(), b.held())
     }
 
     /// Stops and joins every thread of the provider (copy engine, monitor). Idempotent. Call it
@@ -430,7 +443,10 @@ impl Provider for SoftProvider {
     fn create_cq(&self, depth: u32) -> Result<Self::Cq> {
         self.check_open("create_cq")?;
         range("CQ depth", depth, 1, MAX_CQ_DEPTH)?;
-        Ok(SoftCq::new(depth, self.inner.inject.clone()))
+        let slot = self.inner.budget.take_cq()?;
+        let mut cq = SoftCq::new(depth, self.inner.inject.clone());
+        cq._slot = Some(slot);
+        Ok(cq)
     }
 
     fn create_qp(&self, cq: &Self::Cq, attr: &QpAttr) -> Result<Self::Qp> {
@@ -439,6 +455,10 @@ impl Provider for SoftProvider {
         range("max_recv_wr", attr.max_recv_wr, 1, MAX_RECV_WR)?;
         range("max_inline", attr.max_inline, 0, MAX_INLINE)?;
         let i = &self.inner;
+        // Before anything is allocated: past the budget, nothing is.
+        let held = i
+            .budget
+            .take(budget::qp_bytes(attr.max_send_wr, attr.max_recv_wr))?;
         let (idx, gen) = {
             let mut a = i.qps.lock().unwrap_or_else(|e| e.into_inner());
             let idx = a.alloc("soft QP table")?;
@@ -464,7 +484,8 @@ impl Provider for SoftProvider {
                 attr,
                 &i.cfg,
             )
-            .with_faults(i.inject.clone()),
+            .with_faults(i.inject.clone())
+            .with_budget(held),
         );
         cq.sh.attach(sh.clone());
         Ok(SoftQp {

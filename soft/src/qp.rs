@@ -123,6 +123,7 @@ use crate::segment::{
     BOUNCE_QPS, BOUNCE_SLOTS, RING,
 };
 use crate::sq::{Combiner, ErrSeq, SqEntry, Wr, OP_READ, OP_WRITE_IMM};
+use crate::zeroed::Zeroed;
 
 mod faulty;
 mod responder;
@@ -150,7 +151,8 @@ pub struct QpShared {
     own: Arc<Segment>,
     /// The CQ (for completion-slot accounting).
     pub cq: Arc<CqShared>,
-    sq: Box<[SqEntry]>,
+    /// The send queue (lazily committed: `zeroed`).
+    sq: Zeroed<SqEntry>,
     sq_mask: u64,
     max_send: u64,
     max_inline: u32,
@@ -169,7 +171,8 @@ pub struct QpShared {
     err_seq: ErrSeq,
     state: AtomicU8,
     remote: OnceLock<Remote>,
-    rq: Box<[AtomicU64]>,
+    /// The receive queue's WR ids (lazily committed).
+    rq: Zeroed<AtomicU64>,
     rq_mask: u64,
     max_recv: u64,
     rq_posted: CachePadded<AtomicU64>,
@@ -192,7 +195,13 @@ pub struct QpShared {
     bounce_seen: AtomicU64,
     /// Armed `IBNET_SOFT_FAULTS` (None: the normal case).
     faults: Option<Arc<crate::inject::Inject>>,
+    /// This QP's share of the provider's memory budget, given back when its memory is freed.
+    _budget: Option<crate::budget::Held>,
 }
+
+// The budget's count of a QP's own state covers it (with room for the allocator and the CQ).
+const _: () =
+    assert!(std::mem::size_of::<QpShared>() + 256 <= crate::budget::QP_STATE_BYTES as usize);
 
 /// Most cache lines of a small plain write into a peer's FIFO area hinted ahead of the copy
 /// ([`QpShared::prefetch`]; a clear-to-send element is one line, a multi-receive's up to 8).
@@ -252,7 +261,7 @@ impl QpShared {
             idx,
             own,
             cq,
-            sq: (0..scap).map(|_| SqEntry::new()).collect(),
+            sq: Zeroed::new(scap, SqEntry::new),
             sq_mask: scap as u64 - 1,
             max_send: attr.max_send_wr as u64,
             max_inline: attr.max_inline,
@@ -266,7 +275,7 @@ impl QpShared {
             err_seq: ErrSeq::new(),
             state: AtomicU8::new(ST_RESET),
             remote: OnceLock::new(),
-            rq: (0..rcap).map(|_| AtomicU64::new(0)).collect(),
+            rq: Zeroed::new(rcap, || AtomicU64::new(0)),
             rq_mask: rcap as u64 - 1,
             max_recv: attr.max_recv_wr as u64,
             rq_posted: CachePadded::new(AtomicU64::new(0)),
@@ -281,12 +290,19 @@ impl QpShared {
             bounce_next: AtomicU64::new(0),
             bounce_seen: AtomicU64::new(0),
             faults: None,
+            _budget: None,
         }
     }
 
     /// Arms `IBNET_SOFT_FAULTS` on this QP (before it is shared).
     pub fn with_faults(mut self, faults: Option<Arc<crate::inject::Inject>>) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// Holds `held` of the provider's memory budget for as long as this QP's memory lives.
+    pub fn with_budget(mut self, held: crate::budget::Held) -> Self {
+        self._budget = Some(held);
         self
     }
 

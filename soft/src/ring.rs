@@ -24,8 +24,8 @@
 //! Why 32 bytes: the entry is one 64-byte line (one handoff, as before), of which the signal
 //! (`seq`), `imm << 32 | len`, the remote address and `rkey << 32 | flag` take four words; the
 //! other four carry the payload. That holds the 8-byte messages latency-bound collectives send
-//! with room to spare; a larger entry would cost a second line (and 4× ring memory is already
-//! 64 KiB per active QP, up from 16 KiB), a smaller one would gain nothing.
+//! with room to spare; a larger entry would cost a second line (ring memory is 16 KiB per
+//! active QP: 256 entries), a smaller one would gain nothing.
 //!
 //! The module uses `ibnet_core::sync` atomics so that the loom model (`tests/loom_seg.rs`) runs
 //! these very functions.

@@ -9,7 +9,7 @@
 //!  offset 0        Header   magic, version, pid, nonce, lease lanes
 //!  HDR_BYTES       MrSlot × MR_SLOTS      registration table (key = gen << 16 | index)
 //!  QP_OFF          QpHead × QP_SLOTS      per QP: state, responder error, recv_posted
-//!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (1024 × 64 B = 64 KiB, page
+//!  RING_OFF        Ring × QP_SLOTS        per QP: inbound ring (256 × 64 B = 16 KiB, page
 //!                                         aligned; small payloads inline, see `ring`)
 //!  BOUNCE_OFF      Bounce × BOUNCE_QPS    per QP of the first BOUNCE_QPS slots: BOUNCE_SLOTS
 //!                                         × BOUNCE_MAX bytes (512 KiB) of payloads written by
@@ -95,7 +95,7 @@ pub use crate::ring::RingEntry;
 use crate::sys::{self, Mapping};
 
 /// Segment format version (part of the provider address).
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Registration slots (index 0 unused). Keys carry a 16-bit index.
 pub const MR_SLOTS: usize = 1 << 16;
 /// Bits of a QP number that hold its slot index; the 5 bits above hold a generation (QP numbers
@@ -106,8 +106,9 @@ pub const QP_IDX_BITS: u32 = 19;
 pub const QP_SLOTS: usize = 2 * 1024 * 129 + 1;
 const _: () = assert!(QP_SLOTS <= 1 << QP_IDX_BITS);
 
-/// Entries of a QP's inbound ring: the most receives a QP may have posted.
-pub const RING: usize = 1024;
+/// Entries of a QP's inbound ring: the most receives a QP may have posted (the core posts at
+/// most `MAX_REQUESTS`, 256, per QP). A busy QP touches all of it: 16 KiB.
+pub const RING: usize = 256;
 
 const HDR_BYTES: usize = 4096;
 const MR_OFF: usize = HDR_BYTES;

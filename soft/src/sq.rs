@@ -68,6 +68,12 @@ pub struct SqEntry {
     inline: [AtomicU64; INLINE_WORDS],
 }
 
+// SAFETY: every field is an atomic integer (plain memory under `not(loom)`); all zeros is
+// `SqEntry::new()`, a free slot.
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+unsafe impl crate::zeroed::Zeroable for SqEntry {}
+
 /// A claimed chunk: bytes `[off, off + len)` of the WR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chunk {

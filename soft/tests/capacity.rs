@@ -1,5 +1,6 @@
 //! Capacity: one provider holds every QP the plugin may create for the comms it advertises
-//! (`maxComms` 1024 send and 1024 receive comms, each with up to 128 QPs and a flush QP).
+//! (`maxComms` 1024 send and 1024 receive comms, each with up to 128 QPs and a flush QP), and
+//! one CQ per comm, not one more.
 
 use ibnet_core::provider::{Access, Provider, QpAttr};
 use ibnet_core::Error;
@@ -13,8 +14,11 @@ const QPS_PER_COMM: usize = 128 + 1;
 #[test]
 fn holds_every_qp_of_the_advertised_comms_at_128_qps_per_connection() {
     const { assert!(MAX_QPS >= COMMS * QPS_PER_COMM) };
+    // A memory budget no host has: this test is about the QP table (idle QPs commit no
+    // queue memory; the budget's own test is ffi's `capacity.rs`).
     let p = SoftProvider::open_with(Config {
         workers: 0,
+        mem: 1 << 50,
         ..Config::default()
     })
     .unwrap();
@@ -45,12 +49,19 @@ fn holds_every_qp_of_the_advertised_comms_at_128_qps_per_connection() {
         numbers.iter().all(|&n| n >> 24 == 0),
         "QP numbers fit 24 bits"
     );
-    // The table is full at exactly MAX_QPS, with a clean error.
-    let cq = p.create_cq(4).unwrap();
+    // As many CQs as comms: the next one is refused (the cap of the plugin's maxComms).
+    match p.create_cq(4) {
+        Err(Error::Full { cap, what }) => {
+            assert_eq!(cap, COMMS, "{what}");
+        }
+        r => panic!("expected Full, got {:?}", r.map(|_| ())),
+    }
+    // The table is full at exactly MAX_QPS, with a clean error (the extra QPs on a comm's CQ).
+    let cq = &comms[0].0;
     let extra: Vec<_> = (COMMS * QPS_PER_COMM..MAX_QPS)
-        .map(|_| p.create_qp(&cq, &attr).unwrap())
+        .map(|_| p.create_qp(cq, &attr).unwrap())
         .collect();
-    match p.create_qp(&cq, &attr) {
+    match p.create_qp(cq, &attr) {
         Err(Error::Full { cap, .. }) => assert_eq!(cap, MAX_QPS),
         r => panic!("expected Full, got {:?}", r.map(|_| ())),
     }
@@ -60,7 +71,6 @@ fn holds_every_qp_of_the_advertised_comms_at_128_qps_per_connection() {
     p.destroy_qp(q).unwrap();
     let again = p.create_qp(&comms[0].0, &attr).unwrap();
     comms[0].1.push(again);
-    p.destroy_cq(cq).unwrap();
     for (cq, qps) in comms {
         for q in qps {
             p.destroy_qp(q).unwrap();
