@@ -41,6 +41,7 @@
 #   run's IBNET_STALL_WARN: a hang names what it waits for before the step's timeout)
 #   MPS [1]  DEAD [1]  FUSED [1]  RELOAD [1]  PACK [1]  DEADLINE [470]  RESERVE [15]
 #   RUN_ID [onegpu-<nccl tag>-<pid>]  PYTHON [python3]  MPS_DIR [/tmp/ibnet-mps]
+#   EXPECT_NCCL [the version in --nccl's file name]: the version every NCCL log must name
 #   DRY_RUN [0]: 1 = no GPU: no nvidia-smi, no MPS; PYTHON may be a fake (the tests use it)
 # Exit status: compare_onegpu.py's (0 = every verdict holds); 2 = bad arguments.
 set -uo pipefail
@@ -107,6 +108,7 @@ PACK="${PACK:-1}"
 DEADLINE="${DEADLINE:-470}"
 RESERVE="${RESERVE:-15}"
 DRY_RUN="${DRY_RUN:-0}"
+EXPECT_NCCL="${EXPECT_NCCL:-}"
 PYTHON="${PYTHON:-python3}"
 MPS_DIR="${MPS_DIR:-/tmp/ibnet-mps}"
 NCCL_TAG="image"
@@ -123,7 +125,7 @@ export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV
 export PYTHONUNBUFFERED=1
 # Only the ranks get the NCCL library in front (onegpu_launch.py --preload), not the tools,
 # the launcher or the MPS daemon.
-GRAPH_LOG=(NCCL_DEBUG_SUBSYS=INIT,NET,ENV,GRAPH)
+GRAPH_LOG=("NCCL_DEBUG_SUBSYS=INIT,NET,ENV,GRAPH")
 
 # ---------------------------------------------------------------- time
 # budget <wanted seconds>: what a step may use before DEADLINE (0 = no time left). The 10 s
@@ -170,10 +172,10 @@ mps_alive() {
 }
 mps_quit() {
   mps_alive || return 0
-  local pid i
+  local pid
   pid="$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid" 2>/dev/null)"
   echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
-  for i in $(seq 1 40); do
+  for _ in $(seq 1 40); do
     mps_alive || break
     sleep 0.25
   done
@@ -201,7 +203,10 @@ mps_start() {
 # Starts MPS, checks a context, restarts it once if that fails; MPS_ON says whether it runs.
 mps_up() {
   MPS_ON=0
-  [ "$MPS" = 1 ] && [ "$DRY_RUN" != 1 ] || { echo "mps: off (MPS=$MPS DRY_RUN=$DRY_RUN)"; return 0; }
+  if [ "$MPS" != 1 ] || [ "$DRY_RUN" = 1 ]; then
+    echo "mps: off (MPS=$MPS DRY_RUN=$DRY_RUN)"
+    return 0
+  fi
   if ! command -v nvidia-cuda-mps-control >/dev/null; then
     echo "mps: nvidia-cuda-mps-control not found; running without MPS (time-sliced)"
     return 0
@@ -343,7 +348,8 @@ step_dead() {
 step_fused() {
   [ "$FUSED" = 1 ] || return 0
   local dumpf="$RUNS/topo-dump.xml" topof="$RUNS/topo-fused.xml"
-  local fused_env=("${IBNET_ENV[@]}" "${GRAPH_LOG[@]}" IBNET_SOFT_DEVICES=2 NCCL_NET_FORCE_MERGE=soft0,soft1 NCCL_TOPO_FILE="$topof")
+  local fused_env=("${IBNET_ENV[@]}" "${GRAPH_LOG[@]}" IBNET_SOFT_DEVICES=2 "NCCL_NET_FORCE_MERGE=soft0,soft1"
+    NCCL_TOPO_FILE="$topof")
   rm -f "$dumpf"
   sweep topo-dump "$TOPO_TIMEOUT" 65536 "${IBNET_ENV[@]}" "${GRAPH_LOG[@]}" IBNET_SOFT_DEVICES=2 \
     NCCL_NET_MERGE_LEVEL=LOC NCCL_TOPO_DUMP_FILE="$dumpf" -- --ops all_reduce --warmup 0 --iters 1
@@ -406,9 +412,11 @@ step_compare() {
   [ "$DEAD" = 1 ] || opt+=(dead)
   [ "$FUSED" = 1 ] || opt+=(fused)
   [ -n "$PROBE" ] || opt+=(probe)
-  if [ -n "$NCCL_LIB" ]; then
+  if [ -n "$EXPECT_NCCL" ]; then
+    expect=(--expect-nccl "$EXPECT_NCCL")
+  elif [ -n "$NCCL_LIB" ] && [[ "$NCCL_TAG" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
     # libnccl.so.2.30.7 -> 2.30.7; a name without the version proves nothing, so no check.
-    [[ "$NCCL_TAG" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] && expect=(--expect-nccl "$NCCL_TAG")
+    expect=(--expect-nccl "$NCCL_TAG")
   fi
   local probe=()
   [ -n "$PROBE" ] && probe=(--probe-log "$OUTDIR/probe.log")
@@ -424,7 +432,7 @@ step_compare() {
 step_pack() {
   [ "$PACK" = 1 ] || return 0
   tar -C "$OUTDIR" -czf "$OUTDIR/runs.tar.gz" runs && rm -rf "$RUNS"
-  echo "run_onegpu: done at ${SECONDS}s; files: $(cd "$OUTDIR" && ls | tr '\n' ' ')"
+  echo "run_onegpu: done at ${SECONDS}s; files:" "$OUTDIR"/*
 }
 
 main() {

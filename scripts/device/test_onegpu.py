@@ -377,9 +377,10 @@ class RunOnegpuScriptTest(unittest.TestCase):
 
     def test_dry_run_image_nccl(self):
         out = os.path.join(self.dir.name, "out")
-        p = self.run_script(self.so, out)
+        p = self.run_script(self.so, out, EXPECT_NCCL="2.28.9")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("VERDICT: PASS", p.stdout)
+        self.assertIn("ibnet       : OK (8 rows, 0 wrong, 4 'via NET/IBNet' lines) [8/8 rows; NCCL 2.28.9;", p.stdout)
         self.assertEqual(sorted(os.listdir(out)), OUT_FILES)
         with tarfile.open(os.path.join(out, "runs.tar.gz")) as t:
             names = set(t.getnames())
