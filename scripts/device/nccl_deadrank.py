@@ -22,6 +22,7 @@ must name the peer; compare_onegpu.py judges that. Exit status: 0 for outcome=er
 """
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -58,6 +59,15 @@ def read_kill_time(path):
         return None
 
 
+def flush_c_stdio():
+    """Writes out what C code (NCCL's log: fwrite to stdout, never flushed) still buffers, before
+    os._exit skips it."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 def report(doc, path):
     line = " ".join(f"{k}={doc[k]}" for k in ("rank", "label", "outcome", "elapsed_s", "ops_ok") if k in doc)
     print(f"DEADRANK {line} error={doc.get('error', '-')}", flush=True)
@@ -65,6 +75,7 @@ def report(doc, path):
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(tmp, path)
+    flush_c_stdio()
 
 
 def watchdog(args, doc, done):
@@ -114,6 +125,7 @@ def main(argv=None):
             f.write(f"{time.time():.6f}\n")
         os.replace(args.kill_file + ".tmp", args.kill_file)
         print(f"DEADRANK rank=1 SIGKILL after {args.warm + args.kill_after} all_reduces", flush=True)
+        flush_c_stdio()
         os.kill(os.getpid(), signal.SIGKILL)
     if rank != 0:
         return 0

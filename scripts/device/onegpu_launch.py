@@ -11,7 +11,10 @@ waits for every rank (the dead-rank check needs rank 0 to outlive rank 1). Each 
     NCCL_HOSTID=<RUN>-rank<r>   (and LD_PRELOAD=<--preload>:... when --preload is given)
 
 so every rank uses GPU 0 and NCCL counts N nodes (one rank each), sending every byte through
-its net transport. Both ranks' output goes to this process's stdout, each line as printed.
+its net transport. PYTHONUNBUFFERED=1 also makes C's stdio unbuffered in the ranks (Python
+sets it at start-up), so NCCL's log lines (fwrite to stdout, never flushed) are not lost in a
+buffer when a rank is killed or leaves with os._exit. Each rank's stdout and stderr come through a pipe of its own and go to this
+process's stdout a whole line at a time, so the ranks' lines never run into each other.
 
 At --timeout-s the ranks get SIGTERM, 5 s later SIGKILL; so do they when this launcher gets
 SIGTERM or SIGINT (an outer `timeout`). Each rank also dies with the launcher
@@ -29,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 PR_SET_PDEATHSIG = 1
@@ -51,7 +55,9 @@ def rank_env(base, rank, nproc, run_id, port, preload=""):
     env.update({
         "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
         "GROUP_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-        "NCCL_HOSTID": f"{run_id}-rank{rank}", "PYTHONUNBUFFERED": "1",
+        "NCCL_HOSTID": f"{run_id}-rank{rank}",
+        # Unbuffered Python *and* C stdio (NCCL's log): see the module doc.
+        "PYTHONUNBUFFERED": "1",
     })
     return env
 
@@ -69,6 +75,15 @@ def overall(codes, timed_out):
         if c:
             return c
     return 0
+
+
+def forward(stream, lock, out):
+    """Copies a rank's output to `out` a whole line at a time (until EOF)."""
+    for line in iter(stream.readline, b""):
+        with lock:
+            out.write(line if line.endswith(b"\n") else line + b"\n")
+            out.flush()
+    stream.close()
 
 
 def _die_with_parent():
@@ -101,7 +116,13 @@ def main(argv=None):
     cmd = ([a.python] if a.cmd[0].endswith(".py") else []) + a.cmd
     t0 = time.monotonic()
     procs = [subprocess.Popen(cmd, env=rank_env(os.environ, r, a.nproc, a.run_id, port, a.preload),
-                              preexec_fn=_die_with_parent) for r in range(a.nproc)]
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+             for r in range(a.nproc)]
+    lock = threading.Lock()
+    out = sys.stdout.buffer
+    readers = [threading.Thread(target=forward, args=(p.stdout, lock, out), daemon=True) for p in procs]
+    for t in readers:
+        t.start()
     stop = {"why": None}
 
     def on_signal(signum, _frame):
@@ -115,7 +136,9 @@ def main(argv=None):
             stop["why"] = f"timeout {a.timeout_s:g}s"
             timed_out = True
         if stop["why"]:
-            print(f"LAUNCH stopping the ranks: {stop['why']}", flush=True)
+            with lock:
+                out.write(f"LAUNCH stopping the ranks: {stop['why']}\n".encode())
+                out.flush()
             for p in procs:
                 if p.poll() is None:
                     p.terminate()
@@ -130,10 +153,14 @@ def main(argv=None):
             timed_out = timed_out or stop["why"].startswith("signal")
             break
         time.sleep(0.05)
+    for t in readers:
+        t.join(timeout=5)  # a grandchild holding the pipe open must not hold us
     codes = [exit_code(p.returncode) for p in procs]
     status = overall(codes, timed_out)
-    print(f"LAUNCH ranks={a.nproc} status={','.join(str(c) for c in codes)} timeout={int(timed_out)} "
-          f"elapsed_s={time.monotonic() - t0:.1f}", flush=True)
+    with lock:
+        out.write(f"LAUNCH ranks={a.nproc} status={','.join(str(c) for c in codes)} timeout={int(timed_out)} "
+                  f"elapsed_s={time.monotonic() - t0:.1f}\n".encode())
+        out.flush()
     return status
 
 

@@ -121,6 +121,10 @@ if mode == "die":
     print("rank 0 outlived rank 1", flush=True)
 if mode == "sleep":
     time.sleep(60)
+if mode == "cprint":
+    import ctypes
+    ctypes.CDLL(None).printf(b"C stdio line of rank %d\n", r)  # as NCCL logs: C stdout, no flush
+    os._exit(0)
 """
 
 
@@ -159,6 +163,12 @@ class LauncherTest(unittest.TestCase):
         self.assertEqual(p.returncode, 137, p.stdout + p.stderr)
         self.assertIn("rank 0 outlived rank 1", p.stdout)
         self.assertIn("LAUNCH ranks=2 status=0,137 timeout=0", p.stdout)
+
+    def test_c_stdio_lines_survive_os_exit(self):
+        p, _ = self.launch("cprint")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("C stdio line of rank 0\n", p.stdout)
+        self.assertIn("C stdio line of rank 1\n", p.stdout)
 
     def test_timeout_stops_every_rank(self):
         p, took = self.launch("sleep", "--timeout-s", "1")
