@@ -238,6 +238,12 @@ def run_steps(args, out):
         if not doc.get("complete") and info.get("last_row"):
             r = info["last_row"]
             print(f"    stopped after {r.get('op')} {r.get('bytes')} B", file=out)
+    if present("topo-dump.json"):
+        # Information only: two soft devices unfused (NCCL_NET_MERGE_LEVEL=LOC), the run that
+        # also dumps the topology.
+        _, text, info, _, _ = sweep_verdict("topo-dump   ", runs, "topo-dump", "NET/IBNet", nccl)
+        print(f"(information) two unfused soft devices, {text.strip()}", file=out)
+        infos["topo-dump"] = {"ok": info["ok"], "rows": info["rows"], "why": info["why"]}
     fault = fault_facts(runs)
     infos["fault"] = fault
     if infos.get("fused-fault") is not None:

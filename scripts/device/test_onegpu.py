@@ -417,6 +417,8 @@ class RunOnegpuScriptTest(unittest.TestCase):
                                  (sweep, "proto-simple"), (sweep, "qps4-ch4")])
         with open(os.path.join(out, "proof.log")) as f:
             proof = f.read()
+        with open(os.path.join(out, "compare.txt")) as f:
+            self.assertIn("(information) two unfused soft devices, topo-dump   : OK (4 rows", f.read())
         self.assertIn("== fused-fault", proof)
         self.assertIn("rail 1 (soft1)", proof)
         self.assertIn("DEADRANK rank=0 label=ibnet outcome=error", proof)
