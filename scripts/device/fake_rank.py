@@ -108,6 +108,9 @@ def sweep(env, rank, args):
     with open(out, "w") as f:
         json.dump(doc, f)
     if hang:
+        if env.get("FAKE_PIDS"):
+            with open(env["FAKE_PIDS"], "a") as f:
+                f.write(f"{os.getpid()}\n")
         time.sleep(3600)
     print("# total #wrong = 0; OK; 1.0 s")
     return 0

@@ -454,6 +454,25 @@ class RunOnegpuScriptTest(unittest.TestCase):
         with open(os.path.join(out, "runs", "fused-fault.json")) as f:
             self.assertEqual(len(json.load(f)["results"]), 3)
 
+    def test_term_stops_the_step_in_flight_and_leaves_nothing_running(self):
+        out = os.path.join(self.dir.name, "term")
+        pids = os.path.join(self.dir.name, "pids")
+        p = subprocess.Popen(["bash", os.path.join(HERE, "run_onegpu.sh"), self.so, out],
+                             env=dict(self.env, FAKE_HANG="ibnet", FAKE_PIDS=pids), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertTrue(os.path.exists(pids), "the hung step never started")
+        p.terminate()
+        text, _ = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 143, text)
+        self.assertIn("run_onegpu: terminated", text)
+        with open(pids) as f:
+            for pid in map(int, f.read().split()):
+                with self.assertRaises(ProcessLookupError, msg=f"rank pid {pid} still runs"):
+                    os.kill(pid, 0)
+
     def test_out_of_time_steps_are_skipped(self):
         out = os.path.join(self.dir.name, "late")
         p = self.run_script(self.so, out, DEADLINE="0", VARIANTS="proto-ll:NCCL_PROTO=LL")
