@@ -473,6 +473,22 @@ class RunOnegpuScriptTest(unittest.TestCase):
                 with self.assertRaises(ProcessLookupError, msg=f"rank pid {pid} still runs"):
                     os.kill(pid, 0)
 
+    def test_keep_results_names_files_by_the_run_date(self):
+        src = os.path.join(self.dir.name, "back")
+        write(os.path.join(src, "compare.txt"), "date: 2026-12-04T01:02:03Z run: r nccl: image\nVERDICT: PASS\n")
+        write(os.path.join(src, "summary.json"), "{}")
+        results = os.path.join(self.dir.name, "repo", "scripts", "device")
+        os.makedirs(os.path.join(results, "results"))
+        script = os.path.join(results, "keep_results.sh")
+        with open(os.path.join(HERE, "keep_results.sh")) as f:
+            executable(script, f.read())
+        p = subprocess.run(["bash", script, src, "h200x1-nccl2.28.9"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(results, "results"))),
+                         ["2026-12-04-h200x1-nccl2.28.9-compare.txt", "2026-12-04-h200x1-nccl2.28.9-summary.json"])
+        p = subprocess.run(["bash", script, self.dir.name, "x"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2)
+
     def test_out_of_time_steps_are_skipped(self):
         out = os.path.join(self.dir.name, "late")
         p = self.run_script(self.so, out, DEADLINE="0", VARIANTS="proto-ll:NCCL_PROTO=LL")
