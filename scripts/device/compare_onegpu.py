@@ -31,6 +31,7 @@ one passed ("both versions green"). Standard library only.
 """
 
 import argparse
+import io
 import json
 import os
 import re
@@ -261,7 +262,7 @@ def run_steps(args, out):
 
 
 def one(args, out):
-    verdicts_out = io_buffer()
+    verdicts_out = io.StringIO()  # the verdicts are printed after the table
     verdicts, infos, docs = run_steps(args, verdicts_out)
     ib, so = docs.get("ibnet", {"results": []}), docs.get("socket", {"results": []})
     fu, fx = docs.get("fused", {"results": []}), docs.get("fused-fault", {"results": []})
@@ -297,11 +298,6 @@ def one(args, out):
     return passed, {"pass": passed, "verdicts": verdicts, "goals": gl, "nccl_versions": versions,
                     "expect_nccl": args.expect_nccl, "table": rows,
                     "runs": {k: v for k, v in infos.items() if k != "fault"}, "fault": infos["fault"]}
-
-
-def io_buffer():
-    import io
-    return io.StringIO()
 
 
 def merge(paths, out):
