@@ -230,11 +230,12 @@ mps_up() {
   cuda_ctx_check
 }
 
-# After a step that ran into its timeout: MPS may refuse the next clients; check, restart.
-mps_after_timeout() {
+# After a step that failed, ran into its timeout or lost a rank to a signal: MPS may refuse
+# the next clients ("busy or unavailable"); check, restart.
+mps_check() {
   [ "$MPS_ON" = 1 ] || return 0
   if ! cuda_ctx_check; then
-    echo "mps: refused a context after a timeout; restarting"
+    echo "mps: refused a context after a failed step; restarting"
     mps_quit
     mps_up
   fi
@@ -278,11 +279,9 @@ launch() {
   CHILD=""
   echo "run_sweep: $label exit status $rc after $((SECONDS - t0)) s" | tee -a "$log"
   grep -h -m 1 '^LAUNCH ranks' "$log"
-  # A timeout: the launcher's own (124, "timeout=1") or the outer one (no LAUNCH line). A rank
-  # that died by a signal (the dead-rank check's rank 1) is not one.
-  if [ "$rc" = 124 ] || grep -q '^LAUNCH ranks=.* timeout=1' "$log" || ! grep -q '^LAUNCH ranks' "$log"; then
-    mps_after_timeout
-  fi
+  # A step that timed out or whose rank was killed (the dead-rank check's rank 1 SIGKILLs
+  # itself) can leave MPS refusing new clients: check a context, restart MPS if refused.
+  [ "$rc" = 0 ] || mps_check
 }
 
 IBNET_ENV=(NCCL_NET_PLUGIN="$SO" NCCL_NET=IBNet IBNET_PROVIDER=soft)
