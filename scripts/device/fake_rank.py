@@ -151,9 +151,30 @@ def reload(env, rank, args):
     return 0
 
 
+def cuda_check(env):
+    """run_onegpu.sh's CUDA context check (`python3 -` and a script on stdin): the exit status
+    of call k is the k-th entry of FAKE_CUDA_RCS ("0,46,0": fine, refused, fine; 0 past its
+    end); FAKE_CUDA_STATE counts the calls."""
+    sys.stdin.read()
+    state = env["FAKE_CUDA_STATE"]
+    try:
+        with open(state) as f:
+            k = int(f.read() or 0)
+    except OSError:
+        k = 0
+    with open(state, "w") as f:
+        f.write(str(k + 1))
+    rcs = [int(x) for x in env.get("FAKE_CUDA_RCS", "").split(",") if x]
+    rc = rcs[k] if k < len(rcs) else 0
+    print(f"cuda check: fake call {k + 1}: {rc}" + (" CUDA_ERROR_DEVICE_UNAVAILABLE" if rc else ""))
+    return rc
+
+
 def main():
     args = sys.argv[1:]
     script = os.path.basename(args[0]) if args else "-"
+    if script == "-" and os.environ.get("FAKE_CUDA_STATE"):
+        return cuda_check(os.environ)
     handlers = {"nccl_sweep.py": sweep, "nccl_deadrank.py": deadrank, "nccl_reload.py": reload}
     if script not in handlers:
         os.execv(sys.executable, [sys.executable] + args)

@@ -506,6 +506,126 @@ class RunOnegpuScriptTest(unittest.TestCase):
             self.assertEqual(p.returncode, 2, (args, p.stdout, p.stderr))
 
 
+FAKE_MPS = r"""#!/bin/bash
+# Stands in for nvidia-cuda-mps-control: -d starts a "daemon" (a sleep) and writes its pid and
+# control file where the real one does; "quit" on stdin ends it.
+d="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "${1:-}" = -d ]; then
+  echo "start" >>"$FAKE_MPS_LOG"
+  mkdir -p "$d"
+  setsid sleep 300 </dev/null >/dev/null 2>&1 &
+  echo $! >"$d/nvidia-cuda-mps-control.pid"
+  : >"$d/control"
+  exit 0
+fi
+read -r cmd
+echo "$cmd" >>"$FAKE_MPS_LOG"
+if [ "$cmd" = quit ] && [ -f "$d/nvidia-cuda-mps-control.pid" ]; then
+  kill "$(cat "$d/nvidia-cuda-mps-control.pid")"
+  rm -f "$d/nvidia-cuda-mps-control.pid" "$d/control"
+fi
+"""
+
+
+class MpsTest(unittest.TestCase):
+    """run_onegpu.sh's MPS handling with a fake nvidia-cuda-mps-control and a scripted CUDA
+    context check (fake_rank.py): start, restart when refused, quit a stale daemon, check after
+    a failed step, always stop."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        d = self.dir.name
+        self.bin = os.path.join(d, "bin")
+        executable(os.path.join(self.bin, "nvidia-cuda-mps-control"), FAKE_MPS)
+        executable(os.path.join(self.bin, "nvidia-smi"), "#!/bin/sh\necho 'GPU 0: fake'\n")
+        self.so = write(os.path.join(d, "libnccl-net-ibnet.so"), "")
+        self.mps_dir = os.path.join(d, "mps")
+        self.log = os.path.join(d, "mps.log")
+        self.env = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], PYTHON=os.path.join(HERE, "fake_rank.py"),
+                        MPS_DIR=self.mps_dir, FAKE_MPS_LOG=self.log, FAKE_CUDA_STATE=os.path.join(d, "cuda-calls"),
+                        VARIANTS="", RELOAD="0", FUSED="0", PACK="0")
+        for k in ("DRY_RUN", "LD_PRELOAD", "DEADLINE"):
+            self.env.pop(k, None)
+        self.addCleanup(self.kill_daemon)
+
+    def kill_daemon(self):
+        pidf = os.path.join(self.mps_dir, "pipe", "nvidia-cuda-mps-control.pid")
+        if os.path.exists(pidf):
+            with open(pidf) as f:
+                try:
+                    os.kill(int(f.read()), 9)
+                except (ValueError, ProcessLookupError):
+                    pass
+
+    def daemon_alive(self):
+        pidf = os.path.join(self.mps_dir, "pipe", "nvidia-cuda-mps-control.pid")
+        return os.path.exists(pidf)
+
+    def run_script(self, **env):
+        out = os.path.join(self.dir.name, "out")
+        p = subprocess.run(["bash", os.path.join(HERE, "run_onegpu.sh"), self.so, out], env=dict(self.env, **env),
+                           capture_output=True, text=True, timeout=120)
+        with open(self.log) as f:
+            return p, f.read().split()
+
+    def test_started_checked_after_the_dead_rank_steps_and_stopped(self):
+        p, calls = self.run_script()
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("mps: on (pipe", p.stdout)
+        self.assertIn("mps: stopped", p.stdout)
+        self.assertEqual(calls, ["start", "quit"])
+        self.assertFalse(self.daemon_alive())
+        with open(self.env["FAKE_CUDA_STATE"]) as f:
+            self.assertEqual(f.read(), "3")  # after the start, after each dead-rank step
+
+    def test_refused_context_restarts_mps_once(self):
+        p, calls = self.run_script(FAKE_CUDA_RCS="46,0")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("mps: restarting", p.stdout)
+        self.assertIn("mps: on after a restart", p.stdout)
+        self.assertEqual(calls, ["start", "quit", "start", "quit"])
+        self.assertFalse(self.daemon_alive())
+
+    def test_refused_twice_runs_without_mps(self):
+        p, calls = self.run_script(FAKE_CUDA_RCS="46,46,0")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("mps: unusable; running without MPS (time-sliced)", p.stdout)
+        self.assertEqual(calls, ["start", "quit", "start", "quit"])
+
+    def test_refused_after_a_failed_step_restarts(self):
+        p, calls = self.run_script(FAKE_CUDA_RCS="0,46,0")
+        self.assertIn("mps: refused a context after a failed step; restarting", p.stdout)
+        self.assertEqual(calls, ["start", "quit", "start", "quit"])
+        self.assertFalse(self.daemon_alive())
+
+    def test_a_stale_daemon_is_asked_to_quit_first(self):
+        pipe = os.path.join(self.mps_dir, "pipe")
+        os.makedirs(pipe)
+        stale = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        self.addCleanup(stale.kill)
+        write(os.path.join(pipe, "nvidia-cuda-mps-control.pid"), str(stale.pid))
+        write(os.path.join(pipe, "control"), "")
+        p, calls = self.run_script()
+        self.assertEqual(calls, ["quit", "start", "quit"])
+        self.assertEqual(stale.wait(timeout=10), -15)
+
+    def test_term_stops_mps(self):
+        pids = os.path.join(self.dir.name, "pids")
+        p = subprocess.Popen(["bash", os.path.join(HERE, "run_onegpu.sh"), self.so, os.path.join(self.dir.name, "o")],
+                             env=dict(self.env, FAKE_HANG="ibnet", FAKE_PIDS=pids), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertTrue(self.daemon_alive())
+        p.terminate()
+        text, _ = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 143, text)
+        self.assertIn("mps: stopped", text)
+        self.assertFalse(self.daemon_alive())
+
+
 FAKE_MAKE = r"""#!/bin/sh
 echo "make $*" >>"$FAKE_MAKE_LOG"
 for a in "$@"; do case "$a" in BUILDDIR=*) b="${a#BUILDDIR=}";; esac; done
