@@ -170,8 +170,10 @@ mps_alive() {
   pid="$(cat "$pidf" 2>/dev/null)"
   if [ -n "$pid" ]; then kill -0 "$pid" 2>/dev/null; else [ -e "$CUDA_MPS_PIPE_DIRECTORY/control" ]; fi
 }
+# mps_quit [force]: force (a daemon this run started) sends "quit" even when neither the pid
+# file nor the control file is where this script expects them.
 mps_quit() {
-  mps_alive || return 0
+  mps_alive || [ "${1:-}" = force ] || return 0
   local pid
   pid="$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid" 2>/dev/null)"
   echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
@@ -180,7 +182,7 @@ mps_quit() {
     sleep 0.25
   done
   if ! mps_alive; then
-    echo "mps: stopped"
+    echo "mps: stopped (control daemon of $CUDA_MPS_PIPE_DIRECTORY)"
   elif [ -n "$pid" ]; then
     echo "mps: the control daemon did not quit within 10 s; killing its pid $pid"
     kill -KILL "$pid" 2>/dev/null
@@ -218,13 +220,13 @@ mps_up() {
     return 0
   fi
   echo "mps: restarting"
-  mps_quit
+  mps_quit force
   if mps_start; then
     MPS_ON=1
     echo "mps: on after a restart"
     return 0
   fi
-  mps_quit
+  mps_quit force
   echo "mps: unusable; running without MPS (time-sliced)"
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   cuda_ctx_check
@@ -236,7 +238,7 @@ mps_check() {
   [ "$MPS_ON" = 1 ] || return 0
   if ! cuda_ctx_check; then
     echo "mps: refused a context after a failed step; restarting"
-    mps_quit
+    mps_quit force
     mps_up
   fi
 }
@@ -245,7 +247,7 @@ cleanup() {
   local rc=$?
   [ -n "${CHILD:-}" ] && kill -TERM "$CHILD" 2>/dev/null && wait "$CHILD" 2>/dev/null
   if [ "$MPS_ON" = 1 ]; then
-    mps_quit
+    mps_quit force
     cp -r "$CUDA_MPS_LOG_DIRECTORY" "$RUNS/mps-log" 2>/dev/null
     MPS_ON=0
   fi
