@@ -19,13 +19,15 @@ each; then the verdicts, then the goals of issue 29:
 - dead rank: rank 0's NCCL call fails within 2 s of rank 1's SIGKILL and its error names
   the peer (ibnet; Socket beside it);
 - fused rows: every row of the fused sweep and of the failed-rail run done, 0 wrong, every
-  channel via NET/IBNet/<the fused device>, a WARN naming the failed rail.
+  channel via NET/IBNet/<the fused device>, a WARN naming the failed rail;
+- ibnet in NCCL against ibnet alone: all_reduce busbw at 64 MiB >= 0.8 x ibnet-perf's
+  bandwidth (runs/perf.json) at the size NCCL moves per net step (512 KiB).
 
 Verdicts (exit status 0 only when all hold, goals aside): each sweep complete with 0 wrong,
 every channel via its transport, "nNodes 2" on every communicator, the expected NCCL version
 in its log; each variant likewise; the reload check; each dead-rank run ended in an error (not
-a hang); the fused sweep and the failed-rail run complete with 0 wrong; the proxy GPU probe
-PASS. Anything listed in --optional that did not run is reported and not held against it.
+a hang); the fused sweep and the failed-rail run complete with 0 wrong; ibnet-perf gave a
+result; the proxy GPU probe PASS. Anything listed in --optional that did not run is reported and not held against it.
 --merge prints each summary's key rows and verdict side by side, and PASS only when every
 one passed ("both versions green"). Standard library only.
 """
@@ -55,7 +57,7 @@ PEER = [
     ("rank", re.compile(r"\b(?:rank|peer) 1\b")),
 ]
 SMALL, LARGE = 64 << 10, 16 << 20
-STEPS = ("ibnet", "socket", "reload", "dead", "fused", "probe")
+STEPS = ("ibnet", "socket", "reload", "dead", "fused", "probe", "perf")
 
 
 def log_facts(path):
@@ -170,6 +172,32 @@ def dead_goal(dead, limit_s):
             "ibnet_s": ib["elapsed_s"], "socket_s": so.get("elapsed_s"), "names_peer": ib["names_peer"]}
 
 
+def perf_facts(runs, step_bytes):
+    """ibnet-perf's bandwidth (GB/s) by size from runs/perf.json, and the one at step_bytes
+    (the largest measured size not above it). None when it did not run."""
+    try:
+        with open(os.path.join(runs, "perf.json")) as f:
+            rows = json.load(f).get("results", [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    bw = {r["size"]: r["bw_gbps"] for r in rows if isinstance(r, dict) and isinstance(r.get("bw_gbps"), (int, float))
+          and isinstance(r.get("size"), int)}
+    at = [s for s in bw if s <= step_bytes]
+    return {"bw": bw, "step_bytes": max(at) if at else None, "step_bw": bw[max(at)] if at else None}
+
+
+def perf_goal(rows, perf, target, at_bytes=64 << 20):
+    text = f"ibnet in NCCL: all_reduce busbw at 64 MiB >= {target:g} x ibnet-perf at NCCL's step size"
+    if not perf or not perf["step_bw"]:
+        return {"goal": text, "met": False, "why": "ibnet-perf not run"}
+    r = next((r for r in rows if r["op"] == "all_reduce" and r["bytes"] == at_bytes and r["ibnet"]), None)
+    if r is None:
+        return {"goal": text, "met": False, "why": "no ibnet all_reduce row at 64 MiB"}
+    ratio = r["ibnet"] / perf["step_bw"]
+    return {"goal": text, "met": ratio >= target, "ratio": round(ratio, 3), "nccl_busbw": r["ibnet"],
+            "perf_bw": perf["step_bw"], "perf_bytes": perf["step_bytes"]}
+
+
 def fused_goal(info_f, info_x, fault):
     parts = []
     for name, info in (("fused", info_f), ("fused-fault", info_x)):
@@ -252,6 +280,14 @@ def run_steps(args, out):
               f"stall-watch lines: {fault['stalls']}", file=out)
         for w in fault["first"][:1] + fault["stall_first"][:1]:
             print(f"    {w[:300]}", file=out)
+    perf = perf_facts(runs, args.perf_step_bytes)
+    infos["perf"] = perf
+    if perf is not None or "perf" not in optional:
+        ok = bool(perf and perf["bw"])
+        verdicts["ibnet-perf"] = ok
+        shown = " ".join(f"{s}:{b:.3f}" for s, b in sorted((perf or {}).get("bw", {}).items()))
+        print(f"ibnet-perf  : {'OK' if ok else 'FAIL (no result)'} - ibnet alone, GB/s by size: {shown or '-'}",
+              file=out)
     if args.probe_log or "probe" not in optional:
         text = compare.read_text(args.probe_log)
         ok = "proxy_gpu_probe: PASS" in text
@@ -289,6 +325,7 @@ def one(args, out):
          "wrong": sum(int(v or 0) for v in wrong.values())},
         dead_goal(infos["dead"], args.dead_limit_s),
         fused_goal(infos.get("fused"), infos.get("fused-fault"), infos["fault"]),
+        perf_goal(rows, infos.get("perf"), args.perf_goal),
     ]
     for g in gl:
         print_goal(g, out)
@@ -296,8 +333,9 @@ def one(args, out):
     failed = [k for k, v in verdicts.items() if not v]
     print(f"VERDICT: {'PASS' if passed else 'FAIL'}" + (f" ({', '.join(failed)})" if failed else ""), file=out)
     return passed, {"pass": passed, "verdicts": verdicts, "goals": gl, "nccl_versions": versions,
+                    "perf": infos.get("perf"),
                     "expect_nccl": args.expect_nccl, "table": rows,
-                    "runs": {k: v for k, v in infos.items() if k != "fault"}, "fault": infos["fault"]}
+                    "runs": {k: v for k, v in infos.items() if k not in ("fault", "perf")}, "fault": infos["fault"]}
 
 
 def merge(paths, out):
@@ -351,6 +389,9 @@ def main(argv=None, out=sys.stdout):
     p.add_argument("--large-goal", type=float, default=2.5)
     p.add_argument("--small-goal", type=float, default=1.0)
     p.add_argument("--dead-limit-s", type=float, default=2.0)
+    p.add_argument("--perf-goal", type=float, default=0.8)
+    p.add_argument("--perf-step-bytes", type=int, default=512 << 10,
+                   help="the bytes NCCL moves per net step (its 4 MiB buffer / 8 steps)")
     args = p.parse_args(argv)
     if args.merge:
         return 0 if merge(args.merge, out) else 1

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 #
 # run_onegpu.sh <libnccl-net-ibnet.so> <outdir> [--nccl <libnccl.so.2>] [--probe <proxy_gpu_probe>]
+#               [--perf <ibnet-perf>]
 #
 # ibnet inside NCCL on ONE GPU: two ranks share GPU 0, each with its own NCCL_HOSTID
 # (<run>-rank<r>), so NCCL counts two nodes and sends every byte through its net transport.
@@ -12,7 +13,8 @@
 #      CUDA context; restarted once if the device is "busy or unavailable", else the run
 #      goes on without MPS (logged); always stopped on exit (trap), also after a timeout;
 #   3. nccl_sweep.py, 8 B .. MAX_BYTES, all six ops, every element checked: ibnet
-#      (IBNET_PROVIDER=soft) and NCCL's Socket;
+#      (IBNET_PROVIDER=soft) and NCCL's Socket; with --perf, ibnet alone (ibnet-perf --loopback
+#      over the same plugin, no NCCL) at the sizes NCCL moves per step;
 #   4. nccl_deadrank.py: rank 1 SIGKILLs itself mid-stream of 1 MiB all_reduces; rank 0's
 #      error and its latency, ibnet and Socket;
 #   5. two soft devices fused inside NCCL: NCCL's topology dump (IBNET_SOFT_DEVICES=2,
@@ -47,7 +49,8 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: $0 <libnccl-net-ibnet.so> <outdir> [--nccl <libnccl.so.2>] [--probe <proxy_gpu_probe>]" >&2
+  echo "usage: $0 <libnccl-net-ibnet.so> <outdir> [--nccl <libnccl.so.2>] [--probe <proxy_gpu_probe>]" \
+    "[--perf <ibnet-perf>]" >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
@@ -60,10 +63,12 @@ OUTDIR="$2"
 shift 2
 NCCL_LIB=""
 PROBE=""
+PERF=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nccl) [ $# -ge 2 ] || usage; NCCL_LIB="$(abspath "$2")"; shift 2 ;;
     --probe) [ $# -ge 2 ] || usage; PROBE="$(abspath "$2")"; shift 2 ;;
+    --perf) [ $# -ge 2 ] || usage; PERF="$(abspath "$2")"; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -75,10 +80,12 @@ if [ -n "$NCCL_LIB" ] && [ ! -f "$NCCL_LIB" ]; then
   echo "run_onegpu: NCCL library not found: $NCCL_LIB" >&2
   exit 2
 fi
-if [ -n "$PROBE" ] && [ ! -x "$PROBE" ]; then
-  echo "run_onegpu: probe not found or not executable: $PROBE" >&2
-  exit 2
-fi
+for exe in "$PROBE" "$PERF"; do
+  if [ -n "$exe" ] && [ ! -x "$exe" ]; then
+    echo "run_onegpu: not found or not executable: $exe" >&2
+    exit 2
+  fi
+done
 mkdir -p "$OUTDIR"
 OUTDIR="$(readlink -f "$OUTDIR")"
 RUNS="$OUTDIR/runs"
@@ -330,6 +337,23 @@ step_main_sweeps() {
   sweep socket "$RUN_TIMEOUT" "$MAX_BYTES" "${SOCKET_ENV[@]}" -- "${EXTRA[@]}"
 }
 
+# ibnet alone, same plugin, same machine, same run: ibnet-perf streaming through the plugin's
+# C API between two processes (the soft provider, no NCCL, no GPU), at the sizes NCCL moves per
+# step (its net step is 512 KiB with the default 4 MiB buffer).
+step_perf() {
+  [ -n "$PERF" ] || return 0
+  local t
+  t="$(budget 45)"
+  if [ "$t" -le 0 ]; then
+    echo "run_sweep: perf skipped: out of time" | tee "$RUNS/perf.log"
+    return
+  fi
+  echo "== perf (timeout ${t}s, at ${SECONDS}s)"
+  IBNET_PROVIDER=soft timeout -k 5 "$t" "$PERF" --plugin "$SO" --loopback --bw-only --min-bytes 64K \
+    --max-bytes 4M --budget 512M --json >"$RUNS/perf.json" 2>"$RUNS/perf.log"
+  echo "run_sweep: perf exit status $? (at ${SECONDS}s)" | tee -a "$RUNS/perf.log"
+}
+
 step_dead() {
   [ "$DEAD" = 1 ] || return 0
   local label envs
@@ -413,6 +437,7 @@ step_compare() {
   [ "$DEAD" = 1 ] || opt+=(dead)
   [ "$FUSED" = 1 ] || opt+=(fused)
   [ -n "$PROBE" ] || opt+=(probe)
+  [ -n "$PERF" ] || opt+=(perf)
   if [ -n "$EXPECT_NCCL" ]; then
     expect=(--expect-nccl "$EXPECT_NCCL")
   elif [ -n "$NCCL_LIB" ] && [[ "$NCCL_TAG" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
@@ -445,6 +470,7 @@ main() {
   echo "== mps (at ${SECONDS}s)"
   mps_up
   step_main_sweeps
+  step_perf
   step_dead
   step_fused
   step_reload

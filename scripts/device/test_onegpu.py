@@ -247,7 +247,7 @@ class CompareOnegpuTest(unittest.TestCase):
         out = io.StringIO()
         summary = os.path.join(self.dir.name, "s.json")
         rc = compare_onegpu.main(["--runs", self.runs, "--variant", "proto-ll", "--probe-log", self.probe,
-                                  "--optional", "reload", "--summary", summary, *args], out=out)
+                                  "--optional", "reload,perf", "--summary", summary, *args], out=out)
         with open(summary) as f:
             return rc, out.getvalue(), json.load(f)
 
@@ -264,7 +264,7 @@ class CompareOnegpuTest(unittest.TestCase):
         self.assertIn("proxy_gpu_probe: OK", out)
         row = next(r for r in s["table"] if r["op"] == "all_reduce" and r["bytes"] == 16 * MIB)
         self.assertEqual((row["ibnet"], row["socket"], row["fused"], row["fault"]), (10.0, 3.0, 6.0, 4.0))
-        self.assertTrue(all(g["met"] for g in s["goals"]), s["goals"])
+        self.assertTrue(all(g["met"] for g in s["goals"] if not g["goal"].startswith("ibnet in NCCL")), s["goals"])
         self.assertNotIn("reload", s["verdicts"])  # optional and absent
 
     def test_the_wrong_nccl_version_or_one_node_fails(self):
@@ -337,6 +337,28 @@ class CompareOnegpuTest(unittest.TestCase):
         rc, out, s = self.compare("--optional", "fused,reload")
         self.assertNotIn("fused", s["verdicts"])
 
+    def test_ibnet_alone_against_ibnet_in_nccl(self):
+        big = (8, 16 * MIB, 64 * MIB)
+        self.put("ibnet", sweep_doc("ibnet", lambda op, s: 4.5 if s == 64 * MIB else 10.0, sizes=big),
+                 nccl_log("NET/IBNet/0"))
+        rc, out, s = self.compare()
+        g = next(g for g in s["goals"] if g["goal"].startswith("ibnet in NCCL"))
+        self.assertEqual((g["met"], g["why"]), (False, "ibnet-perf not run"))
+        self.assertNotIn("ibnet-perf", s["verdicts"])  # optional here
+        perf = {"meta": {}, "results": [{"size": 256 << 10, "bw_gbps": 4.0}, {"size": 512 << 10, "bw_gbps": 5.0},
+                                        {"size": 1 << 20, "bw_gbps": 9.0}]}
+        write(os.path.join(self.runs, "perf.json"), json.dumps(perf))
+        rc, out, s = self.compare()
+        g = next(g for g in s["goals"] if g["goal"].startswith("ibnet in NCCL"))
+        self.assertEqual((g["met"], g["ratio"], g["perf_bytes"], g["perf_bw"]), (True, 0.9, 512 << 10, 5.0))
+        self.assertIn("ibnet-perf  : OK - ibnet alone, GB/s by size: 262144:4.000 524288:5.000 1048576:9.000", out)
+        rc, out, s = self.compare("--perf-goal", "0.95")
+        self.assertFalse(next(g for g in s["goals"] if g["goal"].startswith("ibnet in NCCL"))["met"])
+        write(os.path.join(self.runs, "perf.json"), "not json")
+        rc, out, s = self.compare("--optional", "reload")
+        self.assertFalse(s["verdicts"]["ibnet-perf"])
+        self.assertIn("ibnet-perf  : FAIL (no result)", out)
+
     def test_merge_of_two_versions(self):
         paths = []
         for name, ok in (("a", True), ("b", False)):
@@ -359,6 +381,12 @@ class CompareOnegpuTest(unittest.TestCase):
 
 
 OUT_FILES = ["compare.txt", "driver.log", "proof.log", "runs.tar.gz", "summary.json"]
+FAKE_PERF = r"""#!/bin/sh
+# Stands in for ibnet-perf: checks its arguments and the provider, prints canned JSON.
+[ "$IBNET_PROVIDER" = soft ] || exit 3
+case "$*" in *"--plugin /"*"--loopback --bw-only"*"--json"*) ;; *) exit 4 ;; esac
+echo '{"meta": {"mode": "loopback"}, "results": [{"size": 524288, "bw_gbps": 5.0}]}'
+"""
 
 
 class RunOnegpuScriptTest(unittest.TestCase):
@@ -371,6 +399,7 @@ class RunOnegpuScriptTest(unittest.TestCase):
         self.so = write(os.path.join(d, "libnccl-net-ibnet.so"), "")
         self.nccl = write(os.path.join(d, "libnccl.so.2.30.7"), "")
         self.probe = executable(os.path.join(d, "proxy_gpu_probe"), "#!/bin/sh\necho 'proxy_gpu_probe: PASS'\n")
+        self.perf = executable(os.path.join(d, "ibnet-perf"), FAKE_PERF)
         self.calls = os.path.join(d, "calls")
         self.env = dict(os.environ, DRY_RUN="1", PYTHON=os.path.join(HERE, "fake_rank.py"), FAKE_CALLS=self.calls,
                         MPS_DIR=os.path.join(d, "mps"))
@@ -429,7 +458,8 @@ class RunOnegpuScriptTest(unittest.TestCase):
 
     def test_dry_run_built_nccl_and_probe(self):
         out = os.path.join(self.dir.name, "out")
-        p = self.run_script(self.so, out, "--nccl", self.nccl, "--probe", self.probe, FAKE_WANT_PRELOAD=self.nccl,
+        p = self.run_script(self.so, out, "--nccl", self.nccl, "--probe", self.probe, "--perf", self.perf,
+                            FAKE_WANT_PRELOAD=self.nccl,
                             VARIANTS="proto-ll:NCCL_PROTO=LL", RELOAD="0", DEAD="0")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertEqual(sorted(os.listdir(out)), sorted(OUT_FILES + ["probe.log"]))
@@ -437,6 +467,7 @@ class RunOnegpuScriptTest(unittest.TestCase):
             text = f.read()
         self.assertIn("NCCL 2.30.7 from its log", text)
         self.assertIn("proxy_gpu_probe: OK", text)
+        self.assertIn("ibnet-perf  : OK - ibnet alone, GB/s by size: 524288:5.000", text)
         self.assertNotIn("dead rank ibnet", text)
         self.assertIn('goal dead rank: error within 2 s naming the peer: NOT MET {"why": "not run"}', text)
         self.assertTrue(all(c[4] == self.nccl for c in self.calls_of()))
