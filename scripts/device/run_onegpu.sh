@@ -11,7 +11,8 @@
 #   1. the proxy engine's GPU probe (--probe), before MPS starts;
 #   2. MPS: started (a stale daemon of an earlier run asked to quit first), checked with a
 #      CUDA context; restarted once if the device is "busy or unavailable", else the run
-#      goes on without MPS (logged); always stopped on exit (trap), also after a timeout;
+#      goes on without MPS (logged); checked again (and restarted if refused) after any step
+#      that failed; always stopped on exit (trap: also on failure, TERM or INT);
 #   3. nccl_sweep.py, 8 B .. MAX_BYTES, all six ops, every element checked: ibnet
 #      (IBNET_PROVIDER=soft) and NCCL's Socket; with --perf, ibnet alone (ibnet-perf --loopback
 #      over the same plugin, no NCCL) at the sizes NCCL moves per step;
@@ -27,7 +28,7 @@
 # With --nccl, every rank runs with LD_PRELOAD=<that libnccl.so.2> (PyTorch then uses it; the
 # version is proven from NCCL's "NCCL version X" line, not from torch).
 #
-# Files in <outdir> (6, within the device tool's 8):
+# Files in <outdir> (5, 6 with --probe; within the device tool's 8):
 #   compare.txt  summary.json  proof.log  driver.log  probe.log  runs.tar.gz
 # runs.tar.gz holds runs/: each step's log and JSON, the topology dump and the fused file,
 # and MPS's logs (PACK=0 keeps the folder instead).
