@@ -108,7 +108,8 @@ def parse_args(argv=None):
 ENV_KEYS = (
     "NCCL_NET", "NCCL_NET_PLUGIN", "IBNET_PROVIDER", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
     "NCCL_NVLS_ENABLE", "NCCL_PROTO", "NCCL_ALGO", "NCCL_IB_QPS_PER_CONNECTION",
-    "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_HOSTID", "IBNET_SOFT_DEVICES", "NCCL_NET_FORCE_MERGE",
+    "NCCL_TOPO_FILE", "IBNET_SOFT_FAULTS", "IBNET_SOFT_FAULTS_DEV", "LD_PRELOAD",
 )
 
 
@@ -252,6 +253,8 @@ def main(argv=None):
         "gpu": torch.cuda.get_device_name(dev),
         "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
         "results": [],
+        "planned": sum(1 for s in sizes(args.min_bytes, args.max_bytes) for o in args.ops
+                       if counts(o, s, n) is not None),
         "complete": False,
         "ok": False,
     }
