@@ -404,17 +404,15 @@ fn many_fused_pairs_in_both_directions_survive_a_rail_failing_anywhere() {
         let t0 = Instant::now();
         let st = stop.clone();
         let tb = std::thread::spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                drive(&mut b, ops, &st)
-            }));
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(&mut b, ops, &st)));
             if r.is_err() {
                 st.store(true, Ordering::Relaxed);
             }
             (b, r)
         });
-        let ra = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            drive(&mut a, ops, &stop)
-        }));
+        let ra =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(&mut a, ops, &stop)));
         if ra.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
@@ -447,8 +445,9 @@ fn many_fused_pairs_in_both_directions_survive_a_rail_failing_anywhere() {
             .map(|(_, t)| t)
             .collect();
         assert!(
-            warns.iter().all(|t| t.contains("rail 1 (soft1)")
-                && t.contains("moved to rail 0 (soft0)")),
+            warns
+                .iter()
+                .all(|t| t.contains("rail 1 (soft1)") && t.contains("moved to rail 0 (soft0)")),
             "round {round}: every WARN names rail 1 and where its traffic went: {warns:#?}"
         );
         assert_eq!(
