@@ -45,7 +45,7 @@ fn env_num(k: &str, d: u64) -> u64 {
 fn shape(p: usize, j: usize) -> (usize, [usize; WIDE]) {
     let mut x = Rng(((p as u64) << 32 | j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     x.next();
-    let n = if x.next() % 4 == 0 {
+    let n = if x.next().is_multiple_of(4) {
         2 + (x.next() % (WIDE as u64 - 1)) as usize
     } else {
         1
@@ -209,7 +209,7 @@ impl End {
             }
             return moved;
         }
-        for i in 0..n {
+        for (i, &len) in sizes.iter().enumerate().take(n) {
             if self.reqs[s][i].is_null() {
                 // The sends of an operation go in order, and only once the earlier
                 // operations' sends are all posted (NCCL posts a step's sends in order).
@@ -226,7 +226,7 @@ impl End {
                 let rc = api::isend(
                     self.comm,
                     p,
-                    sizes[i] as u64,
+                    len as u64,
                     Self::tag(i),
                     self.mh,
                     core::ptr::null_mut(),

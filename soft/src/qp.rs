@@ -106,6 +106,14 @@
 //! it complete normally. When the peer process dies (or its QP is destroyed) every
 //! outstanding WR, sends and receives, completes with `RetryExceeded`. WRs posted in the error
 //! state complete with `WrFlushError`. Copy workers skip the chunks of a failed QP.
+//!
+//! As a target in the error state, a QP completes each posted receive once, in order: with
+//! its delivery if that was published, else flushed (`WrFlushError`, or the QP's own status).
+//! The flush marks the ring entry (`ring::RingEntry::flush`, a CAS on `seq` against the
+//! initiator's publishing CAS), so a delivery that comes after it fails at the initiator with
+//! `RetryExceeded` (an RC responder in error acknowledges nothing) instead of being
+//! acknowledged there and dropped here: the two ends always agree on whether a
+//! write-with-immediate arrived (a fused comm's failover relies on it: `ibnet_core::fused`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};

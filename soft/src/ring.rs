@@ -14,6 +14,12 @@
 //!  seq = t + 1                  (Release) ──────▶ seq == t + 1 ? (Acquire)
 //!                                                 read meta, key, raddr, data (Relaxed)
 //! ```
+//! `seq` is set by a compare-and-swap, not a store: a target QP in the error state flushes a
+//! receive whose delivery has not come by swapping `seq` to a *flushed* mark (`flush`), and
+//! the initiator's `publish` then fails (the delivery is refused: `RetryExceeded` at the
+//! initiator, as an RC responder in error acknowledges nothing). Exactly one of the two wins,
+//! so a delivery is either taken by the target or refused at the initiator, never acknowledged
+//! and then dropped (the loom model checks it).
 //! A payload of up to `segment::BOUNCE_MAX` bytes between a cross-process pair travels
 //! *bounced*: the initiator has written it into a bounce slot of the target's segment, and the
 //! entry carries the slot's number `b` (in `data[0]`) instead of the bytes; the target copies it

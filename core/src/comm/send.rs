@@ -347,6 +347,12 @@ impl<P: Provider> SendComm<P> {
         self.base.test(id, |r, _| Ok(Base::<P>::done_of(r)))
     }
 
+    /// Whether send `id` is matched to a receive of a multi-receive whose other sends have
+    /// not all come: it waits in the comm, not posted (nothing of it can land).
+    pub fn unposted(&self, id: ReqId) -> bool {
+        self.slot_reqs.contains(&Some(id))
+    }
+
     /// `id` if it was acknowledged before now, without polling (see `Base::finish`; also on
     /// a poisoned comm).
     pub fn completed(&mut self, id: ReqId) -> Result<Option<Done>> {

@@ -879,6 +879,15 @@ impl<P: Provider + Clone> FusedSend<P> {
         }
         self.live[i] = false;
         self.degraded = true;
+        // A send of a multi-receive that waits on this rail for the group's other sends,
+        // which will not come here now, is never posted: it is lost (nothing of it landed).
+        for m in self.msgs.iter_mut().filter(|m| m.used) {
+            if let Leg::Native(sub) = m.legs[i] {
+                if self.rails[i].unposted(sub) {
+                    m.legs[i] = Leg::Lost;
+                }
+            }
+        }
         let to = self.first_live();
         // Cannot fail: each rail is reported once, and there are at most N.
         let _ = self.events.push(RailEvent {
