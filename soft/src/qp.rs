@@ -937,6 +937,16 @@ impl QpShared {
         }
         // Release: pairs with the poster's Acquire: the entries were read, the slots are free.
         self.sq_head.store(h, Ordering::Release);
+        let (k, r) = self.poll_recvs(&mut out[n..]);
+        self.cq.release(released + r);
+        n + k
+    }
+
+    /// [`Self::poll_into`]'s receives: their completions into `out`, in order (a delivery
+    /// taken, or in the error state a receive flushed); returns how many, and the CQ slots
+    /// they release.
+    fn poll_recvs(&self, out: &mut [Completion]) -> (usize, u32) {
+        let (mut n, mut released) = (0, 0);
         // Receives.
         let b = self.own.qp_block(self.idx);
         // Acquire: pairs with `post_recv`'s Release.
@@ -1012,8 +1022,7 @@ impl QpShared {
         }
         // Release: pairs with `post_recv`'s Acquire: those wr_id slots were read.
         self.rq_head.store(rh, Ordering::Release);
-        self.cq.release(released);
-        n
+        (n, released)
     }
 }
 
