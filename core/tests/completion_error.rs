@@ -100,3 +100,55 @@ fn a_failed_send_reports_its_size_and_peer_address() {
     }
     assert!(e.to_string().contains("127.0.0.1:4242"), "{e}");
 }
+
+/// A failed completion and good ones in one poll: every good one is applied before the error
+/// is reported, none dropped with it, so after a failure the comm still says which receives
+/// completed (`completed`, after `drain`): a fused receiver counts those parts (the sender had
+/// them acknowledged and tells nothing of them; issue 29).
+#[test]
+fn a_receive_completed_behind_a_failure_in_one_poll_still_counts() {
+    use ibnet_core::provider::WcStatus;
+    use ibnet_testkit::Fault;
+    let dev = Loopback::new();
+    let cfg = CommConfig {
+        nqps: 2,
+        ..CommConfig::default()
+    };
+    let (mut s, mut r) = connect_pair(&dev, cfg).unwrap();
+    let src = AlignedBuf::new(4096);
+    let dst: Vec<AlignedBuf> = (0..3).map(|_| AlignedBuf::new(4096)).collect();
+    let sk = dev.register(src.addr(), 4096).unwrap().0;
+    let post = |r: &mut ibnet_core::comm::RecvComm<Loopback>, b: &AlignedBuf| {
+        let mr = dev.register(b.addr(), 4096).unwrap().0;
+        let buf = RecvBuf {
+            addr: b.addr(),
+            size: 4096,
+            tag: 3,
+            mr,
+        };
+        r.irecv(&[buf]).unwrap().unwrap()
+    };
+    let r0 = post(&mut r, &dst[0]); // on QP 0
+    let r1 = post(&mut r, &dst[1]); // on QP 1
+                                    // The clear-to-send of the third receive (QP 0) fails: QP 0 of the receiver is in error.
+    dev.inject(Fault::FailWr {
+        after: 0,
+        status: WcStatus::RetryExceeded,
+    });
+    let _r2 = post(&mut r, &dst[2]);
+    // The first send goes on QP 0 (not acknowledged: the target is in error), the second on
+    // QP 1: placed, acknowledged, its completion queued behind the receiver's error.
+    let s0 = s.isend(src.addr(), 1000, 3, sk).unwrap().unwrap();
+    let s1 = s.isend(src.addr(), 2000, 3, sk).unwrap().unwrap();
+    assert!(s.test(s0).is_err(), "the first send was not acknowledged");
+    assert_eq!(s.completed(s1).unwrap().map(|d| d.sizes[0]), Some(2000));
+    // One poll of the receiver takes the error and the second receive's completion.
+    assert!(r.test(r0).is_err(), "the receiver's failure");
+    r.drain().unwrap();
+    assert_eq!(
+        r.completed(r1).unwrap().map(|d| d.sizes[0]),
+        Some(2000),
+        "the receive the sender had acknowledged completed"
+    );
+    assert_eq!(r.completed(r0).unwrap(), None, "the other one did not");
+}

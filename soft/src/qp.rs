@@ -106,6 +106,14 @@
 //! it complete normally. When the peer process dies (or its QP is destroyed) every
 //! outstanding WR, sends and receives, completes with `RetryExceeded`. WRs posted in the error
 //! state complete with `WrFlushError`. Copy workers skip the chunks of a failed QP.
+//!
+//! As a target in the error state, a QP completes each posted receive once, in order: with
+//! its delivery if that was published, else flushed (`WrFlushError`, or the QP's own status).
+//! The flush marks the ring entry (`ring::RingEntry::flush`, a CAS on `seq` against the
+//! initiator's publishing CAS), so a delivery that comes after it fails at the initiator with
+//! `RetryExceeded` (an RC responder in error acknowledges nothing) instead of being
+//! acknowledged there and dropped here: the two ends always agree on whether a
+//! write-with-immediate arrived (a fused comm's failover relies on it: `ibnet_core::fused`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -177,8 +185,6 @@ pub struct QpShared {
     max_recv: u64,
     rq_posted: CachePadded<AtomicU64>,
     rq_head: CachePadded<AtomicU64>,
-    /// In the error state: deliveries beyond this count are ignored (u64::MAX: not fixed yet).
-    rq_cutoff: AtomicU64,
     destroyed: AtomicBool,
     direct_max: u64,
     chunk: u64,
@@ -280,7 +286,6 @@ impl QpShared {
             max_recv: attr.max_recv_wr as u64,
             rq_posted: CachePadded::new(AtomicU64::new(0)),
             rq_head: CachePadded::new(AtomicU64::new(0)),
-            rq_cutoff: AtomicU64::new(u64::MAX),
             destroyed: AtomicBool::new(false),
             direct_max: cfg.direct_max,
             chunk: cfg.chunk.max(4096),
@@ -864,7 +869,11 @@ impl QpShared {
         // Publishes with a Release store of the entry's `seq` (pairs with the target's Acquire
         // in `poll_into`): the entry, and every byte this QP copied before (which
         // happened-before this point), are visible.
-        b.ring[(t % RING as u64) as usize].publish(t, imm, len, inline.as_ref());
+        if !b.ring[(t % RING as u64) as usize].publish(t, imm, len, inline.as_ref()) {
+            // The target's QP is in the error state and flushed this receive: as an RC
+            // responder in error, it does not acknowledge ("Errors" in the module doc).
+            return Deliver::Gone;
+        }
         // Relaxed: combiner only (read back by the load above on the next delivery; `prefetch`
         // reads it as a hint only); the entry itself is published by `seq`'s Release above.
         self.imm_sent.store(t + 1, Ordering::Relaxed);
@@ -944,6 +953,16 @@ impl QpShared {
         }
         // Release: pairs with the poster's Acquire: the entries were read, the slots are free.
         self.sq_head.store(h, Ordering::Release);
+        let (k, r) = self.poll_recvs(&mut out[n..]);
+        self.cq.release(released + r);
+        n + k
+    }
+
+    /// [`Self::poll_into`]'s receives: their completions into `out`, in order (a delivery
+    /// taken, or in the error state a receive flushed); returns how many, and the CQ slots
+    /// they release.
+    fn poll_recvs(&self, out: &mut [Completion]) -> (usize, u32) {
+        let (mut n, mut released) = (0, 0);
         // Receives.
         let b = self.own.qp_block(self.idx);
         // Acquire: pairs with `post_recv`'s Release.
@@ -952,40 +971,61 @@ impl QpShared {
         let mut rh = self.rq_head.load(Ordering::Relaxed);
         // Acquire: pairs with `set_fail`.
         let mut fail = self.fail.load(Ordering::Acquire);
-        // In the error state, deliveries are accepted only up to the point where the poller
-        // first saw the failure; the rest of the posted receives are flushed.
-        // Relaxed: only the poller writes it.
-        let cut = self.rq_cutoff.load(Ordering::Relaxed);
-        // Never beyond `posted`: a peer can never complete more than was posted.
-        let limit = posted.min(cut);
         let mut bounced = None;
-        while rh < limit && n < out.len() {
+        // Never beyond `posted`: a peer can never complete more than was posted.
+        while rh < posted && n < out.len() {
+            let e = &b.ring[(rh % RING as u64) as usize];
             // Acquire inside `take`: pairs with the initiator's Release in `deliver` (data,
             // meta and inline payload visible).
-            let Some(d) = b.ring[(rh % RING as u64) as usize].take(rh) else {
-                break;
+            let got = match e.take(rh) {
+                Some(d) => match d.inline {
+                    Some(p) => {
+                        if let ring::Body::Bounce(b) = p.body {
+                            bounced = Some(b);
+                        }
+                        if self.apply_inline(&p, d.len) {
+                            Some(d)
+                        } else {
+                            // A responder error (as RC): this and every later receive is
+                            // flushed.
+                            self.set_fail(WcStatus::WrFlushError);
+                            fail = WcStatus::WrFlushError as u32;
+                            None
+                        }
+                    }
+                    None => Some(d),
+                },
+                None if fail == 0 => break, // not delivered yet
+                // The error state: the receive is flushed, and its delivery can no longer
+                // land (the initiator's `publish` fails: "Errors" in the module doc) ...
+                None if e.flush(rh) => None,
+                // ... unless the delivery won the race: take it on the next turn.
+                None => continue,
             };
-            if let Some(p) = d.inline {
-                if let ring::Body::Bounce(b) = p.body {
-                    bounced = Some(b);
+            // Relaxed: ordered by the Acquire of `rq_posted` above.
+            let wr_id = self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed);
+            out[n] = match got {
+                Some(d) => {
+                    let v = ((d.imm as u64) << 32) | d.len as u64;
+                    Completion {
+                        wr_id,
+                        status: WcStatus::Success,
+                        opcode: WcOpcode::RecvRdmaWithImm,
+                        byte_len: v as u32,
+                        imm: (v >> 32) as u32,
+                        vendor_err: 0,
+                        qp_num: self.qpn,
+                    }
                 }
-                if !self.apply_inline(&p, d.len) {
-                    // A responder error (as RC): this and every later receive is flushed.
-                    self.set_fail(WcStatus::WrFlushError);
-                    fail = WcStatus::WrFlushError as u32;
-                    break;
-                }
-            }
-            let v = ((d.imm as u64) << 32) | d.len as u64;
-            out[n] = Completion {
-                // Relaxed: ordered by the Acquire of `rq_posted` above.
-                wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
-                status: WcStatus::Success,
-                opcode: WcOpcode::RecvRdmaWithImm,
-                byte_len: v as u32,
-                imm: (v >> 32) as u32,
-                vendor_err: 0,
-                qp_num: self.qpn,
+                None => Completion {
+                    wr_id,
+                    status: status_of(fail),
+                    opcode: WcOpcode::RecvRdmaWithImm,
+                    byte_len: 0,
+                    imm: 0,
+                    vendor_err: 0,
+                    qp_num: self.qpn,
+                },
             };
             n += 1;
             released += 1;
@@ -996,32 +1036,9 @@ impl QpShared {
             // them (Release inside).
             ring::bounce_release(b.bounce_done, last);
         }
-        if fail != 0 && cut == u64::MAX && n < out.len() {
-            // Everything delivered before we looked is harvested: fix the cut here.
-            // Relaxed: only the poller writes and reads it (the load of `cut` above).
-            self.rq_cutoff.store(rh, Ordering::Relaxed);
-        }
-        if fail != 0 {
-            while rh < posted && n < out.len() {
-                out[n] = Completion {
-                    // Relaxed: ordered by the Acquire of `rq_posted` above.
-                    wr_id: self.rq[(rh & self.rq_mask) as usize].load(Ordering::Relaxed),
-                    status: status_of(fail),
-                    opcode: WcOpcode::RecvRdmaWithImm,
-                    byte_len: 0,
-                    imm: 0,
-                    vendor_err: 0,
-                    qp_num: self.qpn,
-                };
-                n += 1;
-                released += 1;
-                rh += 1;
-            }
-        }
         // Release: pairs with `post_recv`'s Acquire: those wr_id slots were read.
         self.rq_head.store(rh, Ordering::Release);
-        self.cq.release(released);
-        n
+        (n, released)
     }
 }
 

@@ -14,6 +14,12 @@
 //!  seq = t + 1                  (Release) ──────▶ seq == t + 1 ? (Acquire)
 //!                                                 read meta, key, raddr, data (Relaxed)
 //! ```
+//! `seq` is set by a compare-and-swap, not a store: a target QP in the error state flushes a
+//! receive whose delivery has not come by swapping `seq` to a *flushed* mark (`flush`), and
+//! the initiator's `publish` then fails (the delivery is refused: `RetryExceeded` at the
+//! initiator, as an RC responder in error acknowledges nothing). Exactly one of the two wins,
+//! so a delivery is either taken by the target or refused at the initiator, never acknowledged
+//! and then dropped (the loom model checks it).
 //! A payload of up to `segment::BOUNCE_MAX` bytes between a cross-process pair travels
 //! *bounced*: the initiator has written it into a bounce slot of the target's segment, and the
 //! entry carries the slot's number `b` (in `data[0]`) instead of the bytes; the target copies it
@@ -121,6 +127,12 @@ pub fn bounce_release(done: &AtomicU64, b: u64) {
     done.store(b.wrapping_add(1), Ordering::Release);
 }
 
+/// `seq` of an entry whose receive `t` the target flushed (never `t + 1` of any delivery:
+/// counts stay far below 2^63).
+const fn flushed(t: u64) -> u64 {
+    (t + 1) | 1 << 63
+}
+
 /// What the target read from an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delivery {
@@ -149,8 +161,14 @@ impl RingEntry {
     }
 
     /// Initiator (the QP's combiner, the only writer of this entry while the target has not
-    /// re-posted its receive): publishes delivery `t`.
-    pub fn publish(&self, t: u64, imm: u32, len: u32, inline: Option<&Inline>) {
+    /// re-posted its receive): publishes delivery `t`. `false`: the target, in the error
+    /// state, flushed receive `t` first ([`RingEntry::flush`]), so the delivery did not land.
+    pub fn publish(&self, t: u64, imm: u32, len: u32, inline: Option<&Inline>) -> bool {
+        // Relaxed: only the target's `flush` writes `seq` besides us; the CAS below decides.
+        let cur = self.seq.load(Ordering::Relaxed);
+        if cur == flushed(t) {
+            return false;
+        }
         // Relaxed (all but `seq`): published by the Release store of `seq` below.
         self.meta
             .store(((imm as u64) << 32) | len as u64, Ordering::Relaxed);
@@ -174,9 +192,34 @@ impl RingEntry {
             }
             None => self.key.store(0, Ordering::Relaxed),
         }
-        // Release: pairs with the target's Acquire in `take`: the fields above, and every byte
-        // the initiator's QP copied before (which happened-before this point), are visible.
-        self.seq.store(t + 1, Ordering::Release);
+        // Release (success): pairs with the target's Acquire in `take` (and in `flush`'s
+        // failure): the fields above, and every byte the initiator's QP copied before (which
+        // happened-before this point), are visible. Relaxed (failure): nothing is read.
+        // A CAS, not a store: the target's `flush` of the same receive may come first, and
+        // then exactly one of the two wins (the fields written above are never read).
+        self.seq
+            .compare_exchange(cur, t + 1, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Target (the QP's poller), in the error state: flushes receive `t` unless delivery `t`
+    /// was published. `true`: flushed, and the initiator's `publish` of `t` fails from now
+    /// on (an RC responder in error acknowledges nothing); `false`: the delivery is there,
+    /// for `take`. So a delivery is either taken by the target or failed at the initiator,
+    /// never acknowledged and then dropped.
+    pub fn flush(&self, t: u64) -> bool {
+        // Acquire: pairs with `publish`'s Release CAS (a delivery seen here is then read by
+        // `take`, whose own Acquire load repeats this).
+        let cur = self.seq.load(Ordering::Acquire);
+        if cur == t + 1 {
+            return false;
+        }
+        // Relaxed (success): the mark publishes nothing; the CAS's place in `seq`'s
+        // modification order alone excludes `publish`'s. Acquire (failure): pairs with
+        // `publish`'s Release CAS, as above.
+        self.seq
+            .compare_exchange(cur, flushed(t), Ordering::Relaxed, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Target (the QP's poller): delivery `t`, if it has been published.

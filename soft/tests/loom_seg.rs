@@ -2,7 +2,8 @@
 //! (`ibnet_soft::lease`, `ibnet_soft::cq`, built on loom's atomics under `--cfg loom`): the
 //! registration lease against deregistration (the Dekker pair), a dead lane's voiding, the
 //! header's publication, the CQ's slot reservation, and the inbound ring entry with an inline
-//! payload and the reuse of a bounce slot (`ibnet_soft::ring`).
+//! payload, a delivery racing the flush of an errored target, and the reuse of a bounce slot
+//! (`ibnet_soft::ring`).
 //!
 //! `LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" cargo test -p ibnet-soft --release
 //! --target-dir target/loom --test loom_seg`
@@ -125,12 +126,12 @@ fn a_ring_entry_with_an_inline_payload_is_seen_whole_and_reused_clean() {
         };
         let (ei, pi) = (e.clone(), posted.clone());
         let init = thread::spawn(move || {
-            ei.publish(0, 77, 9, Some(&p));
+            assert!(ei.publish(0, 77, 9, Some(&p)));
             // Acquire: pairs with the target's Release below (as `recv_posted`).
             while pi.load(loom::sync::atomic::Ordering::Acquire) < 2 {
                 thread::yield_now();
             }
-            ei.publish(1, 78, 4096, None);
+            assert!(ei.publish(1, 78, 4096, None));
         });
         let d = loop {
             if let Some(d) = e.take(0) {
@@ -165,6 +166,50 @@ fn a_ring_entry_with_an_inline_payload_is_seen_whole_and_reused_clean() {
     });
 }
 
+/// A target QP in the error state flushes the receives it has not been delivered: a delivery
+/// racing that flush is either taken by the target (whole, and acknowledged at the initiator)
+/// or refused at the initiator (`publish` fails: no acknowledgement, as an RC responder in
+/// error), never acknowledged and then dropped, nor taken twice; the next lap of the entry
+/// works as before.
+#[test]
+fn a_delivery_racing_a_flush_is_taken_or_refused_never_acknowledged_and_dropped() {
+    loom::model(|| {
+        let e = Arc::new(RingEntry::new());
+        let p = Inline {
+            raddr: 0x1000,
+            rkey: 5,
+            body: Body::Words(pack(&[9, 8, 7])),
+        };
+        let ei = e.clone();
+        let init = thread::spawn(move || ei.publish(0, 77, 3, Some(&p)));
+        // The target's poller in the error state: take it, else flush it; a lost flush means
+        // the delivery is there now.
+        let taken = loop {
+            if let Some(d) = e.take(0) {
+                assert_eq!((d.imm, d.len, d.inline), (77, 3, Some(p)));
+                break true;
+            }
+            if e.flush(0) {
+                break false;
+            }
+            thread::yield_now();
+        };
+        let acked = init.join().unwrap();
+        assert_eq!(acked, taken, "acknowledged exactly when the target took it");
+        assert!(
+            !taken || !e.flush(0),
+            "a taken delivery is not flushed after"
+        );
+        assert!(
+            e.take(0).is_some() == taken,
+            "a flushed receive shows no delivery"
+        );
+        // The receive re-posted: the next delivery into the entry lands as usual.
+        assert!(e.publish(1, 78, 0, None));
+        assert_eq!(e.take(1).map(|d| d.imm), Some(78));
+    });
+}
+
 /// A bounce slot is never written by the initiator while the target copies out of it: with one
 /// slot, the second payload is written only after `bounce_free` saw the target's
 /// `bounce_release` of the first, which happens after the target's read of it (the slot is a
@@ -196,7 +241,7 @@ fn a_bounce_slot_is_reused_only_after_the_target_copied_it_out() {
                 while pi.load(loom::sync::atomic::Ordering::Acquire) <= b {
                     thread::yield_now();
                 }
-                ei.publish(b, b as u32, 64, Some(&bounce(b)));
+                assert!(ei.publish(b, b as u32, 64, Some(&bounce(b))));
             }
         });
         for t in 0..2u64 {

@@ -225,6 +225,69 @@ fn remote_access_error_flushes_the_targets_receives_in_process() {
     assert_eq!(b.wait(1)[0].status, WcStatus::WrFlushError);
 }
 
+/// A target whose QP went to the error state on its own (a failed send of its own, here a bad
+/// local key) flushes the receives nobody wrote to, and a write-with-immediate into one of them
+/// afterwards fails at the initiator (`RetryExceeded`, as an RC responder in error sends no
+/// acknowledgement): never acknowledged at the initiator and flushed at the target, which would
+/// leave the two sides disagreeing on whether the message arrived. The one delivered before
+/// the failure completes at both.
+#[test]
+fn a_target_in_the_error_state_never_acknowledges_a_receive_it_flushed() {
+    let (pa, pb) = (provider(), provider());
+    let (mut a, mut b) = pair(&pa, &pb);
+    let src = Region::new(4096);
+    let dst = Region::new(4096);
+    let (ms, md) = (a.reg(&src), b.reg(&dst));
+    let (lkey, rkey) = (a.key(&ms), b.key(&md));
+    let imm = |id| {
+        let w = WrOpcode::WriteWithImm;
+        wr(
+            id,
+            w,
+            src.addr(),
+            4096,
+            lkey,
+            dst.addr(),
+            rkey,
+            id as u32,
+            true,
+        )
+    };
+    b.recv(100);
+    b.recv(101);
+    a.post(&[imm(1)]).unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    // The target fails on its own: a send with a key it does not have.
+    let bad = wr(
+        7,
+        WrOpcode::Write,
+        dst.addr(),
+        64,
+        0xdead,
+        src.addr(),
+        lkey,
+        0,
+        true,
+    );
+    b.post(&[bad]).unwrap();
+    let cb = b.wait(3);
+    let st = |id| cb.iter().find(|c| c.wr_id == id).map(|c| c.status);
+    assert_eq!(st(100), Some(WcStatus::Success), "delivered before: {cb:?}");
+    assert_ne!(st(7), Some(WcStatus::Success), "the bad send fails: {cb:?}");
+    assert_eq!(st(101), Some(WcStatus::WrFlushError), "flushed: {cb:?}");
+    a.post(&[imm(2)]).unwrap();
+    let ca = a.wait(1);
+    assert_eq!(
+        ca[0].status,
+        WcStatus::RetryExceeded,
+        "a write into a flushed receive is not acknowledged: {ca:?}"
+    );
+    assert!(
+        b.drain_for(std::time::Duration::from_millis(50)).is_empty(),
+        "nothing more at the target"
+    );
+}
+
 /// The same across two processes: the helper writes with our stale rkey after we deregistered.
 #[test]
 fn remote_access_error_flushes_the_targets_receives_across_processes() {

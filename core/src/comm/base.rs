@@ -288,13 +288,49 @@ impl<P: Provider> Base<P> {
             if n == 0 {
                 return Ok(None);
             }
-            for wc in &wcs[..n] {
-                if let Err(e) = self.complete(wc) {
-                    self.poison(&e);
-                    return Err(e);
+            self.complete_all(&wcs[..n])?;
+        }
+    }
+
+    /// Applies a batch of completions. A failed one poisons the comm and is the error, but
+    /// only after every good one of the batch is applied: a completion taken from the CQ is
+    /// never dropped (a fused receiver counts a failed rail's completed receives, `drain`).
+    fn complete_all(&mut self, wcs: &[Completion]) -> Result<()> {
+        let mut first = Ok(());
+        for wc in wcs {
+            if let Err(e) = self.complete(wc) {
+                if first.is_ok() {
+                    first = Err(e);
                 }
             }
         }
+        if let Err(e) = &first {
+            self.poison(e);
+        }
+        first
+    }
+
+    /// Polls the CQ until it is empty, applying every good completion and skipping failed
+    /// ones (flushed receives), also on a poisoned comm: after a failure, which requests had
+    /// completed is then known ([`Self::finish`]). At most `max_polls` polls.
+    pub fn drain(&mut self, max_polls: usize) -> Result<()> {
+        for _ in 0..max_polls {
+            let mut wcs = [Completion::EMPTY; POLL_BATCH];
+            let cq = self.cq.as_mut().ok_or(Error::BadState {
+                op: "drain",
+                state: "closed",
+            })?;
+            let n = self.dev.poll_cq(cq, &mut wcs)?;
+            if n == 0 {
+                return Ok(());
+            }
+            for wc in wcs[..n].iter().filter(|w| w.status == WcStatus::Success) {
+                // A bogus one among them changes nothing the comm still relies on: it is
+                // poisoned already, and only finished requests are read from now on.
+                let _ = self.complete(wc);
+            }
+        }
+        Ok(())
     }
 
     /// Reports and frees `id` if it has no events left (`None`: still waiting). Reads no CQ and
@@ -334,13 +370,7 @@ impl<P: Provider> Base<P> {
             state: "closed",
         })?;
         let n = self.dev.poll_cq(cq, &mut wcs)?;
-        for wc in &wcs[..n] {
-            if let Err(e) = self.complete(wc) {
-                self.poison(&e);
-                return Err(e);
-            }
-        }
-        Ok(())
+        self.complete_all(&wcs[..n])
     }
 
     /// What a done send or flush reports (a receive's report is its comm's).

@@ -408,6 +408,16 @@ impl<P: Provider> RecvComm<P> {
         self.base.poison(e);
     }
 
+    /// After a failure (the comm is poisoned): takes every completion left in the CQ, the
+    /// good ones applied, so [`Self::completed`] then says exactly which receives completed
+    /// (the peer had them acknowledged) and which were flushed (a fused comm, `crate::fused`).
+    pub fn drain(&mut self) -> Result<()> {
+        // Every receive and signaled write of the comm fits the CQ: that many completions, in
+        // polls of 4, and one more poll that finds the CQ empty.
+        let cq = 2 * MAX_REQUESTS * self.base.qps.len() + MAX_REQUESTS;
+        self.base.drain(cq / 4 + 2)
+    }
+
     /// Polls the CQ once for no request in particular (see `Base::progress`).
     pub fn progress(&mut self) -> Result<()> {
         self.base.progress()

@@ -353,6 +353,28 @@ impl<P: Provider> SendComm<P> {
         self.base.poison(e);
     }
 
+    /// Whether send `id` is matched to a receive of a multi-receive whose other sends have
+    /// not all come: it waits in the comm, not posted (nothing of it can land).
+    pub fn unposted(&self, id: ReqId) -> bool {
+        self.slot_reqs.contains(&Some(id))
+    }
+
+    /// `id` if it was acknowledged before now, without polling (see `Base::finish`; also on
+    /// a poisoned comm).
+    pub fn completed(&mut self, id: ReqId) -> Result<Option<Done>> {
+        self.base.finish(id, |r, _| Ok(Base::<P>::done_of(r)))
+    }
+
+    /// After a failure (the comm is poisoned): takes every completion left in the CQ, the
+    /// good ones applied, so [`Self::completed`] then says which sends were acknowledged
+    /// before the failure (a fused comm moves only the others, `crate::fused`).
+    pub fn drain(&mut self) -> Result<()> {
+        // Every signaled send of the comm fits the CQ: that many completions, in polls of 4,
+        // and one more poll that finds the CQ empty.
+        let cq = 2 * MAX_REQUESTS * self.base.qps.len();
+        self.base.drain(cq / 4 + 2)
+    }
+
     /// Polls the CQ once for no request in particular (see `Base::progress`): an error
     /// completion or a fatal device event surfaces as the error it is.
     pub fn progress(&mut self) -> Result<()> {

@@ -69,11 +69,40 @@
 //! posted before the receiver learned (`r ∈ M`, `r ∉ L`: one notice, no bytes). The first
 //! notice naming the rail takes it out of use at the receiver, so its next `M` leaves it out.
 //! A rail the receiver left out of `M` while the sender still uses it is one the receiver took
-//! out of use itself: the sender takes it out of use too (its in-flight parts are lost as
-//! above), as it does on the receiver's back notice (below).
+//! out of use itself: the sender takes it out of use too, as it does on the receiver's back
+//! notice (below): no new part goes on it, and its parts in flight stay there until they are
+//! acknowledged or fail.
 //!
-//! *Sender.* Every part the failed rail had not had acknowledged is **lost**: the sender writes
-//! the same bytes again, on the first live rail that has this message's receive, to the same
+//! ## The rule that loses nothing: acknowledged or told, counted once
+//! The two sides learn of a failure at different times and by different paths (the sender from
+//! its completions or the receiver's back notice or mask, the receiver from its completions or
+//! a notice), and a part can be in flight on the rail meanwhile. What keeps every part counted
+//! exactly once is one fact of RC and two rules built on it:
+//!
+//! * *RC:* a write-with-immediate is **acknowledged** at the sender exactly when it was placed
+//!   at the receiver and its completion is queued there. A responder in the error state
+//!   acknowledges nothing (a provider must hold to this: the soft provider refuses a delivery
+//!   into a receive it flushed, `ibnet_soft`'s "Errors").
+//! * *Sender:* a part acknowledged on its own rail needs nothing more; a part whose own write
+//!   **failed** (or was never posted) is written again elsewhere and **told** by a notice, and
+//!   only such a part. A rail the sender fails is drained first (every completion in its queue
+//!   applied, also after the error): what it had acknowledged is done. A rail taken out of use
+//!   because the *receiver* dropped it keeps its parts in flight until each is acknowledged or
+//!   fails; so a part is never written again while its first write may still land, and no
+//!   write lands after the receiver finished the message (and reused its buffer).
+//! * *Receiver:* a part counts by its own completion or by a notice, whichever comes first,
+//!   the other ignored. A failure **never** turns a posted receive into one that waits for a
+//!   notice only: a rail that failed here is drained, and keeps being drained while receives
+//!   wait on it, since the sender had some of them acknowledged (it tells none of those) and
+//!   failed the others (it tells all of those).
+//!
+//! (Issue 29: the receiver used to give up, on its own rail failure, every receive it had not
+//! yet seen complete, and wait for notices; a part the sender had acknowledged meanwhile, its
+//! completion still queued, dropped from a poll after the error, or, on the soft provider,
+//! delivered into the failed QP and then flushed, got neither, and the message hung.)
+//!
+//! *Sender.* Every part the failed rail had not had acknowledged (its completion queue drained
+//! first) is **lost**: the sender writes the same bytes again, on the first live rail that has this message's receive, to the same
 //! offsets of the receive buffer (with that rail's rkey, from that rail's clear-to-send). A
 //! write of the same bytes to the same addresses is idempotent, so a part that did land before
 //! its acknowledgement was lost is harmless to repeat. The moved write is an RDMA WRITE without
@@ -95,8 +124,9 @@
 //! outside the receive's `M` is refused as hostile. A notice takes its rail out of use at the
 //! receiver (new receives are not posted there and `M` leaves it out). A rail whose own calls
 //! fail at the receiver (its clear-to-send write fails, say) is taken out of use likewise: its
-//! receives that had completed count, the others wait for notices, and the receiver writes a
-//! **back notice** (slot = rail, in the sender's back ring, registered on every rail) over a
+//! completion queue is drained (good completions applied, flushed receives skipped), and
+//! stays drained while receives wait on it, each completing by its completion or a notice
+//! (the rule above); and the receiver writes a **back notice** (slot = rail, in the sender's back ring, registered on every rail) over a
 //! live rail. A sender that finds no clear-to-send on a live rail of `M` reads that slot
 //! before it waits, and fails the rail over if it is set; so a failure only the receiver saw
 //! does not leave the sender waiting for a clear-to-send that will never come (the receives
@@ -140,9 +170,12 @@
 //! still reported per receive. A send of the group is done at the sender when the whole group
 //! is (every part acknowledged, the group's notice acknowledged).
 //!
-//! Limits: a moved write that repeats a part which had landed
-//! (its acknowledgement lost) can land after the receiver completed the message (bytes
-//! identical, so only a buffer the receiver reused meanwhile for other data would see them).
+//! Limits: with several QPs per rail (`NCCL_IB_QPS_PER_CONNECTION` > 1), a rail that fails on
+//! one QP at the sender may still carry parts on its others, which the drain does not wait
+//! for: such a part is written again too, and its first write can land after the receiver
+//! completed the message (bytes identical, so only a buffer the receiver reused meanwhile for
+//! other data would see them). With one QP per rail, completions come in order and a part is
+//! written again only once its first write failed.
 //! A rail the sender knew was dead when a message was posted keeps that message's receive
 //! posted on the rail at the receiver until the notice takes the rail out of use there (a
 //! receive request of that rail's comm is not reused; at most the receives in flight).

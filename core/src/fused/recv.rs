@@ -102,6 +102,8 @@ pub struct FusedRecv<P: Provider> {
     back_needed: u8,
     back_told: u8,
     back_pending: [Option<(u8, ReqId)>; N],
+    /// Rails whose own comm failed here (drained once: see `rail_down`).
+    broken: [bool; N],
     /// The first failure's kind once the comm failed: later calls are refused, reported so.
     poisoned: Option<ErrorKind>,
     events: Vec<RailEvent, N>,
@@ -157,6 +159,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).back_needed).write(0);
             addr_of_mut!((*p).back_told).write(0);
             addr_of_mut!((*p).back_pending).write([None; N]);
+            addr_of_mut!((*p).broken).write([false; N]);
             addr_of_mut!((*p).poisoned).write(None);
             addr_of_mut!((*p).events).write(Vec::new());
         }
@@ -179,6 +182,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 back_needed: _,
                 back_told: _,
                 back_pending: _,
+                broken: _,
                 poisoned: _,
                 events: _,
             } = s;
@@ -450,16 +454,22 @@ impl<P: Provider + Clone> FusedRecv<P> {
             let Leg::Native(sub) = self.msgs[k].legs[i] else {
                 continue;
             };
-            match self.rails[i].test(sub) {
+            let r = if self.broken[i] {
+                // A rail failed here still completes the receives the sender had
+                // acknowledged: its completions are drained (`rail_down`).
+                let _ = self.rails[i].drain();
+                self.rails[i].completed(sub).or(Ok(None))
+            } else {
+                self.rails[i].test(sub)
+            };
+            match r {
                 Ok(Some(d)) => {
                     let m = &mut self.msgs[k];
                     m.legs[i] = Leg::Done;
                     add_sizes(m, &d.sizes);
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    self.rail_down(i, e)?;
-                }
+                Err(e) => self.rail_down(i, e)?,
             }
         }
         if self.msgs[k].kind == Kind::Recv && self.msgs[k].legs.iter().any(|l| *l != Leg::Done) {
@@ -585,8 +595,28 @@ impl<P: Provider + Clone> FusedRecv<P> {
         });
     }
 
-    /// Takes rail `i` out of use here after `e`: receives posted on it wait for notices.
+    /// Takes rail `i` out of use here after `e` (its comm failed here; also a rail a notice
+    /// had taken out of use already, whose receives wait on it still). Its receives still
+    /// pending are not given up: one that the sender had acknowledged completes on the rail
+    /// (its completion is in the rail's queue, which `test` drains from now on: RC never
+    /// acknowledges a write it then drops), the others by their notices, whichever comes
+    /// first (the module doc's "Receiver"). A flush has nothing left to wait for.
     fn rail_down(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.broken[i] {
+            self.broken[i] = true;
+            // Every completion already there is applied (`Base::drain`); a rail whose CQ cannot
+            // be read (a fatal device event) says no more, and its receives wait for notices.
+            let _ = self.rails[i].drain();
+            for m in self
+                .msgs
+                .iter_mut()
+                .filter(|m| m.used && m.kind == Kind::Flush)
+            {
+                if let Leg::Native(_) = m.legs[i] {
+                    m.legs[i] = Leg::Done;
+                }
+            }
+        }
         if !self.live[i] {
             return Ok(());
         }
@@ -598,21 +628,6 @@ impl<P: Provider + Clone> FusedRecv<P> {
             to: to.map(|t| t as u8),
         });
         self.back_needed |= 1 << i;
-        for m in self.msgs.iter_mut().filter(|m| m.used) {
-            let Leg::Native(sub) = m.legs[i] else {
-                continue;
-            };
-            // A part that completed before the failure is done (the sender had it
-            // acknowledged and sends no notice for it); a flush has nothing left to wait for.
-            match (self.rails[i].completed(sub), m.kind) {
-                (Ok(Some(d)), _) => {
-                    m.legs[i] = Leg::Done;
-                    add_sizes(m, &d.sizes);
-                }
-                (_, Kind::Recv) => m.legs[i] = Leg::Notice,
-                (_, Kind::Flush) => m.legs[i] = Leg::Done,
-            }
-        }
         match to {
             Some(_) => Ok(()),
             None => Err(self.poison(e)),

@@ -124,6 +124,8 @@ impl Msg {
 pub struct FusedSend<P: Provider> {
     rails: Vec<SendComm<P>, N>,
     live: [bool; N],
+    /// Rails whose own comm failed here (drained once: see `fail_rail`).
+    broken: [bool; N],
     msgs: [Msg; MAX_REQUESTS],
     free: Vec<u8, MAX_REQUESTS>,
     /// The message slot of each send of a multi-receive: row `seq % MAX_REQUESTS`, column
@@ -186,6 +188,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         unsafe {
             addr_of_mut!((*p).rails).write(Vec::new());
             addr_of_mut!((*p).live).write([false; N]);
+            addr_of_mut!((*p).broken).write([false; N]);
             let msgs = addr_of_mut!((*p).msgs).cast::<Msg>();
             for i in 0..MAX_REQUESTS {
                 msgs.add(i).write(Msg::FREE);
@@ -211,6 +214,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             let Self {
                 rails: _,
                 live: _,
+                broken: _,
                 msgs: _,
                 free: _,
                 by_seq: _,
@@ -510,13 +514,13 @@ impl<P: Provider + Clone> FusedSend<P> {
             }
             if posted.is_some_and(|m| m >> i & 1 == 0) {
                 // Left out by the receiver: it will never post on this rail again.
-                self.fail_rail(i, Self::DROPPED)?;
+                self.drop_rail(i, Self::DROPPED)?;
                 continue;
             }
             match self.rails[i].progress() {
                 Err(e) => self.fail_rail(i, e)?,
                 // The receiver took the rail out of use: it posts there no more.
-                Ok(()) if self.dropped_by_peer(i)? => self.fail_rail(i, Self::DROPPED)?,
+                Ok(()) if self.dropped_by_peer(i)? => self.drop_rail(i, Self::DROPPED)?,
                 // A healthy rail whose receive is not posted yet: try again later.
                 Ok(()) => return Ok(None),
             }
@@ -833,35 +837,71 @@ impl<P: Provider + Clone> FusedSend<P> {
         }
     }
 
-    /// Takes rail `i` out of use after `e`: its unacknowledged parts are lost (to be moved),
-    /// and so are parts and notices it was carrying. Without a live rail left, `e` is the
-    /// comm's error.
+    /// Rail `i`'s own comm failed with `e`: after its completion queue is drained (a part
+    /// acknowledged before the failure is done: the receiver has it), its unacknowledged
+    /// parts are lost (to be moved), and so are parts and notices it was carrying; then it is
+    /// out of use ([`Self::drop_rail`]). Also for a rail already out of use (dropped by the
+    /// receiver) whose parts were still in flight.
     fn fail_rail(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.broken[i] {
+            self.broken[i] = true;
+            self.degraded = true;
+            let rail = &mut self.rails[i];
+            // A rail whose CQ cannot be read (a fatal device event) says no more: what it had
+            // not acknowledged is lost.
+            let _ = rail.drain();
+            let mut acked = |id: ReqId| matches!(rail.completed(id), Ok(Some(_)));
+            for m in self.msgs.iter_mut().filter(|m| m.used) {
+                for l in m.legs.iter_mut() {
+                    if let Leg::Moving { carrier, id } = *l {
+                        if carrier as usize == i {
+                            *l = if acked(id) { Leg::Moved } else { Leg::Lost };
+                        }
+                    }
+                }
+                if let Leg::Native(sub) = m.legs[i] {
+                    m.legs[i] = if acked(sub) { Leg::Done } else { Leg::Lost };
+                }
+                if let Some((c, id, mask)) = m.telling {
+                    if c as usize == i {
+                        m.telling = None;
+                        if acked(id) {
+                            m.told |= mask;
+                        }
+                    }
+                }
+            }
+        }
+        self.drop_rail(i, e)
+    }
+
+    /// Takes rail `i` out of use after `e`: no new part goes on it (reported once). Without
+    /// a live rail left, `e` is the comm's error. Parts in flight on it stay where they are:
+    /// a rail the receiver took out of use still has them acknowledged or fails them
+    /// ([`Self::fail_rail`]), and only a failed part is written again, so a part never lands
+    /// twice (the module doc's "Sender").
+    fn drop_rail(&mut self, i: usize, e: Error) -> Result<()> {
         if !self.live[i] {
             return Ok(());
         }
         self.live[i] = false;
         self.degraded = true;
+        // A send of a multi-receive that waits on this rail for the group's other sends,
+        // which will not come here now, is never posted: it is lost (nothing of it landed).
+        for m in self.msgs.iter_mut().filter(|m| m.used) {
+            if let Leg::Native(sub) = m.legs[i] {
+                if self.rails[i].unposted(sub) {
+                    m.legs[i] = Leg::Lost;
+                }
+            }
+        }
         let to = self.first_live();
-        // Cannot fail: each rail fails once, and there are at most N.
+        // Cannot fail: each rail is reported once, and there are at most N.
         let _ = self.events.push(RailEvent {
             rail: i as u8,
             error: e,
             to: to.map(|t| t as u8),
         });
-        for m in self.msgs.iter_mut().filter(|m| m.used) {
-            for l in m.legs.iter_mut() {
-                if matches!(*l, Leg::Moving { carrier, .. } if carrier as usize == i) {
-                    *l = Leg::Lost;
-                }
-            }
-            if let Leg::Native(_) = m.legs[i] {
-                m.legs[i] = Leg::Lost;
-            }
-            if matches!(m.telling, Some((c, _, _)) if c as usize == i) {
-                m.telling = None;
-            }
-        }
         match to {
             Some(_) => Ok(()),
             None => Err(self.poison(e)),
