@@ -26,8 +26,11 @@ struct Pair {
 }
 
 fn pair(n: usize) -> Pair {
+    pair_with(n, CommConfig::default())
+}
+
+fn pair_with(n: usize, cfg: CommConfig) -> Pair {
     let rails: Vec<Loopback> = (0..n).map(|_| Loopback::new()).collect();
-    let cfg = CommConfig::default();
     let mut s = ibnet_testkit::fused_send(&rails, cfg).expect("fused send");
     let infos: Vec<_> = (0..n).map(|i| s.local_info(i).unwrap()).collect();
     let r = ibnet_testkit::fused_recv(&rails, cfg, &infos).expect("fused recv");
@@ -229,6 +232,47 @@ fn a_failed_rail_hands_its_parts_to_a_healthy_one_and_no_byte_is_lost() {
     assert_eq!(p.s.resent_bytes(), moved, "later messages: 0 bytes re-sent");
     assert_eq!(p.s.requests_in_use(), 0);
     assert_eq!(p.r.requests_in_use(), 0);
+}
+
+/// With two QPs per rail, the writes of a failover (a moved part, notices: no immediate, no
+/// receive consumed) leave the data QPs' turn alone: each later send still goes on the QP the
+/// receiver posted its receive on, so every later message keeps its exact size and bytes
+/// (three such writes, an odd number, used to shift the sender's round robin by one).
+#[test]
+fn failover_writes_leave_the_data_qps_turn_alone() {
+    let cfg = CommConfig {
+        nqps: 2,
+        ..CommConfig::default()
+    };
+    let mut p = pair_with(2, cfg);
+    let size = 100_000;
+    let mut sbs: Vec<AlignedBuf> = (0..2).map(|_| AlignedBuf::new(size)).collect();
+    let rbs: Vec<AlignedBuf> = (0..2).map(|_| AlignedBuf::new(size)).collect();
+    let mut rids = Vec::new();
+    for (i, rb) in rbs.iter().enumerate() {
+        fill_pattern(sbs[i].as_mut_slice(), 500 + i as u64);
+        let rk = reg(&p.rails, rb);
+        rids.push(post_recv(&mut p, rb, rk, 2));
+    }
+    // The first message's part on rail 1 fails: moved and told (two writes on rail 0); the
+    // second, posted over both rails, is striped over rail 0 and its empty rail-1 part told
+    // (a third).
+    p.rails[1].inject(Fault::FailWr {
+        after: 0,
+        status: WcStatus::RetryExceeded,
+    });
+    for sb in &sbs {
+        let sk = reg(&p.rails, sb);
+        let id = send(&mut p, sb, size, sk, 2);
+        assert_eq!(wait(|| p.s.test(id)).sizes[0], size as u64);
+    }
+    for (i, id) in rids.into_iter().enumerate() {
+        assert_eq!(wait(|| p.r.test(id)).sizes[0], size as u64, "message {i}");
+        assert_eq!(rbs[i].as_slice(), sbs[i].as_slice(), "message {i}");
+    }
+    for (i, size) in [5000usize, 1, 70_000, 300].into_iter().enumerate() {
+        one(&mut p, size, 600 + i as u64);
+    }
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //! is bounded: a stuck operation fails the test with what each side waits for), and each comm
 //! that lost rail 1 logs one WARN naming it. Rounds of fresh comms give new failure points.
 //! `IBNET_FUSED_STRESS_ROUNDS` (default 1) and `IBNET_FUSED_STRESS_SEED` (default 7) make a
-//! longer or different run; `IBNET_FUSED_STRESS_OPS` the operations per pair (default 160).
+//! longer or different run; `IBNET_FUSED_STRESS_OPS` the operations per pair (default 160),
+//! `IBNET_FUSED_STRESS_WR_FAIL` the odds of a WR failing (1 in 200 by default).
 
 mod util;
 
@@ -362,7 +363,8 @@ fn many_fused_pairs_in_both_directions_survive_a_rail_failing_anywhere() {
     let ops = env_num("IBNET_FUSED_STRESS_OPS", 160) as usize;
     // About 2.5 WRs on rail 1 per operation of a pair (data, clear-to-send, sizes): each
     // pair's rail 1 fails within its first ~100 operations, at a random WR of either end.
-    let spec = format!("seed={seed},wr_fail=200:RetryExceeded");
+    let wr_fail = env_num("IBNET_FUSED_STRESS_WR_FAIL", 200);
+    let spec = format!("seed={seed},wr_fail={wr_fail}:RetryExceeded");
     let env = [
         ("NCCL_SOCKET_IFNAME", "lo"),
         ("IBNET_SOFT_DEVICES", "2"),

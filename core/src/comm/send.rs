@@ -333,8 +333,10 @@ impl<P: Provider> SendComm<P> {
             signaled: true,
             ..SendWr::EMPTY
         };
-        let qi = self.base.next_qp();
-        let qp = &mut self.base.qps[qi];
+        // On QP 0, outside the data QPs' round robin: the receiver posts each receive on the
+        // QP the matching send will use (the same order on both sides), and a write without
+        // immediate, which consumes no receive, must not shift the sender's turn.
+        let qp = &mut self.base.qps[0];
         if let Err(e) = self.base.dev.post_send(qp, &[wr]) {
             let _ = self.base.reqs.free(id);
             return Err(self.poison(e));
