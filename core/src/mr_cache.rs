@@ -534,8 +534,8 @@ impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
     {
         let (key, bytes) = Key::new(addr, len, page)?;
         // The record first, so that a full table costs no registration; given back if the
-        // slot reference fails (or `register` panics).
-        let rec = self.regs.reserve()?;
+        // slot reference fails (or `register` panics). The search starts from the range's hash.
+        let rec = self.regs.reserve(key.hash() as usize)?;
         let mut r = self.acquire_slot(key, bytes, page, containing, register)?;
         let (idx, gen) = rec.publish(r.handle.idx as usize);
         r.handle = MrHandle { idx, gen };
@@ -820,6 +820,7 @@ impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
     /// live registration: never acquired, from another cache, or released already (a second
     /// release of a handle is refused even while other registrations keep its entry alive;
     /// of two concurrent releases of one handle exactly one succeeds).
+    #[inline]
     pub fn release<F>(&self, handle: MrHandle, deregister: F) -> Result<()>
     where
         F: FnOnce(M) -> Result<()>,
@@ -834,6 +835,7 @@ impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
     }
 
     /// Drops one reference on slot `idx`, which the caller's (just ended) record held.
+    #[inline]
     fn release_slot<F>(&self, idx: usize, deregister: F) -> Result<()>
     where
         F: FnOnce(M) -> Result<()>,

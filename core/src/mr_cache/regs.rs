@@ -26,8 +26,11 @@
 //! A reader (`get`) loads the record, pins the slot, then loads the record again: an
 //! unchanged word means the pin is on the slot life the record holds (see `MrCache::get`).
 //!
-//! Capacity: `R` records, fixed. Reserving scans from a rotating cursor, so with the table
-//! mostly free it takes one or two probes; a table without a free record is
+//! Capacity: `R` records, fixed. Reserving first tries the record the caller derives from the
+//! range's hash (free in the common case: one probe, nothing shared written); if it is taken
+//! (another registration of the same range, or a collision) it scans from a rotating cursor,
+//! so that many registrations of one range do not pile up behind one start (which would cost
+//! each one probe per registration before it). A table without a free record is
 //! [`Error::Full`] `{ what: "MR registrations", cap: R }`, reported before the cache is touched.
 
 use crate::error::{Error, Result};
@@ -64,7 +67,8 @@ const fn rslot(w: u64) -> usize {
 /// A fixed table of `R` registration records (a power of two).
 pub(super) struct Regs<const R: usize> {
     recs: [AtomicU64; R],
-    /// Where the next reservation starts looking (a hint; races on it are harmless).
+    /// Where a scan starts when the caller's first choice is taken (a hint; an RMW, so two
+    /// scanners start apart).
     cursor: AtomicUsize,
 }
 
@@ -104,47 +108,54 @@ impl<const R: usize> Regs<R> {
         }
     }
 
-    /// Reserves a free record for one acquire. The reservation is given back on drop unless
+    /// Reserves a free record for one acquire: record `first` (modulo `R`) if it is free, else
+    /// the first free one from the cursor on. The reservation is given back on drop unless
     /// [`Reservation::publish`] makes it LIVE.
     #[inline]
-    pub(super) fn reserve(&self) -> Result<Reservation<'_>> {
-        // Relaxed: a starting point only; the CAS below decides.
+    pub(super) fn reserve(&self, first: usize) -> Result<Reservation<'_>> {
+        if let Some(r) = self.try_take(first & (R - 1)) {
+            return Ok(r);
+        }
+        // Relaxed: a starting point only; `try_take`'s CAS decides.
         let start = self.cursor.fetch_add(1, Ordering::Relaxed);
         for k in 0..R {
-            let idx = start.wrapping_add(k) & (R - 1);
-            let rec = &self.recs[idx];
-            // Relaxed: a candidate only; the CAS below decides.
-            let w = rec.load(Ordering::Relaxed);
-            if rtag(w) != FREE {
-                continue;
-            }
-            let gen = match rgen(w).wrapping_add(1) {
-                0 => 1, // handles are never 0
-                g => g,
-            };
-            // Relaxed: the record carries nothing but this word. Its previous owner (a
-            // releaser's CAS to FREE) left no data behind, and the new life is published to
-            // readers by the Release store in `publish` (paired with the Acquire loads in
-            // `live` and `free`).
-            if rec
-                .compare_exchange(
-                    w,
-                    rword(gen, RESERVED, 0),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
-                return Ok(Reservation {
-                    rec,
-                    idx: idx as u32,
-                    gen,
-                });
+            if let Some(r) = self.try_take(start.wrapping_add(k) & (R - 1)) {
+                return Ok(r);
             }
         }
         Err(Error::Full {
             what: "MR registrations",
             cap: R,
+        })
+    }
+
+    /// Reserves record `idx` if it is free.
+    #[inline]
+    fn try_take(&self, idx: usize) -> Option<Reservation<'_>> {
+        let rec = &self.recs[idx];
+        // Relaxed: a candidate only; the CAS below decides.
+        let w = rec.load(Ordering::Relaxed);
+        if rtag(w) != FREE {
+            return None;
+        }
+        let gen = match rgen(w).wrapping_add(1) {
+            0 => 1, // handles are never 0
+            g => g,
+        };
+        // Relaxed: the record carries nothing but this word. Its previous owner (a releaser's
+        // CAS to FREE) left no data behind, and the new life is published to readers by the
+        // Release store in `publish` (paired with the Acquire loads in `live` and `free`).
+        rec.compare_exchange(
+            w,
+            rword(gen, RESERVED, 0),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .ok()?;
+        Some(Reservation {
+            rec,
+            idx: idx as u32,
+            gen,
         })
     }
 
@@ -181,8 +192,8 @@ impl<const R: usize> Regs<R> {
         // Acquire: pairs with the Release store of LIVE in `publish`, so the slot reference
         // this record holds is visible to the slot release that follows.
         rec.compare_exchange(w, rword(gen, FREE, 0), Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(rslot)
+            .ok()?;
+        Some(rslot(w))
     }
 
     /// How many records are LIVE right now (a snapshot, for diagnostics and tests).
