@@ -175,3 +175,41 @@ fn stale_mhandles_are_refused_on_a_fused_nic() {
     stale_handles_are_refused(s, r);
     close(s, r, l);
 }
+
+/// A device holds `MR_CACHE_CAPACITY` registrations at once (one record each, however many
+/// share a range): one more `regMr` is refused with one WARN saying what is full, and after
+/// one `deregMr` the next succeeds.
+#[test]
+fn registrations_past_the_record_table_are_an_error() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !setup() {
+        return;
+    }
+    let (mut h, l) = listen();
+    let (s, r, _) = establish(&mut h, l, Duration::from_secs(30));
+    let mut buf = vec![0u8; 4096];
+    let cap = nccl_net_ibnet::dev::MR_CACHE_CAPACITY;
+    let mhs: Vec<_> = (0..cap).map(|_| reg(s, &mut buf)).collect();
+    let _ = warns();
+    let mut mh = core::ptr::null_mut();
+    let p = buf.as_mut_ptr() as *mut c_void;
+    assert_eq!(
+        api::reg_mr(s, p, 4096, 0, None, &mut mh),
+        ncclResult_t::InternalError
+    );
+    assert!(mh.is_null());
+    one_warn("live registrations (mhandles not yet deregistered) of this device");
+    assert_eq!(api::dereg_mr(s, mhs[7]), ncclResult_t::Success);
+    assert_eq!(
+        api::reg_mr(s, p, 4096, 0, None, &mut mh),
+        ncclResult_t::Success
+    );
+    assert_eq!(api::dereg_mr(s, mh), ncclResult_t::Success);
+    for (i, &m) in mhs.iter().enumerate() {
+        if i != 7 {
+            assert_eq!(api::dereg_mr(s, m), ncclResult_t::Success);
+        }
+    }
+    assert!(warns().is_empty());
+    close(s, r, l);
+}
