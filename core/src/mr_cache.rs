@@ -19,12 +19,23 @@
 //! With [`acquire_or_contained`](MrCache::acquire_or_contained) (what the plugin uses), a range
 //! with no entry of its own is served by a live (READY) entry whose range contains it, as NCCL
 //! 2.28 does: it then returns a reference to that container
-//! (its handle, value, base and length), and releasing it releases the container. This second
+//! (its value, base and length, under a handle of its own: see "Registrations"), and releasing
+//! it releases that reference to the container. This second
 //! look scans all `N` slots (one load each, lock-free, no allocation) and runs only when the
 //! exact key missed; it takes a reference with the same generation-checked CAS as a hit, so the
 //! transitions below are unchanged. A range is registered on its own only when no live entry
 //! contains it at the time of the scan (a container published just after is harmless: two
 //! overlapping registrations may coexist; only identical ranges are kept unique).
+//!
+//! # Registrations
+//! Every successful acquire is a *registration* with a record of its own in a fixed table of
+//! `R` records (`R = N` unless given; `regs.rs` has the record protocol). The [`MrHandle`] it
+//! returns is the record's index and generation, not the slot's: two registrations sharing one
+//! entry (the same range twice, or a contained range) have two handles. Releasing a handle ends
+//! its record (one CAS, so a second release of it is an error) and drops the reference the
+//! record held on the slot; [`get`](MrCache::get) goes through the record too, so a released
+//! handle reads nothing even while its entry lives on for other registrations. A full record
+//! table is [`Error::Full`] `{ what: "MR registrations", .. }`.
 //!
 //! # Slots and probing
 //! A key's *home* is a 64-bit mix of `(base, pages)` modulo `N`; its *window* is the
@@ -42,10 +53,10 @@
 //!  │  generation  │ tag │  pins  │    refs     │      tag: FREE CLAIMED PENDING READY DRAINING
 //!  └──────────────┴─────┴────────┴─────────────┘
 //! ```
-//! The generation goes up by one (skipping 0) on every claim, so a [`MrHandle`] (index +
-//! generation) from an earlier life of the slot is detected as stale. `refs` counts
-//! [`acquire`](MrCache::acquire)s not yet [`release`](MrCache::release)d; `pins` counts
-//! [`get`](MrCache::get) calls copying the value right now.
+//! The generation goes up by one (skipping 0) on every claim, so a reference taken in an
+//! earlier life of the slot is detected as stale by the CAS that would use it. `refs` counts
+//! registrations (LIVE records) on the entry; `pins` counts [`get`](MrCache::get) calls
+//! copying the value right now.
 //!
 //! # Transitions (who may do what)
 //! ```text
@@ -98,11 +109,14 @@
 //! a good hash and `N` about four times the live ranges, a full window is vanishingly rare.
 #![allow(unsafe_code)]
 
+mod regs;
+
 use core::fmt;
 use core::mem::MaybeUninit;
 
 use crate::error::{Error, Result};
 use crate::sync::{fence, spin_hint, AtomicU64, Ordering, UnsafeCell};
+use regs::{Regs, MAX_SLOTS};
 
 const REFS_BITS: u32 = 20;
 const PINS_BITS: u32 = 9;
@@ -214,11 +228,13 @@ fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// A handle to one live cache entry: slot index + generation.
+/// A handle to one registration: its record's index + the record's generation (module docs,
+/// "Registrations"). Each acquire gets its own, also when it shares a cache entry.
 ///
-/// Stale handles (the entry was released to zero, or the slot was reused since) are detected:
-/// [`MrCache::get`] returns `None` and [`MrCache::release`] an error. A live handle's bits are
-/// never 0 (generations start at 1), so [`MrHandle::to_bits`] may serve as a non-NULL C token.
+/// Stale handles (the registration was released, or its record was reused since) are
+/// detected: [`MrCache::get`] returns `None` and [`MrCache::release`] an error, whatever became
+/// of the entry it shared. A live handle's bits are never 0 (generations start at 1), so
+/// [`MrHandle::to_bits`] may serve as a non-NULL C token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MrHandle {
     idx: u32,
@@ -226,7 +242,7 @@ pub struct MrHandle {
 }
 
 impl MrHandle {
-    /// The slot index.
+    /// The record index.
     #[inline]
     pub fn index(self) -> u32 {
         self.idx
@@ -253,7 +269,7 @@ impl MrHandle {
 /// (the ffi hands the handle to C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MrRef<M> {
-    /// The entry's handle.
+    /// This registration's own handle.
     pub handle: MrHandle,
     /// The registration, as `register` returned it.
     pub value: M,
@@ -379,38 +395,44 @@ enum Scan<M> {
 /// an entry by handle. It is `Sync`: share one per device between all threads. The protocol is
 /// in the [module docs](self).
 ///
-/// Each slot takes 64 bytes (one cache line, for `M` up to 40 bytes); `MrCache<M, 4096>` is
-/// 256 KiB. Outside loom builds `new` is `const`, so a cache can live in a `static`.
-pub struct MrCache<M, const N: usize> {
+/// `R` (default `N`, a power of two) is how many registrations may be live at once (module
+/// docs, "Registrations").
+///
+/// Each slot takes 64 bytes (one cache line, for `M` up to 40 bytes) and each record 8;
+/// `MrCache<M, 4096>` is 288 KiB. Outside loom builds `new` is `const`, so a cache can live
+/// in a `static`.
+pub struct MrCache<M, const N: usize, const R: usize = N> {
     slots: [Slot<M>; N],
+    regs: Regs<R>,
 }
 
 // SAFETY: each slot's value cell is written only by the thread owning the slot in PENDING, which
 // no other thread reads, and read only by holders of a ref or pin, or by the drainer, after they
 // synchronized with that write (module docs). Values are handed out by copy to other threads, so
 // `M: Send`; several threads copy the same `M` at once, so `M: Sync`.
-unsafe impl<M: Copy + Send + Sync, const N: usize> Sync for MrCache<M, N> {}
+unsafe impl<M: Copy + Send + Sync, const N: usize, const R: usize> Sync for MrCache<M, N, R> {}
 
-impl<M: Copy, const N: usize> Default for MrCache<M, N> {
+impl<M: Copy, const N: usize, const R: usize> Default for MrCache<M, N, R> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<M, const N: usize> fmt::Debug for MrCache<M, N> {
+impl<M, const N: usize, const R: usize> fmt::Debug for MrCache<M, N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MrCache")
             .field("capacity", &N)
+            .field("registrations", &R)
             .finish_non_exhaustive()
     }
 }
 
-impl<M: Copy, const N: usize> MrCache<M, N> {
+impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
     /// The probe window: how many slots from a key's home it may occupy.
     const WINDOW: usize = if N < PROBE { N } else { PROBE };
     const CHECK: () = assert!(
-        N.is_power_of_two() && N <= 1 << 31,
-        "MrCache capacity N must be a power of two <= 2^31"
+        N.is_power_of_two() && N <= MAX_SLOTS && R.is_power_of_two() && R <= 1 << 31,
+        "MrCache capacity N must be a power of two <= 2^30, and registrations R one <= 2^31"
     );
 
     /// An empty cache.
@@ -419,6 +441,7 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         let () = Self::CHECK;
         Self {
             slots: [const { Slot::new() }; N],
+            regs: Regs::new(),
         }
     }
     /// An empty cache.
@@ -427,6 +450,7 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         let () = Self::CHECK;
         Self {
             slots: core::array::from_fn(|_| Slot::new()),
+            regs: Regs::new(),
         }
     }
 
@@ -439,13 +463,15 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
     #[cfg(not(loom))]
     pub unsafe fn init_in_place(p: *mut Self) {
         let () = Self::CHECK;
-        // SAFETY: `p` is valid and aligned (caller); `slots` is the only field, and each
-        // element is written once through a raw pointer, never read before.
+        // SAFETY: `p` is valid and aligned (caller); each element of `slots` is written once
+        // through a raw pointer, never read before, and `regs` is built in place by its own
+        // `init_in_place` under the same contract (a field of `*p`, valid and aligned).
         unsafe {
             let slots = core::ptr::addr_of_mut!((*p).slots) as *mut Slot<M>;
             for i in 0..N {
                 slots.add(i).write(Slot::new());
             }
+            Regs::init_in_place(core::ptr::addr_of_mut!((*p).regs));
         }
     }
 
@@ -456,8 +482,8 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
 
     /// Like [`acquire`](Self::acquire), but when the range has no entry of its own, a live
     /// registration that contains it serves it (NCCL 2.28's rule): the returned [`MrRef`] then
-    /// names the container (handle, value, base, length), and releasing it releases the
-    /// container. Lock-free and allocation-free; the second look costs one load per slot and
+    /// names the container (value, base, length) under its own handle, and releasing it
+    /// releases this reference to the container. Lock-free and allocation-free; the second look costs one load per slot and
     /// runs only when the exact key missed (module docs, "Containing registrations").
     pub fn acquire_or_contained<F>(
         &self,
@@ -481,11 +507,13 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
     /// `register` fails, its error is returned to that thread, the slot is freed, and waiting
     /// threads try again (calling their own `register`).
     ///
-    /// A hit is lock-free and allocation-free. Errors: [`Error::OutOfRange`] for `len == 0`,
-    /// a range past the end of the address space or a `page` that is not a power of two;
-    /// [`Error::Full`] `{ what: "MR cache", .. }` when the range's probe window holds only live
-    /// entries; `Full { what: "MR cache refcount", .. }` at [`MAX_REFS`] references; or the
-    /// error `register` returned.
+    /// Every call that succeeds is a registration with its own handle (module docs,
+    /// "Registrations"), also a hit. A hit is lock-free and allocation-free. Errors:
+    /// [`Error::OutOfRange`] for `len == 0`, a range past the end of the address space or a
+    /// `page` that is not a power of two; `Full { what: "MR registrations", .. }` when `R`
+    /// registrations are live; [`Error::Full`] `{ what: "MR cache", .. }` when the range's probe
+    /// window holds only live entries; `Full { what: "MR cache refcount", .. }` at [`MAX_REFS`]
+    /// references; or the error `register` returned.
     pub fn acquire<F>(&self, addr: u64, len: u64, page: u64, register: F) -> Result<MrRef<M>>
     where
         F: FnOnce(u64, u64) -> Result<M>,
@@ -505,6 +533,28 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         F: FnOnce(u64, u64) -> Result<M>,
     {
         let (key, bytes) = Key::new(addr, len, page)?;
+        // The record first, so that a full table costs no registration; given back if the
+        // slot reference fails (or `register` panics). The search starts from the range's hash.
+        let rec = self.regs.reserve(key.hash() as usize)?;
+        let mut r = self.acquire_slot(key, bytes, page, containing, register)?;
+        let (idx, gen) = rec.publish(r.handle.idx as usize);
+        r.handle = MrHandle { idx, gen };
+        Ok(r)
+    }
+
+    /// Takes one reference on the entry for `key` (a hit, a containing entry, or a new
+    /// registration). The returned handle names the slot (index + the slot's generation).
+    fn acquire_slot<F>(
+        &self,
+        key: Key,
+        bytes: u64,
+        page: u64,
+        containing: bool,
+        register: F,
+    ) -> Result<MrRef<M>>
+    where
+        F: FnOnce(u64, u64) -> Result<M>,
+    {
         let home = key.hash() as usize & (N - 1);
         let (slot, idx, gen) = loop {
             match self.scan(key, bytes, home)? {
@@ -762,30 +812,47 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         true
     }
 
-    /// Drops one reference taken by [`acquire`](Self::acquire). The last one calls
-    /// `deregister(value)` exactly once and frees the slot (also when `deregister` fails; its
-    /// error is returned).
+    /// Ends the registration `handle` (one [`acquire`](Self::acquire)) and drops the reference
+    /// it held on its entry. The entry's last reference calls `deregister(value)` exactly once
+    /// and frees the slot (also when `deregister` fails; its error is returned).
     ///
     /// Errors: [`Error::BadState`] `{ op: "MR cache release", .. }` for a handle that names no
-    /// live entry (never acquired, already released to zero, or from another cache). Releasing
-    /// a live handle more often than it was acquired is not detectable while other references
-    /// remain; it steals theirs (the seed has the same contract).
+    /// live registration: never acquired, from another cache, or released already (a second
+    /// release of a handle is refused even while other registrations keep its entry alive;
+    /// of two concurrent releases of one handle exactly one succeeds).
+    #[inline]
     pub fn release<F>(&self, handle: MrHandle, deregister: F) -> Result<()>
     where
         F: FnOnce(M) -> Result<()>,
     {
-        let stale = Error::BadState {
-            op: "MR cache release",
-            state: "stale or unknown handle",
+        let Some(idx) = self.regs.free(handle.idx, handle.gen) else {
+            return Err(Error::BadState {
+                op: "MR cache release",
+                state: "stale or unknown handle",
+            });
         };
-        let Some(slot) = self.slots.get(handle.idx as usize) else {
-            return Err(stale);
-        };
-        // Relaxed: a candidate only; the CAS below carries the ordering.
+        self.release_slot(idx, deregister)
+    }
+
+    /// Drops one reference on slot `idx`, which the caller's (just ended) record held.
+    #[inline]
+    fn release_slot<F>(&self, idx: usize, deregister: F) -> Result<()>
+    where
+        F: FnOnce(M) -> Result<()>,
+    {
+        let slot = &self.slots[idx];
+        // Relaxed: a candidate only; the CAS below carries the ordering. It sees our reference
+        // (READY, refs >= 1, the generation it was taken in): the record's Acquire CAS in
+        // `Regs::free` ordered the reference's CAS before this load.
         let mut s = slot.state.load(Ordering::Relaxed);
+        let gen = gen_of(s);
         loop {
-            if gen_of(s) != handle.gen || tag_of(s) != READY || refs_of(s) == 0 {
-                return Err(stale);
+            if gen_of(s) != gen || tag_of(s) != READY || refs_of(s) == 0 {
+                // Unreachable while records and references agree; an error, not a panic.
+                return Err(Error::BadState {
+                    op: "MR cache release",
+                    state: "the registration's entry holds no reference for it",
+                });
             }
             if refs_of(s) > 1 {
                 // Release: pairs with the Acquire CAS of the last releaser: our copy of the value
@@ -800,7 +867,7 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                     Err(now) => s = now,
                 }
             } else {
-                let draining = word(handle.gen, DRAINING, pins_of(s), 0);
+                let draining = word(gen, DRAINING, pins_of(s), 0);
                 // Acquire: pairs with the Release decrements of the other holders (we read the
                 // end of their release sequence); a concurrent hit's CAS now fails.
                 match slot
@@ -814,7 +881,7 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         }
         let drain = Drain {
             state: &slot.state,
-            free: word(handle.gen, FREE, 0, 0),
+            free: word(gen, FREE, 0, 0),
         };
         // We are the drainer: the value is not rewritten before our FREE store.
         let value = slot.read_value();
@@ -823,15 +890,24 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
         result
     }
 
-    /// The value of a live entry, or `None` if `handle` is stale. Lock-free; safe to call with
-    /// any handle, also concurrently with its release.
+    /// The value of a live registration, or `None` if `handle` is stale (released, or never
+    /// one of this cache's). Lock-free; safe to call with any handle, also concurrently with
+    /// its release.
+    ///
+    /// It reads the record, pins the slot the record names, and reads the record again: an
+    /// unchanged record held its reference all along, so the pinned slot is in the life the
+    /// registration holds. (If the record was ended and the slot reused meanwhile, the pin's
+    /// Acquire CAS synchronizes with that reuse's READY store, which comes after the record's
+    /// end in happens-before: the second read then cannot return the old word.)
     pub fn get(&self, handle: MrHandle) -> Option<M> {
-        let slot = self.slots.get(handle.idx as usize)?;
-        // Relaxed: a candidate only; the CAS below carries the Acquire.
+        let (w, idx) = self.regs.live(handle.idx, handle.gen)?;
+        let slot = self.slots.get(idx)?;
+        // Relaxed: a candidate only; the CAS below carries the Acquire. It is not older than
+        // the record's reference (the Acquire load in `Regs::live` ordered it after).
         let mut s = slot.state.load(Ordering::Relaxed);
         loop {
-            if gen_of(s) != handle.gen || tag_of(s) != READY {
-                return None;
+            if tag_of(s) != READY {
+                return None; // the record was ended since (a LIVE record keeps its slot READY)
             }
             if pins_of(s) == PINS_MASK {
                 spin_hint(); // 511 concurrent `get`s of one entry: wait for one to finish
@@ -849,22 +925,25 @@ impl<M: Copy, const N: usize> MrCache<M, N> {
                 Err(now) => s = now,
             }
         }
-        let value = slot.read_value();
+        let value = self.regs.still(handle.idx, w).then(|| slot.read_value());
         // Release: pairs with the Acquire pin check in `Drain::drop`: our copy is done before
         // the slot is freed.
         slot.state.fetch_sub(ONE_PIN, Ordering::Release);
-        Some(value)
+        value
     }
 
-    /// The reference count of a live entry, or `None` if `handle` is stale (a snapshot, for
-    /// diagnostics and tests).
+    /// The reference count of the entry a live registration shares (how many registrations
+    /// hold it), or `None` if `handle` is stale (a snapshot, for diagnostics and tests).
     pub fn refcount(&self, handle: MrHandle) -> Option<u32> {
-        let s = self
-            .slots
-            .get(handle.idx as usize)?
-            .state
-            .load(Ordering::Relaxed); // Relaxed: snapshot, nothing read through it
-        (gen_of(s) == handle.gen && tag_of(s) == READY).then_some(refs_of(s) as u32)
+        let (_, idx) = self.regs.live(handle.idx, handle.gen)?;
+        let s = self.slots.get(idx)?.state.load(Ordering::Relaxed); // Relaxed: snapshot, nothing read through it
+        (tag_of(s) == READY).then_some(refs_of(s) as u32)
+    }
+
+    /// How many registrations are live right now (acquired, not released): a snapshot that
+    /// scans all `R` records, for diagnostics and tests only.
+    pub fn registrations(&self) -> usize {
+        self.regs.count_live()
     }
 
     /// How many entries are live (READY) right now: a snapshot that scans all `N` slots, for

@@ -67,6 +67,8 @@ pub enum AnyMr {
 /// range may live only in the probe window of [`PROBE`](ibnet_core::mr_cache::PROBE) slots
 /// around its hash, so the cache is sized at four times what it promises,
 /// [`MR_CACHE_LIVE`], keeping a full window rare (and honestly reported when it happens).
+/// It is also how many registrations (`mhandle`s not yet deregistered, each with a record
+/// of its own, however many share a range) a device holds at once; one more is an error.
 pub const MR_CACHE_CAPACITY: usize = 16384;
 
 /// Live registrations a device's cache holds at least (checked by the `capacity` test).

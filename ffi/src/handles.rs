@@ -1,12 +1,14 @@
 //! The tokens NCCL holds for our comms, requests and registrations: never pointers, but
 //! indices into a fixed-capacity table of comm slots, each with a generation, and (for
-//! `mhandle`s) into the device's registration cache.
+//! `mhandle`s) into the registration records of the device's registration cache.
 //!
 //! ```text
 //!  comm token     [63..48] COMM_MARK  [47..16] slot generation (32 bits)  [15..0] slot index
 //!  request token  [63..56] REQ_MARK   [55..40] slot index  [39..24] generation (low 16 bits)
 //!                 [23..0]  the core's ReqId (request slot index + its own generation)
-//!  mhandle        [63..54] MH_MARK  [53..46] device index  [45..14] generation  [13..0] cache slot
+//!  mhandle        [63..54] MH_MARK  [53..46] device index  [45..14] record generation
+//!                 [13..0]  registration record (one per regMr, also where several share a
+//!                          cache entry)
 //!
 //!  SLOTS[i] = { state: generation << 8 | life, ptr: the comm's box }
 //! ```
@@ -190,11 +192,12 @@ pub fn remove(token: usize, kind: Kind, op: &'static str) -> Result<*mut (), Err
     Ok(p)
 }
 
-/// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (slot index below
-/// 2^12, generation) and the plugin device index (low 8 bits) under a marker (see the module
-/// doc), so a registration hit allocates nothing. A value without the marker, of another
-/// device (NCCL passed a handle registered on another device's comm), or whose entry is gone
-/// (stale; the cache's lookup) is rejected.
+/// `mhandle`s are not pointers: they encode the device cache's [`MrHandle`] (the index of the
+/// registration's own record, below 2^14, and the record's generation) and the plugin device
+/// index (8 bits) under a marker (see the module doc), so a registration hit allocates
+/// nothing. A value without the marker, of another device (NCCL passed a handle registered on
+/// another device's comm), or whose registration was deregistered (stale; the cache's lookup
+/// through the record, also while other registrations keep the entry) is rejected.
 const MH_MARK: u64 = 0x1b3;
 const MH_MARK_SHIFT: u32 = 54;
 const MH_IDX_BITS: u32 = 14;

@@ -5,15 +5,17 @@
 //! A fused NIC's comms hold one core comm per rail (`ibnet_core::fused`); its registrations
 //! hold one registration per rail, each taken from that rail's device cache (so a buffer a
 //! plain comm of the same device registered is shared), behind one entry of the vNIC's own
-//! cache ([`FusedCacheT`]), whose handle is the `mhandle` NCCL gets:
+//! cache ([`FusedCacheT`]), whose registration handle (one per `regMr`) is the `mhandle` NCCL
+//! gets:
 //! ```text
 //!  regMr(fused comm, addr, len)
 //!    fused cache: acquire_or_contained(addr, len) ── miss ─▶ for each rail i:
 //!                                                     rail i's cache: acquire_or_contained
 //!                                                     → keys[i], handle[i]
-//!    mhandle = (fused entry, device number of the vNIC)
+//!    mhandle = (this registration's record in the fused cache, device number of the vNIC)
 //!  isend/irecv: fused cache get(mhandle) → keys[0..n]  (lock-free, no allocation)
-//!  deregMr: last reference of the fused entry ─▶ release handle[i] in each rail's cache
+//!  deregMr: ends the record (a second deregMr is refused); the fused entry's last reference
+//!           ─▶ release handle[i] in each rail's cache
 //! ```
 //! Everything here but the cache lookups runs on the control path.
 

@@ -3,8 +3,10 @@
 //! them) allocate nothing on the calling thread, over the soft provider; nor do they (through
 //! `api`, the bodies of the v10/v11 entries) with NCCL's profiler callback set and parents
 //! passed, so that QP events start and stop; nor over a fused NIC of two soft devices
-//! (`makeVDevice`: each message striped over both rails). A counting global allocator counts
-//! the allocations of the thread that is armed.
+//! (`makeVDevice`: each message striped over both rails). Nor do `regMr` cache hits (the
+//! same range, and a range inside it) and their `deregMr`, each registration with a handle
+//! of its own, on a plain comm and a fused one. A counting global allocator counts the
+//! allocations of the thread that is armed.
 
 mod util;
 
@@ -250,6 +252,7 @@ fn isend_irecv_test_allocate_nothing() {
     assert_eq!(starts, 2 * 1010, "one event per send and per receive");
     assert_eq!(stops, starts, "every event stopped once");
     assert_eq!(dst, src);
+    reg_hits_allocate_nothing(s, &mut src, "plain");
     assert_eq!(nccl_net_ibnet::api::dereg_mr(s, ms), ncclResult_t::Success);
     assert_eq!(nccl_net_ibnet::api::dereg_mr(r, mr), ncclResult_t::Success);
     util::close(s, r, l);
@@ -278,9 +281,41 @@ fn isend_irecv_test_allocate_nothing() {
     let st = nccl_net_ibnet::api::fused_stats(s).expect("a fused comm");
     assert!(st.rail_bytes[0] > 0 && st.rail_bytes[1] > 0, "{st:?}");
     assert_eq!(dst, src);
+    reg_hits_allocate_nothing(s, &mut src, "fused");
     assert_eq!(nccl_net_ibnet::api::dereg_mr(s, ms), ncclResult_t::Success);
     assert_eq!(nccl_net_ibnet::api::dereg_mr(r, mr), ncclResult_t::Success);
     util::close(s, r, l);
+}
+
+/// `regMr` hits on `buf` (registered on `c` already) and their `deregMr`, armed: each
+/// registration takes a record of its own and gives it back, and none allocates.
+fn reg_hits_allocate_nothing(c: *mut c_void, buf: &mut [u8], what: &str) {
+    use nccl_net_ibnet::api::{dereg_mr, reg_mr};
+    let reg = |p: *mut u8, n: usize| {
+        let mut mh = core::ptr::null_mut();
+        let rc = reg_mr(c, p as *mut c_void, n as u64, 0, None, &mut mh);
+        assert_eq!(rc, ncclResult_t::Success);
+        mh
+    };
+    let p = buf.as_mut_ptr();
+    // Relaxed: as in the test above.
+    let before = ALLOCS.load(Ordering::Relaxed);
+    ARMED.with(|a| a.set(true));
+    for _ in 0..100 {
+        let same = reg(p, buf.len());
+        // SAFETY: 4096 < buf.len(): a range inside the registered one.
+        let inside = reg(unsafe { p.add(4096) }, 64);
+        assert_ne!(same, inside, "one handle per registration");
+        assert_eq!(dereg_mr(c, inside), ncclResult_t::Success);
+        assert_eq!(dereg_mr(c, same), ncclResult_t::Success);
+    }
+    ARMED.with(|a| a.set(false));
+    // Relaxed: as above.
+    let n = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        n, 0,
+        "{n} allocation(s) in 100 {what} regMr hits and deregMrs"
+    );
 }
 
 /// A connected send/receive pair over the fused NIC of soft0 and soft1, and its listener.

@@ -39,10 +39,13 @@ fn miss_registers_hit_shares() {
         (0x10_0000, PAGE, 0x10_0000 ^ PAGE)
     );
     assert_eq!(c.refcount(a.handle), Some(1));
-    // Another address inside the same page is the same key: a hit.
+    // Another address inside the same page is the same key: a hit, with a handle of its own.
     let b = c.acquire(0x10_0800, 0x800, PAGE, never_reg).unwrap();
-    assert_eq!(b, a);
+    assert_eq!((b.value, b.base, b.len), (a.value, a.base, a.len));
+    assert_ne!(b.handle, a.handle, "one handle per registration");
     assert_eq!(c.refcount(a.handle), Some(2));
+    assert_eq!(c.refcount(b.handle), Some(2));
+    assert_eq!(c.registrations(), 2);
     // A different range is a miss.
     let d = c.acquire(0x20_0000, 100, PAGE, reg(&regs)).unwrap();
     assert_eq!(regs.get(), 2);
@@ -61,20 +64,20 @@ fn ranges_round_out_to_whole_pages() {
     // Straddling a page boundary by two bytes takes two pages: a different key.
     let r2 = c.acquire(0x1fff, 2, PAGE, reg(&regs)).unwrap();
     assert_eq!((r2.base, r2.len), (0x1000, 0x2000));
-    assert_ne!(r2.handle, r.handle);
+    assert_ne!(r2.value, r.value);
     // Exactly one page at its start, and a sub-range of it, hit the first key.
     assert_eq!(
-        c.acquire(0x1000, 0x1000, PAGE, never_reg).unwrap().handle,
-        r.handle
+        c.acquire(0x1000, 0x1000, PAGE, never_reg).unwrap().value,
+        r.value
     );
     assert_eq!(
-        c.acquire(0x1ffe, 1, PAGE, never_reg).unwrap().handle,
-        r.handle
+        c.acquire(0x1ffe, 1, PAGE, never_reg).unwrap().value,
+        r.value
     );
     // One byte more is two pages: hits the second key.
     assert_eq!(
-        c.acquire(0x1000, 0x1001, PAGE, never_reg).unwrap().handle,
-        r2.handle
+        c.acquire(0x1000, 0x1001, PAGE, never_reg).unwrap().value,
+        r2.value
     );
     // Other page sizes.
     let h = c.acquire(0x20_1234, 1, 1 << 21, reg(&regs)).unwrap();
@@ -144,11 +147,11 @@ fn release_to_zero_deregisters_exactly_once() {
     let c = Cache::<16>::new();
     let (regs, deregs) = (Cell::new(0), Cell::new(0));
     let r = c.acquire(0x40_0000, 3 * PAGE, PAGE, reg(&regs)).unwrap();
-    c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
-    c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+    let r1 = c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+    let r2 = c.acquire(0x40_0000, 3 * PAGE, PAGE, never_reg).unwrap();
     assert_eq!(c.refcount(r.handle), Some(3));
-    c.release(r.handle, never_dereg).unwrap();
-    c.release(r.handle, never_dereg).unwrap();
+    c.release(r1.handle, never_dereg).unwrap();
+    c.release(r2.handle, never_dereg).unwrap();
     assert_eq!(c.refcount(r.handle), Some(1));
     let seen = Cell::new(0);
     c.release(r.handle, |v| {
@@ -192,8 +195,8 @@ fn stale_and_unknown_handles_are_errors() {
 
 #[test]
 fn full_window_is_an_error_and_freed_slots_are_reused() {
-    // N = 4: the window is the whole table.
-    let c = Cache::<4>::new();
+    // N = 4: the window is the whole table (16 records, so that the window fills first).
+    let c = MrCache::<u64, 4, 16>::new();
     let regs = Cell::new(0);
     let refs: Vec<_> = (0..4)
         .map(|i| c.acquire(i * PAGE, PAGE, PAGE, reg(&regs)).unwrap())
@@ -208,16 +211,13 @@ fn full_window_is_an_error_and_freed_slots_are_reused() {
     );
     // A full table still serves hits.
     assert_eq!(
-        c.acquire(2 * PAGE, 1, PAGE, never_reg).unwrap().handle,
-        refs[2].handle
+        c.acquire(2 * PAGE, 1, PAGE, never_reg).unwrap().value,
+        refs[2].value
     );
     c.release(refs[1].handle, |_| Ok(())).unwrap();
+    assert_eq!(c.occupied(), 3);
     let n = c.acquire(9 * PAGE, PAGE, PAGE, reg(&regs)).unwrap();
-    assert_eq!(
-        n.handle.index(),
-        refs[1].handle.index(),
-        "the freed slot is reused"
-    );
+    assert_eq!(c.occupied(), 4, "the freed slot is reused");
     assert_eq!(c.get(refs[1].handle), None, "its old handle is stale");
     assert_eq!(c.get(n.handle), Some(n.value));
     assert_eq!(regs.get(), 5);
@@ -259,7 +259,11 @@ fn many_distinct_ranges_each_register_once() {
     assert_eq!(regs.get(), 1024);
     for (r, &(a, p)) in first.iter().zip(&ranges) {
         let again = c.acquire(a + 8, p * PAGE - 8, PAGE, never_reg).unwrap();
-        assert_eq!(again, *r);
+        assert_eq!(
+            (again.value, again.base, again.len),
+            (r.value, r.base, r.len)
+        );
+        assert_ne!(again.handle, r.handle);
         assert_eq!((r.base, r.len), (a, p * PAGE));
         assert_eq!(c.refcount(r.handle), Some(2));
     }
@@ -274,7 +278,7 @@ fn failed_registration_frees_the_slot() {
         errno: 12,
     };
     assert_eq!(c.acquire(0x1000, 1, PAGE, |_, _| Err(boom)), Err(boom));
-    assert_eq!(c.occupied(), 0);
+    assert_eq!((c.occupied(), c.registrations()), (0, 0));
     let regs = Cell::new(0);
     c.acquire(0x1000, 1, PAGE, reg(&regs)).unwrap();
     assert_eq!(regs.get(), 1);
@@ -289,7 +293,7 @@ fn panicking_register_frees_the_slot() {
         })
     }));
     assert!(r.is_err());
-    assert_eq!(c.occupied(), 0);
+    assert_eq!((c.occupied(), c.registrations()), (0, 0));
     assert!(c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).is_ok());
 }
 
@@ -308,7 +312,8 @@ fn failed_deregistration_is_returned_and_frees_the_slot() {
 
 #[test]
 fn refcount_saturation_is_an_error() {
-    let c = Cache::<8>::new();
+    // Enough records (2^20, 8 MiB, built in place) to reach the entry's reference limit.
+    let c = boxed::<8, { 1 << 20 }>();
     let r = c.acquire(0x1000, 1, PAGE, |_, _| Ok(1)).unwrap();
     for _ in 1..MAX_REFS {
         c.acquire(0x1000, 1, PAGE, never_reg).unwrap();
@@ -323,6 +328,105 @@ fn refcount_saturation_is_an_error() {
         }
     );
     assert_eq!(c.refcount(r.handle), Some(MAX_REFS));
+    assert_eq!(
+        c.registrations(),
+        MAX_REFS as usize,
+        "the refused acquire took no record"
+    );
+}
+
+/// A cache built in place on the heap (too large for a test thread's stack).
+fn boxed<const N: usize, const R: usize>() -> std::boxed::Box<MrCache<u64, N, R>> {
+    let mut b = std::boxed::Box::<MrCache<u64, N, R>>::new_uninit();
+    // SAFETY: a fresh allocation, valid and aligned for one cache; `init_in_place` initialises
+    // all of it.
+    unsafe {
+        MrCache::init_in_place(b.as_mut_ptr());
+        b.assume_init()
+    }
+}
+
+/// Two registrations of one range share its entry but not their handles: releasing one twice
+/// is refused the second time (the other keeps its reference), and its handle reads nothing.
+#[test]
+fn each_registration_has_its_own_handle() {
+    let c = Cache::<8>::new();
+    let deregs = Cell::new(0);
+    let a = c.acquire(0x1000, 1, PAGE, |_, _| Ok(7)).unwrap();
+    let b = c.acquire(0x1000, 1, PAGE, never_reg).unwrap();
+    assert_ne!(a.handle, b.handle);
+    let stale = Err(Error::BadState {
+        op: "MR cache release",
+        state: "stale or unknown handle",
+    });
+    c.release(b.handle, never_dereg).unwrap();
+    assert_eq!(c.release(b.handle, never_dereg), stale, "second release");
+    assert_eq!(c.get(b.handle), None, "a released handle reads nothing");
+    assert_eq!(c.refcount(b.handle), None);
+    assert_eq!((c.get(a.handle), c.refcount(a.handle)), (Some(7), Some(1)));
+    c.release(a.handle, dereg(&deregs)).unwrap();
+    assert_eq!(c.release(a.handle, never_dereg), stale);
+    assert_eq!((deregs.get(), c.occupied(), c.registrations()), (1, 0, 0));
+}
+
+/// A registration served by a containing entry has its own handle: its release, once, leaves
+/// the container registered and readable; its second release and its reads are refused.
+#[test]
+fn contained_registration_has_its_own_handle() {
+    let c = Cache::<8>::new();
+    let (regs, deregs) = (Cell::new(0), Cell::new(0));
+    let big = c
+        .acquire_or_contained(0x10_0000, 4 * PAGE, PAGE, reg(&regs))
+        .unwrap();
+    let sub = c
+        .acquire_or_contained(0x10_0000 + PAGE, 8, PAGE, never_reg)
+        .unwrap();
+    assert_eq!(
+        (sub.value, sub.base, sub.len),
+        (big.value, big.base, big.len)
+    );
+    assert_ne!(sub.handle, big.handle);
+    assert_eq!(c.refcount(big.handle), Some(2));
+    c.release(sub.handle, never_dereg).unwrap();
+    assert!(
+        c.release(sub.handle, never_dereg).is_err(),
+        "second release"
+    );
+    assert_eq!(c.get(sub.handle), None);
+    assert_eq!(c.get(big.handle), Some(big.value));
+    assert_eq!(c.refcount(big.handle), Some(1));
+    c.release(big.handle, dereg(&deregs)).unwrap();
+    assert_eq!((regs.get(), deregs.get(), c.occupied()), (1, 1, 0));
+}
+
+/// `R` registrations live: the next acquire (hit or miss) is `Full` and registers nothing;
+/// one release makes room again. A record reused after a release gets a new generation, so
+/// the old handle stays stale.
+#[test]
+fn full_record_table_is_an_error_and_records_are_reused() {
+    let c = MrCache::<u64, 8, 2>::new();
+    let regs = Cell::new(0);
+    let a = c.acquire(0x1000, 1, PAGE, reg(&regs)).unwrap();
+    let b = c.acquire(0x1000, 1, PAGE, never_reg).unwrap();
+    let full = Error::Full {
+        what: "MR registrations",
+        cap: 2,
+    };
+    assert_eq!(c.acquire(0x1000, 1, PAGE, never_reg), Err(full), "a hit");
+    assert_eq!(c.acquire(0x9000, 1, PAGE, never_reg), Err(full), "a miss");
+    assert_eq!((c.occupied(), c.refcount(a.handle)), (1, Some(2)));
+    c.release(b.handle, never_dereg).unwrap();
+    let d = c.acquire(0x9000, 1, PAGE, reg(&regs)).unwrap();
+    assert_eq!(
+        d.handle.index(),
+        b.handle.index(),
+        "the freed record is reused"
+    );
+    assert_ne!(d.handle, b.handle, "with a new generation");
+    assert_eq!(c.get(b.handle), None);
+    assert!(c.release(b.handle, never_dereg).is_err());
+    assert_eq!(c.get(d.handle), Some(d.value));
+    assert_eq!((regs.get(), c.registrations()), (2, 2));
 }
 
 /// 4 threads acquire and release overlapping ranges at random, holding up to 4 at a time.

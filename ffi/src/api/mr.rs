@@ -118,7 +118,9 @@ pub fn reg_mr(
         };
         if let Some(f) = fused {
             // One registration per rail, behind one fused entry (see `crate::nic`).
-            let h = f.reg(data as u64, size.max(1), page_size(), kind)?;
+            let h = f
+                .reg(data as u64, size.max(1), page_size(), kind)
+                .map_err(name_full)?;
             *out = mh_encode(h, dev_index) as *mut c_void;
             return Ok(());
         }
@@ -134,20 +136,33 @@ pub fn reg_mr(
                     len,
                 })
             })
-            .map_err(|e| match e {
-                // The cache's own Full names its slot count; what is full is one range's window.
-                Error::Full {
-                    what: "MR cache", ..
-                } => Error::Full {
-                    what: "MR cache probe window of this range (16 of the device cache's 16384 \
-                       slots; too many live registrations hash near it)",
-                    cap: ibnet_core::mr_cache::PROBE,
-                },
-                e => e,
-            })?;
+            .map_err(name_full)?;
         *out = mh_encode(r.handle, dev_index) as *mut c_void;
         Ok(())
     })
+}
+
+/// Says what is full when a registration cache refuses one more registration.
+fn name_full(e: Error) -> Error {
+    match e {
+        // The cache's own Full names its slot count; what is full is one range's window.
+        Error::Full {
+            what: "MR cache", ..
+        } => Error::Full {
+            what: "MR cache probe window of this range (16 of the device cache's 16384 \
+                   slots; too many live registrations hash near it)",
+            cap: ibnet_core::mr_cache::PROBE,
+        },
+        // One record per mhandle: NCCL holds this many without deregistering them.
+        Error::Full {
+            what: "MR registrations",
+            cap,
+        } => Error::Full {
+            what: "live registrations (mhandles not yet deregistered) of this device",
+            cap,
+        },
+        e => e,
+    }
 }
 
 fn page_size() -> u64 {
@@ -159,19 +174,34 @@ fn page_size() -> u64 {
         .unwrap_or(4096)
 }
 
-/// `deregMr`: drops one reference; the last one deregisters.
+/// `deregMr`: ends the registration `mhandle` names (each `regMr` has its own) and drops its
+/// reference on the cache entry; the entry's last reference deregisters. A handle deregistered
+/// already (a second `deregMr`) or never registered is an error, whatever other registrations
+/// share its entry.
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
     entry_on("deregMr", comm, || {
         let (_, dev_index, cache, fused) = comm_dev(comm)?;
         let h = mh_decode(mhandle as usize, dev_index)?;
-        if let Some(f) = fused {
-            return f.dereg(h);
-        }
-        cache.release(h, |v| {
-            // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the cache
-            // calls this closure once, for the last reference, so it is reclaimed once.
-            let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
-            mr.dereg()
+        let res = match fused {
+            Some(f) => f.dereg(h),
+            None => cache.release(h, |v| {
+                // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the
+                // cache calls this closure once, for the last reference, so it is reclaimed
+                // once.
+                let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
+                mr.dereg()
+            }),
+        };
+        res.map_err(|e| match e {
+            Error::BadState {
+                op: "MR cache release",
+                state: "stale or unknown handle",
+            } => Error::BadState {
+                op: "memory handle",
+                state: "not a live ibnet registration of this device (deregistered already, or \
+                        never registered)",
+            },
+            e => e,
         })
     })
 }

@@ -3,7 +3,9 @@
 //! Run: `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p ibnet-loom --release`.
 //! Each model checks conservation: registrations == deregistrations at the end, a range never
 //! has two live registrations, a holder's value is never deregistered under it, and every slot
-//! is free again.
+//! is free again. Handles are per registration (the cache's record table): two acquires that
+//! share an entry get two handles, a handle is released once, and a released handle reads
+//! nothing, also while its record is reused.
 #![cfg(loom)]
 
 use ibnet_core::mr_cache::{MrCache, MrRef};
@@ -18,8 +20,9 @@ const K2: u64 = 0x20_0000;
 const SERIALS: usize = 4;
 
 /// Counters shared by the threads of one model. Values are registration serials 1, 2, ….
-struct World<const N: usize> {
-    cache: MrCache<u64, N>,
+/// `N` cache slots, `R` registration records.
+struct World<const N: usize, const R: usize = N> {
+    cache: MrCache<u64, N, R>,
     regs: AtomicUsize,
     deregs: AtomicUsize,
     /// Live registrations per key (index 0: K1, 1: K2).
@@ -28,7 +31,7 @@ struct World<const N: usize> {
     dead: [AtomicBool; SERIALS],
 }
 
-impl<const N: usize> World<N> {
+impl<const N: usize, const R: usize> World<N, R> {
     fn new() -> Arc<Self> {
         Arc::new(Self {
             cache: MrCache::new(),
@@ -94,6 +97,7 @@ impl<const N: usize> World<N> {
         assert_eq!(self.regs.load(SeqCst), self.deregs.load(SeqCst));
         assert_eq!(self.live[0].load(SeqCst) + self.live[1].load(SeqCst), 0);
         assert_eq!(self.cache.occupied(), 0);
+        assert_eq!(self.cache.registrations(), 0);
     }
 
     /// [`Self::assert_drained`] after a race that registers a range once or twice.
@@ -105,15 +109,16 @@ impl<const N: usize> World<N> {
 }
 
 /// Runs `f` on a second thread, with its own handle to the world `w`.
-fn spawn<const N: usize, T: Send + 'static>(
-    w: &Arc<World<N>>,
-    f: impl FnOnce(&World<N>) -> T + Send + 'static,
+fn spawn<const N: usize, const R: usize, T: Send + 'static>(
+    w: &Arc<World<N, R>>,
+    f: impl FnOnce(&World<N, R>) -> T + Send + 'static,
 ) -> JoinHandle<T> {
     let w = w.clone();
     thread::spawn(move || f(&w))
 }
 
-/// Two threads acquire one uncached range at once: one registration, shared, refcount 2.
+/// Two threads acquire one uncached range at once: one registration, shared, refcount 2, under
+/// two handles.
 #[test]
 fn same_range_registers_once() {
     loom::model(|| {
@@ -122,7 +127,8 @@ fn same_range_registers_once() {
         let a = w.acquire(K1);
         let b = t.join().unwrap();
         assert_eq!(w.regs.load(SeqCst), 1);
-        assert_eq!(a, b);
+        assert_eq!((a.value, a.base, a.len), (b.value, b.base, b.len));
+        assert_ne!(a.handle, b.handle);
         assert_eq!(w.cache.refcount(a.handle), Some(2));
         w.release(a);
         assert_eq!(w.deregs.load(SeqCst), 0);
@@ -157,7 +163,8 @@ fn same_and_different_ranges() {
         let a2 = w.acquire(K2);
         let b2 = t.join().unwrap();
         assert_eq!(w.regs.load(SeqCst), 2);
-        assert_eq!(a2, b2);
+        assert_eq!(a2.value, b2.value);
+        assert_ne!(a2.handle, b2.handle);
         assert_ne!(a1.handle, a2.handle);
         assert_eq!(w.cache.refcount(a1.handle), Some(1));
         assert_eq!(w.cache.refcount(a2.handle), Some(2));
@@ -228,7 +235,8 @@ fn failed_registration_does_not_stick() {
         let failed = t.join().unwrap();
         match failed {
             Err(e) => assert!(matches!(e, ibnet_core::Error::Provider { errno: 12, .. })),
-            Ok(hit) => assert_eq!(hit, r), // it came after ours: a hit, no registration
+            // It came after ours: a hit, no registration, under a handle of its own.
+            Ok(hit) => assert_eq!((hit.value, hit.base, hit.len), (r.value, r.base, r.len)),
         }
         if let Ok(hit) = failed {
             w.release(hit);
@@ -242,11 +250,12 @@ fn failed_registration_does_not_stick() {
 
 /// One thread releases the last reference while another registers a different range into the
 /// same (only) slot: the new owner's value write must come after the drainer's read of the old
-/// value (loom checks the value cell), or the new acquire sees the table full.
+/// value (loom checks the value cell), or the new acquire sees the table full. (Two records:
+/// the slot, not the record table, is what fills.)
 #[test]
 fn slot_reuse_by_another_thread() {
     loom::model(|| {
-        let w = World::<1>::new();
+        let w = World::<1, 2>::new();
         let first = w.acquire(K1);
         let t = spawn(&w, |w2| {
             let res = w2
@@ -293,8 +302,9 @@ fn contained_acquire_races_container_release() {
             .acquire_or_contained(K1 + PAGE, PAGE, PAGE, |_, _| w.register(None))
             .unwrap();
         w.assert_alive(&sub);
+        assert_ne!(sub.handle, big.handle);
         if sub.value == 1 {
-            assert_eq!((sub.handle, sub.base, sub.len), (big.handle, K1, 4 * PAGE));
+            assert_eq!((sub.base, sub.len), (K1, 4 * PAGE));
         } else {
             assert_eq!((sub.base, sub.len), (K1 + PAGE, PAGE));
         }
@@ -302,5 +312,58 @@ fn contained_acquire_races_container_release() {
         t.join().unwrap();
         // Every registration deregistered (none leaked, none twice) and every slot free.
         w.assert_drained_after_one_or_two();
+    });
+}
+
+/// Two threads release the same handle at once while a second registration shares its entry:
+/// exactly one release succeeds, the other is refused, and the other registration keeps its
+/// reference (its value stays registered and readable until its own release).
+#[test]
+fn double_release_is_refused_once() {
+    loom::model(|| {
+        let w = World::<2>::new();
+        let a = w.acquire(K1);
+        let b = w.acquire(K1);
+        let t = spawn(&w, move |w2| {
+            w2.cache
+                .release(b.handle, |_| panic!("a shared entry is not deregistered"))
+                .is_ok()
+        });
+        let mine = w
+            .cache
+            .release(b.handle, |_| panic!("a shared entry is not deregistered"))
+            .is_ok();
+        let theirs = t.join().unwrap();
+        assert!(mine ^ theirs, "exactly one release of one handle succeeds");
+        assert_eq!(w.cache.get(a.handle), Some(a.value));
+        assert_eq!(w.cache.refcount(a.handle), Some(1));
+        assert_eq!(w.cache.get(b.handle), None);
+        w.release(a);
+        w.assert_drained();
+    });
+}
+
+/// `get` of a handle races with its release and the reuse of its record (one record) by a
+/// registration of another range in another slot: it returns the old value or `None`, never
+/// the new registration's value (the record's generation, and its re-check after the pin).
+/// (The reader is the spawned thread: loom then also runs it after the whole reuse.)
+#[test]
+fn get_races_record_reuse() {
+    loom::model(|| {
+        let w = World::<2, 1>::new();
+        let first = w.acquire(K1);
+        let t = spawn(&w, move |w2| w2.cache.get(first.handle));
+        w.release(first);
+        let r = w.acquire(K2);
+        assert_eq!(
+            r.handle.index(),
+            first.handle.index(),
+            "the record is reused"
+        );
+        let got = t.join().unwrap();
+        assert!(got.is_none() || got == Some(first.value), "{got:?}");
+        assert_eq!(w.cache.get(first.handle), None);
+        w.release(r);
+        w.assert_drained();
     });
 }
