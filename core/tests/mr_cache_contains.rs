@@ -26,7 +26,8 @@ fn a_containing_registration_is_a_hit() {
         .acquire_or_contained(0x10_0000 + 3 * PAGE + 17, 5 * PAGE, PAGE, reg)
         .unwrap();
     assert_eq!(regs.get(), 1, "a contained range must not register again");
-    assert_eq!(sub.handle, big.handle);
+    // Its own handle (issue 30: one per registration), on the container's entry.
+    assert_ne!(sub.handle, big.handle);
     assert_eq!((sub.value, sub.base, sub.len), (1, 0x10_0000, 16 * PAGE));
     assert_eq!(cache.refcount(big.handle), Some(2));
 
@@ -34,7 +35,8 @@ fn a_containing_registration_is_a_hit() {
     let last = cache
         .acquire_or_contained(0x10_0000 + 15 * PAGE, PAGE, PAGE, reg)
         .unwrap();
-    assert_eq!((last.handle, regs.get()), (big.handle, 1));
+    assert_eq!((last.value, last.base, regs.get()), (1, 0x10_0000, 1));
+    assert_eq!(cache.refcount(big.handle), Some(3));
 
     // Overlapping the end, or starting before: not contained, registered on their own.
     let over = cache
@@ -96,7 +98,9 @@ fn an_exact_entry_wins_over_a_container() {
             panic!("cached: must not register")
         })
         .unwrap();
-    assert_eq!((hit.handle, hit.value), (small.handle, 1));
+    assert_eq!((hit.value, hit.base, hit.len), (1, 0x20_1000, PAGE));
+    assert_ne!(hit.handle, small.handle, "each registration has its own handle");
+    assert_eq!(cache.refcount(small.handle), Some(2));
     for r in [small, big, hit] {
         cache.release(r.handle, |_| Ok(())).unwrap();
     }
