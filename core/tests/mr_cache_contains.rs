@@ -99,7 +99,10 @@ fn an_exact_entry_wins_over_a_container() {
         })
         .unwrap();
     assert_eq!((hit.value, hit.base, hit.len), (1, 0x20_1000, PAGE));
-    assert_ne!(hit.handle, small.handle, "each registration has its own handle");
+    assert_ne!(
+        hit.handle, small.handle,
+        "each registration has its own handle"
+    );
     assert_eq!(cache.refcount(small.handle), Some(2));
     for r in [small, big, hit] {
         cache.release(r.handle, |_| Ok(())).unwrap();
