@@ -3,7 +3,8 @@
 //!
 //! * `advertised_comms_open_and_the_next_is_refused`: with a small soft memory budget, the
 //!   advertised `maxComms` open as connect/accept pairs, the next `connect` fails with one
-//!   WARN naming the budget and the peer, and a closed pair's share is back.
+//!   WARN naming the budget and the peer, and a closed pair's share is back; when the
+//!   accepting side is the one past the budget, `accept` fails with one WARN naming it.
 //! * `open_cost_table` (ignored: a measurement, not a check): the time and RSS to open one more
 //!   pair at 1, 16 and 128 QPs per connection with 1, 512 and 2,040 comms already open (a
 //!   budget large enough for them; the last 8 of the 2,048 a soft device holds). Each
@@ -102,9 +103,76 @@ fn advertised_comms_open_and_the_next_is_refused() {
 
     close_pair(open.pop().unwrap());
     open.push(pair());
+    close_pair(open.pop().unwrap());
+    accept_side_past_the_budget();
+    open.push(pair());
     for p in open {
         close_pair(p);
     }
+}
+
+/// With 6 of the 8 comms open: two connects make comms 7 and 8 (each makes its comm once its
+/// TCP connect is done, before any accept), so the accepting side is the one past the budget.
+/// `accept` fails at once with one WARN naming the limit (a nonce holder this side can't make
+/// a comm for is not junk: dropping it left `accept` waiting for ever), and the connectors
+/// fail in turn; the budget is then back.
+fn accept_side_past_the_budget() {
+    let (mut ha, la) = util::listen();
+    let (mut hb, lb) = util::listen();
+    let t0 = Instant::now();
+    // Both connectors past their TCP connect and their first flight sent (comms made).
+    while t0.elapsed() < Duration::from_secs(1) {
+        for h in [&mut ha, &mut hb] {
+            let (rc, s) = util::connect_once(h);
+            assert_eq!((rc, s.is_null()), (ncclResult_t::Success, true));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    util::take_log();
+    let t0 = Instant::now();
+    let rc = loop {
+        let (rc, r) = util::accept_once(la);
+        if rc != ncclResult_t::Success {
+            break rc;
+        }
+        assert!(r.is_null(), "accepted a comm past maxComms");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "accept neither failed nor accepted past the budget"
+        );
+        let _ = util::connect_once(&mut ha);
+    };
+    assert_ne!(rc, ncclResult_t::Success);
+    let warns: Vec<String> = util::take_log()
+        .into_iter()
+        .filter(|(lv, _)| *lv == Level::Warn)
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(warns.len(), 1, "one WARN: {warns:?}");
+    assert!(
+        warns[0].contains("accept") && warns[0].contains("IBNET_SOFT_MEM"),
+        "names accept and the limit: {}",
+        warns[0]
+    );
+    // The connectors fail (their peer closed them), which frees comms 7 and 8.
+    assert_eq!(api::close_listen(la), ncclResult_t::Success);
+    assert_eq!(api::close_listen(lb), ncclResult_t::Success);
+    for h in [&mut ha, &mut hb] {
+        let t0 = Instant::now();
+        loop {
+            let (rc, s) = util::connect_once(h);
+            assert!(s.is_null(), "a connect past the budget connected");
+            if rc != ncclResult_t::Success {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "a connector whose listener closed never failed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    util::take_log();
 }
 
 /// One row of the table (a child of `open_cost_table`; does nothing without its variables):

@@ -30,7 +30,8 @@
 //!  RecvComm::new ─────────────(connects)───▶ Connected        or post
 //! ```
 //! Data calls need `Connected`; a poisoned comm reported its error once, with the peer, and
-//! every later call fails fast with `Error::Poisoned`.
+//! every later data call fails fast with `Error::Poisoned` (its first error's kind). What a
+//! fused comm's failover needs still works on it: `drain`, `completed`, `unposted`, `close`.
 
 mod base;
 pub mod events;

@@ -42,8 +42,12 @@
 //! outlive it. What is not a death: the handshake deadline (a stall; a real connector stalled
 //! that long fails its own `connect` on its deadline, which closes its socket: a death if seen
 //! first), and any other failure (invalid bytes, even after a valid Hello; this side's own
-//! setup error) while the socket is still open: those connections are dropped as junk is. The same failure with the socket closed is a death (a
-//! soft peer whose process died fails the QP setup before its end-of-file is read). A
+//! setup error other than a full resource) while the socket is still open: those connections
+//! are dropped as junk is. The same failure with the socket closed is a death (a soft peer
+//! whose process died fails the QP setup before its end-of-file is read). A nonce holder that
+//! this side cannot make a comm for (`Error::Full`: past `maxComms`, e.g. the soft memory
+//! budget) fails `accept` as a death does, with the limit in its WARN: NCCL's peer would
+//! otherwise wait for ever. A
 //! connection that dies before its whole Hello arrived never showed the nonce: junk. Once
 //! `accept` failed, later calls are refused (`Error::Poisoned`, the same kind, logged at
 //! INFO): NCCL tears the communicator down.
@@ -202,7 +206,7 @@ impl Pending {
                 }
                 Err(e) => {
                     let a = self.conns.swap_remove(i);
-                    if !self.spent && a.machine.nonce_seen() && is_death(&e, &a.stream) {
+                    if !self.spent && a.machine.nonce_seen() && fails_accept(&e, &a.stream) {
                         self.holder_died(a, e);
                     } else {
                         self.dropped(a, &e);
@@ -288,6 +292,13 @@ impl Pending {
         );
         self.quiet_drops = 0;
     }
+}
+
+/// Whether `e`, a nonce holder's failure, fails `accept` (see the module doc): its death, or
+/// this side out of a resource for its comm (`Error::Full`: past `maxComms`, e.g. the soft
+/// memory budget), which no other connection could get past either.
+fn fails_accept(e: &Error, s: &TcpStream) -> bool {
+    matches!(e, Error::Full { .. }) || is_death(e, s)
 }
 
 /// Whether `e`, the error of the connection on `s`, is its death: its socket closed, reset or
