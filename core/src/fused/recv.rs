@@ -458,7 +458,12 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 // A rail failed here still completes the receives the sender had
                 // acknowledged: its completions are drained (`rail_down`).
                 let _ = self.rails[i].drain();
-                self.rails[i].completed(sub).or(Ok(None))
+                // An error here is the part's own (its sizes fail `recv_done`: hostile), and
+                // the request is freed already: the comm fails, it never waits on.
+                match self.rails[i].completed(sub) {
+                    Err(e) => return Err(self.poison(e)),
+                    ok => ok,
+                }
             } else {
                 self.rails[i].test(sub)
             };

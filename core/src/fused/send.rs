@@ -520,7 +520,10 @@ impl<P: Provider + Clone> FusedSend<P> {
             match self.rails[i].progress() {
                 Err(e) => self.fail_rail(i, e)?,
                 // The receiver took the rail out of use: it posts there no more.
-                Ok(()) if self.dropped_by_peer(i)? => self.drop_rail(i, Self::DROPPED)?,
+                // A hostile back notice fails the comm (every later call refused).
+                Ok(()) if self.dropped_by_peer(i).map_err(|e| self.poison(e))? => {
+                    self.drop_rail(i, Self::DROPPED)?
+                }
                 // A healthy rail whose receive is not posted yet: try again later.
                 Ok(()) => return Ok(None),
             }
