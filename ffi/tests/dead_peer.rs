@@ -369,26 +369,6 @@ fn accept_from(role: &str) -> (Child, *mut c_void, *mut c_void) {
     (c, r, l)
 }
 
-/// One `irecv` of `b` (registered as `mh`) on `r`: its result and request.
-fn irecv_once(r: *mut c_void, b: &mut [u8], mh: *mut c_void) -> (ncclResult_t, *mut c_void) {
-    let mut req: *mut c_void = core::ptr::null_mut();
-    let mut data = [b.as_mut_ptr() as *mut c_void];
-    let sizes = [b.len()];
-    let tags = [1];
-    let mut mhs = [mh];
-    let rc = api::irecv(
-        r,
-        1,
-        data.as_mut_ptr(),
-        api::Sizes::Size(sizes.as_ptr()),
-        tags.as_ptr(),
-        mhs.as_mut_ptr(),
-        core::ptr::null_mut(),
-        &mut req,
-    );
-    (rc, req)
-}
-
 fn warns(log: &[(nccl_net_ibnet::log::Level, String)]) -> Vec<&String> {
     log.iter()
         .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn)
@@ -423,7 +403,7 @@ fn a_failed_comm_refuses_new_work() {
     assert_eq!(first, ncclResult_t::RemoteError);
     let log = take_log();
     assert!(warns(&log).iter().any(|w| w.contains("is gone")), "{log:?}");
-    let (rc, req2) = irecv_once(r, &mut b, mh);
+    let (rc, req2) = irecv_once(r, &mut b, mh, 1);
     assert_eq!(rc, first, "irecv on a failed comm: {:?}", take_log());
     assert!(req2.is_null());
     let mut freq: *mut c_void = core::ptr::null_mut();

@@ -265,21 +265,7 @@ fn a_failed_fused_comm_refuses_new_work(d: c_int) {
     let log = take_log();
     println!("a fused receive whose sender closed: {first:?}, {log:?}");
     assert_eq!(first, ncclResult_t::RemoteError, "{log:?}");
-    let mut req2: *mut c_void = core::ptr::null_mut();
-    let mut data = [b.as_mut_ptr() as *mut c_void];
-    let sizes = [b.len()];
-    let tags = [1];
-    let mut mhs = [mh];
-    let rc = api::irecv(
-        r,
-        1,
-        data.as_mut_ptr(),
-        Sizes::Size(sizes.as_ptr()),
-        tags.as_ptr(),
-        mhs.as_mut_ptr(),
-        core::ptr::null_mut(),
-        &mut req2,
-    );
+    let (rc, req2) = irecv_once(r, &mut b, mh, 1);
     assert_eq!(rc, first, "irecv on a failed fused comm: {:?}", take_log());
     assert!(req2.is_null());
     assert_eq!(api::test(req, &mut done, core::ptr::null_mut()), first);

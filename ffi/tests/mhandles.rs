@@ -11,7 +11,7 @@ use core::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use nccl_net_ibnet::api::{self, Sizes};
+use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
 use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use util::*;
@@ -47,13 +47,9 @@ fn isend(s: *mut c_void, buf: &mut [u8], mh: *mut c_void, req: &mut *mut c_void)
 }
 
 fn irecv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void, req: &mut *mut c_void) -> ncclResult_t {
-    let mut data = [buf.as_mut_ptr() as *mut c_void];
-    let sizes = [buf.len()];
-    let tags: [c_int; 1] = [7];
-    let mut mhs = [mh];
-    let sz = Sizes::Size(sizes.as_ptr());
-    let (d, m) = (data.as_mut_ptr(), mhs.as_mut_ptr());
-    api::irecv(r, 1, d, sz, tags.as_ptr(), m, core::ptr::null_mut(), req)
+    let rc;
+    (rc, *req) = irecv_once(r, buf, mh, 7);
+    rc
 }
 
 fn iflush(r: *mut c_void, buf: &mut [u8], mh: *mut c_void, req: &mut *mut c_void) -> ncclResult_t {

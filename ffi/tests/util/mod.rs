@@ -173,8 +173,13 @@ pub fn wait(req: *mut c_void, limit: Duration) -> Result<(), ncclResult_t> {
     Ok(())
 }
 
-/// Posts one receive of all of `buf` (registered as `mh`) with `tag` on `r`; its request.
-pub fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void, tag: c_int) -> *mut c_void {
+/// One `irecv` of all of `buf` (registered as `mh`) with `tag` on `r`: its result and request.
+pub fn irecv_once(
+    r: *mut c_void,
+    buf: &mut [u8],
+    mh: *mut c_void,
+    tag: c_int,
+) -> (ncclResult_t, *mut c_void) {
     let mut req: *mut c_void = core::ptr::null_mut();
     let mut data = [buf.as_mut_ptr() as *mut c_void];
     let sizes = [buf.len()];
@@ -190,6 +195,12 @@ pub fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void, tag: c_int) ->
         core::ptr::null_mut(),
         &mut req,
     );
+    (rc, req)
+}
+
+/// Posts one receive of all of `buf` (registered as `mh`) with `tag` on `r`; its request.
+pub fn post_recv(r: *mut c_void, buf: &mut [u8], mh: *mut c_void, tag: c_int) -> *mut c_void {
+    let (rc, req) = irecv_once(r, buf, mh, tag);
     assert_eq!(rc, ncclResult_t::Success);
     assert!(!req.is_null());
     req
