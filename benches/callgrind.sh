@@ -27,7 +27,7 @@ export IBNET_PROVIDER=${IBNET_PROVIDER:-soft}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '%-14s %12s %8s\n' case "instr/op" ops
-for c in core_cycle mr_hit proxy_step bare_step plugin_cycle; do
+for c in core_cycle mr_hit proxy_step bare_step plugin_cycle fused_cycle; do
   out=$tmp/cg.$c
   ops=$(valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
       --toggle-collect="*cg_${c}*" "$exe" "$c" 2>"$tmp/log.$c" | awk '$1=="CGOPS"{print $3}') || true
