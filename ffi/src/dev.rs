@@ -224,6 +224,16 @@ impl Dev {
         }
     }
 
+    /// Chooses the GID the next comm on this device uses (verbs:
+    /// [`VerbsDev::choose_gid`](crate::verbs::device::VerbsDev::choose_gid), which fails when
+    /// no GID matches `NCCL_IB_ADDR_FAMILY`/`_RANGE` any more; soft: nothing to choose).
+    pub fn choose_gid(&self) -> Result<()> {
+        match self {
+            Dev::Verbs(p) => p.dev.choose_gid().map(drop),
+            Dev::Soft(..) => Ok(()),
+        }
+    }
+
     /// The device's name (`mlx5_0`, `soft0`).
     pub fn name(&self) -> &std::ffi::CStr {
         match self {

@@ -102,7 +102,15 @@ fn show_port(d: &VerbsDev, cfg: &Config) -> Result<(), Error> {
             .unwrap_or_default()
     )?;
     let list = gids(&name, d.port);
-    let auto = device::select_gid(&list, cfg.addr_family, cfg.addr_range, cfg.roce_version);
+    let cands: Vec<device::Candidate> = list
+        .iter()
+        .map(|&(index, gid, v)| device::Candidate {
+            index,
+            gid,
+            roce: v.and_then(|v| u8::try_from(v).ok()),
+        })
+        .collect();
+    let auto = device::select_gid(&cands, &device::auto_sel(&cfg)).ok();
     for (i, g, ver) in &list {
         let (ip, fam) = gid_text(g);
         let ty = match ver {
@@ -113,7 +121,7 @@ fn show_port(d: &VerbsDev, cfg: &Config) -> Result<(), Error> {
         if *i as u8 == d.gid_index {
             mark.push_str("  <- in use");
         }
-        if d.link_layer == 2 && *i == auto {
+        if d.link_layer == 2 && Some(*i) == auto {
             mark.push_str("  (auto-selection)");
         }
         outln!("      GID {i:>3}  {ty:<9} {fam:<4}  {ip}{mark}")?;
