@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
 use ibnet_core::fused::{FusedBuf, RailEvent};
 use ibnet_core::fused::{FusedRecv, FusedSend};
+use ibnet_core::policy::props as props_policy;
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::{QpInfo, RailInfo, RailList, RemoteBuf};
-use ibnet_core::policy::props as props_policy;
 use ibnet_core::{Error, Result};
 
 use ibnet_soft::{SoftMr, SoftProvider};
@@ -135,7 +135,10 @@ impl Dev {
     pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
         let (qps, memory) = match self {
             Dev::Verbs(p) => (p.dev.max_qp, None),
-            Dev::Soft(p, _) => (SOFT_QP_BUDGET, Some((p.qp_memory().0, self.comm_bytes(cfg)))),
+            Dev::Soft(p, _) => (
+                SOFT_QP_BUDGET,
+                Some((p.qp_memory().0, self.comm_bytes(cfg))),
+            ),
         };
         props_policy::max_comms(&props_policy::CommBudget {
             qps,

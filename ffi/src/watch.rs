@@ -104,7 +104,6 @@ impl Watch {
         }
         Ok(())
     }
-
 }
 
 /// Whether the peer's end of `sock` is closed or failed (one non-blocking peek; no socket:

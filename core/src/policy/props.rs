@@ -80,8 +80,15 @@ mod tests {
         assert_eq!(max_comms(&budget(1 << 20, 1, false, None)), MAX_COMMS);
         assert_eq!(max_comms(&budget(0, 1, false, None)), 1, "at least one");
         assert_eq!(max_comms(&budget(1000, 1, false, Some((10_000, 1000)))), 10);
-        assert_eq!(max_comms(&budget(1000, 1, false, Some((10, 0)))), 10, "0 bytes is 1");
-        assert_eq!(max_comms(&budget(1000, 1, false, Some((u64::MAX, 1)))), 1000);
+        assert_eq!(
+            max_comms(&budget(1000, 1, false, Some((10, 0)))),
+            10,
+            "0 bytes is 1"
+        );
+        assert_eq!(
+            max_comms(&budget(1000, 1, false, Some((u64::MAX, 1)))),
+            1000
+        );
     }
 
     #[test]

@@ -137,10 +137,28 @@ mod tests {
         let mut l = Liveness::new(0);
         assert_eq!(spin_to_look(&mut l), SPIN_CHECK);
         let mut probes = 0;
-        assert_eq!(l.look(ms(1000), || { probes += 1; false }), Look::Waiting);
-        assert_eq!(l.look(ms(1050), || { probes += 1; false }), Look::Waiting);
+        assert_eq!(
+            l.look(ms(1000), || {
+                probes += 1;
+                false
+            }),
+            Look::Waiting
+        );
+        assert_eq!(
+            l.look(ms(1050), || {
+                probes += 1;
+                false
+            }),
+            Look::Waiting
+        );
         assert_eq!(probes, 1, "no probe within PROBE_EVERY");
-        assert_eq!(l.look(ms(1100), || { probes += 1; false }), Look::Waiting);
+        assert_eq!(
+            l.look(ms(1100), || {
+                probes += 1;
+                false
+            }),
+            Look::Waiting
+        );
         assert_eq!(probes, 2);
     }
 

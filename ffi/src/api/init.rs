@@ -15,8 +15,8 @@ use super::entry::entry;
 use crate::dev::Props;
 use crate::nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclResult_t, VDevProps};
 use crate::plugin as state;
-use ibnet_core::policy::merge::Refused;
 use crate::vdev::Made;
+use ibnet_core::policy::merge::Refused;
 
 /// Per-`init` context (v11): the communicator's traffic class.
 #[repr(C)]

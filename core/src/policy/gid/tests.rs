@@ -60,10 +60,7 @@ fn gid_selection() {
     let v1only = [c(0, link_local(), 1), c(5, v4(3), 1)];
     assert_eq!(select_auto(&v1only, &auto(inet, None, 2)), Ok(5));
     let six = [c(0, v4(1), 2), c(1, global_v6(), 2)];
-    assert_eq!(
-        select_auto(&six, &auto(AddrFamily::Inet6, None, 2)),
-        Ok(1)
-    );
+    assert_eq!(select_auto(&six, &auto(AddrFamily::Inet6, None, 2)), Ok(1));
 }
 
 /// Issue 28 point 6: nothing in the range or family is an error, never a fallback (ffi's
@@ -87,7 +84,10 @@ fn auto_selection_never_picks_a_gid_outside_range_or_family() {
     let e = NoMatch { ranged: true }.to_error();
     assert!(matches!(e.kind(), crate::ErrorKind::InvalidUsage));
     let s = e.to_string();
-    assert!(s.contains("NCCL_IB_ADDR_RANGE") && s.contains("NCCL_IB_ADDR_FAMILY"), "{s}");
+    assert!(
+        s.contains("NCCL_IB_ADDR_RANGE") && s.contains("NCCL_IB_ADDR_FAMILY"),
+        "{s}"
+    );
 }
 
 #[test]

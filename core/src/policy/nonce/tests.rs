@@ -22,7 +22,11 @@ fn the_nonce_is_single_use_and_completion_forgets_a_death() {
     assert!(!n.holder_died(7, false));
     assert!(n.holder_died(8, true), "another holder is in progress");
     assert_eq!(n.verdict(true), None, "a holder in progress: wait for it");
-    assert_eq!(n.verdict(false), Some(7), "the first death is the one reported");
+    assert_eq!(
+        n.verdict(false),
+        Some(7),
+        "the first death is the one reported"
+    );
     n.completed();
     assert!(n.spent());
     assert_eq!(n.verdict(false), None, "completion forgets the death");
@@ -37,9 +41,21 @@ fn the_nonce_is_single_use_and_completion_forgets_a_death() {
 #[test]
 fn what_fails_accept() {
     let n: Nonce<()> = Nonce::new();
-    assert_eq!(n.classify(false, &gone(), || true), Failure::Dropped, "no nonce shown");
-    assert_eq!(n.classify(true, &junk(), || false), Failure::Dropped, "junk, socket open");
-    assert_eq!(n.classify(true, &junk(), || true), Failure::HolderDied, "socket closed");
+    assert_eq!(
+        n.classify(false, &gone(), || true),
+        Failure::Dropped,
+        "no nonce shown"
+    );
+    assert_eq!(
+        n.classify(true, &junk(), || false),
+        Failure::Dropped,
+        "junk, socket open"
+    );
+    assert_eq!(
+        n.classify(true, &junk(), || true),
+        Failure::HolderDied,
+        "socket closed"
+    );
     let full = Error::Full {
         what: "comms",
         cap: 1,
@@ -49,7 +65,9 @@ fn what_fails_accept() {
         call: "bootstrap handshake timed out in RecvInfo",
         errno: 0,
     };
-    assert!(!is_death(&timeout, || panic!("a stall is decided without the socket")));
+    assert!(!is_death(&timeout, || panic!(
+        "a stall is decided without the socket"
+    )));
     let reset = Error::Provider {
         call: "recv (handshake)",
         errno: 104,
