@@ -110,7 +110,7 @@ fn show_port(d: &VerbsDev, cfg: &Config) -> Result<(), Error> {
             roce: v.and_then(|v| u8::try_from(v).ok()),
         })
         .collect();
-    let auto = device::select_gid(&cands, &device::auto_sel(&cfg)).ok();
+    let auto = device::select_gid(&cands, &device::auto_sel(cfg)).ok();
     for (i, g, ver) in &list {
         let (ip, fam) = gid_text(g);
         let ty = match ver {

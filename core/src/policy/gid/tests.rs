@@ -117,9 +117,11 @@ fn roce_versions_and_infiniband_flid() {
 
 #[test]
 fn from_params_ignores_a_range_of_the_other_family() {
-    let mut p = Params::default();
-    p.ib_addr_range = Some(AddrRange::parse("10.0.0.0/8").unwrap());
-    p.ib_addr_family = AddrFamily::Inet6;
+    let mut p = Params {
+        ib_addr_range: Some(AddrRange::parse("10.0.0.0/8").unwrap()),
+        ib_addr_family: AddrFamily::Inet6,
+        ..Default::default()
+    };
     assert_eq!(Auto::from_params(&p).range, None);
     p.ib_addr_family = AddrFamily::Inet;
     assert!(Auto::from_params(&p).range.is_some());
