@@ -59,6 +59,16 @@ pub fn exported_port(port: u8, real_port: i32) -> i32 {
     i32::from(port).saturating_add(real_port)
 }
 
+/// A port's speed in Mbps: `queried`, what `ibv_query_port_speed` answered (units of
+/// 100 Mbps; `None` when not asked, not available or failed), else `fallback` (speed × width
+/// from `ibv_query_port`), as NCCL 2.30 with `NCCL_IB_QUERY_PORT_SPEED`.
+pub fn port_speed(queried: Option<u64>, fallback: i32) -> i32 {
+    queried
+        .and_then(|s| s.checked_mul(100))
+        .and_then(|m| i32::try_from(m).ok())
+        .unwrap_or(fallback)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +108,12 @@ mod tests {
         assert_eq!(ptr_support(false, true, true), PTR_HOST | PTR_DMABUF);
         assert_eq!(exported_port(1, 1), 2);
         assert_eq!(exported_port(1, 0), 1);
+    }
+
+    #[test]
+    fn queried_speed_wins_in_100_mbps_units() {
+        assert_eq!(port_speed(Some(4000), 100_000), 400_000);
+        assert_eq!(port_speed(None, 100_000), 100_000);
+        assert_eq!(port_speed(Some(u64::MAX), 7), 7, "beyond i32: the fallback");
     }
 }

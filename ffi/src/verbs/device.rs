@@ -1,11 +1,14 @@
 //! Verbs device discovery, as NCCL 2.28's `ncclIbInit` does it.
 //!
 //! For every device (filtered by `NCCL_IB_HCA`), every ACTIVE port with an InfiniBand or
-//! Ethernet (RoCE) link layer becomes one plugin device, with: speed from width × lane speed
-//! (SDR … NDR, XDR through `active_speed_ex`), the PCI path (ports and, with
+//! Ethernet (RoCE) link layer becomes one plugin device, with: speed from
+//! `ibv_query_port_speed` where libibverbs has it (`NCCL_IB_QUERY_PORT_SPEED`, default on), else
+//! from width × lane speed (SDR … NDR, XDR through `active_speed_ex`), the PCI path (ports and, with
 //! `NCCL_IB_MERGE_VFS`, virtual functions merged), `realPort`, the system image GUID, the GID
 //! chosen by `NCCL_IB_GID_INDEX` (-1: auto-selection by RoCE version, address family and range)
-//! and the DMA-BUF probe result. The rules are core's ([`ibnet_core::policy::merge`],
+//! and the DMA-BUF probe result. With `NCCL_IB_DEVICE_PCI_ORDER` (default on) the devices are
+//! numbered in PCI order ([`ibnet_core::policy::order`]), and `realPort` is counted after
+//! that. The rules are core's ([`ibnet_core::policy::merge`],
 //! [`ibnet_core::policy::gid`]); this module reads sysfs and queries verbs for them. A RoCE
 //! port on which no GID matches `NCCL_IB_ADDR_FAMILY`/`NCCL_IB_ADDR_RANGE` is not used (one
 //! WARN), and a connection on a port whose matching GID has gone fails (one WARN): ibnet
@@ -108,6 +111,9 @@ pub struct VerbsDev {
     pub adaptive_routing: bool,
     /// The DMA-BUF probe succeeded.
     pub dmabuf: bool,
+    /// The device's place in PCI order ([`ibnet_core::policy::order::pci_key`] of its full
+    /// sysfs path; `None` without one).
+    pci_key: Option<i64>,
 }
 
 const WIDTHS: [i32; 5] = [1, 4, 8, 12, 2];
@@ -244,13 +250,15 @@ impl VerbsDev {
     }
 }
 
-/// The device's PCI path, merged as NCCL does ([`merge::merge_pci_path`]).
-fn pci_path(dev: &str, merge_vfs: bool) -> Option<String> {
+/// The device's sysfs path: full (for PCI order) and merged as NCCL does
+/// ([`merge::merge_pci_path`]).
+fn pci_paths(dev: &str, merge_vfs: bool) -> Option<(String, String)> {
     let p = std::fs::canonicalize(format!("/sys/class/infiniband/{dev}/device")).ok()?;
     let full = p.to_string_lossy().into_owned();
     let mut b = full.clone().into_bytes();
     merge::merge_pci_path(&mut b, merge_vfs);
-    Some(String::from_utf8(b).unwrap_or(full))
+    let merged = String::from_utf8(b).unwrap_or_else(|_| full.clone());
+    Some((full, merged))
 }
 
 /// The RoCE version of GID `idx` of `dev`:`port`, from its sysfs type
@@ -381,7 +389,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
             loader::last_errno()
         ));
     }
-    let mut out: Vec<Arc<VerbsDev>> = Vec::new();
+    let mut out: Vec<VerbsDev> = Vec::new();
     for d in 0..n.max(0) as usize {
         // SAFETY: `d < n`.
         let dev = unsafe { *list.add(d) };
@@ -393,6 +401,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
     }
     // SAFETY: frees the list from get_device_list once (opened contexts stay valid).
     unsafe { (v.free_device_list)(list) };
+    let out = number(out, cfg);
     if out.is_empty() {
         return Err(if n == 0 {
             "no RDMA device found".into()
@@ -442,6 +451,29 @@ fn ids_suffix(ids: Option<ibnet_core::hca::Ids>) -> String {
     }
 }
 
+/// The discovered devices numbered as NCCL numbers them: in PCI order with
+/// `NCCL_IB_DEVICE_PCI_ORDER` (a stable sort: ports of one function keep their order), then
+/// each one's `realPort` counted over the devices before it.
+fn number(mut devs: Vec<VerbsDev>, cfg: &Config) -> Vec<Arc<VerbsDev>> {
+    use ibnet_core::policy::order::pci_order;
+    if cfg.device_pci_order {
+        devs.sort_by(|a, b| pci_order(a.pci_key, b.pci_key));
+    }
+    for i in 0..devs.len() {
+        let (earlier, rest) = devs.split_at_mut(i);
+        let d = &mut rest[0];
+        // Earlier devices on the same NIC, by NCCL's prefix match.
+        d.real_port = merge::real_port(
+            d.pci_path.as_deref().and_then(|c| c.to_str().ok()),
+            earlier
+                .iter()
+                .map(|e| e.pci_path.as_deref().and_then(|c| c.to_str().ok())),
+            cfg.merge_vfs,
+        );
+    }
+    devs.into_iter().map(Arc::new).collect()
+}
+
 /// Opens `dev` and appends its usable ports (the context closes again when none is used).
 fn open_ports(
     v: &'static Verbs,
@@ -449,7 +481,7 @@ fn open_ports(
     name: &str,
     cfg: &Config,
     filter: &HcaFilter,
-    out: &mut Vec<Arc<VerbsDev>>,
+    out: &mut Vec<VerbsDev>,
 ) {
     let Some((ctx, attr)) = open_context(v, dev, name) else {
         return;
@@ -457,8 +489,8 @@ fn open_ports(
     let dmabuf = cfg.dmabuf_enable && probe_dmabuf(v, ctx.pd);
     let mut used = false;
     for port in 1..=attr.phys_port_cnt {
-        if let Some(d) = port_dev(&ctx, &attr, port, cfg, filter, dmabuf, out) {
-            out.push(Arc::new(d));
+        if let Some(d) = port_dev(&ctx, &attr, port, cfg, filter, dmabuf) {
+            out.push(d);
             used = true;
         }
     }
@@ -525,8 +557,8 @@ fn open_context(
 
 /// Port `port` of the opened device as a plugin device, or `None` when it is not used: not
 /// ACTIVE, another link layer, filtered out by `NCCL_IB_HCA`, unqueryable, or (RoCE) no GID
-/// matching `NCCL_IB_ADDR_FAMILY`/`_RANGE` (one WARN). `earlier` are the devices found so far
-/// (for `realPort`).
+/// matching `NCCL_IB_ADDR_FAMILY`/`_RANGE` (one WARN). `realPort` is left 0 ([`number`]
+/// counts it).
 fn port_dev(
     ctx: &Arc<Context>,
     attr: &ibv_device_attr,
@@ -534,7 +566,6 @@ fn port_dev(
     cfg: &Config,
     filter: &HcaFilter,
     dmabuf: bool,
-    earlier: &[Arc<VerbsDev>],
 ) -> Option<VerbsDev> {
     let (v, raw, name) = (ctx.verbs, ctx.raw, ctx.name.as_str());
     // SAFETY: live context.
@@ -556,17 +587,17 @@ fn port_dev(
         return None;
     };
     log_gid(name, port, gid_index, &gid, pa.link_layer);
-    let pci = pci_path(name, cfg.merge_vfs);
-    if pci.is_none() {
+    let paths = pci_paths(name, cfg.merge_vfs);
+    if paths.is_none() {
         warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
     }
-    // Earlier devices on the same NIC, by NCCL's prefix match.
-    let real_port = merge::real_port(
-        pci.as_deref(),
-        earlier
-            .iter()
-            .map(|d| d.pci_path.as_deref().and_then(|c| c.to_str().ok())),
-        cfg.merge_vfs,
+    let pci_key = paths
+        .as_ref()
+        .and_then(|(full, _)| ibnet_core::policy::order::pci_key(full));
+    let pci = paths.map(|(_, merged)| merged);
+    let speed = ibnet_core::policy::props::port_speed(
+        query_speed(v, raw, port, cfg.query_port_speed),
+        speed_mbps(pa.active_width, pa.active_speed, pa.active_speed_ex),
     );
     let ar = if cfg.adaptive_routing == -2 {
         pa.link_layer == IBV_LINK_LAYER_INFINIBAND
@@ -578,9 +609,9 @@ fn port_dev(
         name: std::ffi::CString::new(name).unwrap_or_default(),
         pci_path: pci.and_then(|p| std::ffi::CString::new(p).ok()),
         port,
-        real_port,
+        real_port: 0,
         link_layer: pa.link_layer,
-        speed: speed_mbps(pa.active_width, pa.active_speed, pa.active_speed_ex),
+        speed,
         guid: attr.sys_image_guid,
         max_qp: attr.max_qp,
         lid: pa.lid,
@@ -591,7 +622,17 @@ fn port_dev(
         last_gid: Mutex::new((gid_index, gid)),
         adaptive_routing: ar,
         dmabuf,
+        pci_key,
     })
+}
+
+/// `ibv_query_port_speed`'s answer (units of 100 Mbps) when `enabled`
+/// (`NCCL_IB_QUERY_PORT_SPEED`) and libibverbs has the call; `None` otherwise or on failure.
+fn query_speed(v: &Verbs, raw: *mut ibv_context, port: u8, enabled: bool) -> Option<u64> {
+    let f = v.query_port_speed.filter(|_| enabled)?;
+    let mut speed = 0u64;
+    // SAFETY: live context, writable u64; the symbol has this signature at IBVERBS_1.16.
+    (unsafe { f(raw, port, &mut speed) } == 0).then_some(speed)
 }
 
 /// Starts the async-event thread of a context some port uses (a failure is one WARN).
