@@ -56,6 +56,11 @@ use crate::wire::{
     QP_INFO_HEADER_LEN, QP_INFO_MAX_LEN, RAILS_MAX_LEN, READY_LEN,
 };
 
+/// The error text of a peer on another link layer (InfiniBand against RoCE): it names the
+/// fix, as NCCL users look for it.
+pub const PEER_LINK_LAYER: &str =
+    "peer link layer differs from ours: select ports of one link layer on both sides with NCCL_IB_HCA";
+
 /// What a machine reports to its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(clippy::large_enum_variant)] // no `alloc` to box into; one event per rail
@@ -381,10 +386,7 @@ impl Connector {
     /// Checks the acceptor's answer for the next rail against our side.
     fn check_peer(&self, p: &QpInfo) -> Result<()> {
         if p.link_layer != self.link_layer {
-            return Err(wire(
-                "peer link layer differs from ours",
-                p.link_layer as u8,
-            ));
+            return Err(wire(PEER_LINK_LAYER, p.link_layer as u8));
         }
         if p.qpn.len() != self.nqps {
             return Err(wire("peer nqps differs from ours", p.qpn.len() as u64));
@@ -686,10 +688,7 @@ impl Acceptor {
     /// negotiated MTU.
     fn check_peer(&self, p: &QpInfo) -> Result<Mtu> {
         if p.link_layer != self.link_layer {
-            return Err(wire(
-                "peer link layer differs from ours",
-                p.link_layer as u8,
-            ));
+            return Err(wire(PEER_LINK_LAYER, p.link_layer as u8));
         }
         if p.fifo.is_none() {
             return Err(wire("connector sent no FIFO", 0u64));

@@ -41,6 +41,7 @@ pub mod handshake;
 pub mod hca;
 pub mod mr_cache;
 pub mod params;
+pub mod policy;
 pub mod provider;
 pub mod proxy;
 pub mod request;

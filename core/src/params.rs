@@ -196,6 +196,14 @@ pub struct Params {
     /// `NCCL_IB_MERGE_NICS`: `makeVDevice` may fuse several physical devices into one virtual
     /// NIC (default on, as NCCL 2.28; off: a vNIC of more than one device is refused).
     pub ib_merge_nics: bool,
+    // --- wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED (lead: fold into the config table at merge) ---
+    /// `NCCL_IB_DEVICE_PCI_ORDER` (NCCL 2.29, default on): number verbs devices in PCI order
+    /// ([`crate::policy::order`]) instead of libibverbs' listing order.
+    pub ib_device_pci_order: bool,
+    /// `NCCL_IB_QUERY_PORT_SPEED` (NCCL 2.30, default on): a port's speed from
+    /// `ibv_query_port_speed` where libibverbs has it, else from speed × width.
+    pub ib_query_port_speed: bool,
+    // --- end wt-policy ---
     /// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line when a connection's accepting side finds the
     /// peer's physical device numbers are not its own, fused or not (default off, as NCCL 2.28).
     pub ib_warn_rail_local: bool,
@@ -257,6 +265,9 @@ impl Default for Params {
             ib_disable: false,
             ib_merge_vfs: true,
             ib_merge_nics: true,
+            // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
+            ib_device_pci_order: true,
+            ib_query_port_speed: true,
             ib_warn_rail_local: false,
             ib_sock_client_port_reuse: false,
             ib_sock_server_port_reuse: false,
@@ -298,6 +309,9 @@ enum Field {
     IbSplitDataOnQps,
     IbDisable,
     IbMergeVfs,
+    // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
+    IbDevicePciOrder,
+    IbQueryPortSpeed,
     IbMergeNics,
     IbWarnRailLocal,
     IbSockClientPortReuse,
@@ -316,7 +330,7 @@ enum Field {
 }
 
 /// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 34] = [
+const FIELDS: [(&str, Field); 36] = [
     ("NCCL_IB_HCA", Field::IbHca),
     ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
     ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
@@ -336,6 +350,9 @@ const FIELDS: [(&str, Field); 34] = [
     ("NCCL_IB_SPLIT_DATA_ON_QPS", Field::IbSplitDataOnQps),
     ("NCCL_IB_DISABLE", Field::IbDisable),
     ("NCCL_IB_MERGE_VFS", Field::IbMergeVfs),
+    // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
+    ("NCCL_IB_DEVICE_PCI_ORDER", Field::IbDevicePciOrder),
+    ("NCCL_IB_QUERY_PORT_SPEED", Field::IbQueryPortSpeed),
     ("NCCL_IB_MERGE_NICS", Field::IbMergeNics),
     ("NCCL_IB_WARN_RAIL_LOCAL", Field::IbWarnRailLocal),
     (
@@ -453,6 +470,9 @@ impl Params {
             Field::IbSplitDataOnQps => self.ib_split_data_on_qps = flag()?,
             Field::IbDisable => self.ib_disable = flag()?,
             Field::IbMergeVfs => self.ib_merge_vfs = flag()?,
+            // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
+            Field::IbDevicePciOrder => self.ib_device_pci_order = flag()?,
+            Field::IbQueryPortSpeed => self.ib_query_port_speed = flag()?,
             Field::IbMergeNics => self.ib_merge_nics = flag()?,
             Field::IbWarnRailLocal => self.ib_warn_rail_local = flag()?,
             Field::IbSockClientPortReuse => self.ib_sock_client_port_reuse = flag()?,

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
 use ibnet_core::fused::{FusedBuf, RailEvent};
 use ibnet_core::fused::{FusedRecv, FusedSend};
+use ibnet_core::policy::props as props_policy;
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::{QpInfo, RailInfo, RailList, RemoteBuf};
@@ -106,11 +107,17 @@ const SOFT_SPEED_MBPS: i32 = 100_000;
 /// QPs one `soft0` provider can hold at once: ibnet-soft's QP table ([`ibnet_soft::MAX_QPS`],
 /// filled by soft's own capacity test).
 pub const SOFT_QP_BUDGET: i32 = ibnet_soft::MAX_QPS as i32;
-/// The most comms (send and receive together) advertised per device, whatever the QP budget:
-/// 1024 of each, as many as NCCL opens per peer NIC in practice. A soft device refuses the
-/// comm past it (its CQ cap, one CQ per comm).
-pub const MAX_COMMS: i32 = 2048;
+/// The most comms (send and receive together) advertised per device
+/// ([`ibnet_core::policy::props::MAX_COMMS`]). A soft device refuses the comm past it (its CQ
+/// cap, one CQ per comm).
+pub const MAX_COMMS: i32 = props_policy::MAX_COMMS;
 const _: () = assert!(ibnet_soft::budget::MAX_CQS as i32 == MAX_COMMS);
+// Core's pointer kinds are NCCL's.
+const _: () = assert!(
+    props_policy::PTR_HOST == crate::nccl::types::NCCL_PTR_HOST
+        && props_policy::PTR_CUDA == crate::nccl::types::NCCL_PTR_CUDA
+        && props_policy::PTR_DMABUF == crate::nccl::types::NCCL_PTR_DMABUF
+);
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
@@ -123,22 +130,22 @@ impl Dev {
     /// at most [`MAX_COMMS`]. Soft: also no more than fit in the provider's QP memory budget
     /// (`IBNET_SOFT_MEM`) at [`Self::comm_bytes`] each, which the provider enforces: the comm
     /// after that many fails to open (`Error::Full`), before the host runs out of memory (and
-    /// the one past [`MAX_COMMS`] too: the provider's CQ cap).
+    /// the one past [`MAX_COMMS`] too: the provider's CQ cap). The rule is core's
+    /// ([`props_policy::max_comms`]).
     pub fn max_comms(&self, cfg: &CommConfig) -> i32 {
-        let budget = match self {
-            Dev::Verbs(p) => p.dev.max_qp,
-            Dev::Soft(..) => SOFT_QP_BUDGET,
+        let (qps, memory) = match self {
+            Dev::Verbs(p) => (p.dev.max_qp, None),
+            Dev::Soft(p, _) => (
+                SOFT_QP_BUDGET,
+                Some((p.qp_memory().0, self.comm_bytes(cfg))),
+            ),
         };
-        let per_comm = i32::from(cfg.nqps.max(1)) + i32::from(cfg.gdr_flush);
-        let by_qps = budget / per_comm;
-        let by_mem = match self {
-            Dev::Verbs(_) => i32::MAX,
-            Dev::Soft(p, _) => {
-                let n = p.qp_memory().0 / self.comm_bytes(cfg).max(1);
-                i32::try_from(n).unwrap_or(i32::MAX)
-            }
-        };
-        by_qps.min(by_mem).clamp(1, MAX_COMMS)
+        props_policy::max_comms(&props_policy::CommBudget {
+            qps,
+            nqps: cfg.nqps,
+            gdr_flush: cfg.gdr_flush,
+            memory,
+        })
     }
 
     /// Soft: the most bytes of the provider's QP memory budget one comm made with `cfg` holds
@@ -164,14 +171,8 @@ impl Dev {
         match self {
             Dev::Verbs(p) => {
                 let d = &p.dev;
-                let mut ptr = crate::nccl::types::NCCL_PTR_HOST;
                 let g = crate::gpu::gpu_direct();
-                if g.gdr {
-                    ptr |= crate::nccl::types::NCCL_PTR_CUDA;
-                }
-                if d.dmabuf && g.dmabuf_gpu_side {
-                    ptr |= crate::nccl::types::NCCL_PTR_DMABUF;
-                }
+                let ptr = props_policy::ptr_support(g.gdr, d.dmabuf, g.dmabuf_gpu_side);
                 Props {
                     name: d.name.as_ptr(),
                     pci_path: d
@@ -182,7 +183,7 @@ impl Dev {
                     ptr_support: ptr,
                     reg_is_global: true,
                     speed: d.speed,
-                    port: d.port as i32 + d.real_port,
+                    port: props_policy::exported_port(d.port, d.real_port),
                     latency: 0.0,
                     max_comms: self.max_comms(cfg),
                     max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
@@ -221,6 +222,16 @@ impl Dev {
         match self {
             Dev::Verbs(p) => crate::gpu::gpu_direct().possible(p.dev.dmabuf),
             Dev::Soft(..) => false,
+        }
+    }
+
+    /// Chooses the GID the next comm on this device uses (verbs:
+    /// [`VerbsDev::choose_gid`](crate::verbs::device::VerbsDev::choose_gid), which fails when
+    /// no GID matches `NCCL_IB_ADDR_FAMILY`/`_RANGE` any more; soft: nothing to choose).
+    pub fn choose_gid(&self) -> Result<()> {
+        match self {
+            Dev::Verbs(p) => p.dev.choose_gid().map(drop),
+            Dev::Soft(..) => Ok(()),
         }
     }
 

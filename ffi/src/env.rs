@@ -70,6 +70,12 @@ pub struct Config {
     pub pkey: u16,
     /// `NCCL_IB_MERGE_VFS`.
     pub merge_vfs: bool,
+    // --- wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED (lead: fold into the config table at merge) ---
+    /// `NCCL_IB_DEVICE_PCI_ORDER`.
+    pub device_pci_order: bool,
+    /// `NCCL_IB_QUERY_PORT_SPEED`.
+    pub query_port_speed: bool,
+    // --- end wt-policy ---
     /// `NCCL_GDR_FLUSH_DISABLE`.
     pub gdr_flush_disable: bool,
     /// `NCCL_DMABUF_ENABLE`.
@@ -183,6 +189,9 @@ impl Config {
             tc: p.ib_tc.map_or(-1, i64::from),
             pkey: p.ib_pkey,
             merge_vfs: p.ib_merge_vfs,
+            // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
+            device_pci_order: p.ib_device_pci_order,
+            query_port_speed: p.ib_query_port_speed,
             gdr_flush_disable: p.gdr_flush_disable,
             dmabuf_enable: p.dmabuf_enable,
             socket_ifname: nonempty(&p.socket_ifname),

@@ -198,8 +198,17 @@ impl Nic {
         }
     }
 
+    /// Chooses each rail's GID for a new comm ([`Dev::choose_gid`]).
+    fn choose_gids(&self) -> Result<()> {
+        match self {
+            Self::Plain(d, ..) => d.choose_gid(),
+            Self::Fused(f) => f.devs.iter().try_for_each(Dev::choose_gid),
+        }
+    }
+
     /// A send comm over the rails.
     pub fn new_send(&self, cfg: CommConfig) -> Result<AnySend> {
+        self.choose_gids()?;
         match self {
             Self::Plain(d, ..) => d.new_send(cfg),
             Self::Fused(f) => crate::dev::fused_send(&f.devs, cfg),
@@ -209,6 +218,7 @@ impl Nic {
     /// A receive comm over the rails, connected to the sender's `infos` (rail order) whose
     /// rail list is `peer`.
     pub fn new_recv(&self, cfg: CommConfig, infos: &[QpInfo], peer: &RailList) -> Result<AnyRecv> {
+        self.choose_gids()?;
         match self {
             Self::Plain(d, ..) => {
                 let first = infos.first().ok_or(Error::Missing {

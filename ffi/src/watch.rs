@@ -17,19 +17,26 @@
 //!                                        tag, what is awaited); the wait goes on
 //! ```
 //! A peer that closed its comm normally closes the socket too; that is an error only for a
-//! call still waiting on it, which could never complete anyway.
+//! call still waiting on it, which could never complete anyway. The state machine is core's
+//! ([`ibnet_core::policy::watch`]); this module holds the socket and the clock.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ibnet_core::error::PeerId;
+use ibnet_core::policy::watch::{Liveness, Look, Wait};
 use ibnet_core::Error;
 
-/// "Not yet" answers between two looks at the clock.
-pub const SPIN_CHECK: u32 = 64;
-/// Least time between two looks at the socket while a call waits.
-pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+pub use ibnet_core::policy::watch::{PROBE_EVERY, SPIN_CHECK};
+
+/// A monotonic clock's reading as the time since a fixed origin (the first call), the shape
+/// core's policies take "now" in.
+pub fn now() -> Duration {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed()
+}
 /// TCP keepalive of the kept socket, seconds: (idle, interval, probes). A silent host is
 /// noticed within idle + probes × interval = 25 s.
 pub const KEEPALIVE: (i32, i32, i32) = (10, 5, 3);
@@ -41,12 +48,7 @@ pub struct Watch {
     pub addr: SocketAddr,
     /// The peer's GID, LID and first QP number.
     pub peer: PeerId,
-    stall_warn: Option<Duration>,
-    spins: u32,
-    since: Option<Instant>,
-    last_probe: Option<Instant>,
-    warned: bool,
-    dead: bool,
+    live: Liveness,
     /// The tag of the last `isend` / first tag of the last `irecv` (for the stall WARN).
     pub tag: u32,
 }
@@ -63,12 +65,7 @@ impl Watch {
             sock: Some(sock),
             addr,
             peer,
-            stall_warn: (stall_warn_s > 0).then(|| Duration::from_secs(stall_warn_s)),
-            spins: 0,
-            since: None,
-            last_probe: None,
-            warned: false,
-            dead: false,
+            live: Liveness::new(stall_warn_s),
             tag: 0,
         }
     }
@@ -76,63 +73,47 @@ impl Watch {
     /// A call made progress: the wait, if any, is over.
     #[inline]
     pub fn progress(&mut self) {
-        self.spins = 0;
-        self.since = None;
-        self.warned = false;
+        self.live.progress();
     }
 
     /// A call on comm `comm` returned "not yet" while waiting for `what`; `Err(PeerGone)` once
     /// the peer is known dead (the caller may look once more before reporting it).
     #[inline]
     pub fn waiting(&mut self, what: &str, comm: usize) -> Result<(), Error> {
-        if self.dead {
-            return Err(Error::PeerGone { peer: self.peer });
+        match self.live.waiting() {
+            Wait::Spin => Ok(()),
+            Wait::Dead => Err(Error::PeerGone { peer: self.peer }),
+            Wait::Look => self.look(what, comm),
         }
-        self.spins = self.spins.wrapping_add(1);
-        if !self.spins.is_multiple_of(SPIN_CHECK) {
-            return Ok(());
-        }
-        self.look(what, comm)
     }
 
     #[cold]
     fn look(&mut self, what: &str, comm: usize) -> Result<(), Error> {
-        let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
-        if self
-            .last_probe
-            .is_none_or(|t| now.duration_since(t) >= PROBE_EVERY)
-        {
-            self.last_probe = Some(now);
-            if self.closed() {
-                self.dead = true;
-                return Err(Error::PeerGone { peer: self.peer });
-            }
-        }
-        if let Some(limit) = self.stall_warn {
-            if !self.warned && now.duration_since(since) >= limit {
-                self.warned = true;
-                crate::warn!(
-                    "comm or request {comm:#x} has waited {}s for {what} from peer {} ({}), tag {:#x}: \
-                     the peer is alive but not progressing (IBNET_STALL_WARN)",
-                    now.duration_since(since).as_secs(),
-                    self.addr,
-                    self.peer,
-                    self.tag
-                );
-            }
+        let sock = &self.sock;
+        match self.live.look(now(), || closed(sock.as_ref())) {
+            Look::Waiting => {}
+            Look::Dead => return Err(Error::PeerGone { peer: self.peer }),
+            Look::Stalled(waited) => crate::warn!(
+                "comm or request {comm:#x} has waited {}s for {what} from peer {} ({}), tag {:#x}: \
+                 the peer is alive but not progressing (IBNET_STALL_WARN)",
+                waited.as_secs(),
+                self.addr,
+                self.peer,
+                self.tag
+            ),
         }
         Ok(())
     }
+}
 
-    /// Whether the peer's end of the socket is closed or failed (one non-blocking peek).
-    fn closed(&self) -> bool {
-        let Some(s) = &self.sock else { return false };
-        let mut b = [0u8; 1];
-        match s.peek(&mut b) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
-        }
+/// Whether the peer's end of `sock` is closed or failed (one non-blocking peek; no socket:
+/// never).
+pub fn closed(sock: Option<&TcpStream>) -> bool {
+    let Some(s) = sock else { return false };
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
     }
 }

@@ -143,7 +143,7 @@ impl<P: Provider> Base<P> {
     pub fn accept_peer(&mut self, remote: &QpInfo) -> Result<()> {
         if remote.link_layer != self.port.link_layer {
             return Err(Error::Wire {
-                what: "link layer differs from ours",
+                what: crate::handshake::PEER_LINK_LAYER,
                 value: remote.link_layer as u64,
             });
         }

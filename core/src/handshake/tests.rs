@@ -190,7 +190,7 @@ fn link_layer_mismatch_is_a_hard_error() {
         matches!(
             e,
             Error::Wire {
-                what: "peer link layer differs from ours",
+                what: PEER_LINK_LAYER,
                 value: 2
             }
         ),
@@ -205,10 +205,31 @@ fn link_layer_mismatch_is_a_hard_error() {
     assert!(matches!(
         e,
         Err(Error::Wire {
-            what: "peer link layer differs from ours",
+            what: PEER_LINK_LAYER,
             ..
         })
     ));
+}
+
+/// Issue 28 point 6: the error (and so the WARN) of a link-layer mismatch names the fix,
+/// `NCCL_IB_HCA`, on both sides.
+#[test]
+fn link_layer_mismatch_names_nccl_ib_hca() {
+    let local = qps(1, 1, LinkLayer::Ethernet, Mtu::M4096, true);
+    let mut c = Connector::new(NONCE, &local).unwrap();
+    let mut a = Acceptor::new(NONCE, &port(LinkLayer::Infiniband, Mtu::M4096));
+    let e = run(
+        &mut c,
+        &mut a,
+        7,
+        echo_answer(LinkLayer::Infiniband, Mtu::M4096),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("NCCL_IB_HCA"), "acceptor: {e}");
+    let mut c = Connector::new(NONCE, &local).unwrap();
+    let e = feed_connector_answer(&mut c, &qps(1, 9, LinkLayer::Infiniband, Mtu::M256, true))
+        .unwrap_err();
+    assert!(e.to_string().contains("NCCL_IB_HCA"), "connector: {e}");
 }
 
 /// Sends the connector's first message into the void, then feeds it `answer`.

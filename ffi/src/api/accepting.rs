@@ -51,6 +51,9 @@
 //! connection that dies before its whole Hello arrived never showed the nonce: junk. Once
 //! `accept` failed, later calls are refused (`Error::Poisoned`, the same kind, logged at
 //! INFO): NCCL tears the communicator down.
+//!
+//! These decisions (the nonce, what fails `accept`, eviction, the drop-log rate) are core's
+//! ([`ibnet_core::policy::nonce`]); this module holds the sockets and acts on them.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -58,6 +61,7 @@ use std::time::{Duration, Instant};
 use ibnet_core::error::PeerId;
 use ibnet_core::fused::{VNic, MAX_DEVS_PER_NIC};
 use ibnet_core::handshake::{Acceptor, Event};
+use ibnet_core::policy::nonce::{self, DropLog, Failure, Nonce, Room};
 use ibnet_core::wire::RailList;
 use ibnet_core::Error;
 
@@ -67,11 +71,7 @@ use crate::nic::Nic;
 use crate::plugin::Plugin;
 use crate::watch::Watch;
 
-/// Most handshakes in progress on one listen comm.
-pub const MAX_PENDING: usize = 1024;
-
-/// Drop messages per listen comm: at most one per this interval (the rest are counted).
-const DROP_LOG_EVERY: Duration = Duration::from_secs(1);
+pub use ibnet_core::policy::nonce::MAX_PENDING;
 
 /// One accepted connection being handshaken.
 pub(super) struct Accepting {
@@ -92,14 +92,11 @@ pub(super) struct Accepting {
 /// What one listen comm knows about the connections on its port.
 pub(super) struct Pending {
     conns: Vec<Accepting>,
-    /// The handle's nonce was used by a completed handshake: refuse it from now on.
-    spent: bool,
-    /// When the last drop was logged, and how many were dropped silently since.
-    last_log: Option<Instant>,
-    quiet_drops: u64,
-    /// The first nonce holder that died while another one was in progress: its error and
-    /// where (see the module doc).
-    died: Option<(Error, Where)>,
+    /// The handle's nonce (spent once a handshake completed with it) and the first nonce
+    /// holder that died while another one was in progress: its error and where.
+    nonce: Nonce<(Error, Where)>,
+    /// The drop messages' rate limit.
+    drops: DropLog,
 }
 
 /// Why a connection that stepped without error is not done yet, or its comm.
@@ -115,10 +112,8 @@ impl Pending {
     pub(super) fn new() -> Self {
         Self {
             conns: Vec::new(),
-            spent: false,
-            last_log: None,
-            quiet_drops: 0,
-            died: None,
+            nonce: Nonce::new(),
+            drops: DropLog::default(),
         }
     }
 
@@ -156,15 +151,13 @@ impl Pending {
     /// Whether another connection may start; when full, the oldest one still waiting for its
     /// Hello is dropped to make room (a flood of idle connections cannot shut the port).
     pub(super) fn has_room(&mut self) -> bool {
-        if self.conns.len() < MAX_PENDING {
-            return true;
-        }
         let idle = self
             .conns
             .iter()
-            .position(|a| a.machine.state_name() == "RecvHello");
-        match idle {
-            Some(i) => {
+            .map(|a| a.machine.state_name() == "RecvHello");
+        match nonce::room(self.conns.len(), idle) {
+            Room::Free => true,
+            Room::Evict(i) => {
                 let a = self.conns.remove(i);
                 self.dropped(
                     a,
@@ -175,7 +168,7 @@ impl Pending {
                 );
                 true
             }
-            None => false,
+            Room::Full => false,
         }
     }
 
@@ -190,11 +183,10 @@ impl Pending {
     ) -> Result<Option<Accepted>, Box<(Error, Where)>> {
         let mut i = 0;
         while i < self.conns.len() {
-            match step(&mut self.conns[i], nic, plugin, nonce, self.spent) {
+            match step(&mut self.conns[i], nic, plugin, nonce, self.nonce.spent()) {
                 Ok(Step::Waiting) => i += 1,
                 Ok(Step::Done(r)) => {
-                    self.spent = true;
-                    self.died = None;
+                    self.nonce.completed();
                     let a = self.conns.swap_remove(i);
                     crate::info!(
                         crate::log::NET,
@@ -206,18 +198,18 @@ impl Pending {
                 }
                 Err(e) => {
                     let a = self.conns.swap_remove(i);
-                    if !self.spent && a.machine.nonce_seen() && fails_accept(&e, &a.stream) {
-                        self.holder_died(a, e);
-                    } else {
-                        self.dropped(a, &e);
+                    let closed = || crate::watch::closed(Some(&a.stream));
+                    match self.nonce.classify(a.machine.nonce_seen(), &e, closed) {
+                        Failure::HolderDied => self.holder_died(a, e),
+                        Failure::Dropped => self.dropped(a, &e),
                     }
                 }
             }
         }
         let holders = self.conns.iter().any(|a| a.machine.nonce_seen());
-        match self.died {
-            Some(d) if !holders => Err(Box::new(d)),
-            _ => Ok(None),
+        match self.nonce.verdict(holders) {
+            Some(d) => Err(Box::new(d)),
+            None => Ok(None),
         }
     }
 
@@ -233,7 +225,8 @@ impl Pending {
             let _ = r.close();
         }
         drop(a.stream);
-        if self.conns.iter().any(|c| c.machine.nonce_seen()) {
+        let others = self.conns.iter().any(|c| c.machine.nonce_seen());
+        if self.nonce.holder_died((e, at), others) {
             crate::info!(
                 crate::log::NET,
                 "accept: {}; another connection carrying this listener's nonce is in progress: \
@@ -241,7 +234,6 @@ impl Pending {
                 AtPeer(&e, at)
             );
         }
-        self.died.get_or_insert((e, at));
     }
 
     /// The listener's own accept failed (ECONNABORTED, EMFILE, …): logged like a drop.
@@ -252,23 +244,14 @@ impl Pending {
         crate::warn!("accept: {e}; still accepting");
     }
 
-    /// Whether a drop message now would exceed one per [`DROP_LOG_EVERY`] (then it is
-    /// counted instead); otherwise the caller logs, and the count restarts.
+    /// Whether a drop message now would exceed one per [`nonce::DROP_LOG_EVERY`] (then it is
+    /// counted instead); otherwise the caller logs.
     fn quiet(&mut self) -> bool {
-        let now = Instant::now();
-        if self
-            .last_log
-            .is_some_and(|t| now.duration_since(t) < DROP_LOG_EVERY)
-        {
-            self.quiet_drops += 1;
-            return true;
-        }
-        self.last_log = Some(now);
-        false
+        !self.drops.may_log(crate::watch::now())
     }
 
     /// Drops `a` (its socket and half-built comm), logging at most one line per
-    /// [`DROP_LOG_EVERY`].
+    /// [`nonce::DROP_LOG_EVERY`].
     fn dropped(&mut self, a: Accepting, why: &Error) {
         let at = Where {
             peer: a.peer,
@@ -288,42 +271,8 @@ impl Pending {
             at.peer,
             if had_comm { " (its comm closed)" } else { "" },
             AtPeer(why, at),
-            self.quiet_drops
+            self.drops.take_quiet()
         );
-        self.quiet_drops = 0;
-    }
-}
-
-/// Whether `e`, a nonce holder's failure, fails `accept` (see the module doc): its death, or
-/// this side out of a resource for its comm (`Error::Full`: past `maxComms`, e.g. the soft
-/// memory budget), which no other connection could get past either.
-fn fails_accept(e: &Error, s: &TcpStream) -> bool {
-    matches!(e, Error::Full { .. }) || is_death(e, s)
-}
-
-/// Whether `e`, the error of the connection on `s`, is its death: its socket closed, reset or
-/// failed. A stall past the deadline is not; any other failure (invalid bytes, this side's own
-/// setup error) is when the socket shows the peer gone (a soft peer whose process died fails
-/// the QP setup before its socket's end-of-file is read).
-fn is_death(e: &Error, s: &TcpStream) -> bool {
-    match e {
-        Error::PeerGone { .. } => true,
-        Error::Provider { call, .. } if call.ends_with("(handshake)") => true,
-        Error::Provider { call, .. } if call.starts_with("bootstrap handshake timed out") => false,
-        _ => socket_closed(s),
-    }
-}
-
-/// Whether the peer's end of `s` is closed or failed (one non-blocking peek; bytes not read
-/// yet mean it is not, so far).
-fn socket_closed(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    match s.peek(&mut b) {
-        Ok(n) => n == 0,
-        Err(e) => !matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-        ),
     }
 }
 
@@ -351,10 +300,7 @@ fn step_machine(
     nonce: u64,
     spent: bool,
 ) -> Result<Step, Error> {
-    let replay = Error::Wire {
-        what: "Hello nonce already used by a completed connection (replay refused)",
-        value: nonce,
-    };
+    let replay = nonce::replay(nonce);
     loop {
         a.state = a.machine.state_name();
         match pump(&mut a.stream, &mut *a.machine)? {

@@ -15,8 +15,8 @@ use super::entry::entry;
 use crate::dev::Props;
 use crate::nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclResult_t, VDevProps};
 use crate::plugin as state;
-use crate::vdev::merge::Refused;
 use crate::vdev::Made;
+use ibnet_core::policy::merge::Refused;
 
 /// Per-`init` context (v11): the communicator's traffic class.
 #[repr(C)]
@@ -167,7 +167,13 @@ pub fn make_vdevice<const N: usize>(d: *mut c_int, props: *const VDevProps<N>) -
             }
             // One WARN that names both devices, in place of `entry`'s (which could not name them):
             // the same ncclInvalidUsage as the error would map to.
-            Err(Made::Refused(Refused::LinkLayers(a, an, b, bn))) => {
+            Err(Made::Refused(Refused::LinkLayers(a, b))) => {
+                let name = |d: u16| {
+                    p.devs
+                        .get(usize::from(d))
+                        .map_or("?".into(), |d| d.name().to_string_lossy().into_owned())
+                };
+                let (an, bn) = (name(a), name(b));
                 crate::warn!(
                     "makeVDevice: cannot merge [{a}]{an} and [{b}]{bn}: different link layers; \
                      select NICs of one link type with NCCL_IB_HCA"

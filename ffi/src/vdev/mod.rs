@@ -5,7 +5,7 @@
 //! `makeVDevice` fuses gets the next number, `nphys + i`, for the life of the process (2.28
 //! never forgets a merged device either; NCCL keeps the number it was given across
 //! `finalize`/`init`). The table holds at most [`MAX_VNICS`]; the rules a fusion must pass are
-//! in [`merge`].
+//! core's ([`ibnet_core::policy::merge`]).
 //!
 //! ```text
 //!  makeVDevice({ndevs: 2, devs: [0, 1]})
@@ -18,14 +18,13 @@
 //! The table is taken only on the control path (`makeVDevice`, `getProperties`, `devices`,
 //! `listen`, `connect`); a comm resolves its vNIC once, when it is created.
 
-pub mod merge;
-
 use core::ffi::c_int;
 use std::ffi::CString;
 use std::sync::Mutex;
 
 use ibnet_core::fused::VNic;
 use ibnet_core::hca::Ids;
+use ibnet_core::policy::merge;
 use ibnet_core::Error;
 
 use crate::dev::Props;
@@ -89,7 +88,9 @@ fn descriptions(p: &Plugin) -> Vec<(Props, u8, String)> {
         .collect()
 }
 
-fn fuse_props(p: &Plugin, v: &VNic) -> Result<(Props, merge::Fused), merge::Refused> {
+/// Rail 0's properties with the fused rail and plane ids, the fused properties and the
+/// fused name ([`merge::write_name`]), or why the fusion is refused.
+fn fuse_props(p: &Plugin, v: &VNic) -> Result<(Props, merge::Fused, String), merge::Refused> {
     let descs = descriptions(p);
     let ids = |d: &(Props, u8, String)| Ids {
         rail: d.0.rail,
@@ -109,9 +110,12 @@ fn fuse_props(p: &Plugin, v: &VNic) -> Result<(Props, merge::Fused), merge::Refu
         })
         .collect();
     let fused = merge::fuse(v, &phys, p.params.ib_merge_nics)?;
+    let mut name = String::new();
+    // Writing to a String cannot fail.
+    let _ = merge::write_name(v, &phys, &mut name);
     let mut out = descs[v.devs()[0] as usize].0;
     (out.rail, out.plane) = (fused_ids.rail, fused_ids.plane);
-    Ok((out, fused))
+    Ok((out, fused, name))
 }
 
 /// `makeVDevice`: the number of the vNIC fusing the first `ndevs` of `all` (the table's
@@ -132,7 +136,7 @@ pub fn make(p: &Plugin, ndevs: c_int, all: &[c_int]) -> Result<c_int, Made> {
     if !v.is_fused() {
         return Ok(c_int::from(v.devs()[0]));
     }
-    let (_, fused) = fuse_props(p, &v).map_err(Made::Refused)?;
+    let (_, fused, fused_name) = fuse_props(p, &v).map_err(Made::Refused)?;
     let mut t = table();
     if let Some(i) = t.iter().position(|e| e.vnic == v) {
         return Ok((p.devs.len() + i) as c_int);
@@ -143,7 +147,7 @@ pub fn make(p: &Plugin, ndevs: c_int, all: &[c_int]) -> Result<c_int, Made> {
             cap: MAX_VNICS,
         }));
     }
-    let name = CString::new(fused.name.clone()).unwrap_or_default();
+    let name = CString::new(fused_name.clone()).unwrap_or_default();
     t.push(Entry {
         vnic: v,
         name: Box::leak(name.into_boxed_c_str()),
@@ -152,7 +156,7 @@ pub fn make(p: &Plugin, ndevs: c_int, all: &[c_int]) -> Result<c_int, Made> {
     crate::info!(
         crate::log::NET,
         "made virtual device [{d}] name={} speed={} ndevs={}",
-        fused.name,
+        fused_name,
         fused.speed,
         v.ndevs()
     );
@@ -187,7 +191,7 @@ pub enum Made {
 /// The properties of the fused vNIC `v` (number `dev`): rail 0's, with the name, speed,
 /// pointer kinds and `maxComms` of [`merge::fuse`] and `vProps` naming the rails.
 pub fn props(p: &Plugin, v: &VNic) -> Result<Props, Error> {
-    let (mut out, fused) = fuse_props(p, v).map_err(|r| r.to_error())?;
+    let (mut out, fused, _) = fuse_props(p, v).map_err(|r| r.to_error())?;
     let t = table();
     let name = t
         .iter()

@@ -1,11 +1,18 @@
 //! Verbs device discovery, as NCCL 2.28's `ncclIbInit` does it.
 //!
 //! For every device (filtered by `NCCL_IB_HCA`), every ACTIVE port with an InfiniBand or
-//! Ethernet (RoCE) link layer becomes one plugin device, with: speed from width × lane speed
-//! (SDR … NDR, XDR through `active_speed_ex`), the PCI path (ports and, with
+//! Ethernet (RoCE) link layer becomes one plugin device, with: speed from
+//! `ibv_query_port_speed` where libibverbs has it (`NCCL_IB_QUERY_PORT_SPEED`, default on), else
+//! from width × lane speed (SDR … NDR, XDR through `active_speed_ex`), the PCI path (ports and, with
 //! `NCCL_IB_MERGE_VFS`, virtual functions merged), `realPort`, the system image GUID, the GID
 //! chosen by `NCCL_IB_GID_INDEX` (-1: auto-selection by RoCE version, address family and range)
-//! and the DMA-BUF probe result. Each opened context gets one async-event thread, stopped and
+//! and the DMA-BUF probe result. With `NCCL_IB_DEVICE_PCI_ORDER` (default on) the devices are
+//! numbered in PCI order ([`ibnet_core::policy::order`]), and `realPort` is counted after
+//! that. The rules are core's ([`ibnet_core::policy::merge`],
+//! [`ibnet_core::policy::gid`]); this module reads sysfs and queries verbs for them. A RoCE
+//! port on which no GID matches `NCCL_IB_ADDR_FAMILY`/`NCCL_IB_ADDR_RANGE` is not used (one
+//! WARN), and a connection on a port whose matching GID has gone fails (one WARN): ibnet
+//! never falls back to a GID outside them. Each opened context gets one async-event thread, stopped and
 //! joined when the last port using the context is dropped.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
@@ -19,6 +26,12 @@ use super::sys::*;
 use crate::env::Config;
 use crate::{info, warn};
 use ibnet_core::hca::HcaFilter;
+use ibnet_core::params::{AddrFamily, AddrRange};
+use ibnet_core::policy::gid::{self as gid_policy, Auto, NoMatch};
+use ibnet_core::policy::merge;
+use ibnet_core::Error;
+
+pub use ibnet_core::policy::gid::{select_auto as select_gid, Candidate};
 
 /// An opened device context shared by its ports, with its protection domain and async thread.
 pub struct Context {
@@ -91,12 +104,16 @@ pub struct VerbsDev {
     pub gid: [u8; 16],
     /// What GID selection needs, to choose again per connection.
     gid_sel: GidSel,
-    /// The last GID a connection used (the next choice is logged when it differs).
+    /// The GID of the last choice ([`VerbsDev::choose_gid`]; the next choice is logged when it
+    /// differs), which new comms use.
     last_gid: Mutex<(u8, [u8; 16])>,
     /// Adaptive routing in effect.
     pub adaptive_routing: bool,
     /// The DMA-BUF probe succeeded.
     pub dmabuf: bool,
+    /// The device's place in PCI order ([`ibnet_core::policy::order::pci_key`] of its full
+    /// sysfs path; `None` without one).
+    pci_key: Option<i64>,
 }
 
 const WIDTHS: [i32; 5] = [1, 4, 8, 12, 2];
@@ -125,9 +142,7 @@ struct GidSel {
     gid_tbl_len: i32,
     gid_index: i64,
     flid_index: u8,
-    family: i32,
-    range: Option<(IpAddr, u8)>,
-    roce_version: i64,
+    auto: Auto,
 }
 
 impl GidSel {
@@ -137,25 +152,87 @@ impl GidSel {
             gid_tbl_len: pa.gid_tbl_len,
             gid_index: cfg.gid_index,
             flid_index: cfg.routable_flid_gid_index,
-            family: cfg.addr_family,
-            range: cfg.addr_range,
-            roce_version: cfg.roce_version,
+            auto: auto_sel(cfg),
         }
     }
 }
 
+/// What RoCE GID auto-selection looks for under `cfg` (core's [`Auto`]).
+pub fn auto_sel(cfg: &Config) -> Auto {
+    let family = if cfg.addr_family == libc::AF_INET6 {
+        AddrFamily::Inet6
+    } else {
+        AddrFamily::Inet
+    };
+    let range = cfg.addr_range.map(|(ip, prefix_len)| {
+        let (family, addr) = match ip {
+            IpAddr::V4(a) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a.octets());
+                (AddrFamily::Inet, b)
+            }
+            IpAddr::V6(a) => (AddrFamily::Inet6, a.octets()),
+        };
+        AddrRange {
+            family,
+            addr,
+            prefix_len,
+        }
+    });
+    Auto {
+        family,
+        range: range.filter(|r| r.family == family),
+        roce_version: u8::try_from(cfg.roce_version).unwrap_or(2),
+    }
+}
+
+/// The one WARN of a port on which no GID matches: device, port, family, range and the
+/// variables to change.
+fn warn_no_gid(name: &str, port: u8, auto: &Auto, what: &str) {
+    let fam = match auto.family {
+        AddrFamily::Inet => "AF_INET",
+        AddrFamily::Inet6 => "AF_INET6",
+    };
+    let range = auto.range.map_or("unset".to_string(), |r| {
+        let ip: IpAddr = match r.family {
+            AddrFamily::Inet => IpAddr::from([r.addr[0], r.addr[1], r.addr[2], r.addr[3]]),
+            AddrFamily::Inet6 => IpAddr::from(r.addr),
+        };
+        format!("{ip}/{}", r.prefix_len)
+    });
+    warn!(
+        "{name}:{port}: no valid GID of family {fam} inside range {range}          (NCCL_IB_ADDR_FAMILY={fam}, NCCL_IB_ADDR_RANGE={range}); {what}; set          NCCL_IB_ADDR_FAMILY/NCCL_IB_ADDR_RANGE to the port's addresses, or choose one GID          with NCCL_IB_GID_INDEX"
+    );
+}
+
 impl VerbsDev {
-    /// The GID a new connection uses, chosen now: the GID table can change after init (an
-    /// address added or moved), so each comm runs the selection again, as NCCL 2.28 does at
-    /// every connect. A choice that differs from the previous connection's is logged.
+    /// The GID new comms use: the last [`Self::choose_gid`]'s (discovery's until a comm is
+    /// made).
     pub fn current_gid(&self) -> (u8, [u8; 16]) {
-        let (idx, gid) = select_port_gid(
+        *self.last_gid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Chooses the GID for a new connection now: the GID table can change after init (an
+    /// address added or moved), so each comm runs the selection again, as NCCL 2.28 does at
+    /// every connect. A choice that differs from the previous connection's is logged; none
+    /// matching `NCCL_IB_ADDR_FAMILY`/`_RANGE` any more is an error (one WARN).
+    pub fn choose_gid(&self) -> Result<(u8, [u8; 16]), Error> {
+        let chosen = select_port_gid(
             self.ctx.verbs,
             self.ctx.raw,
             &self.ctx.name,
             self.port,
             &self.gid_sel,
         );
+        let (idx, gid) = chosen.map_err(|e| {
+            warn_no_gid(
+                &self.ctx.name,
+                self.port,
+                &self.gid_sel.auto,
+                "the connection fails",
+            );
+            e.to_error()
+        })?;
         let mut last = self.last_gid.lock().unwrap_or_else(|e| e.into_inner());
         if *last != (idx, gid) {
             info!(
@@ -169,88 +246,29 @@ impl VerbsDev {
             );
             *last = (idx, gid);
         }
-        (idx, gid)
+        Ok((idx, gid))
     }
 }
 
-/// The device's PCI path, merged as NCCL does ([`crate::vdev::merge::merged_pci_path`]).
-fn pci_path(dev: &str, merge_vfs: bool) -> Option<String> {
+/// The device's sysfs path: full (for PCI order) and merged as NCCL does
+/// ([`merge::merge_pci_path`]).
+fn pci_paths(dev: &str, merge_vfs: bool) -> Option<(String, String)> {
     let p = std::fs::canonicalize(format!("/sys/class/infiniband/{dev}/device")).ok()?;
-    Some(crate::vdev::merge::merged_pci_path(
-        &p.to_string_lossy(),
-        merge_vfs,
-    ))
+    let full = p.to_string_lossy().into_owned();
+    let mut b = full.clone().into_bytes();
+    merge::merge_pci_path(&mut b, merge_vfs);
+    let merged = String::from_utf8(b).unwrap_or_else(|_| full.clone());
+    Some((full, merged))
 }
 
-fn roce_version(dev: &str, port: u8, idx: i32) -> Option<i64> {
+/// The RoCE version of GID `idx` of `dev`:`port`, from its sysfs type
+/// ([`gid_policy::roce_version`]).
+fn roce_version(dev: &str, port: u8, idx: i32) -> Option<u8> {
     let s = std::fs::read_to_string(format!(
         "/sys/class/infiniband/{dev}/ports/{port}/gid_attrs/types/{idx}"
     ))
     .ok()?;
-    if s.contains("RoCE v2") {
-        Some(2)
-    } else if s.contains("RoCE") {
-        Some(1)
-    } else {
-        None
-    }
-}
-
-fn gid_ip(g: &[u8; 16]) -> IpAddr {
-    let v6 = std::net::Ipv6Addr::from(*g);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
-}
-
-fn in_range(ip: IpAddr, range: Option<(IpAddr, u8)>) -> bool {
-    let Some((net, len)) = range else { return true };
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u32::MAX << (32 - len as u32)
-            };
-            u32::from(a) & m == u32::from(n) & m
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - len as u32)
-            };
-            u128::from(a) & m == u128::from(n) & m
-        }
-        _ => false,
-    }
-}
-
-/// A GID the selection may use: configured (non-zero interface id) and not link-local.
-fn valid_gid(g: &[u8; 16]) -> bool {
-    g[8..].iter().any(|&b| b != 0) && !(g[0] == 0xfe && g[1] & 0xc0 == 0x80)
-}
-
-/// RoCE GID auto-selection: the first valid GID whose family is `family`, inside `range`, with
-/// RoCE version `version`; failing that the first valid GID of the right family; else index 0.
-/// `gids` are `(index, gid, roce version)`.
-pub fn select_gid(
-    gids: &[(i32, [u8; 16], Option<i64>)],
-    family: i32,
-    range: Option<(IpAddr, u8)>,
-    version: i64,
-) -> i32 {
-    let fam_ok = |g: &[u8; 16]| match gid_ip(g) {
-        IpAddr::V4(_) => family == libc::AF_INET,
-        IpAddr::V6(_) => family == libc::AF_INET6,
-    };
-    let cands = || gids.iter().filter(|(_, g, _)| valid_gid(g) && fam_ok(g));
-    cands()
-        .find(|(_, g, v)| *v == Some(version) && in_range(gid_ip(g), range))
-        .or_else(|| cands().find(|(_, g, _)| in_range(gid_ip(g), range)))
-        .or_else(|| cands().next())
-        .map_or(0, |(i, _, _)| *i)
+    gid_policy::roce_version(&s)
 }
 
 fn probe_dmabuf(v: &Verbs, pd: *mut ibv_pd) -> bool {
@@ -371,7 +389,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
             loader::last_errno()
         ));
     }
-    let mut out: Vec<Arc<VerbsDev>> = Vec::new();
+    let mut out: Vec<VerbsDev> = Vec::new();
     for d in 0..n.max(0) as usize {
         // SAFETY: `d < n`.
         let dev = unsafe { *list.add(d) };
@@ -383,6 +401,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
     }
     // SAFETY: frees the list from get_device_list once (opened contexts stay valid).
     unsafe { (v.free_device_list)(list) };
+    let out = number(out, cfg);
     if out.is_empty() {
         return Err(if n == 0 {
             "no RDMA device found".into()
@@ -432,6 +451,29 @@ fn ids_suffix(ids: Option<ibnet_core::hca::Ids>) -> String {
     }
 }
 
+/// The discovered devices numbered as NCCL numbers them: in PCI order with
+/// `NCCL_IB_DEVICE_PCI_ORDER` (a stable sort: ports of one function keep their order), then
+/// each one's `realPort` counted over the devices before it.
+fn number(mut devs: Vec<VerbsDev>, cfg: &Config) -> Vec<Arc<VerbsDev>> {
+    use ibnet_core::policy::order::pci_order;
+    if cfg.device_pci_order {
+        devs.sort_by(|a, b| pci_order(a.pci_key, b.pci_key));
+    }
+    for i in 0..devs.len() {
+        let (earlier, rest) = devs.split_at_mut(i);
+        let d = &mut rest[0];
+        // Earlier devices on the same NIC, by NCCL's prefix match.
+        d.real_port = merge::real_port(
+            d.pci_path.as_deref().and_then(|c| c.to_str().ok()),
+            earlier
+                .iter()
+                .map(|e| e.pci_path.as_deref().and_then(|c| c.to_str().ok())),
+            cfg.merge_vfs,
+        );
+    }
+    devs.into_iter().map(Arc::new).collect()
+}
+
 /// Opens `dev` and appends its usable ports (the context closes again when none is used).
 fn open_ports(
     v: &'static Verbs,
@@ -439,8 +481,31 @@ fn open_ports(
     name: &str,
     cfg: &Config,
     filter: &HcaFilter,
-    out: &mut Vec<Arc<VerbsDev>>,
+    out: &mut Vec<VerbsDev>,
 ) {
+    let Some((ctx, attr)) = open_context(v, dev, name) else {
+        return;
+    };
+    let dmabuf = cfg.dmabuf_enable && probe_dmabuf(v, ctx.pd);
+    let mut used = false;
+    for port in 1..=attr.phys_port_cnt {
+        if let Some(d) = port_dev(&ctx, &attr, port, cfg, filter, dmabuf) {
+            out.push(d);
+            used = true;
+        }
+    }
+    if used {
+        start_async_thread(&ctx);
+    }
+}
+
+/// Opens `dev`: its context (async fd non-blocking), attributes and protection domain; `None`
+/// (one WARN, nothing left open) when a step fails.
+fn open_context(
+    v: &'static Verbs,
+    dev: *mut ibv_device,
+    name: &str,
+) -> Option<(Arc<Context>, ibv_device_attr)> {
     // SAFETY: `dev` comes from the device list.
     let raw = unsafe { (v.open_device)(dev) };
     if raw.is_null() {
@@ -448,7 +513,7 @@ fn open_ports(
             "unable to open device {name} (errno {})",
             loader::last_errno()
         );
-        return;
+        return None;
     }
     // SAFETY: all-zero is a valid ibv_device_attr.
     let mut attr: ibv_device_attr = unsafe { core::mem::zeroed() };
@@ -460,7 +525,7 @@ fn open_ports(
         );
         // SAFETY: opened above, unused.
         unsafe { (v.close_device)(raw) };
-        return;
+        return None;
     }
     // SAFETY: live context.
     let pd = unsafe { (v.alloc_pd)(raw) };
@@ -471,7 +536,7 @@ fn open_ports(
         );
         // SAFETY: opened above, unused.
         unsafe { (v.close_device)(raw) };
-        return;
+        return None;
     }
     // SAFETY: the async fd belongs to the context; non-blocking lets the thread poll and stop.
     unsafe {
@@ -487,92 +552,122 @@ fn open_ports(
         events: Arc::default(),
         thread: Mutex::new(None),
     });
-    let dmabuf = cfg.dmabuf_enable && probe_dmabuf(v, pd);
-    let mut used = false;
-    for port in 1..=attr.phys_port_cnt {
-        // SAFETY: live context.
-        let pa = match unsafe { v.query_port(raw, port) } {
-            Ok(p) => p,
-            Err(e) => {
-                warn!("unable to query port {name}:{port} (errno {e})");
-                continue;
-            }
-        };
-        if pa.state != IBV_PORT_ACTIVE {
-            continue;
+    Some((ctx, attr))
+}
+
+/// Port `port` of the opened device as a plugin device, or `None` when it is not used: not
+/// ACTIVE, another link layer, filtered out by `NCCL_IB_HCA`, unqueryable, or (RoCE) no GID
+/// matching `NCCL_IB_ADDR_FAMILY`/`_RANGE` (one WARN). `realPort` is left 0 ([`number`]
+/// counts it).
+fn port_dev(
+    ctx: &Arc<Context>,
+    attr: &ibv_device_attr,
+    port: u8,
+    cfg: &Config,
+    filter: &HcaFilter,
+    dmabuf: bool,
+) -> Option<VerbsDev> {
+    let (v, raw, name) = (ctx.verbs, ctx.raw, ctx.name.as_str());
+    // SAFETY: live context.
+    let pa = match unsafe { v.query_port(raw, port) } {
+        Ok(p) => p,
+        Err(e) => {
+            warn!("unable to query port {name}:{port} (errno {e})");
+            return None;
         }
-        if pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET {
-            continue;
-        }
-        if !filter.matches(name, port) {
-            continue;
-        }
-        let sel = GidSel::new(&pa, cfg);
-        let (gid_index, gid) = select_port_gid(v, raw, name, port, &sel);
-        log_gid(name, port, gid_index, &gid, pa.link_layer);
-        let pci = pci_path(name, cfg.merge_vfs);
-        if pci.is_none() {
-            warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
-        }
-        // Earlier devices on the same NIC, by NCCL's prefix match.
-        let real_port = crate::vdev::merge::real_port(
-            pci.as_deref(),
-            out.iter()
-                .map(|d| d.pci_path.as_deref().and_then(|c| c.to_str().ok())),
-            cfg.merge_vfs,
-        );
-        let ar = if cfg.adaptive_routing == -2 {
-            pa.link_layer == IBV_LINK_LAYER_INFINIBAND
-        } else {
-            cfg.adaptive_routing == 1
-        };
-        out.push(Arc::new(VerbsDev {
-            ctx: ctx.clone(),
-            name: std::ffi::CString::new(name).unwrap_or_default(),
-            pci_path: pci.and_then(|p| std::ffi::CString::new(p).ok()),
-            port,
-            real_port,
-            link_layer: pa.link_layer,
-            speed: speed_mbps(pa.active_width, pa.active_speed, pa.active_speed_ex),
-            guid: attr.sys_image_guid,
-            max_qp: attr.max_qp,
-            lid: pa.lid,
-            mtu: pa.active_mtu as u8,
-            gid_index,
-            gid,
-            gid_sel: sel,
-            last_gid: Mutex::new((gid_index, gid)),
-            adaptive_routing: ar,
-            dmabuf,
-        }));
-        used = true;
+    };
+    let link_ok =
+        pa.link_layer == IBV_LINK_LAYER_INFINIBAND || pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    if pa.state != IBV_PORT_ACTIVE || !link_ok || !filter.matches(name, port) {
+        return None;
     }
-    if used {
-        let body = async_thread(v, SendCtx(raw), name.to_string(), ctx.events.clone());
-        let t = std::thread::Builder::new()
-            .name(format!("ibnet-async-{name}"))
-            .spawn(body);
-        match t {
-            Ok(t) => {
-                if let Ok(mut g) = ctx.thread.lock() {
-                    *g = Some(t);
-                }
+    let sel = GidSel::new(&pa, cfg);
+    let Ok((gid_index, gid)) = select_port_gid(v, raw, name, port, &sel) else {
+        warn_no_gid(name, port, &sel.auto, "the port is not used");
+        return None;
+    };
+    log_gid(name, port, gid_index, &gid, pa.link_layer);
+    let paths = pci_paths(name, cfg.merge_vfs);
+    if paths.is_none() {
+        warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
+    }
+    let pci_key = paths
+        .as_ref()
+        .and_then(|(full, _)| ibnet_core::policy::order::pci_key(full));
+    let pci = paths.map(|(_, merged)| merged);
+    let speed = ibnet_core::policy::props::port_speed(
+        query_speed(v, raw, port, cfg.query_port_speed),
+        speed_mbps(pa.active_width, pa.active_speed, pa.active_speed_ex),
+    );
+    let ar = if cfg.adaptive_routing == -2 {
+        pa.link_layer == IBV_LINK_LAYER_INFINIBAND
+    } else {
+        cfg.adaptive_routing == 1
+    };
+    Some(VerbsDev {
+        ctx: ctx.clone(),
+        name: std::ffi::CString::new(name).unwrap_or_default(),
+        pci_path: pci.and_then(|p| std::ffi::CString::new(p).ok()),
+        port,
+        real_port: 0,
+        link_layer: pa.link_layer,
+        speed,
+        guid: attr.sys_image_guid,
+        max_qp: attr.max_qp,
+        lid: pa.lid,
+        mtu: pa.active_mtu as u8,
+        gid_index,
+        gid,
+        gid_sel: sel,
+        last_gid: Mutex::new((gid_index, gid)),
+        adaptive_routing: ar,
+        dmabuf,
+        pci_key,
+    })
+}
+
+/// `ibv_query_port_speed`'s answer (units of 100 Mbps) when `enabled`
+/// (`NCCL_IB_QUERY_PORT_SPEED`) and libibverbs has the call; `None` otherwise or on failure.
+fn query_speed(v: &Verbs, raw: *mut ibv_context, port: u8, enabled: bool) -> Option<u64> {
+    let f = v.query_port_speed.filter(|_| enabled)?;
+    let mut speed = 0u64;
+    // SAFETY: live context, writable u64; the symbol has this signature at IBVERBS_1.16.
+    (unsafe { f(raw, port, &mut speed) } == 0).then_some(speed)
+}
+
+/// Starts the async-event thread of a context some port uses (a failure is one WARN).
+fn start_async_thread(ctx: &Arc<Context>) {
+    let name = &ctx.name;
+    let body = async_thread(
+        ctx.verbs,
+        SendCtx(ctx.raw),
+        name.clone(),
+        ctx.events.clone(),
+    );
+    let t = std::thread::Builder::new()
+        .name(format!("ibnet-async-{name}"))
+        .spawn(body);
+    match t {
+        Ok(t) => {
+            if let Ok(mut g) = ctx.thread.lock() {
+                *g = Some(t);
             }
-            Err(e) => warn!("cannot start the async event thread for {name}: {e}"),
         }
+        Err(e) => warn!("cannot start the async event thread for {name}: {e}"),
     }
 }
 
-/// GID selection as NCCL 2.28's `ncclIbGetGidIndex`: InfiniBand takes
-/// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that GID carries a routable FLID, else index 0; RoCE
-/// takes `NCCL_IB_GID_INDEX`, or auto-selects by family, range and RoCE version.
+/// GID selection as NCCL 2.28's `ncclIbGetGidIndex`, by core's rules
+/// ([`ibnet_core::policy::gid`]): InfiniBand takes `NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that
+/// GID carries a routable FLID, else index 0; RoCE takes `NCCL_IB_GID_INDEX`, or auto-selects
+/// by family, range and RoCE version ([`NoMatch`] when no GID qualifies).
 fn select_port_gid(
     v: &Verbs,
     raw: *mut ibv_context,
     name: &str,
     port: u8,
     sel: &GidSel,
-) -> (u8, [u8; 16]) {
+) -> Result<(u8, [u8; 16]), NoMatch> {
     let query = |i: i32| {
         let mut g = ibv_gid::default();
         // SAFETY: live context, writable gid.
@@ -580,20 +675,24 @@ fn select_port_gid(
     };
     let idx = if sel.link_layer == IBV_LINK_LAYER_INFINIBAND {
         let f = i32::from(sel.flid_index);
-        match query(f) {
-            Some(g) if f < sel.gid_tbl_len && super::qp::flid(&g) != 0 => f,
-            _ => 0,
-        }
+        let flid = query(f).map(|g| super::qp::flid(&g));
+        gid_policy::infiniband_index(sel.flid_index, sel.gid_tbl_len, flid)
     } else if sel.gid_index >= 0 {
         sel.gid_index as i32
     } else {
-        let gids: Vec<_> = (0..sel.gid_tbl_len.min(256))
-            .filter_map(|i| query(i).map(|g| (i, g, roce_version(name, port, i))))
+        let gids: Vec<Candidate> = (0..sel.gid_tbl_len.min(256))
+            .filter_map(|index| {
+                query(index).map(|gid| Candidate {
+                    index,
+                    gid,
+                    roce: roce_version(name, port, index),
+                })
+            })
             .collect();
-        select_gid(&gids, sel.family, sel.range, sel.roce_version)
+        gid_policy::select_auto(&gids, &sel.auto)?
     };
     let idx = u8::try_from(idx).unwrap_or(0);
-    (idx, query(i32::from(idx)).unwrap_or_default())
+    Ok((idx, query(i32::from(idx)).unwrap_or_default()))
 }
 
 fn log_gid(name: &str, port: u8, idx: u8, gid: &[u8; 16], link_layer: u8) {
@@ -635,39 +734,5 @@ mod tests {
         assert_eq!(speed_mbps(2, 128, 0), 4 * 100000); // 4x NDR
         assert_eq!(speed_mbps(2, 0, 256), 4 * 200000); // 4x XDR (active_speed_ex)
         assert_eq!(speed_mbps(1, 1, 0), 2500);
-    }
-
-    #[test]
-    fn gid_selection() {
-        let v4 = |a: u8| {
-            let mut g = [0u8; 16];
-            g[10] = 0xff;
-            g[11] = 0xff;
-            g[12..].copy_from_slice(&[10, 0, 0, a]);
-            g
-        };
-        let mut ll = [0u8; 16];
-        ll[0] = 0xfe;
-        ll[1] = 0x80;
-        ll[15] = 1;
-        let gids = vec![
-            (0, ll, Some(1)),
-            (1, ll, Some(2)),
-            (2, v4(1), Some(1)),
-            (3, v4(1), Some(2)),
-            (4, v4(9), Some(2)),
-        ];
-        assert_eq!(select_gid(&gids, libc::AF_INET, None, 2), 3);
-        assert_eq!(select_gid(&gids, libc::AF_INET, None, 1), 2);
-        assert_eq!(
-            select_gid(
-                &gids,
-                libc::AF_INET,
-                Some(("10.0.0.8".parse().unwrap(), 29)),
-                2
-            ),
-            4
-        );
-        assert_eq!(select_gid(&gids, libc::AF_INET6, None, 2), 0);
     }
 }

@@ -4,8 +4,9 @@
 //! replaced by the system's), else `libibverbs.so.1`, then `libibverbs.so`. Base calls
 //! are pinned to `IBVERBS_1.1` with `dlvsym` (the library also exports legacy `IBVERBS_1.0`
 //! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`), `ibv_query_ece` /
-//! `ibv_set_ece` (`IBVERBS_1.10`) and `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) are optional: a
-//! missing one disables the feature, never the load.
+//! `ibv_set_ece` (`IBVERBS_1.10`), `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) and
+//! `ibv_query_port_speed` (`IBVERBS_1.16`) are optional: a missing one disables the feature,
+//! never the load.
 //!
 //! The library is resolved once per process and never unloaded (a provider library may keep
 //! threads or atexit handlers), so the function pointers stay valid for the process lifetime.
@@ -58,6 +59,9 @@ pub struct Verbs {
     /// `IBVERBS_1.12`; `None` on older libraries.
     pub reg_dmabuf_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr>,
+    /// `ibv_query_port_speed` (`IBVERBS_1.16`: a port's speed in units of 100 Mbps); `None`
+    /// on older libraries (speed × width then, `NCCL_IB_QUERY_PORT_SPEED`).
+    pub query_port_speed: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut u64) -> c_int>,
 }
 
 // SAFETY: the table holds plain function pointers into a library that is never unloaded.
@@ -175,6 +179,7 @@ fn load() -> Result<Verbs, String> {
         query_ece: opt!(c"ibv_query_ece", c"IBVERBS_1.10"),
         set_ece: opt!(c"ibv_set_ece", c"IBVERBS_1.10"),
         reg_dmabuf_mr: opt!(c"ibv_reg_dmabuf_mr", c"IBVERBS_1.12"),
+        query_port_speed: opt!(c"ibv_query_port_speed", c"IBVERBS_1.16"),
     })
 }
 

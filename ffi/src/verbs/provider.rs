@@ -197,7 +197,7 @@ impl Provider for VerbsPort {
 
     fn port_info(&self) -> PortInfo {
         let d = &self.dev;
-        // Chosen per connection: the GID table may have changed since init.
+        // Chosen as each comm is made (`VerbsDev::choose_gid`): the GID table may change.
         let (gid_index, gid) = d.current_gid();
         PortInfo {
             port: d.port,

@@ -48,6 +48,20 @@ fn link(l: u8) -> &'static str {
 /// One GID table entry from sysfs: index, raw bytes, RoCE version (None: IB or unknown).
 type Gid = (i32, [u8; 16], Option<i64>);
 
+/// The index RoCE auto-selection picks among `list` under `cfg` (`None`: no GID matches
+/// `NCCL_IB_ADDR_FAMILY`/`NCCL_IB_ADDR_RANGE`, and the port is not used).
+fn auto_index(list: &[Gid], cfg: &Config) -> Option<i32> {
+    let cands: Vec<device::Candidate> = list
+        .iter()
+        .map(|&(index, gid, v)| device::Candidate {
+            index,
+            gid,
+            roce: v.and_then(|v| u8::try_from(v).ok()),
+        })
+        .collect();
+    device::select_gid(&cands, &device::auto_sel(cfg)).ok()
+}
+
 fn gids(dev: &str, port: u8) -> Vec<Gid> {
     let base = format!("/sys/class/infiniband/{dev}/ports/{port}");
     let Ok(rd) = std::fs::read_dir(format!("{base}/gids")) else {
@@ -102,7 +116,7 @@ fn show_port(d: &VerbsDev, cfg: &Config) -> Result<(), Error> {
             .unwrap_or_default()
     )?;
     let list = gids(&name, d.port);
-    let auto = device::select_gid(&list, cfg.addr_family, cfg.addr_range, cfg.roce_version);
+    let auto = auto_index(&list, cfg);
     for (i, g, ver) in &list {
         let (ip, fam) = gid_text(g);
         let ty = match ver {
@@ -113,7 +127,7 @@ fn show_port(d: &VerbsDev, cfg: &Config) -> Result<(), Error> {
         if *i as u8 == d.gid_index {
             mark.push_str("  <- in use");
         }
-        if d.link_layer == 2 && *i == auto {
+        if d.link_layer == 2 && Some(*i) == auto {
             mark.push_str("  (auto-selection)");
         }
         outln!("      GID {i:>3}  {ty:<9} {fam:<4}  {ip}{mark}")?;

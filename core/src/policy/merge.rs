@@ -11,27 +11,25 @@
 //!   character (without); a shorter path compares whole. The exported port is `port + realPort`, so the two ports of a
 //!   dual-port NIC (each `ibv` port 1 of its own function) read as ports 1 and 2.
 //! * **Fusing** ([`fuse`]): a virtual NIC of more than one device needs `NCCL_IB_MERGE_NICS`
-//!   and devices of one link layer. Its name is the devices' names joined by `+`, its speed
-//!   the sum; everything else is rail 0's, except what every rail must honour: the pointer
-//!   kinds are the ones all rails support and `maxComms` the smallest (a fused comm takes QPs
-//!   on every rail).
+//!   and devices of one link layer. Its name is the devices' names joined by `+`
+//!   ([`write_name`]), its speed the sum; everything else is rail 0's, except what every rail
+//!   must honour: the pointer kinds are the ones all rails support and `maxComms` the smallest
+//!   (a fused comm takes QPs on every rail).
 
-use ibnet_core::fused::VNic;
-use ibnet_core::Error;
+use crate::fused::VNic;
+use crate::Error;
 
-/// The sysfs device path `full` merged as NCCL does: function digit zeroed, and with
-/// `merge_vfs` the two device digits too. Paths shorter than 4 bytes are returned as they are.
-pub fn merged_pci_path(full: &str, merge_vfs: bool) -> String {
-    let mut b = full.as_bytes().to_vec();
-    let n = b.len();
+/// Merges the sysfs device path `path` in place as NCCL does: function digit zeroed, and with
+/// `merge_vfs` the two device digits too. Paths shorter than 4 bytes are left as they are.
+pub fn merge_pci_path(path: &mut [u8], merge_vfs: bool) {
+    let n = path.len();
     if n >= 4 {
-        b[n - 1] = b'0';
+        path[n - 1] = b'0';
         if merge_vfs {
-            b[n - 3] = b'0';
-            b[n - 4] = b'0';
+            path[n - 3] = b'0';
+            path[n - 4] = b'0';
         }
     }
-    String::from_utf8(b).unwrap_or_else(|_| full.to_string())
 }
 
 /// Whether the device at (merged) path `this` is on the same NIC as the one at `earlier`: the
@@ -80,11 +78,9 @@ pub struct PhysDesc<'a> {
     pub max_comms: i32,
 }
 
-/// A fused virtual NIC's own properties (the rest are rail 0's).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A fused virtual NIC's own properties (the rest are rail 0's; its name is [`write_name`]'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fused {
-    /// The rails' names joined by `+`.
-    pub name: String,
     /// The sum of the rails' speeds (Mbps).
     pub speed: i32,
     /// The pointer kinds every rail supports.
@@ -94,12 +90,12 @@ pub struct Fused {
 }
 
 /// Why a virtual NIC is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
     /// `NCCL_IB_MERGE_NICS=0` and more than one device.
     MergeNicsOff,
-    /// Two rails have different link layers (rail 0's index and name, then the other's).
-    LinkLayers(usize, String, usize, String),
+    /// Two rails have different link layers: rail 0's device number, then the other's.
+    LinkLayers(u16, u16),
     /// A device index the description list does not have.
     NoSuchDevice(u16),
 }
@@ -134,7 +130,6 @@ pub fn fuse(v: &VNic, phys: &[PhysDesc<'_>], merge_nics: bool) -> Result<Fused, 
     let d0 = v.devs()[0];
     let first = get(d0)?;
     let mut out = Fused {
-        name: String::new(),
         speed: 0,
         ptr_support: first.ptr_support,
         max_comms: first.max_comms,
@@ -142,22 +137,30 @@ pub fn fuse(v: &VNic, phys: &[PhysDesc<'_>], merge_nics: bool) -> Result<Fused, 
     for &d in v.devs() {
         let p = get(d)?;
         if p.link_layer != first.link_layer {
-            return Err(Refused::LinkLayers(
-                d0.into(),
-                first.name.to_string(),
-                d.into(),
-                p.name.to_string(),
-            ));
+            return Err(Refused::LinkLayers(d0, d));
         }
-        if !out.name.is_empty() {
-            out.name.push('+');
-        }
-        out.name.push_str(p.name);
         out.speed = out.speed.saturating_add(p.speed);
         out.ptr_support &= p.ptr_support;
         out.max_comms = out.max_comms.min(p.max_comms);
     }
     Ok(out)
+}
+
+/// Writes the name of the virtual NIC `v`: its devices' names joined by `+` (a device `phys`
+/// lacks is skipped; [`fuse`] refuses it).
+pub fn write_name(
+    v: &VNic,
+    phys: &[PhysDesc<'_>],
+    out: &mut impl core::fmt::Write,
+) -> core::fmt::Result {
+    let names = v.devs().iter().filter_map(|&d| phys.get(usize::from(d)));
+    for (i, p) in names.enumerate() {
+        if i > 0 {
+            out.write_char('+')?;
+        }
+        out.write_str(p.name)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
