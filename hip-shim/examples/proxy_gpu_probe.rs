@@ -17,7 +17,7 @@
 
 use std::process::{Command, ExitCode};
 
-use ibnet_core::proxy::{BankDesc, MemProvider};
+use ibnet_proxy::{BankDesc, MemProvider};
 use ibnet_hip::{proxy_probe, CudaProxyMem, GpuRuntime};
 
 fn hex(b: &[u8]) -> String {

@@ -12,8 +12,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use ibnet_core::proxy::MAX_RECVS;
-use ibnet_core::proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
+use ibnet_proxy::MAX_RECVS;
+use ibnet_proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 use ibnet_core::{Error, Result};
 
 /// `copy(dst, dst_is_device, src, src_is_device, len)`.

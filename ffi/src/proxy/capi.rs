@@ -15,7 +15,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-use ibnet_core::proxy::{
+use ibnet_proxy::{
     ConnId, Dir, NetHandle, Protocol, ProxyConfig, ProxyOp, ProxyState, SetupReq, SubArgs,
     NUM_PROTOCOLS,
 };

@@ -14,9 +14,9 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::proxy::attach::Attached;
-use ibnet_core::proxy::xmap::XMap;
-use ibnet_core::proxy::{ConnId, Dir};
+use ibnet_proxy::attach::Attached;
+use ibnet_proxy::xmap::XMap;
+use ibnet_proxy::{ConnId, Dir};
 use ibnet_core::Error;
 
 use super::capi::{missing, out, proxy, CDeviceView, CProxy};

@@ -27,7 +27,7 @@
 use core::ffi::{c_int, c_void};
 use std::path::Path;
 
-use ibnet_core::proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
+use ibnet_proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 use ibnet_core::{Error, Result};
 
 use crate::foreign::calls::{Buf, MAX_RECVS};

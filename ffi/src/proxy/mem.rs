@@ -8,7 +8,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::proxy::{BankDesc, MemKind, MemProvider, Region};
+use ibnet_proxy::{BankDesc, MemKind, MemProvider, Region};
 use ibnet_core::sync::{AtomicU64, Ordering};
 use ibnet_core::{Error, Result};
 

@@ -1,4 +1,4 @@
-//! The proxy engine (`ibnet_core::proxy`) over any net plugin's C table, and its C API.
+//! The proxy engine (`ibnet_proxy`) over any net plugin's C table, and its C API.
 //!
 //! * [`foreign_net`]: [`ForeignNet`], the engine's `Net` over a plugin loaded by
 //!   [`crate::foreign`] (from a path, or this library's own `ncclNetPlugin_v11`);

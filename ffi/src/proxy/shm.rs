@@ -1,5 +1,5 @@
 //! POSIX shared memory for the proxy's host banks, so a GPU process other than the proxy's can
-//! map them (the OS side of [`ibnet_core::proxy::xmap`]).
+//! map them (the OS side of [`ibnet_proxy::xmap`]).
 //!
 //! ```text
 //!  proxy process                              GPU process
@@ -18,7 +18,7 @@
 
 use core::ffi::c_void;
 
-use ibnet_core::proxy::{BankDesc, HandleKind};
+use ibnet_proxy::{BankDesc, HandleKind};
 use ibnet_core::{Error, Result};
 
 /// One mapping of a shared-memory object: created here (owning its fd) or imported.

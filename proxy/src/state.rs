@@ -12,8 +12,8 @@ use super::pools::{Pools, SharedComms};
 use super::setup::SetupReq;
 use super::shared::{MemRef, RecvMem, SendMem};
 use super::{Dir, NUM_PROTOCOLS};
-use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::AtomicU64;
 
 /// Engine-wide settings, resolved by the caller (NCCL's variables, with NCCL 2.28 defaults in
 /// [`ProxyConfig::default`]).

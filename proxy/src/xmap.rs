@@ -20,7 +20,7 @@
 use super::export::{BankDesc, XMAP_VERSION};
 use super::map::{ConnectMap, MapOffset, BANKS};
 use super::{Dir, NUM_PROTOCOLS};
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 const XMAP_MAGIC: u32 = 0x4d58_4249; // "IBXM"
 

@@ -16,7 +16,7 @@ use super::map::BANKS;
 use super::mem::{MemProvider, Region};
 use super::xmap::XMap;
 use super::NUM_PROTOCOLS;
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 /// A cross-process connection's banks, mapped in the GPU's process.
 #[derive(Debug)]

@@ -20,7 +20,7 @@
 use super::mem::{MemKind, MemProvider, Region};
 use super::net::CommRef;
 use super::{Dir, SHARED_STEPS};
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 /// Pools one proxy holds (local ranks × 2 directions).
 pub const MAX_POOLS: usize = 32;

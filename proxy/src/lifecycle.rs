@@ -32,7 +32,7 @@ use super::net::{CommRef, Net, NetHandle};
 use super::state::{Conn, ConnId, ProxyState};
 use super::xmap::XMap;
 use super::{Dir, MAX_RECVS, NUM_PROTOCOLS};
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 pub use super::setup::SetupReq;
 

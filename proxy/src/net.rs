@@ -3,7 +3,7 @@
 //! This is `ncclNet_t` as the engine uses it: connection setup (`listen` / `connect` /
 //! `accept`), memory registration, the non-blocking data operations and their `test`, and the
 //! property the engine groups receives by (`max_recvs`). Handles are small `Copy` values (a C
-//! plugin's `void*`, or an index for [`super::InProcessNet`]), so the engine stores them freely.
+//! plugin's `void*`, or an index for `ibnet_testkit::InProcessNet`), so the engine stores them freely.
 //!
 //! Contract (NCCL's):
 //! * `connect` / `accept` / `isend` / `irecv` may return `Ok(None)`: "not yet, call again".
@@ -17,7 +17,7 @@
 //! passes DMA-BUF registrations as an optional `(fd, offset)`.
 
 use super::MAX_RECVS;
-use crate::error::Result;
+use ibnet_core::error::Result;
 
 /// The opaque connection handle `listen` produces and `connect` consumes
 /// (`NCCL_NET_HANDLE_MAXSIZE`).
@@ -177,7 +177,7 @@ pub trait Net {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use ibnet_core::error::Error;
 
     /// A net whose only working operation is `test`: request 1 is done (sizes 8, 9), request 2
     /// is pending, request 3 fails; it records which comm `test` was asked about.

@@ -28,8 +28,8 @@ use super::shared::{load_step, store_step, BufView, RecvMem, SIZE_EMPTY};
 use super::state::ProxyState;
 use super::state::{check_gpu_size, lookup, Buf, Conn, ProxyConfig, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
-use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::AtomicU64;
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// One pass over a send op; returns whether it was idle.

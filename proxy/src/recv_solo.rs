@@ -19,7 +19,7 @@ use super::profiler::Profiler;
 use super::shared::{load_step, store_step, RecvMem};
 use super::state::{lookup, ProxyState};
 use super::{Dir, Protocol, STEPS};
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// One pass over a receive op of the plain shape: `Ok(None)` when the op is not of that

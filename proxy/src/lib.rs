@@ -1,10 +1,12 @@
-//! The proxy engine: NCCL's net transport (`net.cc`) as an allocation-free library.
+//! # ibnet-proxy
+//!
+//! The proxy engine: NCCL's net transport (`net.cc`) as an allocation-free, `no_std` library.
 //!
 //! Inside NCCL a *proxy thread* sits between the GPU kernels and the net plugin. For every
 //! connection the GPU and the proxy share a ring of [`STEPS`] buffer slots and three counters;
 //! the proxy turns "the GPU filled slot k" into `isend`, and "the network filled slot k" into a
 //! signal the GPU waits on. This module is that engine, over any [`Net`] (any plugin's C table in
-//! `ibnet-ffi`, or ibnet's own comms in one process through the [`InProcessNet`] fixture) and
+//! `ibnet-ffi`, or ibnet's own comms in one process through `ibnet_testkit::InProcessNet`) and
 //! any [`MemProvider`] (CUDA, HIP, or plain host memory for tests).
 //!
 //! ```text
@@ -24,8 +26,8 @@
 //!   simulators and the loom models;
 //! * [`map`]: the connection map (memory banks, bank+offset encoding) a connection's buffers
 //!   are described with;
-//! * [`net`]: the [`Net`] trait the engine drives; [`in_process`]: `Net` over ibnet's comms, in one process
-//!   (a fixture for tests, benches and single-host tools);
+//! * [`net`]: the [`Net`] trait the engine drives (`ibnet_testkit::in_process`: `Net` over ibnet's
+//!   comms, in one process, the double for tests and benches);
 //! * [`mem`]: the [`MemProvider`] trait (allocation, DMA-BUF, GDR-copy words and flush);
 //! * [`lines`]: LL / LL128 readiness checks;
 //! * [`profiler`]: proxy op/step events, no-op by default;
@@ -55,12 +57,20 @@
 //! `ProxyConfig::process_id`; NCCL's PXN), the map's banks are exported and that process maps
 //! them from [`ProxyState::export_map`]'s [`xmap::XMap`] with [`attach::Attached`]. Nothing here allocates: memory comes from the [`MemProvider`], comms from
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
+//!
+//! `unsafe` code is denied at the crate root and allowed only in the shared-memory and
+//! memory-provider modules ([`shared`], [`device`], [`mem`], [`xmap`]), each block with a
+//! `SAFETY` comment. Errors, atomics (the loom facade) and the FIFO's limits come from
+//! `ibnet-core`.
+
+#![cfg_attr(not(any(test, loom)), no_std)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod attach;
 mod build;
 pub mod device;
 pub mod export;
-pub mod in_process;
 pub mod lifecycle;
 pub mod lines;
 pub mod map;
@@ -81,7 +91,6 @@ pub mod xmap;
 
 pub use device::{DeviceRecv, DeviceSend};
 pub use export::{BankDesc, HandleKind};
-pub use in_process::{InProcessMr, InProcessNet};
 pub use lifecycle::{DeviceView, SetupReq};
 pub use map::{Bank, ConnectMap, MapOffset};
 pub use mem::{MemKind, MemProvider, Region};
@@ -102,7 +111,7 @@ pub const MAX_SUBS: usize = 16;
 /// (`MAX_NET_SIZE`: a power of two rather than `INT_MAX`).
 pub const MAX_NET_SIZE: usize = 1 << 30;
 /// Receives in one multi-receive (the plugin API's limit).
-pub const MAX_RECVS: usize = crate::fifo::MAX_RECVS;
+pub const MAX_RECVS: usize = ibnet_core::fifo::MAX_RECVS;
 
 /// `connFifo` mode: data sits at the slot's fixed place in the dedicated buffer.
 pub const MODE_NORMAL: u32 = 0;

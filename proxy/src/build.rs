@@ -19,8 +19,8 @@ use super::setup::SetupReq;
 use super::shared::{store_step, MemRef, RecvMem, SendMem};
 use super::state::{Buf, ProxyState, Resources};
 use super::{Dir, Protocol, MODE_NORMAL, MODE_OFFSET, NUM_PROTOCOLS, SHARED_STEPS, STEPS};
-use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::AtomicU64;
 
 /// What `connect` took so far, so a failure half-way releases exactly that.
 pub(super) struct Taken<N: Net> {

@@ -17,8 +17,8 @@ use super::profiler::Profiler;
 use super::shared::{store_step, RecvMem};
 use super::state::{check_gpu_size, lookup, Buf, ProxyState};
 use super::{Dir, Protocol, STEPS};
-use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::AtomicU64;
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// One pass over a send op of the plain shape: `Ok(None)` when the op is not of that shape

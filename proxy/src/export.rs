@@ -5,7 +5,7 @@
 //! uses it. The handle bytes are the memory provider's ([`HandleKind`]); the provider checks
 //! them again when it imports.
 
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 const DESC_MAGIC: u32 = 0x4258_4249; // "IBXB"
 /// Banks that can be exported: host, device, shared host, shared device (never GDR copy).

@@ -5,8 +5,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use ibnet_core::proxy::map::Side;
-use ibnet_core::proxy::{
+use ibnet_proxy::map::Side;
+use ibnet_proxy::{
     Bank, DeviceRecv, DeviceSend, Dir, OpEvent, Profiler, Protocol, ProxyOp, SetupReq, SubArgs,
     MAX_SUBS, MODE_NORMAL, MODE_OFFSET, STEPS,
 };
@@ -46,8 +46,8 @@ fn big_stack(f: impl FnOnce() + Send) {
 /// Drives one SIMPLE op pair with an inline "GPU" on this thread (no allocation anywhere).
 fn inline_op(
     px: &mut Px,
-    s: ibnet_core::proxy::ConnId,
-    r: ibnet_core::proxy::ConnId,
+    s: ibnet_proxy::ConnId,
+    r: ibnet_proxy::ConnId,
     k0: u64,
 ) -> u64 {
     let sv = px.device_view(s).unwrap();
@@ -114,7 +114,7 @@ fn connect_map_describes_dedicated_and_shared_connections() {
         assert!(m.pointer(m.send_mem, Side::Cpu).is_some());
         let v = px.device_view(r[0]).unwrap();
         // SAFETY: host memory, connection alive.
-        let (_, _, mem) = unsafe { ibnet_core::proxy::device::words(&v) }.unwrap();
+        let (_, _, mem) = unsafe { ibnet_proxy::device::words(&v) }.unwrap();
         assert!(mem
             .conn_fifo
             .iter()
@@ -141,7 +141,7 @@ fn connect_map_describes_dedicated_and_shared_connections() {
         assert_eq!(px2.net().live_comms(), (1, 1));
         let v2 = px2.device_view(r2[2]).unwrap();
         // SAFETY: as above.
-        let (_, _, mem2) = unsafe { ibnet_core::proxy::device::words(&v2) }.unwrap();
+        let (_, _, mem2) = unsafe { ibnet_proxy::device::words(&v2) }.unwrap();
         assert!(mem2.conn_fifo.iter().all(|f| f.mode() == MODE_OFFSET));
         // Freeing releases exactly what each took: the comm closes with its last user.
         px2.free(s2[0]).unwrap();

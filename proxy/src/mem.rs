@@ -20,8 +20,8 @@
 //! importer: each side unmaps its own mapping, and the memory goes when the last one does.
 
 use super::export::BankDesc;
-use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, Ordering};
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::{AtomicU64, Ordering};
 
 /// Where a region lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@
 use super::net::Net;
 use super::state::ConnId;
 use super::{Dir, Protocol, MAX_SUBS, STEPS};
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 /// One sub-operation as the caller describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,8 +35,8 @@ use super::profiler::{OpEvent, Profiler, StepEvent};
 use super::shared::{load_step, store_step, RecvMem, SIZE_EMPTY};
 use super::state::{lookup, Conn, ProxyConfig, ProxyState, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
-use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::AtomicU64;
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// One pass over a receive op; returns whether it was idle.

@@ -18,7 +18,7 @@
 use super::export::BankDesc;
 use super::mem::Region;
 use super::NUM_PROTOCOLS;
-use crate::error::{Error, Result};
+use ibnet_core::error::{Error, Result};
 
 /// A memory bank of a [`ConnectMap`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,8 +37,8 @@ use core::ptr::NonNull;
 
 use super::mem::Region;
 use super::STEPS;
-use crate::error::{Error, Result};
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The size value of an empty slot (-1 as `ssize_t`).
 pub const SIZE_EMPTY: u64 = u64::MAX;

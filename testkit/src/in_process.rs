@@ -1,4 +1,4 @@
-//! An **in-process fixture**: [`Net`] over ibnet's own comms ([`SendComm`] / [`RecvComm`] on any
+//! An **in-process double** of a net plugin for the proxy engine (`ibnet-proxy`): [`Net`] over ibnet's own comms ([`SendComm`] / [`RecvComm`] on any
 //! [`Provider`]), with both ends of every connection in this process and no sockets.
 //!
 //! It exists for the tests, the benches and single-host tools: one proxy thread serves both
@@ -20,13 +20,13 @@
 //!  connect(handle) #2: send.connect(acc)                                  → Some(send)
 //! ```
 
-use super::net::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
-use super::MAX_RECVS;
-use crate::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
-use crate::error::{Error, Result};
-use crate::provider::{Access, MrKeys, Provider, RegKind};
-use crate::request::ReqId;
-use crate::wire::QpInfo;
+use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
+use ibnet_core::error::{Error, Result};
+use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
+use ibnet_core::request::ReqId;
+use ibnet_core::wire::QpInfo;
+use ibnet_proxy::net::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
+use ibnet_proxy::MAX_RECVS;
 
 /// Registrations one [`InProcessNet`] holds.
 pub const IN_PROCESS_MRS: usize = 128;

@@ -14,8 +14,8 @@
 use super::lifecycle::DeviceView;
 use super::shared::{load_step, store_step, RecvMem};
 use super::{Dir, STEPS};
-use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use ibnet_core::error::{Error, Result};
+use ibnet_core::sync::AtomicU64;
 
 /// The GPU side of a send connection.
 #[derive(Debug, Clone, Copy)]
