@@ -49,6 +49,7 @@
 
 pub mod abi;
 pub mod api;
+pub mod boundary;
 pub mod boxed;
 pub mod connect_registry;
 pub mod dev;
@@ -63,8 +64,9 @@ pub mod nccl;
 pub mod nic;
 pub mod plugin;
 pub mod profiler;
+#[cfg(feature = "capi")]
 pub mod proxy;
-pub mod slot;
+pub use ibnet_atomics::slot;
 pub mod sock;
 pub mod vdev;
 pub mod verbs;

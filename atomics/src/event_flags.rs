@@ -1,5 +1,5 @@
 //! The state a verbs device's async-event thread shares with its comms: the lock-free half of
-//! [`super::events`], on its own so that the loom model (`tests/loom/tests/loom_events.rs`)
+//! `ibnet_ffi::verbs::events`, on its own so that the loom model (`tests/loom/tests/loom_events.rs`)
 //! runs this very code.
 //!
 //! ```text
@@ -22,7 +22,7 @@
 //! a new comm whose CQ or QP reuses the old address.
 //!
 //! Atomics come from `ibnet_core::sync` (loom's under `--cfg loom`), `Arc`/`Mutex` from std (or
-//! loom's). No `crate::`/`super::` imports: the loom crate includes this file by path.
+//! loom's).
 
 use ibnet_core::sync::{AtomicBool, AtomicU32, Ordering};
 #[cfg(loom)]

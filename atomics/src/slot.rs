@@ -1,5 +1,6 @@
-//! One comm slot of [`crate::handles`]: the lock-free half of the token table, on its own so
-//! that the loom model (`tests/loom/tests/loom_handles.rs`) runs this very code.
+//! One comm slot of `ibnet-ffi`'s token table (`ibnet_ffi::handles`): the lock-free half of the
+//! table, on its own so that the loom model (`tests/loom/tests/loom_handles.rs`) runs this very
+//! code.
 //!
 //! A slot's state word is `generation << 8 | life` ([`Life`]; 0 is a free slot of generation
 //! 0); its pointer is the comm's box while the slot is in use:
@@ -12,8 +13,7 @@
 //! A lookup that sees a token's generation live sees the pointer that publish stored before
 //! it (Release/Acquire on `state`); once free ran, the generation moved on and every lookup
 //! or poison with the old token fails.
-//! Atomics come from `ibnet_core::sync` (loom's under `--cfg loom`). No `crate::` imports:
-//! the loom crate includes this file by path.
+//! Atomics come from `ibnet_core::sync` (loom's under `--cfg loom`).
 
 use ibnet_core::sync::{AtomicU64, AtomicUsize, Ordering};
 use ibnet_core::Error;
