@@ -18,7 +18,7 @@
 //! multi-receive; a group moves in lockstep. Grouping only reorders an internal index: sub
 //! `i` stays sub `i` for the caller.
 
-use super::net::Net;
+use super::net::{CommRef, Net};
 use super::state::ConnId;
 use super::{Dir, Protocol, MAX_SUBS, STEPS};
 use ibnet_core::error::{Error, Result};
@@ -106,6 +106,19 @@ pub(crate) struct Sub<N: Net> {
 }
 
 impl<N: Net> Sub<N> {
+    /// A finished sub (its last step retired, send or receive) gives back the user-buffer
+    /// registration the engine made for it in `start`, once.
+    #[inline]
+    pub fn release_own_mr(&mut self, net: &mut N, comm: CommRef<N::Send, N::Recv>) -> Result<()> {
+        if self.own_mr {
+            if let Some(mr) = self.mhandle.take() {
+                self.own_mr = false;
+                net.dereg_mr(comm, mr)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Registered mode: `size` bytes of the user buffer moved. `true` when that was the rest
     /// (the user buffer is free); otherwise the sub moves on to one more piece (1 GiB splits).
     pub fn piece_done(&mut self, size: usize) -> bool {

@@ -32,7 +32,7 @@ use super::net::{CommRef, Net, NetBuf, SizeReport};
 use super::op::{Group, ProxyOp, Sub};
 use super::pools::shared_offset;
 use super::profiler::{OpEvent, Profiler, StepEvent};
-use super::shared::{load_step, store_step, RecvMem, SIZE_EMPTY};
+use super::shared::{load_step, store_step, MemRef, RecvMem, SIZE_EMPTY};
 use super::state::{lookup, Conn, ProxyConfig, ProxyState, Resources};
 use super::{Dir, Protocol, MAX_RECVS, SHARED_STEPS, STEPS};
 use ibnet_core::error::{Error, Result};
@@ -444,21 +444,38 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
             );
         }
         if !PLAIN {
-            // A plain receive never flushes: its request stays in `requests` until `retire`
-            // (its slot is reposted only after that), saving the move to `consumed`.
-            let ls = &mut op.subs[lead];
-            ls.requests[ri] = None;
-            ls.consumed[ri] = Some(req);
-        }
-        if !PLAIN && need_flush && total > 0 && p == Protocol::Simple {
-            if let Some(w) = gdc_flush {
-                self.shape.mem.flush_read(w.get());
-            } else if !fl.is_empty() {
-                let fr = net.iflush(self.rc, &fl)?;
-                op.subs[lead].requests[ri] = fr;
-            }
+            let flush = need_flush && total > 0 && p == Protocol::Simple;
+            self.start_flush(net, op, ri, req, flush.then_some((gdc_flush, &fl[..])))?;
         }
         Ok(true)
+    }
+
+    /// After a (non-plain) multi-receive of ring slot `ri` completed: its request `req` moves to
+    /// `consumed`, and `flush` (when the data needs one: the GDR-copy flush word if any, else
+    /// the buffers to `iflush`) starts; the flush request takes the slot in `requests`.
+    /// A plain receive never flushes: its request stays in `requests` until `retire` (its
+    /// slot is reposted only after that), saving the move to `consumed`.
+    #[inline(always)]
+    fn start_flush(
+        &self,
+        net: &mut N,
+        op: &mut ProxyOp<N>,
+        ri: usize,
+        req: N::Req,
+        flush: Option<(Option<MemRef<AtomicU64>>, &[NetBuf<N::Mr>])>,
+    ) -> Result<()> {
+        let lead = self.lead();
+        let ls = &mut op.subs[lead];
+        ls.requests[ri] = None;
+        ls.consumed[ri] = Some(req);
+        match flush {
+            Some((Some(w), _)) => self.shape.mem.flush_read(w.get()),
+            Some((None, fl)) if !fl.is_empty() => {
+                op.subs[lead].requests[ri] = net.iflush(self.rc, fl)?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Stage 3: once the group's oldest received step's flush (if any) completed, moves every
@@ -558,12 +575,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
                 prof.op_state(si, OpEvent::RecvDone, sub.done, sub.trans_size);
                 moved = true;
                 if sub.done == sub.nsteps {
-                    if sub.own_mr {
-                        if let Some(mr) = sub.mhandle.take() {
-                            sub.own_mr = false;
-                            net.dereg_mr(r.comm, mr)?;
-                        }
-                    }
+                    sub.release_own_mr(net, r.comm)?;
                     op.ndone += 1;
                     break;
                 }

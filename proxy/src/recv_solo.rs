@@ -209,11 +209,8 @@ fn retire<N: Net>(
         done += slice;
     }
     sub.done = done;
-    if done == sub.nsteps && sub.own_mr {
-        if let Some(mr) = sub.mhandle.take() {
-            sub.own_mr = false;
-            net.dereg_mr(comm, mr)?;
-        }
+    if done == sub.nsteps {
+        sub.release_own_mr(net, comm)?;
     }
     Ok(true)
 }

@@ -352,12 +352,7 @@ impl<N: Net> SendPass<'_, N> {
             prof.op_state(s, OpEvent::SendDone, sub.done, sub.trans_size);
             moved = true;
             if sub.done == sub.nsteps {
-                if sub.own_mr {
-                    if let Some(mr) = sub.mhandle.take() {
-                        sub.own_mr = false;
-                        net.dereg_mr(r.comm, mr)?;
-                    }
-                }
+                sub.release_own_mr(net, r.comm)?;
                 finished = true;
             }
         }

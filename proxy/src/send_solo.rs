@@ -185,11 +185,8 @@ fn complete<N: Net, M: MemProvider>(
     sub.done = d;
     r?;
     let finished = d != start && d == sub.nsteps;
-    if finished && sub.own_mr {
-        if let Some(mr) = sub.mhandle.take() {
-            sub.own_mr = false;
-            net.dereg_mr(CommRef::Send(comm), mr)?;
-        }
+    if finished {
+        sub.release_own_mr(net, CommRef::Send(comm))?;
     }
     Ok((d != start, finished))
 }
