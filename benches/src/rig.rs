@@ -4,11 +4,11 @@
 
 use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
-use ibnet_proxy::{
-    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, Protocol,
-    ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
-};
 use ibnet_core::request::ReqId;
+use ibnet_proxy::{
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, Protocol, ProxyConfig,
+    ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
+};
 use ibnet_testkit::proxy::HostMem;
 use ibnet_testkit::{connect_pair, InProcessNet};
 

@@ -142,14 +142,9 @@ unsafe extern "C" fn import_mem(
     assert_eq!((kind, offset), (1, 0));
     // SAFETY: 64 readable bytes.
     let h = unsafe { std::slice::from_raw_parts(handle, 64) };
-    let d = ibnet_proxy::BankDesc::new(
-        ibnet_proxy::HandleKind::ProcessFd,
-        size as u64,
-        0,
-        owner,
-        h,
-    )
-    .unwrap();
+    let d =
+        ibnet_proxy::BankDesc::new(ibnet_proxy::HandleKind::ProcessFd, size as u64, 0, owner, h)
+            .unwrap();
     let Ok(b) = ShmBank::import(&d) else {
         return 5;
     };

@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
+use ibnet_core::Error;
 use ibnet_proxy::attach::Attached;
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnId, DeviceView, Dir, Protocol, ProxyConfig};
-use ibnet_core::Error;
 use ibnet_soft::SoftProvider;
 use ibnet_testkit::proxy::{
     cfg, connect_pairs, drive_op, gpu_recv, gpu_send, new_px_with, op_payload, slice_payload, OpIo,

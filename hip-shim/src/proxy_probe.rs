@@ -68,10 +68,7 @@ fn pattern(k: u64, len: usize) -> Vec<u8> {
 type Px<'a, 'rt> = ProxyState<CopyNet<'a>, CudaProxyMem<'rt>, 4>;
 
 /// The view with its counters at their host (`cpu`) addresses, which the host threads use.
-fn host_view<'a, 'rt>(
-    px: &Px<'a, 'rt>,
-    c: ibnet_proxy::ConnId,
-) -> Result<DeviceView, String> {
+fn host_view<'a, 'rt>(px: &Px<'a, 'rt>, c: ibnet_proxy::ConnId) -> Result<DeviceView, String> {
     let e = |e: ibnet_core::Error| e.to_string();
     let mut v = px.device_view(c).map_err(e)?;
     let m = px.map(c).map_err(e)?;

@@ -5,8 +5,8 @@ use super::op::{OpState, Progress, ProxyOp};
 use super::profiler::{NoProfiler, Profiler};
 use super::state::{lookup, ProxyState};
 use super::{round_up, Dir, Protocol, MAX_SUBS};
-use ibnet_core::error::{Error, Result};
 use crate::mem::MemProvider;
+use ibnet_core::error::{Error, Result};
 
 impl<N: Net, M: MemProvider, const C: usize> ProxyState<N, M, C> {
     /// Advances `op` as far as it can without waiting. Call it repeatedly (interleaved with

@@ -5,12 +5,12 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use ibnet_core::Error;
 use ibnet_proxy::map::Side;
 use ibnet_proxy::{
     Bank, DeviceRecv, DeviceSend, Dir, OpEvent, Profiler, Protocol, ProxyOp, SetupReq, SubArgs,
     MAX_SUBS, MODE_NORMAL, MODE_OFFSET, STEPS,
 };
-use ibnet_core::Error;
 use ibnet_testkit::proxy::{self, connect_pairs, new_px, Px, Scenario};
 
 struct Counting;
@@ -44,12 +44,7 @@ fn big_stack(f: impl FnOnce() + Send) {
 }
 
 /// Drives one SIMPLE op pair with an inline "GPU" on this thread (no allocation anywhere).
-fn inline_op(
-    px: &mut Px,
-    s: ibnet_proxy::ConnId,
-    r: ibnet_proxy::ConnId,
-    k0: u64,
-) -> u64 {
+fn inline_op(px: &mut Px, s: ibnet_proxy::ConnId, r: ibnet_proxy::ConnId, k0: u64) -> u64 {
     let sv = px.device_view(s).unwrap();
     let rv = px.device_view(r).unwrap();
     // SAFETY: both connections stay connected during this function.

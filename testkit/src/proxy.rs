@@ -16,13 +16,12 @@ use crate::loopback::Loopback;
 use crate::{fill_pattern, AlignedBuf};
 use ibnet_core::comm::CommConfig;
 use ibnet_core::provider::Provider;
+use ibnet_core::{Error, Result};
 use ibnet_proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
 use ibnet_proxy::{
-    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, NetProps,
-    Profiler, Protocol, ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SizeReport, SubArgs,
-    STEPS,
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, NetProps, Profiler,
+    Protocol, ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SizeReport, SubArgs, STEPS,
 };
-use ibnet_core::{Error, Result};
 
 /// A provider the harness can run over: any cheap-to-clone [`Provider`].
 pub trait Fabric: Provider + Clone {}

@@ -15,11 +15,11 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
+use ibnet_core::{Error, Result};
 use ibnet_proxy::{
     ConnId, Dir, NetHandle, Protocol, ProxyConfig, ProxyOp, ProxyState, SetupReq, SubArgs,
     NUM_PROTOCOLS,
 };
-use ibnet_core::{Error, Result};
 
 use super::cprofiler::CProfiler;
 use super::foreign_net::ForeignNet;

@@ -14,10 +14,10 @@
 
 use core::ffi::{c_int, c_void};
 
+use ibnet_core::Error;
 use ibnet_proxy::attach::Attached;
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnId, Dir};
-use ibnet_core::Error;
 
 use super::capi::{missing, out, proxy, CDeviceView, CProxy};
 pub use super::cprofiler::{CEvent, CProfiler};

@@ -5,9 +5,9 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_proxy::{BankDesc, HandleKind, MemKind, Region};
 use ibnet_core::sync::AtomicU64;
 use ibnet_core::{Error, Result};
+use ibnet_proxy::{BankDesc, HandleKind, MemKind, Region};
 
 use super::mem::CMemTable;
 

@@ -18,8 +18,8 @@
 
 use core::ffi::c_void;
 
-use ibnet_proxy::{BankDesc, HandleKind};
 use ibnet_core::{Error, Result};
+use ibnet_proxy::{BankDesc, HandleKind};
 
 /// One mapping of a shared-memory object: created here (owning its fd) or imported.
 #[derive(Debug)]

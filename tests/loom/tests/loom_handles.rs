@@ -12,10 +12,10 @@
 #![cfg(loom)]
 #![allow(dead_code)]
 
+use ibnet_atomics::slot::{Kind, Life, Slot};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use ibnet_atomics::slot::{Kind, Life, Slot};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();

@@ -12,9 +12,9 @@
 //!   slot only after `head` covers it.
 #![cfg(loom)]
 
+use ibnet_core::sync::AtomicU64;
 use ibnet_proxy::shared::{load_step, store_step};
 use ibnet_proxy::{DeviceRecv, DeviceSend, RecvMem};
-use ibnet_core::sync::AtomicU64;
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
