@@ -451,8 +451,9 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
     }
 
     /// After a (non-plain) multi-receive of ring slot `ri` completed: its request `req` moves to
-    /// `consumed`, and `flush` (when the data needs one: the GDR-copy flush word if any, else
-    /// the buffers to `iflush`) starts; the flush request takes the slot in `requests`.
+    /// `consumed`, and when the data needs a `flush` ([`Flush`]), it starts: a read of the
+    /// GDR-copy flush word if any, else an `iflush` of the buffers, whose request takes the slot
+    /// in `requests`.
     /// A plain receive never flushes: its request stays in `requests` until `retire` (its
     /// slot is reposted only after that), saving the move to `consumed`.
     #[inline(always)]
@@ -462,7 +463,7 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         op: &mut ProxyOp<N>,
         ri: usize,
         req: N::Req,
-        flush: Option<(Option<MemRef<AtomicU64>>, &[NetBuf<N::Mr>])>,
+        flush: Flush<'_, N::Mr>,
     ) -> Result<()> {
         let lead = self.lead();
         let ls = &mut op.subs[lead];
@@ -584,6 +585,10 @@ impl<'s, 'a, N: Net, M: MemProvider, const ONE: bool, const PLAIN: bool>
         Ok(moved)
     }
 }
+
+/// A completed receive's flush, when it needs one: the GDR-copy flush word (if the connection
+/// has one) and the buffers to `iflush` otherwise.
+type Flush<'a, M> = Option<(Option<MemRef<AtomicU64>>, &'a [NetBuf<M>])>;
 
 /// Where `sub`'s step `received` landed (what a flush reads back).
 fn landed_at<N: Net>(c: &Conn<N>, r: &Resources<N>, sub: &Sub<N>, p: Protocol) -> Result<u64> {
