@@ -59,16 +59,22 @@
 //! the [`Net`], and every table has a fixed capacity whose exhaustion is an error.
 //!
 //! `unsafe` code is denied at the crate root and allowed only in the shared-memory and
-//! memory-provider modules ([`shared`], [`device`], [`mem`], [`xmap`]), each block with a
-//! `SAFETY` comment. Errors, atomics (the loom facade) and the FIFO's limits come from
+//! memory-provider modules ([`shared`], [`device`], [`mem`], [`xmap`]) and, with the `capi`
+//! feature, in `capi` (C callbacks, POSIX shared memory), each block with a `SAFETY` comment.
+//!
+//! Feature `capi` (off by default; `ibnet-ffi` turns it on for its C API): the C-facing
+//! memory table, shared-memory banks and C profiler, with std and libc. Without it the crate
+//! is `no_std` and allocation-free. Errors, atomics (the loom facade) and the FIFO's limits come from
 //! `ibnet-core`.
 
-#![cfg_attr(not(any(test, loom)), no_std)]
+#![cfg_attr(not(any(test, loom, feature = "capi")), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod attach;
 mod build;
+#[cfg(feature = "capi")]
+pub mod capi;
 pub mod device;
 pub mod export;
 pub mod lifecycle;

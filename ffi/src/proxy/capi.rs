@@ -21,12 +21,12 @@ use ibnet_proxy::{
     NUM_PROTOCOLS,
 };
 
-use super::cprofiler::CProfiler;
 use super::foreign_net::ForeignNet;
-use super::mem::{CMemTable, ProxyMem};
 use crate::boundary::call;
 use crate::foreign::Table;
 use crate::nccl::types::ncclResult_t;
+use ibnet_proxy::capi::cprofiler::CProfiler;
+use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
 /// Connections one C-API proxy holds.
 pub const PROXY_CONNS: usize = 64;

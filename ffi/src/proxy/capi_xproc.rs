@@ -20,10 +20,10 @@ use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnId, Dir};
 
 use super::capi::{missing, out, proxy, CDeviceView, CProxy};
-pub use super::cprofiler::{CEvent, CProfiler};
-use super::mem::{CMemTable, ProxyMem};
 use crate::boundary::call;
 use crate::nccl::types::{ncclResult_t, DebugLogFn};
+pub use ibnet_proxy::capi::cprofiler::{CEvent, CProfiler};
+use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
 const ATTACH_TAG: u64 = 0x4942_4e45_5441_5443; // "IBNETATC"
 const DEAD: u64 = 0xdead_dead_dead_dead;

@@ -1,13 +1,13 @@
 //! The optional callbacks of `ibnet_proxy_mem_t` ([`CMemTable`]): GDR-copy words and their
 //! fence and flush, DMA-BUF export of device memory, and cross-process export/import. Each
-//! returns what the engine's [`MemProvider`](ibnet_proxy::MemProvider) method returns;
+//! returns what the engine's [`MemProvider`](crate::MemProvider) method returns;
 //! a callback the caller left NULL means "not offered".
 
 use core::ffi::{c_int, c_void};
 
+use crate::{BankDesc, HandleKind, MemKind, Region};
 use ibnet_core::sync::AtomicU64;
 use ibnet_core::{Error, Result};
-use ibnet_proxy::{BankDesc, HandleKind, MemKind, Region};
 
 use super::mem::CMemTable;
 

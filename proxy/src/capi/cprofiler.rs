@@ -4,7 +4,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_proxy::{Dir, OpEvent, Profiler, StepEvent};
+use crate::{Dir, OpEvent, Profiler, StepEvent};
 
 /// `ibnet_proxy_event_t`: one profiler event. `kind`: 0 op start, 1 op state, 2 op stop,
 /// 3 step start, 4 step state, 5 step stop. `state`: an `IBNET_PROF_OP_*` (op state) or

@@ -1,5 +1,5 @@
 //! POSIX shared memory for the proxy's host banks, so a GPU process other than the proxy's can
-//! map them (the OS side of [`ibnet_proxy::xmap`]).
+//! map them (the OS side of [`crate::xmap`]).
 //!
 //! ```text
 //!  proxy process                              GPU process
@@ -18,8 +18,8 @@
 
 use core::ffi::c_void;
 
+use crate::{BankDesc, HandleKind};
 use ibnet_core::{Error, Result};
-use ibnet_proxy::{BankDesc, HandleKind};
 
 /// One mapping of a shared-memory object: created here (owning its fd) or imported.
 #[derive(Debug)]

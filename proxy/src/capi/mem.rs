@@ -8,9 +8,9 @@
 
 use core::ffi::{c_int, c_void};
 
+use crate::{BankDesc, MemKind, MemProvider, Region};
 use ibnet_core::sync::{AtomicU64, Ordering};
 use ibnet_core::{Error, Result};
-use ibnet_proxy::{BankDesc, MemKind, MemProvider, Region};
 
 use super::shm::ShmBank;
 
