@@ -125,9 +125,10 @@ struct SendPass<'a, N: Net> {
 }
 
 impl<N: Net> SendPass<'_, N> {
-    /// The three stages; returns whether one moved and whether the sub finished. `PLAIN`: the
-    /// caller checked that the connection has dedicated buffers, the protocol is SIMPLE and the
-    /// sub is not registered.
+    /// The three stages: [`Self::post`], [`Self::transmit`], then stage 3 here, which retires
+    /// every finished send, oldest first. Returns whether one moved and whether the sub
+    /// finished. `PLAIN`: the caller checked that the connection has dedicated buffers, the
+    /// protocol is SIMPLE and the sub is not registered.
     // Inlined into `send_progress` (its one frame per call): since a one-sub op takes its
     // sub's stages directly, this measured fewer instructions than a frame of its own per
     // shape (callgrind, benches/callgrind.sh: -17.8 per step).
@@ -141,8 +142,59 @@ impl<N: Net> SendPass<'_, N> {
     ) -> Result<(bool, bool)> {
         let mut moved = self.post::<PLAIN, _, _>(sub, mem, prof)?;
         moved |= self.transmit::<PLAIN, _>(sub, net, prof)?;
-        let (m, finished) = self.complete::<PLAIN, _, _>(sub, net, mem, prof)?;
-        Ok((moved | m, finished))
+        // Stage 3: retire.
+        let (s, slice) = (self.s, self.slice);
+        let (r, shared) = (self.res, !PLAIN && self.shared);
+        let reg = !PLAIN && sub.reg;
+        let recv_mem = self.recv_mem;
+        let mut finished = false;
+        let mut sizes = [0usize; MAX_RECVS];
+        while sub.done < sub.transmitted {
+            let step = sub.base + sub.done;
+            let slot = RecvMem::<STEPS>::slot(step);
+            let Some(req) = sub.requests[slot] else {
+                return Err(Error::BadState {
+                    op: "send progress",
+                    state: "no request for a transmitted step",
+                });
+            };
+            sizes[0] = 0;
+            if !net.test(r.comm, req, &mut sizes)? {
+                break;
+            }
+            sub.requests[slot] = None;
+            if reg && sub.piece_done(sizes[0]) {
+                // The user buffer is free: tell the GPU (Release: the network is done reading
+                // it; pairs with the GPU's Acquire poll of `size`).
+                recv_mem.conn_fifo[RecvMem::<STEPS>::slot(sub.base)].publish(SIZE_EMPTY);
+            }
+            sub.done += slice;
+            let head = if shared {
+                None
+            } else if reg {
+                (sub.done == sub.nsteps).then_some(sub.base + slice)
+            } else {
+                Some(sub.base + sub.done)
+            };
+            if reg {
+                if let Some(h) = head {
+                    store_step(self.head, h);
+                }
+            } else {
+                recv_mem.retire(step, head.map(|h| (self.head, h)));
+            }
+            if head.is_some() {
+                mem.store_fence();
+            }
+            prof.step_stop(s, sub.done - slice, sub.done);
+            prof.op_state(s, OpEvent::SendDone, sub.done, sub.trans_size);
+            moved = true;
+            if sub.done == sub.nsteps {
+                sub.release_own_mr(net, r.comm)?;
+                finished = true;
+            }
+        }
+        Ok((moved, finished))
     }
 
     /// Stage 1: posts every credit the depth allows; returns whether one moved.
@@ -293,70 +345,6 @@ impl<N: Net> SendPass<'_, N> {
             _ => true,
         };
         Ok(lines_ok.then_some((addr, size)))
-    }
-
-    /// Stage 3: retires every finished send, oldest first; returns whether one moved and
-    /// whether the sub finished.
-    #[inline(always)]
-    fn complete<const PLAIN: bool, M: MemProvider, P: Profiler>(
-        &self,
-        sub: &mut Sub<N>,
-        net: &mut N,
-        mem: &M,
-        prof: &mut P,
-    ) -> Result<(bool, bool)> {
-        let (s, slice) = (self.s, self.slice);
-        let (r, shared) = (self.res, !PLAIN && self.shared);
-        let reg = !PLAIN && sub.reg;
-        let recv_mem = self.recv_mem;
-        let (mut moved, mut finished) = (false, false);
-        let mut sizes = [0usize; MAX_RECVS];
-        while sub.done < sub.transmitted {
-            let step = sub.base + sub.done;
-            let slot = RecvMem::<STEPS>::slot(step);
-            let Some(req) = sub.requests[slot] else {
-                return Err(Error::BadState {
-                    op: "send progress",
-                    state: "no request for a transmitted step",
-                });
-            };
-            sizes[0] = 0;
-            if !net.test(r.comm, req, &mut sizes)? {
-                break;
-            }
-            sub.requests[slot] = None;
-            if reg && sub.piece_done(sizes[0]) {
-                // The user buffer is free: tell the GPU (Release: the network is done reading
-                // it; pairs with the GPU's Acquire poll of `size`).
-                recv_mem.conn_fifo[RecvMem::<STEPS>::slot(sub.base)].publish(SIZE_EMPTY);
-            }
-            sub.done += slice;
-            let head = if shared {
-                None
-            } else if reg {
-                (sub.done == sub.nsteps).then_some(sub.base + slice)
-            } else {
-                Some(sub.base + sub.done)
-            };
-            if reg {
-                if let Some(h) = head {
-                    store_step(self.head, h);
-                }
-            } else {
-                recv_mem.retire(step, head.map(|h| (self.head, h)));
-            }
-            if head.is_some() {
-                mem.store_fence();
-            }
-            prof.step_stop(s, sub.done - slice, sub.done);
-            prof.op_state(s, OpEvent::SendDone, sub.done, sub.trans_size);
-            moved = true;
-            if sub.done == sub.nsteps {
-                sub.release_own_mr(net, r.comm)?;
-                finished = true;
-            }
-        }
-        Ok((moved, finished))
     }
 }
 
