@@ -12,7 +12,6 @@
 //! * `NCCL_IB_RETURN_ASYNC_EVENTS=0`: fatal events fail nothing.
 //! * The stop request reaches the async thread's loop.
 #![cfg(loom)]
-#![allow(dead_code)]
 
 use ibnet_atomics::event_flags::{Events, Failure, Handled, Scope};
 use loom::sync::atomic::{AtomicBool, Ordering};

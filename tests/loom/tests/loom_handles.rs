@@ -10,7 +10,6 @@
 //!   plugin contract (documented in `handles`) and not modelled.
 //! * Concurrent poisons of one live comm leave it poisoned once, of the same kind.
 #![cfg(loom)]
-#![allow(dead_code)]
 
 use ibnet_atomics::slot::{Kind, Life, Slot};
 use loom::cell::UnsafeCell;
