@@ -69,3 +69,113 @@ pub fn log_failure(e: &Error, line: core::fmt::Arguments<'_>) {
         warn!("{line}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{set_sink, Level};
+    use std::cell::{Cell, RefCell};
+
+    thread_local! {
+        /// What the logger received on this thread (the sink is global; each test reads only
+        /// its own thread's lines).
+        static LINES: RefCell<Vec<(Level, String)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn capture(level: Level, line: &str) {
+        LINES.with(|l| l.borrow_mut().push((level, line.to_owned())));
+    }
+
+    /// The lines logged on this thread while `f` ran.
+    fn logged(f: impl FnOnce() -> ncclResult_t) -> (ncclResult_t, Vec<(Level, String)>) {
+        set_sink(capture);
+        LINES.with(|l| l.borrow_mut().clear());
+        let r = f();
+        (r, LINES.with(|l| l.borrow_mut().split_off(0)))
+    }
+
+    #[test]
+    fn success_logs_nothing_and_undoes_nothing() {
+        let undone = Cell::new(0);
+        let (r, lines) = logged(|| {
+            guard::<()>(
+                "t_ok",
+                |_| Ok(()),
+                |_, _| panic!("no failure to log"),
+                || {
+                    undone.set(undone.get() + 1);
+                    "undone"
+                },
+            )
+        });
+        assert_eq!(r, ncclResult_t::Success);
+        assert_eq!(undone.get(), 0);
+        assert!(lines.is_empty(), "{lines:?}");
+    }
+
+    #[test]
+    fn an_error_is_logged_once_by_the_caller_and_mapped_by_kind() {
+        let seen = Cell::new(0);
+        let (r, _) = logged(|| {
+            guard(
+                "t_err",
+                |note: &mut u32| {
+                    *note = 7;
+                    Err(Error::Missing { what: "x" })
+                },
+                |e, note| {
+                    assert_eq!(*note, 7, "the note f left reaches the logger");
+                    assert!(matches!(e, Error::Missing { what: "x" }));
+                    seen.set(seen.get() + 1);
+                },
+                || "undone",
+            )
+        });
+        assert_eq!(r, ncclResult_t::InternalError);
+        assert_eq!(seen.get(), 1);
+        let (r, lines) = logged(|| call("t_call", || Err(Error::Missing { what: "y" })));
+        assert_eq!(r, ncclResult_t::InternalError);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0].0, Level::Warn);
+        assert!(lines[0].1.contains("t_call: y is missing"), "{lines:?}");
+    }
+
+    #[test]
+    fn a_refusal_of_a_failed_comm_is_info_with_the_first_kind() {
+        let (r, lines) = logged(|| {
+            call("t_refused", || {
+                Err(Error::Poisoned {
+                    op: "isend",
+                    cause: ErrorKind::Remote,
+                })
+            })
+        });
+        assert_eq!(r, ncclResult_t::RemoteError);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0].0, Level::Info);
+    }
+
+    #[test]
+    fn a_panic_is_caught_undone_once_and_warned_once() {
+        let undone = Cell::new(0);
+        let (r, lines) = logged(|| {
+            guard::<()>(
+                "t_panic",
+                |_| panic!("boom"),
+                |_, _| panic!("a panic is not an error to log"),
+                || {
+                    undone.set(undone.get() + 1);
+                    "state undone"
+                },
+            )
+        });
+        assert_eq!(r, ncclResult_t::InternalError);
+        assert_eq!(undone.get(), 1);
+        let warns: Vec<_> = lines.iter().filter(|l| l.0 == Level::Warn).collect();
+        assert_eq!(warns.len(), 1, "{lines:?}");
+        assert!(
+            warns[0].1.contains("t_panic") && warns[0].1.contains("state undone"),
+            "{lines:?}"
+        );
+    }
+}
