@@ -187,7 +187,7 @@ extern const ibnet_net_v8_t ncclNetPlugin_v8;
  *   recvMem points to: { uint64_t tail; uint8_t pad[56]; ibnet_conn_fifo_t connFifo[8]; ... }
  *   and connFifo[k%8].size is -1 when the slot is empty.
  * SIMPLE, LL (16-byte lines: two {data32, flag32} halves, flag = 1 + k) and LL128 (128-byte
- * lines whose last 8 bytes are the flag 1 + k) are the NCCL protocols; see core::proxy.
+ * lines whose last 8 bytes are the flag 1 + k) are the NCCL protocols; see the ibnet-proxy crate (proxy/).
  *
  * Across processes (NCCL's PXN: the GPU's process is not the proxy's): the GPU process sends
  * its ibnet_proxy_process_id to the proxy, which puts it in ibnet_proxy_setup_t.gpuProcess;

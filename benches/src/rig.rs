@@ -2,54 +2,18 @@
 //! with the engine's pipelining depth, and the engine with an inline "GPU" on both sides (see
 //! `benches/proxy.rs` for what each measures).
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
-
 use ibnet_core::comm::{CommConfig, RecvBuf, RecvComm, SendComm};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
-use ibnet_core::proxy::{
-    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, InProcessNet, MemKind, MemProvider, Protocol,
-    ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
-};
 use ibnet_core::request::ReqId;
-use ibnet_core::{Error, Result};
-use ibnet_testkit::connect_pair;
+use ibnet_proxy::{
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, Protocol, ProxyConfig,
+    ProxyOp, ProxyState, Region, SetupReq, SubArgs, STEPS,
+};
+use ibnet_testkit::proxy::HostMem;
+use ibnet_testkit::{connect_pair, InProcessNet};
 
 /// Messages (steps) per batch.
 pub const MSGS: u64 = 64;
-
-/// Host memory for the engine's buffers (4096-aligned, zeroed).
-#[derive(Default)]
-pub struct HostMem(Vec<(u64, Layout)>);
-
-// SAFETY: regions are fresh zeroed allocations, 4096-aligned, freed only through `free`.
-unsafe impl MemProvider for HostMem {
-    fn alloc(&mut self, kind: MemKind, size: usize) -> Result<Region> {
-        let l = Layout::from_size_align(size.max(8), 4096)
-            .map_err(|_| Error::Missing { what: "layout" })?;
-        // SAFETY: non-zero size.
-        let p = unsafe { alloc_zeroed(l) };
-        if p.is_null() {
-            return Err(Error::Provider {
-                call: "alloc",
-                errno: 12,
-            });
-        }
-        self.0.push((p as u64, l));
-        // SAFETY: fresh zeroed allocation, live until `free`.
-        Ok(unsafe { Region::new(p as u64, p as u64, size, kind, 0) })
-    }
-    fn free(&mut self, r: Region) -> Result<()> {
-        let i = self
-            .0
-            .iter()
-            .position(|a| a.0 == r.cpu())
-            .ok_or(Error::Missing { what: "region" })?;
-        let (a, l) = self.0.swap_remove(i);
-        // SAFETY: allocated by `alloc` with this layout.
-        unsafe { dealloc(a as *mut u8, l) };
-        Ok(())
-    }
-}
 
 /// Writes every page of `[addr, addr + len)` (see the module doc).
 pub fn touch(addr: u64, len: usize) {

@@ -27,8 +27,10 @@
 //! * `unsafe` code is denied at the crate root and allowed only in [`mr_cache`] (the
 //!   registration value cell, through [`sync::UnsafeCell`], and building a cache in place),
 //!   [`fused`]'s in-place constructors (`FusedSend::init`, `FusedRecv::init`: a fused comm is
-//!   written field by field into the caller's memory, never whole on the stack) and [`proxy`]'s shared-memory and
-//!   memory-provider modules (`proxy::shared`, `proxy::device`, `proxy::mem`), each block with a `SAFETY` comment.
+//!   written field by field into the caller's memory, never whole on the stack), each block with a
+//!   `SAFETY` comment.
+//!
+//! The proxy engine built on this core is its own crate, `ibnet-proxy`.
 #![cfg_attr(not(any(test, loom)), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,7 +45,6 @@ pub mod mr_cache;
 pub mod params;
 pub mod policy;
 pub mod provider;
-pub mod proxy;
 pub mod request;
 pub mod sync;
 pub mod verbs;

@@ -5,8 +5,8 @@
 //! ```text
 //!  abi/          exported ncclNetPlugin_v6..v11 tables (exports) of thin shims per signature
 //!      │
-//!  api/          version-agnostic entry points, one concern a file: entry (catch_unwind,
-//!      │         error → ncclResult_t), init, listen, connect, comm, mr, data
+//!  api/          version-agnostic entry points, one concern a file: entry (over boundary;
+//!      │         a caught panic poisons the comm), init, listen, connect, comm, mr, data
 //!      ├── handles           comm/request/mhandle tokens; a lock-free slot table whose slot
 //!      │                     state is each comm's lifecycle (live, poisoned)
 //!      ├── connect_registry  connects in progress between NCCL's connect calls
@@ -20,8 +20,11 @@
 //!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
 //!      ├── (soft)    ibnet-soft's soft0 as dev::Dev::Soft (IBNET_PROVIDER=soft; no module here)
 //!      └── env, log  NCCL variables; logging through NCCL's logger ("NET/IBNET")
-//!  proxy/        the core's proxy engine over a plugin's C table (ForeignNet) and its C API
+//!  proxy/        (feature capi) ibnet-proxy's engine over a plugin's C table (ForeignNet)
+//!                and its C API, ibnet_proxy_*
 //!      └── foreign/  the one loader of plugin .so files (v11..v6), also used by ibnet-tools
+//!  boundary      the one panic boundary of every exported function (catch_unwind, one
+//!                WARN, error → ncclResult_t); imports only nccl and log
 //!  nccl/         ground floor: ncclResult_t and ABI types, ncclNetProperties_vN_t,
 //!                ncclNet_v6_t..v11_t (each defined once, for export and import)
 //! ```
@@ -49,6 +52,7 @@
 
 pub mod abi;
 pub mod api;
+pub mod boundary;
 pub mod boxed;
 pub mod connect_registry;
 pub mod dev;
@@ -63,8 +67,9 @@ pub mod nccl;
 pub mod nic;
 pub mod plugin;
 pub mod profiler;
+#[cfg(feature = "capi")]
 pub mod proxy;
-pub mod slot;
+pub use ibnet_atomics::slot;
 pub mod sock;
 pub mod vdev;
 pub mod verbs;

@@ -20,9 +20,9 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ibnet_core::proxy::xmap::XMap;
-use ibnet_core::proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
-use ibnet_core::proxy::{HandleKind, OpEvent, StepEvent};
+use ibnet_proxy::xmap::XMap;
+use ibnet_proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
+use ibnet_proxy::{HandleKind, OpEvent, StepEvent};
 use nccl_net_ibnet::log;
 use nccl_net_ibnet::nccl::props::Props12;
 use nccl_net_ibnet::nccl::tables::ncclNet_v12_t;

@@ -13,8 +13,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
-use ibnet_core::proxy::xmap::XMap;
-use ibnet_core::proxy::BankDesc;
+use ibnet_proxy::xmap::XMap;
+use ibnet_proxy::BankDesc;
 use nccl_net_ibnet::nccl::types::ncclResult_t;
 use nccl_net_ibnet::proxy::capi::*;
 use nccl_net_ibnet::proxy::capi_xproc::*;
@@ -142,14 +142,9 @@ unsafe extern "C" fn import_mem(
     assert_eq!((kind, offset), (1, 0));
     // SAFETY: 64 readable bytes.
     let h = unsafe { std::slice::from_raw_parts(handle, 64) };
-    let d = ibnet_core::proxy::BankDesc::new(
-        ibnet_core::proxy::HandleKind::ProcessFd,
-        size as u64,
-        0,
-        owner,
-        h,
-    )
-    .unwrap();
+    let d =
+        ibnet_proxy::BankDesc::new(ibnet_proxy::HandleKind::ProcessFd, size as u64, 0, owner, h)
+            .unwrap();
     let Ok(b) = ShmBank::import(&d) else {
         return 5;
     };

@@ -15,8 +15,8 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
-use ibnet_core::proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
-use ibnet_core::proxy::{
+use ibnet_proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
+use ibnet_proxy::{
     ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, NetHandle, Protocol, ProxyConfig, ProxyOp,
     ProxyState, SetupReq, SubArgs, STEPS,
 };

@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use ibnet_core::proxy::attach::Attached;
-use ibnet_core::proxy::xmap::XMap;
-use ibnet_core::proxy::{ConnId, DeviceView, Dir, Protocol, ProxyConfig};
 use ibnet_core::Error;
+use ibnet_proxy::attach::Attached;
+use ibnet_proxy::xmap::XMap;
+use ibnet_proxy::{ConnId, DeviceView, Dir, Protocol, ProxyConfig};
 use ibnet_soft::SoftProvider;
 use ibnet_testkit::proxy::{
     cfg, connect_pairs, drive_op, gpu_recv, gpu_send, new_px_with, op_payload, slice_payload, OpIo,
@@ -289,7 +289,7 @@ fn xproc_helper() {
                 ru: &[],
             };
             for op in 0..sc.ops {
-                let np = &mut ibnet_core::proxy::NoProfiler;
+                let np = &mut ibnet_proxy::NoProfiler;
                 if drive_op(&mut px, &sc, op, per, io, np, &mut || watch.check()).is_err() {
                     break;
                 }
@@ -322,7 +322,7 @@ fn gpu_in_another_process(case: usize) {
             su: &[],
             ru: &[],
         };
-        let np = &mut ibnet_core::proxy::NoProfiler;
+        let np = &mut ibnet_proxy::NoProfiler;
         let mut check = || watch.check();
         drive_op(&mut px, &sc, 0, per, io, np, &mut check).expect("op 0");
         COUNT.with(|c| c.set(Some(0)));
@@ -394,7 +394,7 @@ fn killed_gpu_process_fails_the_proxy_progress() {
             su: &[],
             ru: &[],
         };
-        let np = &mut ibnet_core::proxy::NoProfiler;
+        let np = &mut ibnet_proxy::NoProfiler;
         let e = drive_op(&mut px, &sc, 0, per, io, np, &mut || watch.check())
             .expect_err("an op with a dead GPU process");
         assert!(

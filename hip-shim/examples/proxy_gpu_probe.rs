@@ -17,8 +17,8 @@
 
 use std::process::{Command, ExitCode};
 
-use ibnet_core::proxy::{BankDesc, MemProvider};
 use ibnet_hip::{proxy_probe, CudaProxyMem, GpuRuntime};
+use ibnet_proxy::{BankDesc, MemProvider};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

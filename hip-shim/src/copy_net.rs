@@ -12,9 +12,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use ibnet_core::proxy::MAX_RECVS;
-use ibnet_core::proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 use ibnet_core::{Error, Result};
+use ibnet_proxy::MAX_RECVS;
+use ibnet_proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 
 /// `copy(dst, dst_is_device, src, src_is_device, len)`.
 pub type CopyFn<'a> = Box<dyn FnMut(u64, bool, u64, bool, usize) -> Result<()> + 'a>;

@@ -1,5 +1,5 @@
 //! The proxy engine's memory on a real GPU ([`CudaProxyMem`], an
-//! [`ibnet_core::proxy::MemProvider`] over the CUDA driver API), as NCCL's net transport
+//! [`ibnet_proxy::MemProvider`] over the CUDA driver API), as NCCL's net transport
 //! allocates it:
 //!
 //! ```text
@@ -15,7 +15,7 @@
 //! current, retained for the provider's life.
 #![allow(unsafe_code)] // Region::new and the MemProvider impl: each has a SAFETY comment.
 
-use ibnet_core::proxy::{BankDesc, HandleKind, MemKind, MemProvider, Region};
+use ibnet_proxy::{BankDesc, HandleKind, MemKind, MemProvider, Region};
 
 use crate::error::Error;
 use crate::runtime::GpuRuntime;

@@ -15,8 +15,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ibnet_core::proxy::map::Side;
-use ibnet_core::proxy::{
+use ibnet_proxy::map::Side;
+use ibnet_proxy::{
     DeviceRecv, DeviceSend, DeviceView, Dir, Protocol, ProxyConfig, ProxyOp, ProxyState, SetupReq,
     SubArgs, STEPS,
 };
@@ -68,10 +68,7 @@ fn pattern(k: u64, len: usize) -> Vec<u8> {
 type Px<'a, 'rt> = ProxyState<CopyNet<'a>, CudaProxyMem<'rt>, 4>;
 
 /// The view with its counters at their host (`cpu`) addresses, which the host threads use.
-fn host_view<'a, 'rt>(
-    px: &Px<'a, 'rt>,
-    c: ibnet_core::proxy::ConnId,
-) -> Result<DeviceView, String> {
+fn host_view<'a, 'rt>(px: &Px<'a, 'rt>, c: ibnet_proxy::ConnId) -> Result<DeviceView, String> {
     let e = |e: ibnet_core::Error| e.to_string();
     let mut v = px.device_view(c).map_err(e)?;
     let m = px.map(c).map_err(e)?;
@@ -155,8 +152,8 @@ fn recv_kernel(
 /// completion (an error when the kernels stopped first); returns the operations done.
 fn drive(
     px: &mut Px<'_, '_>,
-    s: ibnet_core::proxy::ConnId,
-    r: ibnet_core::proxy::ConnId,
+    s: ibnet_proxy::ConnId,
+    r: ibnet_proxy::ConnId,
     ops: usize,
     kernels_done: impl Fn() -> bool,
 ) -> Result<usize, String> {
@@ -280,8 +277,8 @@ pub const IPC_LEN: usize = 1 << 20;
 pub fn ipc_export(
     mem: &mut CudaProxyMem<'_>,
     rt: &GpuRuntime,
-) -> Result<(ibnet_core::proxy::Region, ibnet_core::proxy::BankDesc), String> {
-    use ibnet_core::proxy::{MemKind, MemProvider};
+) -> Result<(ibnet_proxy::Region, ibnet_proxy::BankDesc), String> {
+    use ibnet_proxy::{MemKind, MemProvider};
     let r = mem
         .alloc(MemKind::Device, IPC_LEN)
         .map_err(|e| e.to_string())?;
@@ -304,9 +301,9 @@ pub fn ipc_export(
 pub fn ipc_import_and_verify(
     rt: &GpuRuntime,
     dev: i32,
-    d: &ibnet_core::proxy::BankDesc,
+    d: &ibnet_proxy::BankDesc,
 ) -> Result<(), String> {
-    use ibnet_core::proxy::MemProvider;
+    use ibnet_proxy::MemProvider;
     let mut mem = CudaProxyMem::new(rt, dev).map_err(|e| e.to_string())?;
     let r = mem.import(d).map_err(|e| e.to_string())?;
     let cp = DeviceCopier::new(rt, dev).map_err(|e| e.to_string())?;

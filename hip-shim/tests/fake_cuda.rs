@@ -8,9 +8,9 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::Command;
 
-use ibnet_core::proxy::{BankDesc, HandleKind, MemKind, MemProvider};
 use ibnet_hip::proxy_probe::{self, step_len, STEPS_PER_OP};
 use ibnet_hip::{CudaProxyMem, DeviceCopier, Env, Error, GpuRuntime, Host, PointerKind, Vendor};
+use ibnet_proxy::{BankDesc, HandleKind, MemKind, MemProvider};
 
 /// Compiles the fake driver once per test binary; returns the `.so` path.
 fn build_fake() -> PathBuf {

@@ -10,14 +10,17 @@
 //! and no asynchrony, which makes failures deterministic and easy to read. It does not allocate
 //! on the post/poll path (queues are reserved at creation).
 //!
-//! [`proxy`] is the proxy engine's scenario harness (a simulated GPU on each side of every
+//! [`in_process`] is [`InProcessNet`], the proxy engine's `Net` over ibnet's own comms in one
+//! process; [`proxy`] is the proxy engine's scenario harness (a simulated GPU on each side of every
 //! connection, every byte verified) and [`scenarios`] the one table of scenarios that each
 //! provider's tests run through it ([`proxy_scenario_tests!`](crate::proxy_scenario_tests)).
 
+pub mod in_process;
 mod loopback;
 pub mod proxy;
 pub mod scenarios;
 
+pub use in_process::{InProcessMr, InProcessNet};
 pub use loopback::{Fault, LoopCq, LoopMr, LoopQp, Loopback};
 
 use ibnet_core::comm::{CommConfig, RecvComm, SendComm};

@@ -3,7 +3,7 @@
 //! protocol for SIMPLE, LL and LL128, dedicated and shared buffers, and registered user
 //! buffers, verifying every received byte.
 //!
-//! Generic over the RDMA provider ([`Fabric`]): `core`'s tests run it over [`Loopback`],
+//! Generic over the RDMA provider ([`Fabric`]): `ibnet-proxy`'s tests run it over [`Loopback`],
 //! `ibnet-soft`'s over the soft provider; both run the one table of
 //! [`scenarios`](crate::scenarios).
 
@@ -11,17 +11,17 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::in_process::InProcessNet;
 use crate::loopback::Loopback;
 use crate::{fill_pattern, AlignedBuf};
 use ibnet_core::comm::CommConfig;
 use ibnet_core::provider::Provider;
-use ibnet_core::proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
-use ibnet_core::proxy::{
-    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, InProcessNet, MemKind, MemProvider, NetProps,
-    Profiler, Protocol, ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SizeReport, SubArgs,
-    STEPS,
-};
 use ibnet_core::{Error, Result};
+use ibnet_proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
+use ibnet_proxy::{
+    ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, MemKind, MemProvider, NetProps, Profiler,
+    Protocol, ProxyConfig, ProxyOp, ProxyState, Region, SetupReq, SizeReport, SubArgs, STEPS,
+};
 
 /// A provider the harness can run over: any cheap-to-clone [`Provider`].
 pub trait Fabric: Provider + Clone {}
@@ -704,13 +704,13 @@ pub fn drive_op<D: Fabric, M: MemProvider, P: Profiler>(
 /// Runs a scenario end to end over the loopback double on a big-stack thread; returns what it
 /// measured.
 pub fn run(sc: Scenario) -> Report {
-    run_with(sc, &mut ibnet_core::proxy::NoProfiler)
+    run_with(sc, &mut ibnet_proxy::NoProfiler)
 }
 
 /// [`run`] over the provider `open` returns (called on the run's thread); the provider's own
 /// objects are not counted (the engine's, the net's and the memory's are).
 pub fn run_on<D: Fabric>(open: impl FnOnce() -> D + Send, sc: Scenario) -> Report {
-    run_on_with(open, no_leak_count, sc, &mut ibnet_core::proxy::NoProfiler)
+    run_on_with(open, no_leak_count, sc, &mut ibnet_proxy::NoProfiler)
 }
 
 /// [`run`] with a profiler (which must be `Send` to cross into the test thread).

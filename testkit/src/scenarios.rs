@@ -6,7 +6,7 @@
 //! soft provider in `ibnet-soft`). A slow provider asks for the `quick` op counts (the soft
 //! provider moves real bytes between threads; the loopback double copies at post time).
 
-use ibnet_core::proxy::Protocol;
+use ibnet_proxy::Protocol;
 
 use crate::proxy::{Report, Scenario};
 

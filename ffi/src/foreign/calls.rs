@@ -11,7 +11,7 @@ use crate::nccl::types::{
 };
 
 /// Most buffers in one `irecv`/`iflush` (`NCCL_NET_IB_MAX_RECVS`).
-pub const MAX_RECVS: usize = ibnet_core::proxy::MAX_RECVS;
+pub const MAX_RECVS: usize = ibnet_core::fifo::MAX_RECVS;
 
 type V = *mut c_void;
 

@@ -15,18 +15,18 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-use ibnet_core::proxy::{
+use ibnet_core::{Error, Result};
+use ibnet_proxy::{
     ConnId, Dir, NetHandle, Protocol, ProxyConfig, ProxyOp, ProxyState, SetupReq, SubArgs,
     NUM_PROTOCOLS,
 };
-use ibnet_core::{Error, Result};
 
-use super::cprofiler::CProfiler;
 use super::foreign_net::ForeignNet;
-use super::mem::{CMemTable, ProxyMem};
-use crate::api::entry;
+use crate::boundary::call;
 use crate::foreign::Table;
 use crate::nccl::types::ncclResult_t;
+use ibnet_proxy::capi::cprofiler::CProfiler;
+use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
 /// Connections one C-API proxy holds.
 pub const PROXY_CONNS: usize = 64;
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn ibnet_proxy_create(
     mem: *const CMemTable,
     px: *mut *mut CProxy,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_create", || {
+    call("ibnet_proxy_create", || {
         let o = out(px, "proxy out-pointer")?;
         *o = core::ptr::null_mut();
         let net = if plugin_path.is_null() {
@@ -241,7 +241,7 @@ pub unsafe extern "C" fn ibnet_proxy_setup(
     conn: *mut u32,
     handle: *mut c_void,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_setup", || {
+    call("ibnet_proxy_setup", || {
         let p = proxy(px)?;
         // SAFETY: valid or NULL.
         let r = unsafe { req.as_ref() }.ok_or(missing("setup request"))?;
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn ibnet_proxy_connect_send(
     handle: *const c_void,
     connected: *mut c_int,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_connect_send", || {
+    call("ibnet_proxy_connect_send", || {
         let p = proxy(px)?;
         let done = out(connected, "connected out-pointer")?;
         *done = 0;
@@ -314,7 +314,7 @@ pub unsafe extern "C" fn ibnet_proxy_connect_recv(
     remote_proxy_rank: u32,
     connected: *mut c_int,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_connect_recv", || {
+    call("ibnet_proxy_connect_recv", || {
         let p = proxy(px)?;
         let done = out(connected, "connected out-pointer")?;
         *done = 0;
@@ -335,7 +335,7 @@ pub unsafe extern "C" fn ibnet_proxy_device_view(
     conn: u32,
     view: *mut CDeviceView,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_device_view", || {
+    call("ibnet_proxy_device_view", || {
         let p = proxy(px)?;
         let o = out(view, "view out-pointer")?;
         let v = p.px.device_view(ConnId::from_bits(conn))?;
@@ -358,7 +358,7 @@ pub unsafe extern "C" fn ibnet_proxy_device_view(
 /// Pointers are valid or NULL.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_free(px: *mut CProxy, conn: u32) -> ncclResult_t {
-    entry("ibnet_proxy_free", || {
+    call("ibnet_proxy_free", || {
         proxy(px)?.px.free(ConnId::from_bits(conn))
     })
 }
@@ -370,7 +370,7 @@ pub unsafe extern "C" fn ibnet_proxy_free(px: *mut CProxy, conn: u32) -> ncclRes
 /// `px` is NULL or from `ibnet_proxy_create`, destroyed once; no op of it is in progress.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_destroy(px: *mut CProxy) -> ncclResult_t {
-    entry("ibnet_proxy_destroy", || {
+    call("ibnet_proxy_destroy", || {
         let p = proxy(px)?;
         if p.px.live().0 != 0 {
             // Refused, not leaked: free the connections, then destroy again.
@@ -398,7 +398,7 @@ pub unsafe extern "C" fn ibnet_proxy_op_create(
     chunk_steps: u32,
     o: *mut *mut COp,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_op_create", || {
+    call("ibnet_proxy_op_create", || {
         let o = out(o, "op out-pointer")?;
         *o = core::ptr::null_mut();
         let p = match protocol {
@@ -432,7 +432,7 @@ pub unsafe extern "C" fn ibnet_proxy_op_add(
     nbytes: usize,
     reg_buff: *mut c_void,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_op_add", || {
+    call("ibnet_proxy_op_add", || {
         let o = op(o)?;
         let c = ConnId::from_bits(conn);
         let a = if reg_buff.is_null() {
@@ -455,7 +455,7 @@ pub unsafe extern "C" fn ibnet_proxy_progress(
     done: *mut c_int,
     idle: *mut c_int,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_progress", || {
+    call("ibnet_proxy_progress", || {
         let p = proxy(px)?;
         let o = op(o)?;
         let d = out(done, "done out-pointer")?;
@@ -482,7 +482,7 @@ pub unsafe extern "C" fn ibnet_proxy_op_bytes(
     sub: u32,
     bytes: *mut u64,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_op_bytes", || {
+    call("ibnet_proxy_op_bytes", || {
         let o = op(o)?;
         let b = out(bytes, "bytes out-pointer")?;
         if sub as usize >= o.op.nsubs() {
@@ -504,7 +504,7 @@ pub unsafe extern "C" fn ibnet_proxy_op_bytes(
 /// Pointers are valid or NULL.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_op_abort(px: *mut CProxy, o: *mut COp) -> ncclResult_t {
-    entry("ibnet_proxy_op_abort", || {
+    call("ibnet_proxy_op_abort", || {
         let p = proxy(px)?;
         let o = op(o)?;
         p.px.abort(&mut o.op)
@@ -517,7 +517,7 @@ pub unsafe extern "C" fn ibnet_proxy_op_abort(px: *mut CProxy, o: *mut COp) -> n
 /// `o` is NULL or from `ibnet_proxy_op_create`, destroyed once.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_op_destroy(o: *mut COp) -> ncclResult_t {
-    entry("ibnet_proxy_op_destroy", || {
+    call("ibnet_proxy_op_destroy", || {
         let x = op(o)?;
         if x.op.holds_registrations() {
             // Refused, not leaked (as `ibnet_proxy_destroy`): abort it, then destroy again.

@@ -14,16 +14,16 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::proxy::attach::Attached;
-use ibnet_core::proxy::xmap::XMap;
-use ibnet_core::proxy::{ConnId, Dir};
 use ibnet_core::Error;
+use ibnet_proxy::attach::Attached;
+use ibnet_proxy::xmap::XMap;
+use ibnet_proxy::{ConnId, Dir};
 
 use super::capi::{missing, out, proxy, CDeviceView, CProxy};
-pub use super::cprofiler::{CEvent, CProfiler};
-use super::mem::{CMemTable, ProxyMem};
-use crate::api::entry;
+use crate::boundary::call;
 use crate::nccl::types::{ncclResult_t, DebugLogFn};
+pub use ibnet_proxy::capi::cprofiler::{CEvent, CProfiler};
+use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
 const ATTACH_TAG: u64 = 0x4942_4e45_5441_5443; // "IBNETATC"
 const DEAD: u64 = 0xdead_dead_dead_dead;
@@ -44,7 +44,7 @@ pub unsafe extern "C" fn ibnet_proxy_set_profiler(
     px: *mut CProxy,
     prof: *const CProfiler,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_set_profiler", || {
+    call("ibnet_proxy_set_profiler", || {
         let p = proxy(px)?;
         // SAFETY: valid or NULL.
         p.prof = unsafe { prof.as_ref() }.copied();
@@ -59,7 +59,7 @@ pub unsafe extern "C" fn ibnet_proxy_set_profiler(
 /// `logger` is NULL (refused) or a function valid for the rest of the process.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_set_logger(logger: Option<DebugLogFn>) -> ncclResult_t {
-    entry("ibnet_proxy_set_logger", || {
+    call("ibnet_proxy_set_logger", || {
         let l = logger.ok_or(missing("logger"))?;
         crate::log::set_logger(Some(l));
         Ok(())
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn ibnet_proxy_set_logger(logger: Option<DebugLogFn>) -> n
 /// `id` is valid or NULL.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_process_id(id: *mut u64) -> ncclResult_t {
-    entry("ibnet_proxy_process_id", || {
+    call("ibnet_proxy_process_id", || {
         *out(id, "id out-pointer")? = super::capi::process_id();
         Ok(())
     })
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ibnet_proxy_export_map(
     buf: *mut c_void,
     len: usize,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_export_map", || {
+    call("ibnet_proxy_export_map", || {
         let p = proxy(px)?;
         if buf.is_null() || len < XMap::BYTES {
             return Err(Error::OutOfRange {
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn ibnet_proxy_attach(
     att: *mut *mut CAttach,
     view: *mut CDeviceView,
 ) -> ncclResult_t {
-    entry("ibnet_proxy_attach", || {
+    call("ibnet_proxy_attach", || {
         let o = out(att, "attach out-pointer")?;
         *o = core::ptr::null_mut();
         let v = out(view, "view out-pointer")?;
@@ -175,7 +175,7 @@ pub unsafe extern "C" fn ibnet_proxy_attach(
 /// `att` is NULL or from `ibnet_proxy_attach`, detached once, no longer used by kernels.
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_detach(att: *mut CAttach) -> ncclResult_t {
-    entry("ibnet_proxy_detach", || {
+    call("ibnet_proxy_detach", || {
         // SAFETY: NULL or from `ibnet_proxy_attach`; the tag says it is live.
         let a = match unsafe { att.as_mut() } {
             Some(a) if a.tag == ATTACH_TAG => a,

@@ -10,7 +10,7 @@
 //! * [`qp`]: connecting a QP (modify retry, routing, ECE).
 
 pub mod device;
-pub mod event_flags;
+pub use ibnet_atomics::event_flags;
 pub mod events;
 pub mod loader;
 pub mod provider;

@@ -1,5 +1,5 @@
-//! loom model of the verbs async-event flags (`ffi/src/verbs/event_flags.rs`, included here by
-//! path, so the model runs the plugin's own code, registries and mutexes included).
+//! loom model of the verbs async-event flags (`ibnet_atomics::event_flags`: the plugin's own
+//! code, registries and mutexes included).
 //!
 //! * A QP or CQ error fails only the comm owning it: a poll of that comm racing the event is
 //!   fine or failed (and stays failed), a poll of another comm is always fine, and every poll
@@ -12,12 +12,8 @@
 //! * `NCCL_IB_RETURN_ASYNC_EVENTS=0`: fatal events fail nothing.
 //! * The stop request reaches the async thread's loop.
 #![cfg(loom)]
-#![allow(dead_code)]
 
-#[path = "../../../ffi/src/verbs/event_flags.rs"]
-mod event_flags;
-
-use event_flags::{Events, Failure, Handled, Scope};
+use ibnet_atomics::event_flags::{Events, Failure, Handled, Scope};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

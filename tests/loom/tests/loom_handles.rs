@@ -1,5 +1,5 @@
-//! loom model of the ffi token table's slot lifecycle (`ffi/src/slot.rs`, included here by
-//! path, so the model runs the plugin's own code): publish under the table's mutex, lock-free
+//! loom model of the ffi token table's slot lifecycle (`ibnet_atomics::slot`, the plugin's own
+//! code): publish under the table's mutex, lock-free
 //! lookups and poisoning, free moving the generation on.
 //!
 //! * A lookup that finds the token's generation sees the box the publisher wrote before
@@ -10,15 +10,11 @@
 //!   plugin contract (documented in `handles`) and not modelled.
 //! * Concurrent poisons of one live comm leave it poisoned once, of the same kind.
 #![cfg(loom)]
-#![allow(dead_code)]
 
-#[path = "../../../ffi/src/slot.rs"]
-mod slot;
-
+use ibnet_atomics::slot::{Kind, Life, Slot};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use slot::{Kind, Life, Slot};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();

@@ -1,4 +1,4 @@
-//! loom models of the proxy engine's ring protocol (`ibnet_core::proxy::shared` / `device`):
+//! loom models of the proxy engine's ring protocol (`ibnet_proxy::shared` / `device`):
 //! the GPU and the proxy exchange steps through `head`, `tail` and `connFifo` on a 2-slot ring
 //! that wraps on the third step. The data slots are loom `UnsafeCell`s, so a slot read while
 //! the other side may still write it is reported as a race.
@@ -12,9 +12,9 @@
 //!   slot only after `head` covers it.
 #![cfg(loom)]
 
-use ibnet_core::proxy::shared::{load_step, store_step};
-use ibnet_core::proxy::{DeviceRecv, DeviceSend, RecvMem};
 use ibnet_core::sync::AtomicU64;
+use ibnet_proxy::shared::{load_step, store_step};
+use ibnet_proxy::{DeviceRecv, DeviceSend, RecvMem};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
