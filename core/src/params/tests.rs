@@ -62,12 +62,22 @@ fn defaults_are_nccl_2_28() {
 }
 
 #[test]
-fn names_are_unique_and_all_settable() {
-    for (i, a) in Params::NAMES.iter().enumerate() {
-        assert!(Params::NAMES[i + 1..].iter().all(|b| a != b), "{a} twice");
+fn every_plugin_variable_of_the_table_is_settable() {
+    let plugin = || crate::config::all().filter(|v| v.reader == crate::config::Reader::Plugin);
+    for v in plugin() {
         // Every name reaches its arm: an empty value is a Param error naming it.
-        bad(a, "");
-        bad(a, "   ");
+        bad(v.name, "");
+        bad(v.name, "   ");
+        // Its declared default is accepted, and the default params already hold it.
+        if !v.default.is_empty() {
+            let mut p = Params::default();
+            assert_eq!(p.set(v.name, v.default), Ok(true), "{}", v.name);
+            assert_eq!(p, Params::default(), "{}={}", v.name, v.default);
+        }
+    }
+    // Read by someone else than the plugin: not Params'.
+    for n in ["IBNET_SOFT_WORKERS", "NCCL_IBVERBS_LIB", "IBNET_GPU", "NCCL_IB_OOO_RQ"] {
+        assert_eq!(Params::default().set(n, "1"), Ok(false), "{n}");
     }
     let mut p = Params::default();
     assert_eq!(p.set("NCCL_IB_NOPE", "1"), Ok(false));
