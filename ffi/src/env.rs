@@ -116,19 +116,17 @@ impl fmt::Display for Note {
                 let kind = config::find(name).map(|v| v.kind);
                 write!(f, "ignoring {name}={value:?}: {reason}")?;
                 if let Some(k) = kind {
-                    write!(f, " (expected {})", Values(k))?;
+                    // README's markdown escapes the word separator; a log line does not.
+                    let expected = Values(k).to_string().replace("\\|", "|");
+                    write!(f, " (expected {expected})")?;
                 }
                 f.write_str("; the default stands")
             }
-            Self::Refused { name, value, why } => {
-                let d = config::find(name).map_or("", |v| v.shown_default());
-                write!(f, "{name}={value:?} refused: {}; ibnet goes on as ", why.text())?;
-                if d.is_empty() {
-                    f.write_str("without it")
-                } else {
-                    write!(f, "with its default ({d})")
-                }
-            }
+            Self::Refused { name, value, why } => write!(
+                f,
+                "{name}={value:?} refused: {}; ibnet goes on as if it were unset",
+                why.text()
+            ),
             Self::HcaEntry {
                 value,
                 entry,
@@ -188,6 +186,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ibnet_ibverbs_path_wins_over_nccl_ibverbs_lib() {
+        // The only test of this binary that touches these two variables.
+        std::env::set_var("NCCL_IBVERBS_LIB", "/a/libibverbs.so.1");
+        std::env::set_var("IBNET_IBVERBS_PATH", "  ");
+        assert_eq!(
+            ibverbs_lib(),
+            Some(("NCCL_IBVERBS_LIB", "/a/libibverbs.so.1".into())),
+            "blanks count as unset"
+        );
+        std::env::set_var("IBNET_IBVERBS_PATH", "/b/libibverbs.so");
+        assert_eq!(
+            ibverbs_lib(),
+            Some(("IBNET_IBVERBS_PATH", "/b/libibverbs.so".into()))
+        );
+        std::env::remove_var("NCCL_IBVERBS_LIB");
+        std::env::remove_var("IBNET_IBVERBS_PATH");
+        assert_eq!(ibverbs_lib(), None);
+    }
+
+    #[test]
     fn notes_say_what_and_the_default() {
         let m = Note::Malformed {
             name: "NCCL_IB_TIMEOUT",
@@ -205,7 +223,13 @@ mod tests {
             why: Why::Mlx5Only,
         };
         assert!(r.to_string().starts_with("NCCL_IB_OOO_RQ=\"1\" refused: an mlx5-only"));
-        assert!(r.to_string().ends_with("with its default (0)"), "{r}");
+        assert!(r.to_string().ends_with("as if it were unset"), "{r}");
+        let w = Note::Malformed {
+            name: "NCCL_IB_RAIL_POLICY",
+            value: "ROUND".into(),
+            reason: "unrecognized value",
+        };
+        assert!(w.to_string().contains("(expected `CX` | `NONE` |"), "{w}");
         assert!(!Note::Set {
             name: "NCCL_IB_TIMEOUT",
             value: "3".into()
