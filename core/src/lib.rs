@@ -35,13 +35,13 @@
 #![warn(missing_docs)]
 
 pub mod comm;
+pub mod config;
 pub mod error;
 pub mod fifo;
 pub mod fused;
 pub mod handshake;
 pub mod hca;
 pub mod mr_cache;
-pub mod config;
 pub mod params;
 pub mod provider;
 pub mod proxy;

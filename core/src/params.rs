@@ -266,7 +266,6 @@ pub struct Params {
     pub soft_faults_dev: Option<u8>,
 }
 
-
 impl Default for Params {
     /// The table's defaults: each plugin variable's declared default applied through
     /// [`Params::set`] over [`Params::unset`] (a test checks that every one applies).
@@ -402,7 +401,9 @@ impl Params {
                 self.ib_hca = heapless::String::try_from(t).map_err(|_| "too long")?;
                 self.hca = HcaFilter::parse(t);
             }
-            "NCCL_IB_ADDR_FAMILY" => self.ib_addr_family = AddrFamily::parse(text()?).ok_or(KIND)?,
+            "NCCL_IB_ADDR_FAMILY" => {
+                self.ib_addr_family = AddrFamily::parse(text()?).ok_or(KIND)?
+            }
             "NCCL_IB_ADDR_RANGE" => self.ib_addr_range = Some(AddrRange::parse(text()?)?),
             _ => return Ok(false),
         }

@@ -48,7 +48,10 @@ fn every_variable_readme_names_in_its_table_is_declared_and_vice_versa() {
         .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
         .collect();
     for n in &named {
-        assert!(config::find(n).is_some(), "README lists {n}, the table does not");
+        assert!(
+            config::find(n).is_some(),
+            "README lists {n}, the table does not"
+        );
     }
     for v in config::all() {
         let row = section

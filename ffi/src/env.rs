@@ -34,7 +34,10 @@ pub fn var(name: &str) -> Option<String> {
 
 /// [`var`] as the bytes the environment holds (paths).
 pub fn var_os(name: &str) -> Option<OsString> {
-    debug_assert!(config::find(name).is_some(), "{name} is not in ibnet_core::config");
+    debug_assert!(
+        config::find(name).is_some(),
+        "{name} is not in ibnet_core::config"
+    );
     config::find(name)?;
     std::env::var_os(name).filter(|v| !v.to_string_lossy().trim().is_empty())
 }
@@ -222,7 +225,9 @@ mod tests {
             value: "1".into(),
             why: Why::Mlx5Only,
         };
-        assert!(r.to_string().starts_with("NCCL_IB_OOO_RQ=\"1\" refused: an mlx5-only"));
+        assert!(r
+            .to_string()
+            .starts_with("NCCL_IB_OOO_RQ=\"1\" refused: an mlx5-only"));
         assert!(r.to_string().ends_with("as if it were unset"), "{r}");
         let w = Note::Malformed {
             name: "NCCL_IB_RAIL_POLICY",

@@ -16,8 +16,18 @@ use nccl_net_ibnet::nccl::types::ncclResult_t;
 /// (variable, value, WARNs naming it, a word the WARN must carry).
 const ROWS: &[(&str, &str, usize, &str)] = &[
     // Set to a value ibnet won't honour: one WARN each, saying why.
-    ("NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS", "1", 1, "not honoured"),
-    ("NCCL_IB_RECEIVER_SIDE_MATCHING_SCHEME", "1", 1, "not honoured"),
+    (
+        "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS",
+        "1",
+        1,
+        "not honoured",
+    ),
+    (
+        "NCCL_IB_RECEIVER_SIDE_MATCHING_SCHEME",
+        "1",
+        1,
+        "not honoured",
+    ),
     ("NCCL_IB_OOO_RQ", "1", 1, "mlx5"),
     ("NCCL_IB_SUBNET_AWARE_ROUTING", "1", 1, "not implemented"),
     ("NCCL_IB_SUBNET_PREFIX_LEN", "16", 1, "not implemented"),

@@ -169,7 +169,14 @@ mod tests {
     fn the_callers_reader_is_used_and_the_default_reads_nothing() {
         let env = Env::Lookup(|k| (k == "IBNET_GPU").then(|| "none".to_string()));
         assert_eq!(env.get("IBNET_GPU").as_deref(), Some("none"));
-        assert_eq!(env.int_param("NCCL_DMABUF_ENABLE", 1).source, ParamSource::Default);
-        assert_eq!(Env::default().get("PATH"), None, "never the process environment");
+        assert_eq!(
+            env.int_param("NCCL_DMABUF_ENABLE", 1).source,
+            ParamSource::Default
+        );
+        assert_eq!(
+            Env::default().get("PATH"),
+            None,
+            "never the process environment"
+        );
     }
 }

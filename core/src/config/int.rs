@@ -42,4 +42,3 @@ pub fn parse_int(s: &str) -> core::result::Result<i64, &'static str> {
         i64::try_from(mag).map_err(|_| "number does not fit in 64 bits")
     }
 }
-

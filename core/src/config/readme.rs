@@ -16,7 +16,10 @@ pub struct Table;
 
 impl Display for Table {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
-        writeln!(f, "| variable | since | default | values | what ibnet does |")?;
+        writeln!(
+            f,
+            "| variable | since | default | values | what ibnet does |"
+        )?;
         writeln!(f, "| --- | --- | --- | --- | --- |")?;
         for v in super::all() {
             writeln!(f, "{}", Row(v))?;
@@ -54,9 +57,7 @@ pub struct Values(pub Kind);
 impl Display for Values {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         match self.0 {
-            Kind::Int { min, max } if min == i64::MIN && max == i64::MAX => {
-                f.write_str("integer")
-            }
+            Kind::Int { min, max } if min == i64::MIN && max == i64::MAX => f.write_str("integer"),
             Kind::Int { min, max } if max == i64::MAX => write!(f, "≥ {min}"),
             Kind::Int { min, max } => write!(f, "{min}..={max}"),
             Kind::Flag => f.write_str("0/1"),

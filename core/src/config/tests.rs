@@ -35,7 +35,10 @@ fn kinds_parse_as_nccl_reads_and_refuse_the_rest() {
     assert_eq!(int.parse(" 0x1F "), Ok(Value::Int(31)));
     assert_eq!(int.parse("-1"), Ok(Value::Int(-1)));
     assert_eq!(int.parse("32"), Err("out of range"));
-    assert_eq!(int.parse("12abc"), Err("trailing characters after the number"));
+    assert_eq!(
+        int.parse("12abc"),
+        Err("trailing characters after the number")
+    );
     assert_eq!(int.parse("  "), Err("empty value"));
     assert_eq!(Kind::Flag.parse("7"), Ok(Value::Flag(true)));
     assert_eq!(Kind::Flag.parse("yes"), Err("not a number"));
@@ -58,19 +61,32 @@ fn a_refused_variable_is_refused_only_off_the_values_ibnet_behaves_like() {
         f("NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS", "1"),
         Ok(Some(Why::OwnScheme))
     );
-    assert_eq!(f("NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS", "-3"), Err("out of range"));
+    assert_eq!(
+        f("NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS", "-3"),
+        Err("out of range")
+    );
     assert_eq!(f("NCCL_IB_SUBNET_PREFIX_LEN", "24"), Ok(None));
     assert_eq!(
         f("NCCL_IB_SUBNET_PREFIX_LEN", "16"),
         Ok(Some(Why::NotImplemented))
     );
     assert_eq!(f("NCCL_IB_RAIL_POLICY", "NONE"), Ok(None));
-    assert_eq!(f("NCCL_IB_RAIL_POLICY", "CX9_FLIP"), Ok(Some(Why::NotPublic)));
+    assert_eq!(
+        f("NCCL_IB_RAIL_POLICY", "CX9_FLIP"),
+        Ok(Some(Why::NotPublic))
+    );
     assert_eq!(f("NCCL_IB_RAIL_POLICY", "ROUND"), Err("unrecognized value"));
-    assert_eq!(f("NCCL_IB_WQE_LATENCY_REPORT", "0"), Ok(Some(Why::NotPublic)));
+    assert_eq!(
+        f("NCCL_IB_WQE_LATENCY_REPORT", "0"),
+        Ok(Some(Why::NotPublic))
+    );
     assert_eq!(f("NCCL_IB_DATA_DIRECT", "0"), Ok(None));
     assert_eq!(f("NCCL_IB_DATA_DIRECT", "1"), Ok(Some(Why::Mlx5Only)));
-    assert_eq!(f("NCCL_IB_TIMEOUT", "3"), Ok(None), "not a refused variable");
+    assert_eq!(
+        f("NCCL_IB_TIMEOUT", "3"),
+        Ok(None),
+        "not a refused variable"
+    );
 }
 
 #[test]
@@ -97,7 +113,10 @@ fn issue_28_variables_are_all_declared() {
         "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX",
     ] {
         let v = find(n).unwrap_or_else(|| panic!("{n} not declared"));
-        assert!(matches!(v.since, Since::Nccl(27..) | Since::NcclBinary(..)), "{n}");
+        assert!(
+            matches!(v.since, Since::Nccl(27..) | Since::NcclBinary(..)),
+            "{n}"
+        );
     }
     assert_eq!(find("NCCL_NO_SUCH"), None);
 }

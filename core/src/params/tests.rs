@@ -76,7 +76,12 @@ fn every_plugin_variable_of_the_table_is_settable() {
         }
     }
     // Read by someone else than the plugin: not Params'.
-    for n in ["IBNET_SOFT_WORKERS", "NCCL_IBVERBS_LIB", "IBNET_GPU", "NCCL_IB_OOO_RQ"] {
+    for n in [
+        "IBNET_SOFT_WORKERS",
+        "NCCL_IBVERBS_LIB",
+        "IBNET_GPU",
+        "NCCL_IB_OOO_RQ",
+    ] {
         assert_eq!(Params::default().set(n, "1"), Ok(false), "{n}");
     }
     let mut p = Params::default();

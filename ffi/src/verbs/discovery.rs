@@ -96,7 +96,10 @@ mod tests {
     #[test]
     fn the_slice_mirrors_the_params() {
         let d = Discovery::default();
-        assert_eq!((d.gid_index, d.adaptive_routing, d.relaxed_ordering), (-1, -2, 2));
+        assert_eq!(
+            (d.gid_index, d.adaptive_routing, d.relaxed_ordering),
+            (-1, -2, 2)
+        );
         assert!(d.device_pci_order && d.query_port_speed, "NCCL's defaults");
         let mut p = Params::default();
         for (n, v) in [

@@ -96,8 +96,8 @@ fn open() -> Result<*mut c_void, String> {
     let mut names: Vec<std::ffi::CString> = Vec::new();
     if let Some((var, p)) = named_path() {
         use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(p.as_bytes())
-            .map_err(|_| format!("{var} holds a NUL byte"))?;
+        let c =
+            std::ffi::CString::new(p.as_bytes()).map_err(|_| format!("{var} holds a NUL byte"))?;
         names.push(c);
     } else {
         names.push(c"libibverbs.so.1".into());

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ibnet_core::params::ProviderKind as ProviderChoice;
-use ibnet_ffi::verbs::discovery::Discovery as Config;
 use ibnet_ffi::verbs::device::{self, VerbsDev};
+use ibnet_ffi::verbs::discovery::Discovery as Config;
 use ibnet_tools::net::Plugin;
 use ibnet_tools::{errln, locate, log, out, outln, Error};
 

@@ -160,20 +160,18 @@ fn load(path: &std::path::Path) -> Result<(Plugin, i32, Option<String>), Error> 
     let mut note = None;
     if p.is_ibnet() {
         // Set to nothing counts as unset, as the plugin reads it.
-        note = Some(
-            match ibnet_ffi::env::var("IBNET_PROVIDER") {
-                Some(v) => format!("{v} (IBNET_PROVIDER)"),
-                None => match rdma_nic() {
-                    Ok(n) => format!("auto: verbs ({n} port(s))"),
-                    Err(why) => {
-                        // Single-threaded here (no peer, no progress bar yet); the loopback peer
-                        // inherits the variable. Decided before `init`, which reads it.
-                        std::env::set_var("IBNET_PROVIDER", "soft");
-                        format!("soft (IBNET_PROVIDER=soft set by ibnet-perf: no RDMA NIC: {why})")
-                    }
-                },
+        note = Some(match ibnet_ffi::env::var("IBNET_PROVIDER") {
+            Some(v) => format!("{v} (IBNET_PROVIDER)"),
+            None => match rdma_nic() {
+                Ok(n) => format!("auto: verbs ({n} port(s))"),
+                Err(why) => {
+                    // Single-threaded here (no peer, no progress bar yet); the loopback peer
+                    // inherits the variable. Decided before `init`, which reads it.
+                    std::env::set_var("IBNET_PROVIDER", "soft");
+                    format!("soft (IBNET_PROVIDER=soft set by ibnet-perf: no RDMA NIC: {why})")
+                }
             },
-        );
+        });
     }
     p.init()?;
     let n = p.devices()?;
