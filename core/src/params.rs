@@ -268,7 +268,7 @@ pub struct Params {
 
 impl Default for Params {
     /// The table's defaults: each plugin variable's declared default applied through
-    /// [`Params::set`] over [`Params::unset`] (a test checks that every one applies).
+    /// [`Params::set`] over every field unset (a test checks that every one applies).
     fn default() -> Self {
         let mut p = Self::unset();
         for v in config::all().filter(|v| v.reader == Reader::Plugin && !v.default.is_empty()) {

@@ -2,10 +2,10 @@
 //! `NCCL_DMABUF_ENABLE` and `NCCL_IB_PCI_RELAXED_ORDERING`, declared in [`super::nccl_ib`],
 //! which it reads again with RCCL's per-runtime defaults).
 
-use super::Kind::{Int, Path, Word};
-use super::Reader::Gpu;
-use super::Since::{Ibnet, Rccl};
-use super::Var;
+use super::var::Kind::{Int, Path, Word};
+use super::var::Reader::Gpu;
+use super::var::Since::{Ibnet, Rccl};
+use super::var::Var;
 
 /// The GPU runtime's variables, in README's order.
 pub const VARS: &[Var] = &[

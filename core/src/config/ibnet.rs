@@ -1,10 +1,10 @@
 //! ibnet's own `IBNET_*` variables: the plugin's knobs (stored in `Params`), the libibverbs
 //! loader's, the logger's and the tools'.
 
-use super::Kind::{Flag, Int, Path, Word};
-use super::Reader::{Loader, Log, Tools};
-use super::Since::Ibnet;
-use super::Var;
+use super::var::Kind::{Flag, Int, Path, Word};
+use super::var::Reader::{Loader, Log, Tools};
+use super::var::Since::Ibnet;
+use super::var::Var;
 
 /// ibnet's own variables, in README's order.
 pub const VARS: &[Var] = &[

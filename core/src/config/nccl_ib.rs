@@ -1,13 +1,13 @@
 //! NCCL's variables: `NCCL_IB_*`, the bootstrap's `NCCL_SOCKET_*`, `NCCL_GDR_FLUSH_DISABLE`,
 //! `NCCL_DMABUF_ENABLE`, `NCCL_IBVERBS_LIB`, the 2.29/2.30 resiliency ones, and those 2.29–2.32
-//! added that ibnet refuses (one WARN naming each, [`super::Why`]). Defaults are NCCL 2.28's
+//! added that ibnet refuses (one WARN naming each, [`super::var::Why`]). Defaults are NCCL 2.28's
 //! (and 2.29–2.32's for the new ones), except where the doc line says otherwise.
 
-use super::Kind::{Flag, Int, Opaque, Path, Text, Word};
-use super::Reader::{Loader, Nccl, Refused};
-use super::Since::{Nccl as V, NcclBinary, NcclUpTo, Rccl};
-use super::Why::{Mlx5Only, NotImplemented, NotPublic, OwnScheme};
-use super::{Kind, Var};
+use super::var::Kind::{Flag, Int, Opaque, Path, Text, Word};
+use super::var::Reader::{Loader, Nccl, Refused};
+use super::var::Since::{Nccl as V, NcclBinary, NcclUpTo, Rccl};
+use super::var::Why::{Mlx5Only, NotImplemented, NotPublic, OwnScheme};
+use super::var::{Kind, Var};
 
 /// Longest accepted `NCCL_IB_HCA` value, in bytes.
 pub const HCA_MAX_LEN: usize = 512;

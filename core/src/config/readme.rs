@@ -4,7 +4,7 @@
 
 use core::fmt::{Display, Formatter, Result};
 
-use super::{Kind, Reader, Var};
+use super::var::{Kind, Reader, Var};
 
 /// The line before the table in README.md.
 pub const BEGIN: &str = "<!-- variables: generated from core/src/config; edit there -->";

@@ -1,11 +1,11 @@
 //! The soft provider's variables (`IBNET_SOFT_*`). `ibnet_soft::Config` parses them with
-//! these ranges ([`super::Kind::parse`]); its defaults depend on the host (cores, memory), so
+//! these ranges ([`super::var::Kind::parse`]); its defaults depend on the host (cores, memory), so
 //! they are computed there and only described here.
 
-use super::Kind::{Int, Text};
-use super::Reader::Soft;
-use super::Since::Ibnet;
-use super::Var;
+use super::var::Kind::{Int, Text};
+use super::var::Reader::Soft;
+use super::var::Since::Ibnet;
+use super::var::Var;
 
 /// The most soft devices one process opens (`IBNET_SOFT_DEVICES`).
 pub const MAX_DEVICES: i64 = 8;
