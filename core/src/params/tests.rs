@@ -408,3 +408,31 @@ fn error_names_variable() {
     core::fmt::write(&mut s, format_args!("{e}")).unwrap();
     assert!(s.starts_with("NCCL_IB_TIMEOUT: "), "{s}");
 }
+
+#[test]
+fn nccl_2_29_and_2_30_discovery_variables_parse_with_their_defaults_kept_on_error() {
+    let p = Params::default();
+    assert!(
+        p.device_pci_order() && p.query_port_speed(),
+        "NCCL's defaults: on"
+    );
+    assert!(!good("NCCL_IB_DEVICE_PCI_ORDER", "0").device_pci_order());
+    assert!(!good("NCCL_IB_QUERY_PORT_SPEED", " 0 ").query_port_speed());
+    for v in ["x", "1a", "", "0x"] {
+        bad("NCCL_IB_DEVICE_PCI_ORDER", v);
+        bad("NCCL_IB_QUERY_PORT_SPEED", v);
+    }
+    // ibnet's own knobs now live here too, with the table's ranges.
+    assert_eq!(good("IBNET_HANDSHAKE_TIMEOUT", "5").handshake_timeout_s, 5);
+    bad("IBNET_HANDSHAKE_TIMEOUT", "0");
+    assert_eq!(good("IBNET_STALL_WARN", "0").stall_warn_s, 0);
+    bad("IBNET_STALL_WARN", "-1");
+    assert_eq!(good("IBNET_SOFT_FAULTS_DEV", "7").soft_faults_dev, Some(7));
+    bad("IBNET_SOFT_FAULTS_DEV", "8");
+    bad("IBNET_SOFT_DEVICES", "9");
+    bad("IBNET_FORCE_FLUSH", "2");
+    assert_eq!(
+        (p.handshake_timeout_s, p.stall_warn_s, p.soft_devices),
+        (60, 60, 1)
+    );
+}
