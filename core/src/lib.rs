@@ -17,7 +17,8 @@
 //!  fused ─┬─ comm                one comm per rail: striped messages, rail failover
 //!         └─ fifo                failover notices ride the FIFO's publication protocol
 //!  mr_cache                     per-device, lock-free registration cache
-//!  params, hca                  NCCL's variables, typed; the `NCCL_IB_HCA` grammar
+//!  config                       the one table of environment variables (static data)
+//!  params, hca                  the plugin's variables, typed; the `NCCL_IB_HCA` grammar
 //!  sync                         the one facade for atomics (switches to loom)
 //! ```
 //!
@@ -36,6 +37,7 @@
 #![warn(missing_docs)]
 
 pub mod comm;
+pub mod config;
 pub mod error;
 pub mod fifo;
 pub mod fused;

@@ -1,12 +1,15 @@
-//! NCCL's IB variables (and ibnet's own `IBNET_*`), typed, with NCCL 2.28 defaults.
+//! The plugin's variables (NCCL's and ibnet's own `IBNET_*`), typed: the one value the plugin
+//! runs with.
 //!
-//! The core reads no environment. `ibnet-ffi` reads each name in [`Params::NAMES`] once and
-//! feeds the non-empty values to [`Params::set`]; a value that `set` rejects is logged as a WARN
-//! naming the variable, and the default stands (so an existing job's settings carry over, and a
-//! typo never aborts a job).
+//! Each variable is declared once, in [`crate::config`] (name, type, range, default, version,
+//! doc); this file holds where the plugin keeps its value. The core reads no environment.
+//! `ibnet-ffi`'s `env.rs` reads each declared plugin variable once and feeds the non-empty
+//! values to [`Params::set`], which parses them with the table's [`crate::config::Kind`]; a
+//! value that `set` rejects is logged as a WARN naming the variable, and the default stands (so
+//! an existing job's settings carry over, and a typo never aborts a job).
 //!
 //! ```text
-//!  ffi:  for name in Params::NAMES { if let Some(v) = getenv(name) { p.set(name, v) -> WARN on Err } }
+//!  ffi:  for v in config::all() (Plugin) { if let Some(s) = getenv(v.name) { p.set(v.name, s) -> WARN on Err } }
 //!  core: p.ib_timeout, p.adaptive_routing(link), p.sl(config_tc), p.hca_filter(), …
 //! ```
 //!
@@ -27,15 +30,17 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 use core::str::FromStr;
 
+use crate::config::{self, Reader, Value};
 use crate::error::{Error, Result};
 use crate::hca::HcaFilter;
 use crate::provider::{Gid, LinkLayer};
-use crate::wire::MAX_QPS;
 
-/// Longest accepted `NCCL_IB_HCA` value, in bytes.
-pub const HCA_MAX_LEN: usize = 512;
-/// Longest accepted `NCCL_SOCKET_IFNAME` value, in bytes.
-pub const IFNAME_MAX_LEN: usize = 256;
+pub use crate::config::nccl_ib::{HCA_MAX_LEN, IFNAME_MAX_LEN};
+pub use crate::config::parse_int;
+
+/// A value of another kind than the table declares (a table bug the tests catch).
+const KIND: &str = "value of the wrong kind for this variable";
+
 /// NCCL's "no traffic class in the comm config" (`NCCL_NET_TRAFFIC_CLASS_UNDEF`).
 pub const TRAFFIC_CLASS_UNDEF: i32 = -1;
 
@@ -145,7 +150,8 @@ pub enum ProviderKind {
     Auto,
 }
 
-/// Every tunable ibnet reads, typed. `Default` gives NCCL 2.28's defaults.
+/// Every variable the plugin stores, typed. `Default` gives the defaults the configuration
+/// table declares ([`crate::config`]).
 ///
 /// Fields are public for reading and for tests; [`Params::set`] is the validating way in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +190,7 @@ pub struct Params {
     pub ib_adaptive_routing: Option<bool>,
     /// `NCCL_IB_PCI_RELAXED_ORDERING` (default 2, auto).
     pub ib_pci_relaxed_ordering: RelaxedOrdering,
-    /// `NCCL_IB_QPS_PER_CONNECTION`, 1..=128 ([`MAX_QPS`]), default 1.
+    /// `NCCL_IB_QPS_PER_CONNECTION`, 1..=128 ([`crate::wire::MAX_QPS`]), default 1.
     pub ib_qps_per_connection: u8,
     /// `NCCL_IB_SPLIT_DATA_ON_QPS`: chunk each message over all QPs. Default off (NCCL ≥ 2.20;
     /// the seed has 1).
@@ -196,14 +202,6 @@ pub struct Params {
     /// `NCCL_IB_MERGE_NICS`: `makeVDevice` may fuse several physical devices into one virtual
     /// NIC (default on, as NCCL 2.28; off: a vNIC of more than one device is refused).
     pub ib_merge_nics: bool,
-    // --- wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED (lead: fold into the config table at merge) ---
-    /// `NCCL_IB_DEVICE_PCI_ORDER` (NCCL 2.29, default on): number verbs devices in PCI order
-    /// ([`crate::policy::order`]) instead of libibverbs' listing order.
-    pub ib_device_pci_order: bool,
-    /// `NCCL_IB_QUERY_PORT_SPEED` (NCCL 2.30, default on): a port's speed from
-    /// `ibv_query_port_speed` where libibverbs has it, else from speed × width.
-    pub ib_query_port_speed: bool,
-    // --- end wt-policy ---
     /// `NCCL_IB_WARN_RAIL_LOCAL`: one INFO line when a connection's accepting side finds the
     /// peer's physical device numbers are not its own, fused or not (default off, as NCCL 2.28).
     pub ib_warn_rail_local: bool,
@@ -239,280 +237,259 @@ pub struct Params {
     pub socket_family: Option<AddrFamily>,
     /// `IBNET_PROVIDER` (`verbs|soft|auto`, default `auto`).
     pub provider: ProviderKind,
+    /// `NCCL_IB_DEVICE_PCI_ORDER` (NCCL 2.29, default on): number devices in PCI-path order.
+    /// Read through [`Params::device_pci_order`] by verbs discovery.
+    pub ib_device_pci_order: bool,
+    /// `NCCL_IB_QUERY_PORT_SPEED` (NCCL 2.30, default on): take the port speed from
+    /// `ibv_query_port_speed`. Read through [`Params::query_port_speed`] by verbs discovery.
+    pub ib_query_port_speed: bool,
+    /// `IBNET_HANDSHAKE_TIMEOUT`: seconds a started handshake may stall before connect/accept
+    /// fail (default 60).
+    pub handshake_timeout_s: u64,
+    /// `IBNET_STALL_WARN`: seconds a data-path call may wait on a live peer before one WARN
+    /// names it; 0: never (default 60). A stall is no error: the wait goes on.
+    pub stall_warn_s: u64,
+    /// `IBNET_FORCE_FLUSH` (test and diagnosis): receive comms flush with an RDMA READ even
+    /// when no GPU-direct is in use, so `iflush` can be exercised on host memory.
+    pub force_flush: bool,
+    /// `IBNET_FAULT_RO_EINVAL` (tests only): act as if the driver refused a relaxed-ordering
+    /// registration with EINVAL, exercising the fallback to a plain registration.
+    pub fault_ro_einval: bool,
+    /// `IBNET_FAULT_MQP_ETIMEDOUT=N` (tests only): the first `N` `ibv_modify_qp` calls of the
+    /// process fail with ETIMEDOUT before reaching the driver, exercising the retry.
+    pub fault_mqp_etimedout: u32,
+    /// `IBNET_SOFT_DEVICES` (1..=8, default 1): with `IBNET_PROVIDER=soft`, open `soft0` ..
+    /// `soft{N-1}`, each its own provider instance (fused-NIC tests on one host).
+    pub soft_devices: u8,
+    /// `IBNET_SOFT_FAULTS_DEV=N` (tests only): `IBNET_SOFT_FAULTS` arms only `softN` (unset:
+    /// every soft device), so one rail of a fused NIC can fail.
+    pub soft_faults_dev: Option<u8>,
 }
 
 impl Default for Params {
+    /// The table's defaults: each plugin variable's declared default applied through
+    /// [`Params::set`] over every field unset (a test checks that every one applies).
     fn default() -> Self {
+        let mut p = Self::unset();
+        for v in config::all().filter(|v| v.reader == Reader::Plugin && !v.default.is_empty()) {
+            let _ = p.set(v.name, v.default);
+        }
+        p
+    }
+}
+
+impl Params {
+    /// Every field at its "unset" value (empty, `None`, false, 0); [`Params::default`] then
+    /// applies the table's defaults.
+    fn unset() -> Self {
         Self {
             ib_hca: heapless::String::new(),
             hca: HcaFilter::default(),
             ib_gid_index: None,
-            ib_roce_version_num: 2,
+            ib_roce_version_num: 0,
             ib_addr_family: AddrFamily::Inet,
             ib_addr_range: None,
-            ib_timeout: 20,
-            ib_retry_cnt: 7,
+            ib_timeout: 0,
+            ib_retry_cnt: 0,
             ib_pkey: 0,
             ib_use_inline: false,
             ib_sl: None,
             ib_tc: None,
             ib_fifo_tc: None,
-            ib_ar_threshold: 8192,
+            ib_ar_threshold: 0,
             ib_adaptive_routing: None,
-            ib_pci_relaxed_ordering: RelaxedOrdering::Auto,
-            ib_qps_per_connection: 1,
+            ib_pci_relaxed_ordering: RelaxedOrdering::Off,
+            ib_qps_per_connection: 0,
             ib_split_data_on_qps: false,
             ib_disable: false,
-            ib_merge_vfs: true,
-            ib_merge_nics: true,
-            // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
-            ib_device_pci_order: true,
-            ib_query_port_speed: true,
+            ib_merge_vfs: false,
+            ib_merge_nics: false,
             ib_warn_rail_local: false,
             ib_sock_client_port_reuse: false,
             ib_sock_server_port_reuse: false,
-            ib_return_async_events: true,
-            ib_ece_enable: true,
+            ib_return_async_events: false,
+            ib_ece_enable: false,
             ib_mqp_retry_all: false,
-            ib_mqp_retry_cnt: 34,
-            ib_mqp_retry_sleep_msec: 100,
-            ib_routable_flid_gid_index: 1,
+            ib_mqp_retry_cnt: 0,
+            ib_mqp_retry_sleep_msec: 0,
+            ib_routable_flid_gid_index: 0,
             gdr_flush_disable: false,
-            dmabuf_enable: true,
+            dmabuf_enable: false,
             socket_ifname: heapless::String::new(),
             ifname: HcaFilter::default(),
             socket_family: None,
             provider: ProviderKind::Auto,
+            ib_device_pci_order: false,
+            ib_query_port_speed: false,
+            handshake_timeout_s: 0,
+            stall_warn_s: 0,
+            force_flush: false,
+            fault_ro_einval: false,
+            fault_mqp_etimedout: 0,
+            soft_devices: 0,
+            soft_faults_dev: None,
         }
     }
-}
-
-/// Which field a name sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    IbHca,
-    IbGidIndex,
-    IbRoceVersionNum,
-    IbAddrFamily,
-    IbAddrRange,
-    IbTimeout,
-    IbRetryCnt,
-    IbPkey,
-    IbUseInline,
-    IbSl,
-    IbTc,
-    IbFifoTc,
-    IbArThreshold,
-    IbAdaptiveRouting,
-    IbPciRelaxedOrdering,
-    IbQpsPerConnection,
-    IbSplitDataOnQps,
-    IbDisable,
-    IbMergeVfs,
-    // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
-    IbDevicePciOrder,
-    IbQueryPortSpeed,
-    IbMergeNics,
-    IbWarnRailLocal,
-    IbSockClientPortReuse,
-    IbSockServerPortReuse,
-    IbReturnAsyncEvents,
-    IbEceEnable,
-    IbMqpRetryAll,
-    IbMqpRetryCnt,
-    IbMqpRetrySleepMsec,
-    IbRoutableFlidGidIndex,
-    GdrFlushDisable,
-    DmabufEnable,
-    SocketIfname,
-    SocketFamily,
-    Provider,
-}
-
-/// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 36] = [
-    ("NCCL_IB_HCA", Field::IbHca),
-    ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
-    ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
-    ("NCCL_IB_ADDR_FAMILY", Field::IbAddrFamily),
-    ("NCCL_IB_ADDR_RANGE", Field::IbAddrRange),
-    ("NCCL_IB_TIMEOUT", Field::IbTimeout),
-    ("NCCL_IB_RETRY_CNT", Field::IbRetryCnt),
-    ("NCCL_IB_PKEY", Field::IbPkey),
-    ("NCCL_IB_USE_INLINE", Field::IbUseInline),
-    ("NCCL_IB_SL", Field::IbSl),
-    ("NCCL_IB_TC", Field::IbTc),
-    ("NCCL_IB_FIFO_TC", Field::IbFifoTc),
-    ("NCCL_IB_AR_THRESHOLD", Field::IbArThreshold),
-    ("NCCL_IB_ADAPTIVE_ROUTING", Field::IbAdaptiveRouting),
-    ("NCCL_IB_PCI_RELAXED_ORDERING", Field::IbPciRelaxedOrdering),
-    ("NCCL_IB_QPS_PER_CONNECTION", Field::IbQpsPerConnection),
-    ("NCCL_IB_SPLIT_DATA_ON_QPS", Field::IbSplitDataOnQps),
-    ("NCCL_IB_DISABLE", Field::IbDisable),
-    ("NCCL_IB_MERGE_VFS", Field::IbMergeVfs),
-    // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
-    ("NCCL_IB_DEVICE_PCI_ORDER", Field::IbDevicePciOrder),
-    ("NCCL_IB_QUERY_PORT_SPEED", Field::IbQueryPortSpeed),
-    ("NCCL_IB_MERGE_NICS", Field::IbMergeNics),
-    ("NCCL_IB_WARN_RAIL_LOCAL", Field::IbWarnRailLocal),
-    (
-        "NCCL_IB_SOCK_CLIENT_PORT_REUSE",
-        Field::IbSockClientPortReuse,
-    ),
-    (
-        "NCCL_IB_SOCK_SERVER_PORT_REUSE",
-        Field::IbSockServerPortReuse,
-    ),
-    ("NCCL_IB_RETURN_ASYNC_EVENTS", Field::IbReturnAsyncEvents),
-    ("NCCL_IB_ECE_ENABLE", Field::IbEceEnable),
-    ("NCCL_IB_MQP_RETRY_ALL", Field::IbMqpRetryAll),
-    ("NCCL_IB_MQP_RETRY_CNT", Field::IbMqpRetryCnt),
-    ("NCCL_IB_MQP_RETRY_SLEEP_MSEC", Field::IbMqpRetrySleepMsec),
-    (
-        "NCCL_IB_ROUTABLE_FLID_GID_INDEX",
-        Field::IbRoutableFlidGidIndex,
-    ),
-    ("NCCL_GDR_FLUSH_DISABLE", Field::GdrFlushDisable),
-    ("NCCL_DMABUF_ENABLE", Field::DmabufEnable),
-    ("NCCL_SOCKET_IFNAME", Field::SocketIfname),
-    ("NCCL_SOCKET_FAMILY", Field::SocketFamily),
-    ("IBNET_PROVIDER", Field::Provider),
-];
-
-const fn names() -> [&'static str; FIELDS.len()] {
-    let mut out = [""; FIELDS.len()];
-    let mut i = 0;
-    while i < FIELDS.len() {
-        out[i] = FIELDS[i].0;
-        i += 1;
-    }
-    out
-}
-
-impl Params {
-    /// Every variable [`Params::set`] knows, so `ffi` can read each one exactly once.
-    pub const NAMES: [&'static str; FIELDS.len()] = names();
 
     /// Sets the variable `name` from its string `value`.
     ///
-    /// Returns `Ok(true)` when set, `Ok(false)` when `name` is not a variable ibnet knows (the
-    /// params are unchanged), and [`Error::Param`] naming the variable when `value` is
-    /// malformed: empty, not a number, trailing junk, out of range, too long, or not one of
-    /// the accepted words. On error the field keeps its previous value.
+    /// Returns `Ok(true)` when set, `Ok(false)` when `name` is not a variable the plugin
+    /// stores (not in [`crate::config`], or read by someone else: the params are unchanged),
+    /// and [`Error::Param`] naming the variable when `value` is malformed: empty, not a
+    /// number, trailing junk, out of the table's range, too long, or not one of the accepted
+    /// words. On error the field keeps its previous value.
     ///
     /// NCCL treats an empty variable as unset; callers should skip empty values. `set`
     /// rejects them so that a caller which passes one learns about it.
     pub fn set(&mut self, name: &str, value: &str) -> Result<bool> {
-        let Some(&(name, field)) = FIELDS.iter().find(|(n, _)| *n == name) else {
+        let Some(var) = config::find(name).filter(|v| v.reader == Reader::Plugin) else {
             return Ok(false);
         };
+        let name = var.name;
         let err = |reason| Error::Param { name, reason };
-        let v = value.trim_matches(|c: char| c.is_ascii_whitespace());
-        if v.is_empty() {
-            return Err(err("empty value"));
-        }
-        let int = |min: i64, max: i64, range: &'static str| -> Result<i64> {
-            let x = parse_int(v).map_err(err)?;
-            if x < min || x > max {
-                return Err(err(range));
-            }
-            Ok(x)
+        let v = var.kind.parse(value).map_err(err)?;
+        // A declared plugin variable that no `store_*` knows (the resiliency ones, which the
+        // failover work stores) is accepted after its check: nothing is refused twice.
+        let _stored = self.store_ib(name, v).map_err(err)?
+            || self.store_qp(name, v).map_err(err)?
+            || self.store_other(name, v).map_err(err)?;
+        Ok(true)
+    }
+
+    /// The device-selection and addressing variables. `Ok(false)`: not one of them.
+    fn store_ib(&mut self, name: &str, v: Value<'_>) -> core::result::Result<bool, &'static str> {
+        let Some(int) = v.int() else {
+            return self.store_ib_text(name, v);
         };
-        let flag = || -> Result<bool> { Ok(parse_int(v).map_err(err)? != 0) };
-        // "auto" sentinel -1, else 0..=max.
-        let auto = |max: i64, range: &'static str| -> Result<Option<u8>> {
-            let x = int(-1, max, range)?;
-            Ok(u8::try_from(x).ok())
-        };
-        match field {
-            Field::IbHca => {
-                // Never an error but for its length: entries that are not well formed are
-                // `self.hca.malformed()`, each reported once by ffi, and the rest applies.
-                self.ib_hca =
-                    heapless::String::try_from(v).map_err(|_| err("longer than 512 bytes"))?;
-                self.hca = HcaFilter::parse(v);
-            }
-            Field::IbGidIndex => self.ib_gid_index = auto(255, "must be -1 (auto) or 0..=255")?,
-            Field::IbRoceVersionNum => {
-                self.ib_roce_version_num = int(1, 2, "must be 1 or 2")? as u8;
-            }
-            Field::IbAddrFamily => {
-                self.ib_addr_family =
-                    AddrFamily::parse(v).ok_or(err("must be AF_INET or AF_INET6"))?;
-            }
-            Field::IbAddrRange => self.ib_addr_range = Some(AddrRange::parse(v).map_err(err)?),
-            Field::IbTimeout => self.ib_timeout = int(0, 31, "must be in 0..=31")? as u8,
-            Field::IbRetryCnt => self.ib_retry_cnt = int(0, 7, "must be in 0..=7")? as u8,
-            Field::IbPkey => self.ib_pkey = int(0, 0xFFFF, "must be in 0..=65535")? as u16,
-            Field::IbUseInline => self.ib_use_inline = flag()?,
-            Field::IbSl => self.ib_sl = auto(15, "must be -1 (auto) or 0..=15")?,
-            Field::IbTc => self.ib_tc = auto(255, "must be -1 (auto) or 0..=255")?,
-            Field::IbFifoTc => self.ib_fifo_tc = auto(255, "must be -1 (auto) or 0..=255")?,
-            Field::IbArThreshold => {
-                self.ib_ar_threshold = int(0, i64::MAX, "must not be negative")? as u64;
-            }
-            Field::IbAdaptiveRouting => {
-                self.ib_adaptive_routing = match parse_int(v).map_err(err)? {
-                    -2 => None,
-                    x => Some(x != 0),
-                };
-            }
-            Field::IbPciRelaxedOrdering => {
-                self.ib_pci_relaxed_ordering = match int(0, 2, "must be 0, 1 or 2")? {
+        match name {
+            "NCCL_IB_GID_INDEX" => self.ib_gid_index = u8::try_from(int).ok(),
+            "NCCL_IB_ROCE_VERSION_NUM" => self.ib_roce_version_num = int as u8,
+            "NCCL_IB_PKEY" => self.ib_pkey = int as u16,
+            "NCCL_IB_DISABLE" => self.ib_disable = int != 0,
+            "NCCL_IB_MERGE_VFS" => self.ib_merge_vfs = int != 0,
+            "NCCL_IB_MERGE_NICS" => self.ib_merge_nics = int != 0,
+            "NCCL_IB_WARN_RAIL_LOCAL" => self.ib_warn_rail_local = int != 0,
+            "NCCL_IB_DEVICE_PCI_ORDER" => self.ib_device_pci_order = int != 0,
+            "NCCL_IB_QUERY_PORT_SPEED" => self.ib_query_port_speed = int != 0,
+            "NCCL_IB_ROUTABLE_FLID_GID_INDEX" => self.ib_routable_flid_gid_index = int as u8,
+            "NCCL_IB_PCI_RELAXED_ORDERING" => {
+                self.ib_pci_relaxed_ordering = match int {
                     0 => RelaxedOrdering::Off,
                     1 => RelaxedOrdering::On,
                     _ => RelaxedOrdering::Auto,
                 };
             }
-            Field::IbQpsPerConnection => {
-                self.ib_qps_per_connection = int(1, MAX_QPS as i64, "must be in 1..=128")? as u8;
-            }
-            Field::IbSplitDataOnQps => self.ib_split_data_on_qps = flag()?,
-            Field::IbDisable => self.ib_disable = flag()?,
-            Field::IbMergeVfs => self.ib_merge_vfs = flag()?,
-            // wt-policy: NCCL_IB_DEVICE_PCI_ORDER / NCCL_IB_QUERY_PORT_SPEED.
-            Field::IbDevicePciOrder => self.ib_device_pci_order = flag()?,
-            Field::IbQueryPortSpeed => self.ib_query_port_speed = flag()?,
-            Field::IbMergeNics => self.ib_merge_nics = flag()?,
-            Field::IbWarnRailLocal => self.ib_warn_rail_local = flag()?,
-            Field::IbSockClientPortReuse => self.ib_sock_client_port_reuse = flag()?,
-            Field::IbSockServerPortReuse => self.ib_sock_server_port_reuse = flag()?,
-            Field::IbReturnAsyncEvents => self.ib_return_async_events = flag()?,
-            Field::IbEceEnable => self.ib_ece_enable = flag()?,
-            Field::IbMqpRetryAll => self.ib_mqp_retry_all = flag()?,
-            Field::IbMqpRetryCnt => {
-                self.ib_mqp_retry_cnt =
-                    int(0, u32::MAX.into(), "must be in 0..=4294967295")? as u32;
-            }
-            Field::IbMqpRetrySleepMsec => {
-                self.ib_mqp_retry_sleep_msec =
-                    int(0, u32::MAX.into(), "must be in 0..=4294967295")? as u32;
-            }
-            Field::IbRoutableFlidGidIndex => {
-                self.ib_routable_flid_gid_index = int(0, 255, "must be in 0..=255")? as u8;
-            }
-            Field::GdrFlushDisable => self.gdr_flush_disable = flag()?,
-            Field::DmabufEnable => self.dmabuf_enable = flag()?,
-            Field::SocketIfname => {
-                let f = HcaFilter::parse_names(v)?;
-                self.socket_ifname =
-                    heapless::String::try_from(v).map_err(|_| err("longer than 256 bytes"))?;
-                self.ifname = f;
-            }
-            Field::SocketFamily => {
-                self.socket_family =
-                    Some(AddrFamily::parse(v).ok_or(err("must be AF_INET or AF_INET6"))?);
-            }
-            Field::Provider => {
-                self.provider = match v {
-                    "verbs" => ProviderKind::Verbs,
-                    "soft" => ProviderKind::Soft,
-                    "auto" => ProviderKind::Auto,
-                    _ => return Err(err("must be verbs, soft or auto")),
-                };
-            }
+            "NCCL_DMABUF_ENABLE" => self.dmabuf_enable = int != 0,
+            "NCCL_GDR_FLUSH_DISABLE" => self.gdr_flush_disable = int != 0,
+            _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// The device-selection variables written as text. `Ok(false)`: not one of them.
+    fn store_ib_text(
+        &mut self,
+        name: &str,
+        v: Value<'_>,
+    ) -> core::result::Result<bool, &'static str> {
+        let text = || v.text().ok_or(KIND);
+        match name {
+            "NCCL_IB_HCA" => {
+                // Never an error but for its length: entries that are not well formed are
+                // `self.hca.malformed()`, each reported once by ffi, and the rest applies.
+                let t = text()?;
+                self.ib_hca = heapless::String::try_from(t).map_err(|_| "too long")?;
+                self.hca = HcaFilter::parse(t);
+            }
+            "NCCL_IB_ADDR_FAMILY" => {
+                self.ib_addr_family = AddrFamily::parse(text()?).ok_or(KIND)?
+            }
+            "NCCL_IB_ADDR_RANGE" => self.ib_addr_range = Some(AddrRange::parse(text()?)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The QP and data-path variables. `Ok(false)`: not one of them.
+    fn store_qp(&mut self, name: &str, v: Value<'_>) -> core::result::Result<bool, &'static str> {
+        let Some(int) = v.int() else {
+            return Ok(false);
+        };
+        match name {
+            "NCCL_IB_TIMEOUT" => self.ib_timeout = int as u8,
+            "NCCL_IB_RETRY_CNT" => self.ib_retry_cnt = int as u8,
+            "NCCL_IB_USE_INLINE" => self.ib_use_inline = int != 0,
+            "NCCL_IB_SL" => self.ib_sl = u8::try_from(int).ok(),
+            "NCCL_IB_TC" => self.ib_tc = u8::try_from(int).ok(),
+            "NCCL_IB_FIFO_TC" => self.ib_fifo_tc = u8::try_from(int).ok(),
+            "NCCL_IB_AR_THRESHOLD" => self.ib_ar_threshold = int as u64,
+            "NCCL_IB_ADAPTIVE_ROUTING" => {
+                self.ib_adaptive_routing = (int != -2).then_some(int != 0);
+            }
+            "NCCL_IB_QPS_PER_CONNECTION" => self.ib_qps_per_connection = int as u8,
+            "NCCL_IB_SPLIT_DATA_ON_QPS" => self.ib_split_data_on_qps = int != 0,
+            "NCCL_IB_SOCK_CLIENT_PORT_REUSE" => self.ib_sock_client_port_reuse = int != 0,
+            "NCCL_IB_SOCK_SERVER_PORT_REUSE" => self.ib_sock_server_port_reuse = int != 0,
+            "NCCL_IB_RETURN_ASYNC_EVENTS" => self.ib_return_async_events = int != 0,
+            "NCCL_IB_ECE_ENABLE" => self.ib_ece_enable = int != 0,
+            "NCCL_IB_MQP_RETRY_ALL" => self.ib_mqp_retry_all = int != 0,
+            "NCCL_IB_MQP_RETRY_CNT" => self.ib_mqp_retry_cnt = int as u32,
+            "NCCL_IB_MQP_RETRY_SLEEP_MSEC" => self.ib_mqp_retry_sleep_msec = int as u32,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The bootstrap's and ibnet's own variables. `Ok(false)`: not one of them.
+    fn store_other(
+        &mut self,
+        name: &str,
+        v: Value<'_>,
+    ) -> core::result::Result<bool, &'static str> {
+        let int = || v.int().ok_or(KIND);
+        let text = || v.text().ok_or(KIND);
+        match name {
+            "NCCL_SOCKET_IFNAME" => {
+                let t = text()?;
+                let f = HcaFilter::parse_names(t).map_err(|e| match e {
+                    Error::Param { reason, .. } => reason,
+                    _ => "malformed",
+                })?;
+                self.socket_ifname = heapless::String::try_from(t).map_err(|_| "too long")?;
+                self.ifname = f;
+            }
+            "NCCL_SOCKET_FAMILY" => {
+                self.socket_family = Some(AddrFamily::parse(text()?).ok_or(KIND)?);
+            }
+            "IBNET_PROVIDER" => {
+                self.provider = match text()? {
+                    "verbs" => ProviderKind::Verbs,
+                    "soft" => ProviderKind::Soft,
+                    _ => ProviderKind::Auto,
+                };
+            }
+            "IBNET_HANDSHAKE_TIMEOUT" => self.handshake_timeout_s = int()? as u64,
+            "IBNET_STALL_WARN" => self.stall_warn_s = int()? as u64,
+            "IBNET_FORCE_FLUSH" => self.force_flush = int()? != 0,
+            "IBNET_FAULT_RO_EINVAL" => self.fault_ro_einval = int()? != 0,
+            "IBNET_FAULT_MQP_ETIMEDOUT" => self.fault_mqp_etimedout = int()? as u32,
+            "IBNET_SOFT_DEVICES" => self.soft_devices = int()? as u8,
+            "IBNET_SOFT_FAULTS_DEV" => self.soft_faults_dev = Some(int()? as u8),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `NCCL_IB_DEVICE_PCI_ORDER`: whether verbs discovery numbers devices in PCI-path order
+    /// (NCCL 2.29+), not libibverbs' order.
+    pub fn device_pci_order(&self) -> bool {
+        self.ib_device_pci_order
+    }
+
+    /// `NCCL_IB_QUERY_PORT_SPEED`: whether verbs discovery may take a port's speed from
+    /// `ibv_query_port_speed` (NCCL 2.30+) rather than width × lane speed.
+    pub fn query_port_speed(&self) -> bool {
+        self.ib_query_port_speed
     }
 
     /// The parsed `NCCL_IB_HCA` filter (empty: every device).
@@ -584,49 +561,6 @@ pub fn config_traffic_class(raw: i32) -> Result<Option<u8>> {
         min: -1,
         max: 255,
     })
-}
-
-/// Parses an integer the way NCCL's `strtoll(s, .., 0)` reads it (an optional sign, then
-/// decimal, `0x`/`0X` hexadecimal or leading-`0` octal), but rejecting trailing junk and
-/// overflow. `s` must already be trimmed. The one parser of NCCL-style integers: [`Params`],
-/// `ibnet-ffi`'s and `ibnet-soft`'s variables and `ibnet-hip`'s parameters all read through it.
-pub fn parse_int(s: &str) -> core::result::Result<i64, &'static str> {
-    let b = s.as_bytes();
-    let (neg, b) = match b.first() {
-        Some(b'-') => (true, &b[1..]),
-        Some(b'+') => (false, &b[1..]),
-        _ => (false, b),
-    };
-    let (radix, digits) = match b {
-        [b'0', b'x' | b'X', rest @ ..] => (16, rest),
-        [b'0', rest @ ..] if !rest.is_empty() => (8, rest),
-        _ => (10, b),
-    };
-    if digits.is_empty() {
-        return Err("not a number");
-    }
-    let mut mag: u64 = 0;
-    for (i, &c) in digits.iter().enumerate() {
-        let Some(d) = (c as char).to_digit(radix) else {
-            return Err(if i == 0 && radix == 10 {
-                "not a number"
-            } else {
-                "trailing characters after the number"
-            });
-        };
-        mag = mag
-            .checked_mul(u64::from(radix))
-            .and_then(|m| m.checked_add(u64::from(d)))
-            .ok_or("number does not fit in 64 bits")?;
-    }
-    if neg {
-        if mag > i64::MIN.unsigned_abs() {
-            return Err("number does not fit in 64 bits");
-        }
-        Ok((mag as i64).wrapping_neg())
-    } else {
-        i64::try_from(mag).map_err(|_| "number does not fit in 64 bits")
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 
 use std::sync::OnceLock;
 
-use ibnet_hip::{GpuRuntime, Vendor};
+use ibnet_hip::{Env, GpuRuntime, Host, Vendor};
 
 /// The process-wide GPU-direct decisions.
 #[derive(Debug)]
@@ -36,7 +36,9 @@ impl GpuDirect {
 /// Detects once, logs each decision at INFO, and returns the result.
 pub fn gpu_direct() -> &'static GpuDirect {
     static G: OnceLock<GpuDirect> = OnceLock::new();
-    G.get_or_init(|| match GpuRuntime::detect() {
+    // The runtime's variables come from the one reader (`env.rs`).
+    let host = Host::system().with_env(Env::Lookup(crate::env::var));
+    G.get_or_init(|| match GpuRuntime::detect_on(host) {
         Ok(rt) => {
             let gdr = rt.gdr_support();
             crate::info!(
@@ -67,7 +69,7 @@ pub fn gpu_direct() -> &'static GpuDirect {
         // A value that cannot be used (IBNET_GPU other than auto, cuda, hip, rocm or none) is
         // the user's error: one WARN. No runtime on the host is not: INFO.
         Err(e @ ibnet_hip::Error::InvalidArgument { .. }) => {
-            let v = std::env::var("IBNET_GPU").unwrap_or_default();
+            let v = crate::env::var("IBNET_GPU").unwrap_or_default();
             crate::warn!("GPU runtime not chosen ({e}; IBNET_GPU={v:?}): GPU Direct RDMA disabled");
             GpuDirect {
                 gdr: false,

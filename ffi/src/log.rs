@@ -74,7 +74,7 @@ pub fn emit(
         f(level, &text);
     }
     if l == 0 {
-        if std::env::var_os("IBNET_LOG_STDERR").is_some_and(|v| v == "1") {
+        if crate::env::log_stderr() {
             eprintln!("{text}");
         }
         return;

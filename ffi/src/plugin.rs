@@ -17,20 +17,20 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use ibnet_core::comm::CommConfig;
+use ibnet_core::params::{Params, ProviderKind};
 
 use ibnet_soft::SoftProvider;
 
 use crate::dev::{Dev, MrCacheT};
-use crate::env::{Config, ProviderChoice};
+use crate::verbs::discovery::Discovery;
 use crate::verbs::provider::VerbsPort;
 use crate::{info, warn};
 
 /// The initialised plugin.
 pub struct Plugin {
-    /// Configuration read at init.
-    pub cfg: Config,
-    /// The core's parameters (NCCL's variables, typed), read at init.
-    pub params: ibnet_core::params::Params,
+    /// The configuration (NCCL's variables and ibnet's own, typed), read from the environment
+    /// when the plugin is created (`env::load`).
+    pub params: Params,
     /// Devices.
     pub devs: Vec<Dev>,
     /// One registration cache per device (same index as `devs`).
@@ -50,7 +50,7 @@ impl Plugin {
             &self.params,
             link,
             tc,
-            d.gpu_direct() || self.cfg.force_flush,
+            d.gpu_direct() || self.params.force_flush,
         )
     }
 
@@ -145,30 +145,30 @@ extern "C" fn on_unload() {
 #[link_section = ".fini_array"]
 static ON_UNLOAD: extern "C" fn() = on_unload;
 
-fn discover(cfg: &Config) -> Vec<Dev> {
+fn discover(p: &Params) -> Vec<Dev> {
     let qp = Arc::new(crate::verbs::qp::QpOpts {
-        retry_all: cfg.mqp_retry_all,
-        retry_cnt: cfg.mqp_retry_cnt,
-        retry_sleep_ms: cfg.mqp_retry_sleep_ms,
-        ece: cfg.ece_enable,
-        fault_timeouts: cfg.fault_mqp_etimedout.into(),
+        retry_all: p.ib_mqp_retry_all,
+        retry_cnt: p.ib_mqp_retry_cnt,
+        retry_sleep_ms: p.ib_mqp_retry_sleep_msec,
+        ece: p.ib_ece_enable,
+        fault_timeouts: p.fault_mqp_etimedout.into(),
     });
+    let cfg = Discovery::from_params(p);
     // IBNET_PROVIDER=verbs asked for verbs devices: none is worth one WARN (auto: INFO). So is
-    // a libibverbs named by IBNET_IBVERBS_PATH that cannot be loaded (discover tried it already
-    // unless NCCL_IB_DISABLE, so `get` returns the cached result).
-    let asked = cfg.provider == ProviderChoice::Verbs;
+    // a libibverbs named by IBNET_IBVERBS_PATH or NCCL_IBVERBS_LIB that cannot be loaded
+    // (discover tried it already unless NCCL_IB_DISABLE, so `get` returns the cached result).
+    let asked = p.provider == ProviderKind::Verbs;
     let named_lib_failed = || {
-        !cfg.ib_disable
-            && crate::verbs::loader::named_path().is_some()
-            && crate::verbs::loader::get().is_err()
+        let named = crate::verbs::loader::named_path();
+        named.filter(|_| !p.ib_disable && crate::verbs::loader::get().is_err())
     };
     let none = |why: &dyn core::fmt::Display| {
         if asked {
             warn!("IBNET_PROVIDER=verbs: no verbs device ({why}); reporting 0 devices");
-        } else if named_lib_failed() {
+        } else if let Some((var, path)) = named_lib_failed() {
             warn!(
-                "{}: the libibverbs it names cannot be loaded ({why}); reporting 0 devices",
-                crate::verbs::loader::PATH_ENV
+                "{var}={}: the libibverbs it names cannot be loaded ({why}); reporting 0 devices",
+                path.to_string_lossy()
             );
         } else {
             info!(
@@ -177,7 +177,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
             );
         }
     };
-    let verbs = || match crate::verbs::device::discover(cfg) {
+    let verbs = || match crate::verbs::device::discover(&cfg) {
         Ok(v) if v.is_empty() => {
             none(&"libibverbs lists no usable port");
             Vec::new()
@@ -188,7 +188,7 @@ fn discover(cfg: &Config) -> Vec<Dev> {
                 Dev::Verbs(VerbsPort {
                     dev: d,
                     relaxed_ordering: cfg.relaxed_ordering != 0,
-                    fault_ro_einval: cfg.fault_ro_einval,
+                    fault_ro_einval: p.fault_ro_einval,
                     qp: qp.clone(),
                 })
             })
@@ -198,9 +198,9 @@ fn discover(cfg: &Config) -> Vec<Dev> {
             Vec::new()
         }
     };
-    match cfg.provider {
-        ProviderChoice::Auto | ProviderChoice::Verbs => verbs(),
-        ProviderChoice::Soft => soft(cfg),
+    match p.provider {
+        ProviderKind::Auto | ProviderKind::Verbs => verbs(),
+        ProviderKind::Soft => soft(p),
     }
 }
 
@@ -208,8 +208,8 @@ fn discover(cfg: &Config) -> Vec<Dev> {
 /// provider instance, for fused-NIC tests on one host) if the host lets processes of one user
 /// attach to each other's memory, else zero devices with a WARN naming the cause and the fix.
 /// `IBNET_SOFT_FAULTS` arms every soft device, or with `IBNET_SOFT_FAULTS_DEV=N` only `softN`.
-fn soft(cfg: &Config) -> Vec<Dev> {
-    let (scfg, bad) = ibnet_soft::Config::from_env();
+fn soft(p: &Params) -> Vec<Dev> {
+    let (scfg, bad) = ibnet_soft::Config::from_lookup(crate::env::var);
     for e in bad {
         warn!("IBNET_PROVIDER=soft: {e}");
     }
@@ -218,9 +218,9 @@ fn soft(cfg: &Config) -> Vec<Dev> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for i in 0..cfg.soft_devices {
+    for i in 0..p.soft_devices {
         let mut c = scfg;
-        if cfg.soft_faults_dev.is_some_and(|d| d != i) {
+        if p.soft_faults_dev.is_some_and(|d| d != i) {
             c.faults = ibnet_soft::faults::Faults::OFF;
         }
         match SoftProvider::open_as(c, i) {
@@ -242,9 +242,11 @@ fn soft(cfg: &Config) -> Vec<Dev> {
     out
 }
 
-fn bootstrap_addr(cfg: &Config) -> Option<SocketAddr> {
+fn bootstrap_addr(p: &Params) -> Option<SocketAddr> {
     let all = crate::ifaddr::list();
-    let a = crate::ifaddr::choose(&all, cfg.ifname.as_ref(), cfg.socket_family)?;
+    let ifname = (!p.socket_ifname.trim().is_empty()).then_some(&p.ifname);
+    let family = p.socket_family.map(crate::verbs::discovery::family);
+    let a = crate::ifaddr::choose(&all, ifname, family)?;
     info!(
         crate::log::INIT | crate::log::NET,
         "bootstrap on {} {}",
@@ -281,17 +283,26 @@ impl State {
 }
 
 fn create() -> Arc<Plugin> {
-    let (cfg, params) = Config::from_env();
-    let bind = bootstrap_addr(&cfg);
+    let (params, notes) = crate::env::load();
+    for n in &notes {
+        if n.is_warn() {
+            warn!("{n}");
+        } else {
+            info!(crate::log::ENV, "{n}");
+        }
+    }
+    let bind = bootstrap_addr(&params);
     // No IP interface: no device either (`init` then fails, as the seed's does, and NCCL
     // falls back to another transport) rather than devices whose `listen` would fail.
     let devs = if bind.is_some() {
-        discover(&cfg)
+        discover(&params)
     } else {
+        let ifname = Some(params.socket_ifname.as_str()).filter(|s| !s.trim().is_empty());
         warn!(
             "No IP interface found for the bootstrap sockets (NCCL_SOCKET_IFNAME={:?}, \
              NCCL_SOCKET_FAMILY={:?}); reporting no device",
-            cfg.socket_ifname, cfg.socket_family
+            ifname,
+            params.socket_family.map(crate::verbs::discovery::family)
         );
         Vec::new()
     };
@@ -305,7 +316,6 @@ fn create() -> Arc<Plugin> {
     }
     let caches = devs.iter().map(|_| new_mr_cache()).collect();
     Arc::new(Plugin {
-        cfg,
         params,
         devs,
         caches,

@@ -17,8 +17,8 @@ use ibnet_core::fused::{stripe, FusedBuf, FusedRecv, FusedSend, MAX_DEVS_PER_NIC
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_testkit::{fill_pattern, AlignedBuf};
-use nccl_net_ibnet::env::Config;
 use nccl_net_ibnet::verbs::device;
+use nccl_net_ibnet::verbs::discovery::Discovery;
 use nccl_net_ibnet::verbs::provider::VerbsPort;
 use nccl_net_ibnet::verbs::qp::QpOpts;
 
@@ -26,13 +26,14 @@ use nccl_net_ibnet::verbs::qp::QpOpts;
 fn rails() -> Option<(Vec<VerbsPort>, CommConfig)> {
     let want = std::env::var("IBNET_FUSED_DEVS").unwrap_or_else(|_| "rxe0,rxe1".into());
     let require = std::env::var("IBNET_FUSED_REQUIRE").is_ok_and(|v| v == "1");
-    let (cfg, params) = Config::from_env();
+    let (params, _) = nccl_net_ibnet::env::load();
+    let cfg = Discovery::from_params(&params);
     let found = device::discover(&cfg).unwrap_or_default();
     let qp = Arc::new(QpOpts {
-        retry_all: cfg.mqp_retry_all,
-        retry_cnt: cfg.mqp_retry_cnt,
-        retry_sleep_ms: cfg.mqp_retry_sleep_ms,
-        ece: cfg.ece_enable,
+        retry_all: params.ib_mqp_retry_all,
+        retry_cnt: params.ib_mqp_retry_cnt,
+        retry_sleep_ms: params.ib_mqp_retry_sleep_msec,
+        ece: params.ib_ece_enable,
         fault_timeouts: AtomicU32::new(0),
     });
     let mut out = Vec::new();

@@ -3,7 +3,8 @@
 //!
 //! Input: parser byte, variable byte, value (see `ibnet_fuzz::seeds_env` and `ENV_PARSERS`).
 //! Oracles: no panic; a refused value leaves the parsed state unchanged; a value `Params::set`
-//! accepts is one its consumers (`hca_filter`, `socket_ifname_filter`, ffi's `Config`) can use;
+//! accepts is one its consumers (`hca_filter`, `socket_ifname_filter`, ffi's verbs `Discovery`)
+//! can use; a refused variable's check never panics;
 //! the core's and hip-shim's C-integer parsers agree; the socket-interface filter that
 //! validates `NCCL_SOCKET_IFNAME` (core) selects the same interfaces as the one that applies
 //! it (ffi).
@@ -31,13 +32,16 @@ fuzz_target!(|data: &[u8]| {
     let value = String::from_utf8_lossy(raw);
     let v: &str = &value;
     match parser {
-        0 => params(Params::NAMES[var % Params::NAMES.len()], v),
+        0 => {
+            let names = ibnet_fuzz::plugin_vars();
+            params(names[var % names.len()], v)
+        }
         1 => filters(v),
         2 => addr_range(v),
         3 => ints(v),
         4 => hip_int(v),
         5 => soft(var, v),
-        6 => ffi_own(var, v),
+        6 => refused(var, v),
         _ => ifaddr(v),
     }
 });
@@ -47,7 +51,7 @@ fn params(name: &str, v: &str) {
     let before = p.clone();
     match p.set(name, v) {
         Ok(set) => {
-            assert!(set, "{name} is one of Params::NAMES");
+            assert!(set, "{name} is a plugin variable of the table");
             // What was accepted can be used.
             let hca = p.hca_filter();
             let ifs = p.socket_ifname_filter();
@@ -58,8 +62,8 @@ fn params(name: &str, v: &str) {
             if let Some(r) = p.gid_addr_range() {
                 let _ = r.contains_gid(&Gid([0xAB; 16]));
             }
-            let cfg = nccl_net_ibnet::env::Config::from_params(&p);
-            assert_eq!(cfg.timeout, p.ib_timeout);
+            let d = nccl_net_ibnet::verbs::discovery::Discovery::from_params(&p);
+            assert_eq!(d.gid_index, p.ib_gid_index.map_or(-1, i64::from));
             // Setting it again with the same value is the same.
             let mut q = Params::default();
             assert_eq!(q.set(name, v), Ok(true));
@@ -74,7 +78,7 @@ fn params(name: &str, v: &str) {
         }
     }
     // An unknown name is not an error and changes nothing.
-    if !Params::NAMES.contains(&v) {
+    if !ibnet_fuzz::plugin_vars().contains(&v) {
         let mut q = Params::default();
         assert_eq!(q.set(v, "1"), Ok(false));
         assert_eq!(q, Params::default());
@@ -193,17 +197,12 @@ fn soft(var: usize, v: &str) {
     assert!(cfg.mem >= 1 << 20 || cfg.mem == def.mem);
 }
 
-fn ffi_own(var: usize, v: &str) {
-    let names = nccl_net_ibnet::env::NAMES;
-    let name = names[var % names.len()];
-    let mut cfg = nccl_net_ibnet::env::Config::default();
-    let before = cfg.clone();
-    match cfg.set(name, v) {
-        Ok(set) => {
-            assert!(set);
-            assert!((1..=86_400).contains(&cfg.handshake_timeout_s));
-        }
-        Err(_) => assert_eq!(cfg, before, "a refused {name} changed the config"),
+fn refused(var: usize, v: &str) {
+    let vars = ibnet_fuzz::refused_vars();
+    let d = vars[var % vars.len()];
+    // Malformed, kept or refused: never a panic, and a kept value parses with the kind.
+    if let Ok(None) = d.refusal(v) {
+        assert!(d.kind.parse(v).is_ok() || matches!(d.reader, ibnet_core::config::Reader::Plugin));
     }
 }
 
@@ -226,7 +225,8 @@ fn ifaddr(v: &str) {
     let family = p
         .set("NCCL_SOCKET_FAMILY", v)
         .ok()
-        .and_then(|_| nccl_net_ibnet::env::Config::from_params(&p).socket_family);
+        .and_then(|_| p.socket_family)
+        .map(nccl_net_ibnet::verbs::discovery::family);
     // NCCL_SOCKET_IFNAME as the plugin applies it: parsed once, by `Params::set`.
     let mut q = Params::default();
     let ifname = q

@@ -282,20 +282,36 @@ pub fn ring_bytes(r: &FuzzRing) -> &[u8] {
 
 /// The parsers of the `env` target, selected by the first input byte (modulo the count).
 pub const ENV_PARSERS: &[&str] = &[
-    "core Params::set (NCCL_* and IBNET_PROVIDER)",
+    "core Params::set (every plugin variable of ibnet_core::config)",
     "core HcaFilter::parse/parse_names, applied by ffi ifaddr::choose (NCCL_IB_HCA, NCCL_SOCKET_IFNAME)",
     "core AddrRange::parse (NCCL_IB_ADDR_RANGE)",
     "core parse_int vs hip parse_c_integer",
     "hip Env::int_param",
     "soft Config::from_lookup (IBNET_SOFT_*)",
-    "ffi Config::set (IBNET_HANDSHAKE_TIMEOUT, IBNET_FORCE_FLUSH, IBNET_FAULT_RO_EINVAL, IBNET_FAULT_MQP_ETIMEDOUT)",
-    "ffi ifaddr::choose (NCCL_SOCKET_IFNAME; NCCL_SOCKET_FAMILY through core Params and ffi Config)",
+    "core Var::refusal (the 2.29–2.32 variables ibnet refuses)",
+    "ffi ifaddr::choose (NCCL_SOCKET_IFNAME; NCCL_SOCKET_FAMILY through core Params)",
 ];
+
+/// The variables `Params::set` stores (the configuration table's plugin variables), in the
+/// table's order: what the `env` target's name byte indexes for parser 0.
+pub fn plugin_vars() -> Vec<&'static str> {
+    ibnet_core::config::all()
+        .filter(|v| v.reader == ibnet_core::config::Reader::Plugin)
+        .map(|v| v.name)
+        .collect()
+}
+
+/// The variables ibnet refuses (parser 6's list).
+pub fn refused_vars() -> Vec<&'static ibnet_core::config::Var> {
+    ibnet_core::config::all()
+        .filter(|v| matches!(v.reader, ibnet_core::config::Reader::Refused { .. }))
+        .collect()
+}
 
 /// Seeds of `env`. Input: parser byte (index into [`ENV_PARSERS`]), name byte (which variable,
 /// modulo the parser's list), then the value (UTF-8; other bytes are replaced).
 pub fn seeds_env() -> Seeds {
-    let names = ibnet_core::params::Params::NAMES;
+    let names = plugin_vars();
     let idx = |n: &str| names.iter().position(|x| *x == n).unwrap_or(0) as u8;
     let mut out = Vec::new();
     let mut add = |name: &str, parser: u8, var: u8, v: &str| {
@@ -319,7 +335,7 @@ pub fn seeds_env() -> Seeds {
     add("int-oct", 3, 0, "0777");
     add("hip-int", 4, 0, "  0x10");
     add("soft-chunk", 5, 2, "65536");
-    add("ffi-timeout", 6, 0, "86400");
+    add("refused-ooo", 6, 0, "1");
     add("ifaddr", 7, 0, "^=lo,docker0");
     out
 }

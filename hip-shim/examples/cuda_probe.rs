@@ -43,7 +43,9 @@ fn fstat_and_close(buf: DmaBuf) -> std::io::Result<u64> {
 }
 
 fn main() -> ExitCode {
-    let rt = match GpuRuntime::detect() {
+    let rt = match GpuRuntime::detect_on(
+        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(|k| std::env::var(k).ok())),
+    ) {
         Ok(rt) => rt,
         Err(e) => {
             println!("cuda_probe: {e}");

@@ -77,7 +77,9 @@ fn ipc_check(rt: &GpuRuntime, dev: i32) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let rt = match GpuRuntime::detect() {
+    let rt = match GpuRuntime::detect_on(
+        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(|k| std::env::var(k).ok())),
+    ) {
         Ok(rt) => rt,
         Err(e) => {
             println!("proxy_gpu_probe: FAIL no GPU runtime: {e}");

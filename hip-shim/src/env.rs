@@ -5,19 +5,28 @@
 //! garbage is rejected with an INFO line and the default is used. [`Env::int_param`] does the
 //! same and records *where* the value came from, so decisions can say why they were taken.
 //!
-//! The source is either the process environment or a fixed map (tests inject one).
+//! The source is the caller's: `ibnet-ffi` passes its one reader of the process environment
+//! (`Env::Lookup(ibnet_ffi::env::var)`, which reads only the variables declared in
+//! `ibnet_core::config::gpu`), tests a fixed map. This crate never reads the process
+//! environment itself; without a source ([`Env::default`]) every variable is unset.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// Where environment variables are read from.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub enum Env {
-    /// The real process environment (`std::env::var`).
-    #[default]
-    Process,
+    /// The caller's reader (the plugin's: `ibnet_ffi::env::var`).
+    Lookup(fn(&str) -> Option<String>),
     /// A fixed set of variables; anything absent is unset. Used by tests.
     Fixed(BTreeMap<String, String>),
+}
+
+impl Default for Env {
+    /// No variable set.
+    fn default() -> Self {
+        Self::Fixed(BTreeMap::new())
+    }
 }
 
 /// Where an integer parameter's value came from.
@@ -66,10 +75,10 @@ impl Env {
         )
     }
 
-    /// The value of `name`, if set (and valid UTF-8 for the process environment).
+    /// The value of `name`, if set.
     pub fn get(&self, name: &str) -> Option<String> {
         match self {
-            Self::Process => std::env::var(name).ok(),
+            Self::Lookup(f) => f(name),
             Self::Fixed(map) => map.get(name).cloned(),
         }
     }
@@ -157,12 +166,17 @@ mod tests {
     }
 
     #[test]
-    fn process_env_is_read() {
-        // PATH is set in every test environment; a made-up name is not.
-        assert!(Env::Process.get("PATH").is_some());
+    fn the_callers_reader_is_used_and_the_default_reads_nothing() {
+        let env = Env::Lookup(|k| (k == "IBNET_GPU").then(|| "none".to_string()));
+        assert_eq!(env.get("IBNET_GPU").as_deref(), Some("none"));
         assert_eq!(
-            Env::Process.get("IBNET_HIP_TEST_SURELY_UNSET_VARIABLE"),
-            None
+            env.int_param("NCCL_DMABUF_ENABLE", 1).source,
+            ParamSource::Default
+        );
+        assert_eq!(
+            Env::default().get("PATH"),
+            None,
+            "never the process environment"
         );
     }
 }

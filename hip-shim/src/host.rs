@@ -22,19 +22,20 @@ impl Default for Host {
 }
 
 impl Host {
-    /// The real machine: root `/` and the process environment.
+    /// The real machine: root `/`, and no variable set until [`Host::with_env`] gives the
+    /// caller's environment (the plugin's one reader).
     pub fn system() -> Self {
         Self {
             root: PathBuf::from("/"),
-            env: Env::Process,
+            env: Env::default(),
         }
     }
 
-    /// Probes under `root` (e.g. a test directory) with the process environment.
+    /// Probes under `root` (e.g. a test directory), no variable set.
     pub fn with_root(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
-            env: Env::Process,
+            env: Env::default(),
         }
     }
 

@@ -118,7 +118,8 @@ fn load_hip(host: &Host) -> Result<(Backend, i32)> {
 }
 
 impl GpuRuntime {
-    /// Detects the GPU runtime of this process's machine (root `/`, process environment).
+    /// Detects the GPU runtime of this process's machine (root `/`) with no variable set; the
+    /// plugin passes its environment through [`GpuRuntime::detect_on`].
     pub fn detect() -> Result<Self> {
         Self::detect_on(Host::system())
     }

@@ -75,7 +75,7 @@ fn end() -> End {
 }
 
 fn end_with(buf_len: usize) -> End {
-    let (cfg, _) = Config::from_env();
+    let (cfg, _) = Config::from_lookup(|k| std::env::var(k).ok());
     let p = SoftProvider::open_with(cfg).unwrap();
     let cq = p.create_cq(4096).unwrap();
     let attr = QpAttr {

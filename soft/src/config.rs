@@ -1,22 +1,25 @@
-//! Tunables of the soft provider, from `IBNET_SOFT_*` environment variables.
+//! Tunables of the soft provider, from the `IBNET_SOFT_*` variables.
 //!
-//! | variable | default | meaning |
-//! | --- | --- | --- |
-//! | `IBNET_SOFT_WORKERS` | cores / 4, 1..=8 | copy-engine threads for large WRs (0: every WR is copied by the posting thread) |
-//! | `IBNET_SOFT_DIRECT_MAX` | 512 KiB | WRs up to this size are copied in the posting thread (no thread hop) when the QP is idle; a larger one is split between the posting thread and one copy worker per further `DIRECT_MAX` bytes (the same workers each time; a stream's WRs use every worker) (on the 16-core host one copier was faster than a split at every size up to 512 KiB: 128 KiB 9.1 µs against 11.3 split, 256 KiB 16.3 against 26.2, 512 KiB 31.3 against 53.8, one device call) |
-//! | `IBNET_SOFT_CHUNK` | 256 KiB | largest chunk of a WR above `DIRECT_MAX` (it is split into whole rounds of `workers + 1` equal chunks, fewer for a WR under `workers + 1` times `MIN_PIECE`, copied by the posting thread and the workers) |
-//! | `IBNET_SOFT_MIN_PIECE` | 32 KiB | smallest chunk of a WR above `DIRECT_MAX` (4 KiB ..= `CHUNK`; a larger value means fewer, larger copies for a WR of a few hundred KiB: fewer copiers, fewer calls) |
-//! | `IBNET_SOFT_BOUNCE_MAX` | 4096 | cross-process WRITE_WITH_IMMs of 33 B up to this size (at most 16384; 0: none) travel through a bounce slot in the target's shared segment (two memory copies, no syscall) instead of `process_vm_writev` (see `qp.rs`, "Bounce payloads") |
-//! | `IBNET_SOFT_STREAM_MIN` | 8192 (0 with fewer than 8 cores) | a WR of at least this size (and at most `DIRECT_MAX`) posted while an earlier WR of its QP is outstanding (not yet polled) goes whole to a copy worker, so that workers copy the messages of a stream in parallel while the posting thread posts the next one (cross-process; 0: off; see `qp.rs`, "Streams"); it pays where the workers have cores of their own and stay awake between WRs (`SPIN_US` > 0); the default leaves `BOUNCE_MAX`'s 4 KiB on the bounce path, which measured faster for a 4 KiB stream (1.08 × raw CMA against 0.67–0.80 streamed, 16-core host) |
-//! | `IBNET_SOFT_SPIN_US` | 50 (0 with fewer than 8 cores) | an idle copy worker polls for work this many µs before it sleeps (0: sleeps at once); a worker that just helped with an idle QP's WR sleeps at once (1 MiB ping-pong measured 58–65 µs so, against 71–101 µs spinning 50 µs) |
-//! | `IBNET_SOFT_PTRACER` | 1 | 0: do not call `prctl(PR_SET_PTRACER, ANY)` (see the crate doc) |
-//! | `IBNET_SOFT_MEM` | host memory / 8 | bytes the provider's QPs may hold, each counted at its worst case (send and receive queues and inbound ring all touched; the bounce slots' fixed cost comes off first); `create_qp` past it fails, and the plugin's `maxComms` is derived from it (see [`crate::budget`]) |
-//! | `IBNET_SOFT_FAULTS` | off | seeded fault injection for tests: `seed=N,wr_fail=N[:STATUS],cq_delay_us=N,reorder=0\|1,fifo_corrupt=N,reg_fail=N,kill_after_wrs=N` (see [`crate::faults`]) |
+//! Each variable is declared once, with its range and doc line, in `ibnet_core::config::soft`
+//! (README's variable table is rendered from there); this file parses them with those ranges
+//! and computes the defaults that depend on the host (cores, memory). Notes on the defaults:
 //!
+//! * `IBNET_SOFT_DIRECT_MAX` (512 KiB): on the 16-core host one copier was faster than a split
+//!   at every size up to 512 KiB: 128 KiB 9.1 µs against 11.3 split, 256 KiB 16.3 against 26.2,
+//!   512 KiB 31.3 against 53.8, one device call.
+//! * `IBNET_SOFT_STREAM_MIN` (8192, 0 with fewer than 8 cores): it pays where the workers have
+//!   cores of their own and stay awake between WRs (`SPIN_US` > 0); the default leaves
+//!   `BOUNCE_MAX`'s 4 KiB on the bounce path, which measured faster for a 4 KiB stream (1.08 ×
+//!   raw CMA against 0.67–0.80 streamed, 16-core host).
+//! * `IBNET_SOFT_SPIN_US` (50, 0 with fewer than 8 cores): 1 MiB ping-pong measured 58–65 µs
+//!   with a worker that sleeps at once after helping an idle QP, against 71–101 µs spinning 50 µs.
+//!
+//! The values come from the caller ([`Config::from_lookup`]): the plugin passes its one reader
+//! of the environment (`ibnet_ffi::env::var`); this crate never reads the environment itself.
 //! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
 //! sign, then decimal, `0x` hexadecimal or leading-`0` octal; surrounding whitespace ignored).
 
-use ibnet_core::params::parse_int;
+use ibnet_core::config::{self, Kind};
 use ibnet_core::Error;
 
 use crate::faults::{self, Faults};
@@ -68,11 +71,6 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Reads the `IBNET_SOFT_*` variables from the process environment.
-    pub fn from_env() -> (Self, Vec<Error>) {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
     /// Reads the variables through `get`. A variable set to nothing (or blanks) counts as
     /// unset, as for every other variable the plugin reads. A malformed value is returned as an
     /// [`Error::Param`] (for the caller to log) and the default stands.
@@ -80,11 +78,13 @@ impl Config {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut c = Self::default();
         let mut errs = Vec::new();
-        let mut num = |name: &'static str, min: u64, max: u64| -> Option<u64> {
+        // The range is the table's (`ibnet_core::config::soft`), narrowed by `max`.
+        let mut num = |name: &'static str, max: u64| -> Option<u64> {
             let v = get(name)?;
-            match parse_int(v.trim()) {
-                Ok(n) if n >= 0 && (min..=max).contains(&n.unsigned_abs()) => Some(n as u64),
-                Ok(_) => {
+            let kind = config::find(name).map(|d| d.kind);
+            match kind.unwrap_or(Kind::Flag).parse(&v).map(|x| x.int()) {
+                Ok(Some(n)) if n >= 0 && n.unsigned_abs() <= max => Some(n as u64),
+                Ok(_) | Err("out of range") => {
                     errs.push(Error::Param {
                         name,
                         reason: "out of range; default used",
@@ -100,35 +100,32 @@ impl Config {
                 }
             }
         };
-        if let Some(n) = num("IBNET_SOFT_WORKERS", 0, 64) {
+        let any = u64::MAX;
+        if let Some(n) = num("IBNET_SOFT_WORKERS", any) {
             c.workers = n as usize;
         }
-        if let Some(n) = num("IBNET_SOFT_DIRECT_MAX", 0, 1 << 30) {
+        if let Some(n) = num("IBNET_SOFT_DIRECT_MAX", any) {
             c.direct_max = n;
         }
-        if let Some(n) = num("IBNET_SOFT_CHUNK", 4096, 1 << 30) {
+        if let Some(n) = num("IBNET_SOFT_CHUNK", any) {
             c.chunk = n;
         }
-        if let Some(n) = num("IBNET_SOFT_MIN_PIECE", 4096, c.chunk) {
+        if let Some(n) = num("IBNET_SOFT_MIN_PIECE", c.chunk) {
             c.min_piece = n;
         }
-        if let Some(n) = num(
-            "IBNET_SOFT_BOUNCE_MAX",
-            0,
-            crate::segment::BOUNCE_MAX as u64,
-        ) {
+        if let Some(n) = num("IBNET_SOFT_BOUNCE_MAX", crate::segment::BOUNCE_MAX as u64) {
             c.bounce_max = n;
         }
-        if let Some(n) = num("IBNET_SOFT_STREAM_MIN", 0, 1 << 30) {
+        if let Some(n) = num("IBNET_SOFT_STREAM_MIN", any) {
             c.stream_min = n;
         }
-        if let Some(n) = num("IBNET_SOFT_SPIN_US", 0, 1_000_000) {
+        if let Some(n) = num("IBNET_SOFT_SPIN_US", any) {
             c.spin_us = n;
         }
-        if let Some(n) = num("IBNET_SOFT_PTRACER", 0, 1) {
+        if let Some(n) = num("IBNET_SOFT_PTRACER", any) {
             c.set_ptracer = n == 1;
         }
-        if let Some(n) = num("IBNET_SOFT_MEM", 1 << 20, i64::MAX as u64) {
+        if let Some(n) = num("IBNET_SOFT_MEM", any) {
             c.mem = n;
         }
         if let Some(v) = get(faults::VAR) {

@@ -22,7 +22,8 @@
 //! ```no_run
 //! use ibnet_core::provider::Provider;
 //! ibnet_soft::probe().map_err(|u| u.to_string())?; // cross-process fabric usable?
-//! let (cfg, warnings) = ibnet_soft::Config::from_env(); // log `warnings` as WARNs
+//! // ffi passes its one reader of the environment; log `warnings` as WARNs
+//! let (cfg, warnings) = ibnet_soft::Config::from_lookup(|k| std::env::var(k).ok());
 //! let p = ibnet_soft::SoftProvider::open_with(cfg).map_err(|e| e.to_string())?;
 //! let info = p.port_info(); // LID/GID/MTU and the opaque address for the handshake
 //! // ... comms over `p.clone()` ...
@@ -294,10 +295,10 @@ fn io_err(call: &'static str, e: std::io::Error) -> Error {
 }
 
 impl SoftProvider {
-    /// Opens `soft0` with the environment's configuration (malformed variables are ignored;
-    /// use [`Config::from_env`] and [`SoftProvider::open_with`] to see them).
+    /// Opens `soft0` with the default configuration (the plugin passes the environment's
+    /// through [`Config::from_lookup`] and [`SoftProvider::open_with`]).
     pub fn open() -> Result<Self> {
-        Self::open_with(Config::from_env().0)
+        Self::open_with(Config::default())
     }
 
     /// Opens `soft0` with `cfg`: creates the shared segment, starts the copy engine and, unless

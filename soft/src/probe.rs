@@ -89,7 +89,7 @@ pub fn probe_with(set_ptracer: bool) -> Result<(), Unavailable> {
     }
 }
 
-/// [`probe_with`] with the environment's configuration.
+/// [`probe_with`] with the default configuration (`IBNET_SOFT_PTRACER` on).
 pub fn probe() -> Result<(), Unavailable> {
-    probe_with(crate::config::Config::from_env().0.set_ptracer)
+    probe_with(crate::config::Config::default().set_ptracer)
 }

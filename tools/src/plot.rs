@@ -18,8 +18,7 @@ pub const FONT_PATHS: [&str; 4] = [
 fn register_font() -> Result<(), Error> {
     static DONE: std::sync::OnceLock<Result<(), Error>> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
-        let cands: Vec<String> = std::env::var("IBNET_FONT")
-            .ok()
+        let cands: Vec<String> = ibnet_ffi::env::var("IBNET_FONT")
             .into_iter()
             .chain(FONT_PATHS.iter().map(|s| s.to_string()))
             .collect();

@@ -62,12 +62,27 @@ fn defaults_are_nccl_2_28() {
 }
 
 #[test]
-fn names_are_unique_and_all_settable() {
-    for (i, a) in Params::NAMES.iter().enumerate() {
-        assert!(Params::NAMES[i + 1..].iter().all(|b| a != b), "{a} twice");
+fn every_plugin_variable_of_the_table_is_settable() {
+    let plugin = || crate::config::all().filter(|v| v.reader == crate::config::Reader::Plugin);
+    for v in plugin() {
         // Every name reaches its arm: an empty value is a Param error naming it.
-        bad(a, "");
-        bad(a, "   ");
+        bad(v.name, "");
+        bad(v.name, "   ");
+        // Its declared default is accepted, and the default params already hold it.
+        if !v.default.is_empty() {
+            let mut p = Params::default();
+            assert_eq!(p.set(v.name, v.default), Ok(true), "{}", v.name);
+            assert_eq!(p, Params::default(), "{}={}", v.name, v.default);
+        }
+    }
+    // Read by someone else than the plugin: not Params'.
+    for n in [
+        "IBNET_SOFT_WORKERS",
+        "NCCL_IBVERBS_LIB",
+        "IBNET_GPU",
+        "NCCL_IB_OOO_RQ",
+    ] {
+        assert_eq!(Params::default().set(n, "1"), Ok(false), "{n}");
     }
     let mut p = Params::default();
     assert_eq!(p.set("NCCL_IB_NOPE", "1"), Ok(false));
@@ -392,4 +407,32 @@ fn error_names_variable() {
     let mut s = String::new();
     core::fmt::write(&mut s, format_args!("{e}")).unwrap();
     assert!(s.starts_with("NCCL_IB_TIMEOUT: "), "{s}");
+}
+
+#[test]
+fn nccl_2_29_and_2_30_discovery_variables_parse_with_their_defaults_kept_on_error() {
+    let p = Params::default();
+    assert!(
+        p.device_pci_order() && p.query_port_speed(),
+        "NCCL's defaults: on"
+    );
+    assert!(!good("NCCL_IB_DEVICE_PCI_ORDER", "0").device_pci_order());
+    assert!(!good("NCCL_IB_QUERY_PORT_SPEED", " 0 ").query_port_speed());
+    for v in ["x", "1a", "", "0x"] {
+        bad("NCCL_IB_DEVICE_PCI_ORDER", v);
+        bad("NCCL_IB_QUERY_PORT_SPEED", v);
+    }
+    // ibnet's own knobs now live here too, with the table's ranges.
+    assert_eq!(good("IBNET_HANDSHAKE_TIMEOUT", "5").handshake_timeout_s, 5);
+    bad("IBNET_HANDSHAKE_TIMEOUT", "0");
+    assert_eq!(good("IBNET_STALL_WARN", "0").stall_warn_s, 0);
+    bad("IBNET_STALL_WARN", "-1");
+    assert_eq!(good("IBNET_SOFT_FAULTS_DEV", "7").soft_faults_dev, Some(7));
+    bad("IBNET_SOFT_FAULTS_DEV", "8");
+    bad("IBNET_SOFT_DEVICES", "9");
+    bad("IBNET_FORCE_FLUSH", "2");
+    assert_eq!(
+        (p.handshake_timeout_s, p.stall_warn_s, p.soft_devices),
+        (60, 60, 1)
+    );
 }

@@ -193,7 +193,7 @@ impl Pending {
                         "accept: connection from {} handshaken",
                         a.peer
                     );
-                    let w = Watch::new(a.stream, a.peer, a.remote, plugin.cfg.stall_warn_s);
+                    let w = Watch::new(a.stream, a.peer, a.remote, plugin.params.stall_warn_s);
                     return Ok(Some((r, w)));
                 }
                 Err(e) => {

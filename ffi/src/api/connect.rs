@@ -148,9 +148,9 @@ pub fn connect(
         let cfg = p.comm_config(d, tc);
         let mut token = registry::token(hb);
         let now = Instant::now();
-        let timeout = Duration::from_secs(p.cfg.handshake_timeout_s);
+        let timeout = Duration::from_secs(p.params.handshake_timeout_s);
         let mut c = if token == 0 {
-            let reuse = p.bind.filter(|_| p.cfg.sock_client_port_reuse);
+            let reuse = p.bind.filter(|_| p.params.ib_sock_client_port_reuse);
             let s = sock::connect_start_from(&h.addr, reuse).map_err(|e| sys("connect", &e))?;
             token = random_u64();
             Connecting {
@@ -179,7 +179,7 @@ pub fn connect(
         });
         match step? {
             Some((send, stream, remote)) => {
-                let w = Watch::new(stream, h.addr, remote, p.cfg.stall_warn_s);
+                let w = Watch::new(stream, h.addr, remote, p.params.stall_warn_s);
                 *out = publish(Kind::Send, &nic, *send, Some(w), AnySend::close)?;
             }
             None => {

@@ -60,7 +60,7 @@ pub fn init(
             "ibnet {} initialised: {} device(s), provider {:?}",
             env!("CARGO_PKG_VERSION"),
             p.devs.len(),
-            p.cfg.provider
+            p.params.provider
         );
         if let Some(out) = out {
             let c = Box::into_raw(Box::new(NetCtx {

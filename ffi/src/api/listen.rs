@@ -74,7 +74,7 @@ pub fn listen(
             errno: libc::ENODEV,
         })?;
         let nonce = random_u64();
-        let (l, addr) = if p.cfg.sock_server_port_reuse {
+        let (l, addr) = if p.params.ib_sock_server_port_reuse {
             let s = SharedListener::join(bind, nonce).map_err(|e| sys("bind/listen", &e))?;
             let a = s.local_addr();
             (Listener::Shared(s), a)
@@ -139,7 +139,7 @@ pub fn accept(listen: *mut c_void, recv_comm: *mut *mut c_void) -> ncclResult_t 
                 cause,
             });
         }
-        let timeout = lc.plugin.cfg.handshake_timeout_s;
+        let timeout = lc.plugin.params.handshake_timeout_s;
         match &lc.listener {
             Listener::Own(l) => {
                 while lc.pending.has_room() {

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 
 use super::loader::{self, Verbs};
 use super::sys::*;
-use crate::env::Config;
+use crate::verbs::discovery::Discovery as Config;
 use crate::{info, warn};
 use ibnet_core::hca::HcaFilter;
 use ibnet_core::params::{AddrFamily, AddrRange};

@@ -1,7 +1,8 @@
 //! Loads libibverbs at run time and resolves the calls ibnet uses.
 //!
-//! Search order: `$IBNET_IBVERBS_PATH` alone when it is set (a library the user named is never
-//! replaced by the system's), else `libibverbs.so.1`, then `libibverbs.so`. Base calls
+//! Search order: the library the user named alone, when one is (`IBNET_IBVERBS_PATH`, else
+//! NCCL 2.30's `NCCL_IBVERBS_LIB`, read through `crate::env::ibverbs_lib`; a library the user
+//! named is never replaced by the system's), else `libibverbs.so.1`, then `libibverbs.so`. Base calls
 //! are pinned to `IBVERBS_1.1` with `dlvsym` (the library also exports legacy `IBVERBS_1.0`
 //! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`), `ibv_query_ece` /
 //! `ibv_set_ece` (`IBVERBS_1.10`), `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) and
@@ -69,14 +70,12 @@ unsafe impl Send for Verbs {}
 // SAFETY: as above; the table is immutable after construction.
 unsafe impl Sync for Verbs {}
 
-/// The environment variable naming an explicit libibverbs to load.
-pub const PATH_ENV: &str = "IBNET_IBVERBS_PATH";
-
-/// `IBNET_IBVERBS_PATH` when it names something (set to nothing or blanks counts as unset).
-/// Such a path is the only libibverbs tried: one that cannot be loaded is a configuration error
-/// (the caller WARNs), never silently replaced by the system's library.
-pub fn named_path() -> Option<std::ffi::OsString> {
-    std::env::var_os(PATH_ENV).filter(|p| !p.to_string_lossy().trim().is_empty())
+/// The libibverbs the user named and the variable that named it (`IBNET_IBVERBS_PATH`, which
+/// wins, or `NCCL_IBVERBS_LIB`; set to nothing or blanks counts as unset). Such a path is the
+/// only libibverbs tried: one that cannot be loaded is a configuration error (the caller WARNs
+/// naming the variable), never silently replaced by the system's library.
+pub fn named_path() -> Option<(&'static str, std::ffi::OsString)> {
+    crate::env::ibverbs_lib()
 }
 
 static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
@@ -99,10 +98,10 @@ fn dlerror_text() -> String {
 
 fn open() -> Result<*mut c_void, String> {
     let mut names: Vec<std::ffi::CString> = Vec::new();
-    if let Some(p) = named_path() {
+    if let Some((var, p)) = named_path() {
         use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(p.as_bytes())
-            .map_err(|_| format!("{PATH_ENV} holds a NUL byte"))?;
+        let c =
+            std::ffi::CString::new(p.as_bytes()).map_err(|_| format!("{var} holds a NUL byte"))?;
         names.push(c);
     } else {
         names.push(c"libibverbs.so.1".into());

@@ -3,13 +3,15 @@
 //! * [`sys`]: `#[repr(C)]` declarations, checked against `verbs.h` by `tests/layout.rs`.
 //! * [`loader`]: `dlopen` + `dlvsym` of the calls used; the inline data-path calls go through
 //!   `context->ops`.
-//! * [`device`]: discovery of ports, GIDs, speeds and PCI paths as NCCL does it.
+//! * [`device`]: discovery of ports, GIDs, speeds and PCI paths as NCCL does it;
+//!   [`discovery`]: the values of the plugin's `Params` it reads.
 //! * [`events`]: async events: device-wide or per comm (by QP / CQ); [`event_flags`]: the
 //!   flags they set and the data path checks (loom-checked).
 //! * [`provider`]: the [`ibnet_core::provider::Provider`] implementation.
 //! * [`qp`]: connecting a QP (modify retry, routing, ECE).
 
 pub mod device;
+pub mod discovery;
 pub use ibnet_atomics::event_flags;
 pub mod events;
 pub mod loader;

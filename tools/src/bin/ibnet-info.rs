@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ibnet_ffi::env::{Config, ProviderChoice};
+use ibnet_core::params::ProviderKind as ProviderChoice;
 use ibnet_ffi::verbs::device::{self, VerbsDev};
+use ibnet_ffi::verbs::discovery::Discovery as Config;
 use ibnet_tools::net::Plugin;
 use ibnet_tools::{errln, locate, log, out, outln, Error};
 
@@ -161,9 +162,9 @@ fn memlock() -> String {
 }
 
 fn env_line(name: &str) -> Result<(), Error> {
-    match std::env::var(name) {
-        Ok(v) => outln!("  {name}={v}"),
-        Err(_) => outln!("  {name} (unset)"),
+    match ibnet_ffi::env::var(name) {
+        Some(v) => outln!("  {name}={v}"),
+        None => outln!("  {name} (unset)"),
     }
 }
 
@@ -174,7 +175,8 @@ fn run(a: &Args) -> Result<(), Error> {
         None => locate::default_plugin()?,
     };
     let path = locate::absolute(&path);
-    let (cfg, _) = Config::from_env();
+    let (params, _) = ibnet_ffi::env::load();
+    let cfg = Config::from_params(&params);
 
     outln!("environment:")?;
     for n in [
@@ -209,7 +211,9 @@ fn run(a: &Args) -> Result<(), Error> {
         Err(u) => outln!("soft provider (ibnet-soft): not usable here: {u}")?,
     }
 
-    match ibnet_hip::GpuRuntime::detect() {
+    match ibnet_hip::GpuRuntime::detect_on(
+        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(ibnet_ffi::env::var)),
+    ) {
         Ok(rt) => {
             let g = rt.gdr_support();
             outln!(
@@ -232,7 +236,7 @@ fn run(a: &Args) -> Result<(), Error> {
     )?;
     p.init()?;
     let n = p.devices()?;
-    let provider = match cfg.provider {
+    let provider = match params.provider {
         ProviderChoice::Auto => "auto (verbs only; soft only when asked by name)",
         ProviderChoice::Verbs => "verbs",
         ProviderChoice::Soft => "soft",
@@ -268,7 +272,7 @@ fn run(a: &Args) -> Result<(), Error> {
             Err(w) => w.clone(),
             Ok(_) => "no usable port".into(),
         };
-        let hint = match (&soft, cfg.provider) {
+        let hint = match (&soft, params.provider) {
             (Ok(()), ProviderChoice::Soft) => {
                 "the soft provider failed to start (see WARNs)".to_string()
             }

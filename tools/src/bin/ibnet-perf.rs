@@ -144,7 +144,8 @@ impl Drop for PeerGuard {
 /// Whether ibnet's verbs discovery (the same code the plugin runs, through ibnet-ffi's Rust
 /// API) finds a usable RDMA port under the current `NCCL_IB_*` settings: the count, or why not.
 fn rdma_nic() -> Result<usize, String> {
-    let (cfg, _) = ibnet_ffi::env::Config::from_env();
+    let (params, _) = ibnet_ffi::env::load();
+    let cfg = ibnet_ffi::verbs::discovery::Discovery::from_params(&params);
     match ibnet_ffi::verbs::device::discover(&cfg) {
         Ok(v) if !v.is_empty() => Ok(v.len()),
         Ok(_) => Err("no usable RDMA port".into()),
@@ -159,23 +160,18 @@ fn load(path: &std::path::Path) -> Result<(Plugin, i32, Option<String>), Error> 
     let mut note = None;
     if p.is_ibnet() {
         // Set to nothing counts as unset, as the plugin reads it.
-        note = Some(
-            match std::env::var("IBNET_PROVIDER")
-                .ok()
-                .filter(|v| !v.trim().is_empty())
-            {
-                Some(v) => format!("{v} (IBNET_PROVIDER)"),
-                None => match rdma_nic() {
-                    Ok(n) => format!("auto: verbs ({n} port(s))"),
-                    Err(why) => {
-                        // Single-threaded here (no peer, no progress bar yet); the loopback peer
-                        // inherits the variable. Decided before `init`, which reads it.
-                        std::env::set_var("IBNET_PROVIDER", "soft");
-                        format!("soft (IBNET_PROVIDER=soft set by ibnet-perf: no RDMA NIC: {why})")
-                    }
-                },
+        note = Some(match ibnet_ffi::env::var("IBNET_PROVIDER") {
+            Some(v) => format!("{v} (IBNET_PROVIDER)"),
+            None => match rdma_nic() {
+                Ok(n) => format!("auto: verbs ({n} port(s))"),
+                Err(why) => {
+                    // Single-threaded here (no peer, no progress bar yet); the loopback peer
+                    // inherits the variable. Decided before `init`, which reads it.
+                    std::env::set_var("IBNET_PROVIDER", "soft");
+                    format!("soft (IBNET_PROVIDER=soft set by ibnet-perf: no RDMA NIC: {why})")
+                }
             },
-        );
+        });
     }
     p.init()?;
     let n = p.devices()?;
