@@ -183,6 +183,7 @@
 mod event;
 mod notice;
 mod recv;
+mod resilience;
 mod send;
 mod stripe;
 mod vnic;
@@ -190,6 +191,7 @@ mod vnic;
 pub use event::RailEvent;
 pub use notice::{GroupNotice, Notice, GROUP_NOTICE_KEY, NOTICE_KEY};
 pub use recv::{FusedBuf, FusedRecv};
+pub use resilience::{recoverable, Resilience};
 pub use send::FusedSend;
 pub use stripe::{stripe, stripe_set, Part, STRIPE_ALIGN};
 pub use vnic::{VNic, MAX_DEVS_PER_NIC};

@@ -9,6 +9,7 @@ use heapless::Vec;
 
 use super::event::RailEvent;
 use super::notice::{GroupNotice, Notice};
+use super::resilience::Resilience;
 use super::stripe::stripe_set;
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
@@ -107,6 +108,8 @@ pub struct FusedRecv<P: Provider> {
     /// The first failure's kind once the comm failed: later calls are refused, reported so.
     poisoned: Option<ErrorKind>,
     events: Vec<RailEvent, N>,
+    /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
+    res: Resilience,
 }
 
 impl<P: Provider + Clone> FusedRecv<P> {
@@ -162,6 +165,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).broken).write([false; N]);
             addr_of_mut!((*p).poisoned).write(None);
             addr_of_mut!((*p).events).write(Vec::new());
+            addr_of_mut!((*p).res).write(Resilience::default());
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -185,6 +189,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 broken: _,
                 poisoned: _,
                 events: _,
+                res: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -230,6 +235,11 @@ impl<P: Provider + Clone> FusedRecv<P> {
             *l = true;
         }
         Ok(())
+    }
+
+    /// Sets how rail failures are handled (default: [`Resilience::default`]).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        self.res = r;
     }
 
     /// Rail `i`'s answer to the sender.
@@ -607,6 +617,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// acknowledges a write it then drops), the others by their notices, whichever comes
     /// first (the module doc's "Receiver"). A flush has nothing left to wait for.
     fn rail_down(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.res.fails_over(&e) {
+            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
+            return Err(self.poison(e));
+        }
         if !self.broken[i] {
             self.broken[i] = true;
             // Every completion already there is applied (`Base::drain`); a rail whose CQ cannot

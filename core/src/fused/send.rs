@@ -9,6 +9,7 @@ use heapless::Vec;
 
 use super::event::RailEvent;
 use super::notice::{GroupNotice, Notice};
+use super::resilience::Resilience;
 use super::stripe::{stripe_set, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm};
@@ -68,6 +69,9 @@ struct Msg {
     telling: Option<(u8, ReqId, u8)>,
     /// A send of a multi-receive whose whole group is finished (set on every send of it).
     gdone: bool,
+    /// Failed attempts: moved parts or notices of this message whose carrier failed too
+    /// (`NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS`).
+    attempts: u8,
 }
 
 impl Msg {
@@ -88,6 +92,7 @@ impl Msg {
         told: 0,
         telling: None,
         gdone: false,
+        attempts: 0,
     };
 
     fn moved(&self) -> u8 {
@@ -152,6 +157,12 @@ pub struct FusedSend<P: Provider> {
     resent: u64,
     /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
     carried: [u64; N],
+    /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
+    res: Resilience,
+    /// The caller's clock, ms (`tick`), and the time before which lost parts wait
+    /// (the last failure + the probe delay).
+    now: u64,
+    hold_until: u64,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -207,6 +218,9 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).events).write(Vec::new());
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
+            addr_of_mut!((*p).res).write(Resilience::default());
+            addr_of_mut!((*p).now).write(0);
+            addr_of_mut!((*p).hold_until).write(0);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -230,6 +244,9 @@ impl<P: Provider + Clone> FusedSend<P> {
                 events: _,
                 resent: _,
                 carried: _,
+                res: _,
+                now: _,
+                hold_until: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -275,6 +292,18 @@ impl<P: Provider + Clone> FusedSend<P> {
             *l = true;
         }
         Ok(())
+    }
+
+    /// Sets how rail failures are handled (default: [`Resilience::default`]).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        self.res = r;
+    }
+
+    /// The caller's monotonic clock, in ms (the core reads none): a probe delay
+    /// ([`Resilience::probe_delay_ms`]) counts in it. Call before `isend`/`test`.
+    #[inline]
+    pub fn tick(&mut self, now_ms: u64) {
+        self.now = now_ms;
     }
 
     /// How many rails the comm has.
@@ -640,6 +669,10 @@ impl<P: Provider + Clone> FusedSend<P> {
             self.msgs[k].legs[i] = Leg::Moved;
             return Ok(());
         }
+        if self.now < self.hold_until {
+            // The probe delay since the last failure has not passed: the part stays lost.
+            return Ok(());
+        }
         let carrier = (0..self.rails.len()).find(|&c| self.live[c] && m.dst[c].is_some());
         let Some(c) = carrier else {
             return Err(self.poison(Error::BadState {
@@ -664,7 +697,10 @@ impl<P: Provider + Clone> FusedSend<P> {
                 Ok(())
             }
             // The part stays lost; the next step picks another carrier.
-            Err(e) => self.fail_rail(c, e),
+            Err(e) => {
+                self.msgs[k].attempts = self.msgs[k].attempts.saturating_add(1);
+                self.fail_rail(c, e)
+            }
         }
     }
 
@@ -809,6 +845,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             Ok(None) => Ok(true),
             Err(e) => {
                 self.msgs[k].telling = None;
+                self.msgs[k].attempts = self.msgs[k].attempts.saturating_add(1);
                 self.fail_rail(c as usize, e)?;
                 Ok(false)
             }
@@ -836,7 +873,10 @@ impl<P: Provider + Clone> FusedSend<P> {
                 self.msgs[k].telling = Some((c as u8, id, moved));
                 Ok(())
             }
-            Err(e) => self.fail_rail(c, e),
+            Err(e) => {
+                self.msgs[k].attempts = self.msgs[k].attempts.saturating_add(1);
+                self.fail_rail(c, e)
+            }
         }
     }
 
@@ -846,9 +886,14 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// out of use ([`Self::drop_rail`]). Also for a rail already out of use (dropped by the
     /// receiver) whose parts were still in flight.
     fn fail_rail(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.res.fails_over(&e) {
+            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
+            return Err(self.poison(e));
+        }
         if !self.broken[i] {
             self.broken[i] = true;
             self.degraded = true;
+            self.hold_until = self.now.saturating_add(self.res.probe_delay_ms);
             let rail = &mut self.rails[i];
             // A rail whose CQ cannot be read (a fatal device event) says no more: what it had
             // not acknowledged is lost.
@@ -858,7 +903,12 @@ impl<P: Provider + Clone> FusedSend<P> {
                 for l in m.legs.iter_mut() {
                     if let Leg::Moving { carrier, id } = *l {
                         if carrier as usize == i {
-                            *l = if acked(id) { Leg::Moved } else { Leg::Lost };
+                            *l = if acked(id) {
+                                Leg::Moved
+                            } else {
+                                m.attempts = m.attempts.saturating_add(1);
+                                Leg::Lost
+                            };
                         }
                     }
                 }
@@ -870,10 +920,22 @@ impl<P: Provider + Clone> FusedSend<P> {
                         m.telling = None;
                         if acked(id) {
                             m.told |= mask;
+                        } else {
+                            m.attempts = m.attempts.saturating_add(1);
                         }
                     }
                 }
             }
+        }
+        let max = self.res.max_attempts.map_or(u32::MAX, |m| m);
+        if self
+            .msgs
+            .iter()
+            .any(|m| m.used && u32::from(m.attempts) > max)
+        {
+            // More failed attempts at one message than NCCL_IB_RESILIENCY_PORT_FAILOVER_
+            // MAX_ATTEMPTS allows: the comm fails with the failure that made one too many.
+            return Err(self.poison(e));
         }
         self.drop_rail(i, e)
     }
@@ -886,6 +948,9 @@ impl<P: Provider + Clone> FusedSend<P> {
     fn drop_rail(&mut self, i: usize, e: Error) -> Result<()> {
         if !self.live[i] {
             return Ok(());
+        }
+        if !self.res.failover {
+            return Err(self.poison(e));
         }
         self.live[i] = false;
         self.degraded = true;
