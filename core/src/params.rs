@@ -231,6 +231,28 @@ pub struct Params {
     pub socket_family: Option<AddrFamily>,
     /// `IBNET_PROVIDER` (`verbs|soft|auto`, default `auto`).
     pub provider: ProviderKind,
+    // --- resiliency (NCCL 2.29+ `p2p_resiliency*.cc`; one block, see `crate::fused`) ---
+    /// `NCCL_IB_RESILIENCY_PORT_FAILOVER` (NCCL 2.29+): fail a fused NIC's failed rail over to
+    /// its other rails. `None` (unset): on, ibnet's default (NCCL's is 0).
+    pub ib_resiliency_port_failover: Option<bool>,
+    /// `NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS` (NCCL 2.29+, its default 1): failed
+    /// attempts at one message before the comm fails. `None` (unset): no limit.
+    pub ib_resiliency_port_failover_max_attempts: Option<u32>,
+    /// `NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY` (NCCL 2.29+, ms, its default 10): wait
+    /// after a failure before the lost parts go again. `None` (unset): 0.
+    pub ib_resiliency_port_failover_probe_delay: Option<u64>,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY` (NCCL 2.30+, default off): failback of a failed
+    /// rail once both ends see it healthy.
+    pub ib_resiliency_port_recovery: bool,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY` (ms, default 200): from a rail's
+    /// failure to its first recovery attempt.
+    pub ib_resiliency_port_recovery_start_delay: u64,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX` (default 5): recovery attempts of one
+    /// rail before it stays out for good.
+    pub ib_resiliency_port_recovery_attempts_max: u32,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT` (ms, default 5000): how long one
+    /// recovery attempt waits for the peer before it counts as failed.
+    pub ib_resiliency_port_recovery_ack_timeout: u64,
 }
 
 impl Default for Params {
@@ -272,6 +294,13 @@ impl Default for Params {
             ifname: HcaFilter::default(),
             socket_family: None,
             provider: ProviderKind::Auto,
+            ib_resiliency_port_failover: None,
+            ib_resiliency_port_failover_max_attempts: None,
+            ib_resiliency_port_failover_probe_delay: None,
+            ib_resiliency_port_recovery: false,
+            ib_resiliency_port_recovery_start_delay: 200,
+            ib_resiliency_port_recovery_attempts_max: 5,
+            ib_resiliency_port_recovery_ack_timeout: 5000,
         }
     }
 }
@@ -313,10 +342,17 @@ enum Field {
     SocketIfname,
     SocketFamily,
     Provider,
+    IbResiliencyPortFailover,
+    IbResiliencyPortFailoverMaxAttempts,
+    IbResiliencyPortFailoverProbeDelay,
+    IbResiliencyPortRecovery,
+    IbResiliencyPortRecoveryStartDelay,
+    IbResiliencyPortRecoveryAttemptsMax,
+    IbResiliencyPortRecoveryAckTimeout,
 }
 
 /// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 34] = [
+const FIELDS: [(&str, Field); 41] = [
     ("NCCL_IB_HCA", Field::IbHca),
     ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
     ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
@@ -360,6 +396,34 @@ const FIELDS: [(&str, Field); 34] = [
     ("NCCL_SOCKET_IFNAME", Field::SocketIfname),
     ("NCCL_SOCKET_FAMILY", Field::SocketFamily),
     ("IBNET_PROVIDER", Field::Provider),
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER",
+        Field::IbResiliencyPortFailover,
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS",
+        Field::IbResiliencyPortFailoverMaxAttempts,
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY",
+        Field::IbResiliencyPortFailoverProbeDelay,
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY",
+        Field::IbResiliencyPortRecovery,
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY",
+        Field::IbResiliencyPortRecoveryStartDelay,
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX",
+        Field::IbResiliencyPortRecoveryAttemptsMax,
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
+        Field::IbResiliencyPortRecoveryAckTimeout,
+    ),
 ];
 
 const fn names() -> [&'static str; FIELDS.len()] {
@@ -491,8 +555,55 @@ impl Params {
                     _ => return Err(err("must be verbs, soft or auto")),
                 };
             }
+            _ => self.set_resiliency(field, int)?,
         }
         Ok(true)
+    }
+
+    /// The resiliency block of [`Params::set`] (`int(min, max, reason)` parses the value).
+    fn set_resiliency(
+        &mut self,
+        field: Field,
+        int: impl Fn(i64, i64, &'static str) -> Result<i64>,
+    ) -> Result<()> {
+        const MS: &str = "must be in 0..=3600000 (ms)";
+        const COUNT: &str = "must be in 0..=1000000";
+        match field {
+            Field::IbResiliencyPortFailover => {
+                self.ib_resiliency_port_failover = Some(int(i64::MIN, i64::MAX, "")? != 0);
+            }
+            Field::IbResiliencyPortFailoverMaxAttempts => {
+                self.ib_resiliency_port_failover_max_attempts =
+                    Some(int(0, 1_000_000, COUNT)? as u32);
+            }
+            Field::IbResiliencyPortFailoverProbeDelay => {
+                self.ib_resiliency_port_failover_probe_delay = Some(int(0, 3_600_000, MS)? as u64);
+            }
+            Field::IbResiliencyPortRecovery => {
+                self.ib_resiliency_port_recovery = int(i64::MIN, i64::MAX, "")? != 0;
+            }
+            Field::IbResiliencyPortRecoveryStartDelay => {
+                self.ib_resiliency_port_recovery_start_delay = int(0, 3_600_000, MS)? as u64;
+            }
+            Field::IbResiliencyPortRecoveryAttemptsMax => {
+                self.ib_resiliency_port_recovery_attempts_max = int(0, 1_000_000, COUNT)? as u32;
+            }
+            Field::IbResiliencyPortRecoveryAckTimeout => {
+                self.ib_resiliency_port_recovery_ack_timeout = int(0, 3_600_000, MS)? as u64;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The fused comms' failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`), with
+    /// ibnet's defaults for unset variables (failover on, no attempt limit, no delay).
+    pub fn resilience(&self) -> crate::fused::Resilience {
+        crate::fused::Resilience {
+            failover: self.ib_resiliency_port_failover.unwrap_or(true),
+            max_attempts: self.ib_resiliency_port_failover_max_attempts,
+            probe_delay_ms: self.ib_resiliency_port_failover_probe_delay.unwrap_or(0),
+        }
     }
 
     /// The parsed `NCCL_IB_HCA` filter (empty: every device).

@@ -214,3 +214,50 @@ fn the_attempt_limit_fails_a_message_whose_carrier_failed_too_often() {
         assert!(p.s.rail_live(1) && !p.s.rail_live(0) && !p.s.rail_live(2));
     }
 }
+
+/// The variables, as `Params` reads them: unset is ibnet's default (failover on, which
+/// NCCL's is not), set is NCCL's meaning; malformed values are refused naming the variable.
+#[test]
+fn the_variables_map_to_resilience() {
+    use ibnet_core::params::Params;
+    let p = Params::default();
+    assert_eq!(p.resilience(), Resilience::default());
+    assert!(p.resilience().failover, "ibnet's default: on");
+    assert!(!p.ib_resiliency_port_recovery, "NCCL's default: off");
+    let mut p = Params::default();
+    for (n, v) in [
+        ("NCCL_IB_RESILIENCY_PORT_FAILOVER", "0"),
+        ("NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS", "1"),
+        ("NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY", "0x0a"),
+        ("NCCL_IB_RESILIENCY_PORT_RECOVERY", "1"),
+        ("NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY", "20"),
+        ("NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX", "3"),
+        ("NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT", "100"),
+    ] {
+        assert!(Params::NAMES.contains(&n), "{n} is read");
+        assert_eq!(p.set(n, v), Ok(true), "{n}={v}");
+    }
+    assert_eq!(
+        p.resilience(),
+        Resilience {
+            failover: false,
+            max_attempts: Some(1),
+            probe_delay_ms: 10,
+        }
+    );
+    assert!(p.ib_resiliency_port_recovery);
+    assert_eq!(p.ib_resiliency_port_recovery_start_delay, 20);
+    assert_eq!(p.ib_resiliency_port_recovery_attempts_max, 3);
+    assert_eq!(p.ib_resiliency_port_recovery_ack_timeout, 100);
+    for (n, v) in [
+        ("NCCL_IB_RESILIENCY_PORT_FAILOVER", "on"),
+        ("NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS", "-1"),
+        ("NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY", "10ms"),
+        ("NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT", "99999999999"),
+    ] {
+        match Params::default().set(n, v) {
+            Err(Error::Param { name, .. }) => assert_eq!(name, n),
+            r => panic!("{n}={v}: {r:?}"),
+        }
+    }
+}

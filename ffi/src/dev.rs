@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
 use ibnet_core::fused::{FusedBuf, RailEvent};
-use ibnet_core::fused::{FusedRecv, FusedSend};
+use ibnet_core::fused::{FusedRecv, FusedSend, Resilience};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_core::wire::{QpInfo, RailInfo, RailList, RemoteBuf};
@@ -388,6 +388,24 @@ pub struct FusedStats {
     pub resent: u64,
 }
 
+/// Feeds a fused send comm the clock when it needs one (a probe delay set): a vDSO read of
+/// the monotonic clock, no system call.
+#[inline]
+fn tick<P: Provider + Clone>(c: &mut FusedSend<P>) {
+    if c.wants_clock() {
+        c.tick(now_ms());
+    }
+}
+
+/// Milliseconds of the monotonic clock since the first call (the core's `tick` unit).
+pub fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
 /// Rails taken out of use since the last call, for the caller to log.
 pub type RailEvents = heapless::Vec<RailEvent, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
 
@@ -438,7 +456,14 @@ impl AnySend {
         tag: u32,
         mrs: &[MrKeys],
     ) -> Result<Option<ReqId>> {
-        fused!(self, "isend", c => c.isend(addr, size, tag, mrs))
+        fused!(self, "isend", c => {
+            tick(&mut **c);
+            c.isend(addr, size, tag, mrs)
+        })
+    }
+    /// See `FusedSend::set_resilience` (nothing for a plain comm).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        split!(self, _c => {}, c => c.set_resilience(r))
     }
     /// See `SendComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
@@ -447,7 +472,10 @@ impl AnySend {
     /// See `SendComm::test` / `FusedSend::test`.
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        all!(self, c => c.test(id))
+        split!(self, c => c.test(id), c => {
+            tick(&mut **c);
+            c.test(id)
+        })
     }
     /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
     pub fn fail(&mut self, e: &Error) {
@@ -495,6 +523,10 @@ impl AnyRecv {
     #[inline]
     pub fn irecv(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
         each!(self, "irecv", c => c.irecv_under(bufs, parents))
+    }
+    /// See `FusedRecv::set_resilience` (nothing for a plain comm).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        split!(self, _c => {}, c => c.set_resilience(r))
     }
     /// See `FusedRecv::irecv`.
     pub fn irecv_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {

@@ -306,6 +306,13 @@ impl<P: Provider + Clone> FusedSend<P> {
         self.now = now_ms;
     }
 
+    /// Whether the comm counts time (a probe delay is set): the caller then feeds
+    /// [`Self::tick`] before each call, and may skip reading its clock otherwise.
+    #[inline]
+    pub fn wants_clock(&self) -> bool {
+        self.res.probe_delay_ms > 0
+    }
+
     /// How many rails the comm has.
     pub fn rails(&self) -> usize {
         self.rails.len()

@@ -51,6 +51,7 @@ fn connect_step(
                 return Ok(None);
             }
             let mut send = Box::new(nic.new_send(cfg)?);
+            send.set_resilience(plugin()?.params.resilience());
             if let Ok(a) = s.peer_addr() {
                 send.set_peer_addr(a);
             }
