@@ -603,6 +603,10 @@ impl Params {
             failover: self.ib_resiliency_port_failover.unwrap_or(true),
             max_attempts: self.ib_resiliency_port_failover_max_attempts,
             probe_delay_ms: self.ib_resiliency_port_failover_probe_delay.unwrap_or(0),
+            recovery: self.ib_resiliency_port_recovery,
+            start_delay_ms: self.ib_resiliency_port_recovery_start_delay,
+            attempts_max: self.ib_resiliency_port_recovery_attempts_max,
+            ack_timeout_ms: self.ib_resiliency_port_recovery_ack_timeout,
         }
     }
 

@@ -243,6 +243,10 @@ fn the_variables_map_to_resilience() {
             failover: false,
             max_attempts: Some(1),
             probe_delay_ms: 10,
+            recovery: true,
+            start_delay_ms: 20,
+            attempts_max: 3,
+            ack_timeout_ms: 100,
         }
     );
     assert!(p.ib_resiliency_port_recovery);

@@ -406,6 +406,9 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// Rails returned to striping since the last call, for the caller to log.
+pub type Returned = heapless::Vec<u8, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+
 /// Rails taken out of use since the last call, for the caller to log.
 pub type RailEvents = heapless::Vec<RailEvent, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
 
@@ -485,6 +488,10 @@ impl AnySend {
     pub fn take_events(&mut self) -> RailEvents {
         split!(self, _c => RailEvents::new(), c => c.take_events())
     }
+    /// Rails returned to striping since the last call (always none for a plain comm).
+    pub fn take_returned(&mut self) -> Returned {
+        split!(self, _c => Returned::new(), c => c.take_returned())
+    }
     /// The rails' counters of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {
         fn stats<P: Provider + Clone>(c: &FusedSend<P>) -> FusedStats {
@@ -530,7 +537,12 @@ impl AnyRecv {
     }
     /// See `FusedRecv::irecv`.
     pub fn irecv_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
-        fused!(self, "irecv", c => c.irecv(bufs))
+        fused!(self, "irecv", c => {
+            if c.wants_clock() {
+                c.tick(now_ms());
+            }
+            c.irecv(bufs)
+        })
     }
     /// See `RecvComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
@@ -547,7 +559,12 @@ impl AnyRecv {
     /// See `RecvComm::test` / `FusedRecv::test`.
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        all!(self, c => c.test(id))
+        split!(self, c => c.test(id), c => {
+            if c.wants_clock() {
+                c.tick(now_ms());
+            }
+            c.test(id)
+        })
     }
     /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
     pub fn fail(&mut self, e: &Error) {
@@ -556,6 +573,10 @@ impl AnyRecv {
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
         split!(self, _c => RailEvents::new(), c => c.take_events())
+    }
+    /// Rails returned to striping since the last call (always none for a plain comm).
+    pub fn take_returned(&mut self) -> Returned {
+        split!(self, _c => Returned::new(), c => c.take_returned())
     }
     /// The rails' state of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {

@@ -181,6 +181,7 @@
 //! receive request of that rail's comm is not reused; at most the receives in flight).
 
 mod event;
+pub mod heal;
 mod notice;
 mod recv;
 mod resilience;

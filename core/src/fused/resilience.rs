@@ -44,6 +44,18 @@ pub struct Resilience {
     pub max_attempts: Option<u32>,
     /// Milliseconds between a rail's failure and the writing again of the parts it lost.
     pub probe_delay_ms: u64,
+    /// Failback of a failed rail (`NCCL_IB_RESILIENCY_PORT_RECOVERY`; protocol in
+    /// `crate::fused::heal`'s module doc). Default off, as NCCL.
+    pub recovery: bool,
+    /// Milliseconds from a rail's going out of use to its first return attempt, and between
+    /// attempts (`_RECOVERY_START_DELAY`, default 200).
+    pub start_delay_ms: u64,
+    /// Return attempts of a rail in a row that may fail before it stays out for good
+    /// (`_RECOVERY_ATTEMPTS_MAX`, default 5).
+    pub attempts_max: u32,
+    /// Milliseconds one attempt waits for the peer (its READY, or the probe's completion)
+    /// before it counts as failed (`_RECOVERY_ACK_TIMEOUT`, default 5000).
+    pub ack_timeout_ms: u64,
 }
 
 impl Default for Resilience {
@@ -53,11 +65,21 @@ impl Default for Resilience {
             failover: true,
             max_attempts: None,
             probe_delay_ms: 0,
+            recovery: false,
+            start_delay_ms: 200,
+            attempts_max: 5,
+            ack_timeout_ms: 5000,
         }
     }
 }
 
 impl Resilience {
+    /// Whether the comm counts time (a probe delay, or failback): its caller then feeds the
+    /// clock before each call.
+    pub fn wants_clock(&self) -> bool {
+        self.probe_delay_ms > 0 || self.recovery
+    }
+
     /// Whether `e`, a rail's own failure, lets the comm go on over its other rails.
     pub fn fails_over(&self, e: &Error) -> bool {
         self.failover && recoverable(e)

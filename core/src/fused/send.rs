@@ -8,6 +8,7 @@ use core::ptr::addr_of_mut;
 use heapless::Vec;
 
 use super::event::RailEvent;
+use super::heal::{ctl_seq, Ctl};
 use super::notice::{GroupNotice, Notice};
 use super::resilience::Resilience;
 use super::stripe::{stripe_set, Part};
@@ -20,6 +21,8 @@ use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf};
 
 const N: usize = MAX_DEVS_PER_NIC;
+
+mod heal;
 
 /// Where one rail's part of a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +166,14 @@ pub struct FusedSend<P: Provider> {
     /// (the last failure + the probe delay).
     now: u64,
     hold_until: u64,
+    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), when it
+    /// may be tried next, whether it is reset and waits for the receiver's JOIN, failed
+    /// attempts in a row; and the rails returned since `take_returned`.
+    gen: [u32; N],
+    retry_at: [u64; N],
+    ready: [bool; N],
+    tries: [u32; N],
+    returned: Vec<u8, N>,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -221,6 +232,11 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).res).write(Resilience::default());
             addr_of_mut!((*p).now).write(0);
             addr_of_mut!((*p).hold_until).write(0);
+            addr_of_mut!((*p).gen).write([0; N]);
+            addr_of_mut!((*p).retry_at).write([0; N]);
+            addr_of_mut!((*p).ready).write([false; N]);
+            addr_of_mut!((*p).tries).write([0; N]);
+            addr_of_mut!((*p).returned).write(Vec::new());
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -247,6 +263,11 @@ impl<P: Provider + Clone> FusedSend<P> {
                 res: _,
                 now: _,
                 hold_until: _,
+                gen: _,
+                retry_at: _,
+                ready: _,
+                tries: _,
+                returned: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -275,6 +296,8 @@ impl<P: Provider + Clone> FusedSend<P> {
         let remote = Access {
             local_write: true,
             remote_write: true,
+            // The receiver's failback reads this side's READY words (`crate::fused::heal`).
+            remote_read: true,
             ..Access::default()
         };
         let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
@@ -310,7 +333,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// [`Self::tick`] before each call, and may skip reading its clock otherwise.
     #[inline]
     pub fn wants_clock(&self) -> bool {
-        self.res.probe_delay_ms > 0
+        self.res.wants_clock()
     }
 
     /// How many rails the comm has.
@@ -360,7 +383,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Whether the receiver reported rail `i` out of use on its side.
     fn dropped_by_peer(&self, i: usize) -> Result<bool> {
         let mut out = [PostedRecv::default(); MAX_RECVS];
-        match self.back.poll(i as u64, &mut out) {
+        match self.back.poll(ctl_seq(Ctl::Drop, i, self.gen[i]), &mut out) {
             Ok(None) => Ok(false),
             Ok(Some(_))
                 if Notice::decode(&out[0], 0, self.rails.len(), 0)
@@ -432,6 +455,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         mrs: &[MrKeys],
     ) -> Result<Option<ReqId>> {
         self.check("isend")?;
+        self.heal_step();
         let nr = self.rails.len();
         if mrs.len() != nr {
             return Err(Error::OutOfRange {
@@ -543,7 +567,15 @@ impl<P: Provider + Clone> FusedSend<P> {
                 Err(e) => self.fail_rail(i, e)?,
             }
         }
-        let posted = self.posted_mask(&peeks)?;
+        let mut posted = self.posted_mask(&peeks)?;
+        if let (Some(m), Some(seq)) = (posted, peeks.iter().flatten().next().map(|p| p.seq)) {
+            if self.ready.iter().any(|&r| r) {
+                if !self.rejoin(seq, m as u8, &mut peeks, tag)? {
+                    return Ok(None);
+                }
+                posted = self.posted_mask(&peeks)?;
+            }
+        }
         for (i, p) in peeks.iter().enumerate().take(nr) {
             if !self.live[i] || p.is_some() {
                 continue;
@@ -603,6 +635,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// rail, or on another one and the receiver told).
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.check("test")?;
+        self.heal_step();
         let k = self.lookup(id)?;
         self.advance(k)?;
         if self.degraded {
@@ -961,6 +994,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         }
         self.live[i] = false;
         self.degraded = true;
+        self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
         // A send of a multi-receive that waits on this rail for the group's other sends,
         // which will not come here now, is never posted: it is lost (nothing of it landed).
         for m in self.msgs.iter_mut().filter(|m| m.used) {
