@@ -265,3 +265,82 @@ fn the_variables_map_to_resilience() {
         }
     }
 }
+
+/// Failback over loopback rails: rail 1 fails (retry exceeded) and fails over; past the start
+/// delay both sides bring it back (READY, reset, probe, JOIN); messages posted before the
+/// return (their masks name rail 1 or not) and after it all arrive whole, later messages
+/// are striped over rail 1 again, and each side reports the return once.
+#[test]
+fn a_failed_rail_returns_once_both_sides_brought_it_back() {
+    let mut p = pair(
+        2,
+        Resilience {
+            recovery: true,
+            start_delay_ms: 10,
+            ..Resilience::default()
+        },
+    );
+    let clock = |p: &mut Pair, t: u64| {
+        p.s.tick(t);
+        p.r.tick(t);
+    };
+    clock(&mut p, 100);
+    let size = (1 << 20) + 5;
+    let (sid, rid, sb, rb) = start(&mut p, size, |r| {
+        fail_next(&r[1], 0, WcStatus::RetryExceeded)
+    });
+    assert_eq!(finish(|| p.s.test(sid.unwrap())).unwrap().sizes[0], size as u64);
+    assert_eq!(finish(|| p.r.test(rid)).unwrap().sizes[0], size as u64);
+    assert_eq!(rb.as_slice(), sb.as_slice());
+    assert!(!p.s.rail_live(1) && !p.r.rail_live(1));
+    // Before the start delay nothing comes back.
+    let whole = |p: &mut Pair, n: usize| {
+        let (sid, rid, sb, rb) = start(p, n, |_| {});
+        let sd = finish(|| p.s.test(sid.unwrap())).unwrap();
+        let rd = finish(|| p.r.test(rid)).unwrap();
+        assert_eq!((sd.sizes[0], rd.sizes[0]), (n as u64, n as u64));
+        assert_eq!(rb.as_slice(), sb.as_slice(), "{n} B");
+    };
+    clock(&mut p, 105);
+    whole(&mut p, 70_000);
+    assert!(!p.s.rail_live(1) && !p.r.rail_live(1), "start delay not over");
+    // Past it: a receive posted now finds the sender READY, resets, probes and joins.
+    let before = p.s.rail_bytes(1);
+    for (t, n) in [1, 300, 70_000, 1 << 20].into_iter().enumerate() {
+        // A millisecond per message: the receiver reads READY again a millisecond on.
+        clock(&mut p, 111 + t as u64);
+        whole(&mut p, n);
+    }
+    assert!(p.s.rail_live(1) && p.r.rail_live(1), "both ends use rail 1 again");
+    assert!(p.s.rail_bytes(1) > before, "rail 1 carries its share again");
+    assert_eq!(p.s.take_returned().as_slice(), &[1], "the sender's one report");
+    assert_eq!(p.r.take_returned().as_slice(), &[1], "the receiver's one report");
+    // It can fail again, and fails over again.
+    let (sid, rid, sb, rb) = start(&mut p, size, |r| {
+        fail_next(&r[1], 0, WcStatus::RetryExceeded)
+    });
+    assert_eq!(finish(|| p.s.test(sid.unwrap())).unwrap().sizes[0], size as u64);
+    assert_eq!(finish(|| p.r.test(rid)).unwrap().sizes[0], size as u64);
+    assert_eq!(rb.as_slice(), sb.as_slice());
+    assert!(!p.s.rail_live(1));
+    assert_eq!(p.s.requests_in_use(), 0);
+    assert_eq!(p.r.requests_in_use(), 0);
+}
+
+/// Without `recovery` (NCCL's default) a failed rail stays out however long it waits.
+#[test]
+fn without_recovery_a_failed_rail_stays_out() {
+    let mut p = pair(2, Resilience::default());
+    let (sid, rid, _sb, _rb) = start(&mut p, 1 << 20, |r| {
+        fail_next(&r[1], 0, WcStatus::RetryExceeded)
+    });
+    finish(|| p.s.test(sid.unwrap())).unwrap();
+    finish(|| p.r.test(rid)).unwrap();
+    p.s.tick(1_000_000);
+    p.r.tick(1_000_000);
+    let (sid, rid, _sb, _rb) = start(&mut p, 1 << 20, |_| {});
+    finish(|| p.s.test(sid.unwrap())).unwrap();
+    finish(|| p.r.test(rid)).unwrap();
+    assert!(!p.s.rail_live(1) && !p.r.rail_live(1));
+    assert!(p.s.take_returned().is_empty());
+}

@@ -108,7 +108,11 @@ fn run() -> Option<Run> {
             bytes_at_return = st.rail_bytes[1];
             assert!(rt.live[1], "the receiver had it live first (it joined)");
         } else if !live {
-            out.outages.last_mut().unwrap().2 += 1;
+            let o = out.outages.last_mut().unwrap();
+            o.2 += 1;
+            if o.2 > 3000 {
+                break; // the rail never returned: the test fails on it below
+            }
         }
         if out.outages.len() == 2 && live {
             after_last += 1;
