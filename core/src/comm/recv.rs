@@ -402,6 +402,12 @@ impl<P: Provider> RecvComm<P> {
         Ok(())
     }
 
+    /// Sets the FIFO sequence number of the next receive (a revived rail rejoining at the
+    /// fused comm's sequence number, `crate::fused::heal`).
+    pub fn set_fifo_tail(&mut self, tail: u64) {
+        self.fifo_tail = tail;
+    }
+
     fn one_sided(
         &mut self,
         opcode: WrOpcode,

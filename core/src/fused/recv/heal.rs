@@ -243,6 +243,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
             }
         }
         let bit = 1u8 << i;
+        // Receives were posted on the other rails since the reset: the rail's first
+        // clear-to-send is the one of `at`, at FIFO sequence number `at`.
+        self.rails[i].set_fifo_tail(at);
         self.live[i] = true;
         self.broken[i] = false;
         self.joined_at[i] = at;
