@@ -253,7 +253,21 @@ pub struct Params {
     /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT` (ms, default 5000): how long one
     /// recovery attempt waits for the peer before it counts as failed.
     pub ib_resiliency_port_recovery_ack_timeout: u64,
+    /// Which of [`RECOVERY_ALIVE_MSG`] are set (bit `i`: entry `i`, a valid integer): they
+    /// have no counterpart in ibnet (its probe is one RDMA READ over the returning rail), so
+    /// `ffi` refuses each with one WARN.
+    pub ib_resiliency_port_recovery_alive_msg: u8,
 }
+
+/// NCCL 2.30's `NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_*`: the batches of alive messages
+/// NCCL sends over a recovering port. ibnet proves a returning rail with one RDMA READ over it
+/// instead (`crate::fused::heal`): read, and refused.
+pub const RECOVERY_ALIVE_MSG: [&str; 4] = [
+    "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL",
+    "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
+    "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE",
+    "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
+];
 
 impl Default for Params {
     fn default() -> Self {
@@ -301,6 +315,7 @@ impl Default for Params {
             ib_resiliency_port_recovery_start_delay: 200,
             ib_resiliency_port_recovery_attempts_max: 5,
             ib_resiliency_port_recovery_ack_timeout: 5000,
+            ib_resiliency_port_recovery_alive_msg: 0,
         }
     }
 }
@@ -349,10 +364,11 @@ enum Field {
     IbResiliencyPortRecoveryStartDelay,
     IbResiliencyPortRecoveryAttemptsMax,
     IbResiliencyPortRecoveryAckTimeout,
+    IbResiliencyPortRecoveryAliveMsg(u8),
 }
 
 /// The one table of names: [`Params::NAMES`] and [`Params::set`] both come from it.
-const FIELDS: [(&str, Field); 41] = [
+const FIELDS: [(&str, Field); 45] = [
     ("NCCL_IB_HCA", Field::IbHca),
     ("NCCL_IB_GID_INDEX", Field::IbGidIndex),
     ("NCCL_IB_ROCE_VERSION_NUM", Field::IbRoceVersionNum),
@@ -423,6 +439,22 @@ const FIELDS: [(&str, Field); 41] = [
     (
         "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
         Field::IbResiliencyPortRecoveryAckTimeout,
+    ),
+    (
+        RECOVERY_ALIVE_MSG[0],
+        Field::IbResiliencyPortRecoveryAliveMsg(0),
+    ),
+    (
+        RECOVERY_ALIVE_MSG[1],
+        Field::IbResiliencyPortRecoveryAliveMsg(1),
+    ),
+    (
+        RECOVERY_ALIVE_MSG[2],
+        Field::IbResiliencyPortRecoveryAliveMsg(2),
+    ),
+    (
+        RECOVERY_ALIVE_MSG[3],
+        Field::IbResiliencyPortRecoveryAliveMsg(3),
     ),
 ];
 
@@ -590,6 +622,10 @@ impl Params {
             }
             Field::IbResiliencyPortRecoveryAckTimeout => {
                 self.ib_resiliency_port_recovery_ack_timeout = int(0, 3_600_000, MS)? as u64;
+            }
+            Field::IbResiliencyPortRecoveryAliveMsg(i) => {
+                int(i64::MIN, i64::MAX, "")?;
+                self.ib_resiliency_port_recovery_alive_msg |= 1 << i;
             }
             _ => {}
         }

@@ -253,6 +253,11 @@ fn the_variables_map_to_resilience() {
     assert_eq!(p.ib_resiliency_port_recovery_start_delay, 20);
     assert_eq!(p.ib_resiliency_port_recovery_attempts_max, 3);
     assert_eq!(p.ib_resiliency_port_recovery_ack_timeout, 100);
+    assert_eq!(p.ib_resiliency_port_recovery_alive_msg, 0);
+    for (i, n) in ibnet_core::params::RECOVERY_ALIVE_MSG.iter().enumerate() {
+        assert_eq!(p.set(n, "5"), Ok(true), "{n} is read (to be refused by name)");
+        assert_eq!(p.ib_resiliency_port_recovery_alive_msg >> i & 1, 1);
+    }
     for (n, v) in [
         ("NCCL_IB_RESILIENCY_PORT_FAILOVER", "on"),
         ("NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS", "-1"),

@@ -289,6 +289,7 @@ impl Config {
         }
         warn_malformed_hca(&p);
         refuse_unimplemented(&mut p);
+        refuse_alive_msg(&p);
         let mut c = Self::from_params(&p);
         for (n, v) in own {
             match c.set(n, &v) {
@@ -310,6 +311,20 @@ fn warn_malformed_hca(p: &Params) {
             m.entry(&p.ib_hca),
             m.reason
         );
+    }
+}
+
+/// One WARN per `NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_*` set: NCCL's alive messages
+/// have no counterpart in ibnet's failback.
+fn refuse_alive_msg(p: &Params) {
+    for (i, n) in ibnet_core::params::RECOVERY_ALIVE_MSG.iter().enumerate() {
+        if p.ib_resiliency_port_recovery_alive_msg >> i & 1 == 1 {
+            crate::warn!(
+                "{n} has no effect in ibnet: a returning rail is proven by one RDMA READ over \
+                 it, not by batches of alive messages (NCCL_IB_RESILIENCY_PORT_RECOVERY_\
+                 ACK_TIMEOUT bounds the wait)"
+            );
+        }
     }
 }
 
