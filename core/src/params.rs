@@ -632,20 +632,6 @@ impl Params {
         Ok(())
     }
 
-    /// The fused comms' failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`), with
-    /// ibnet's defaults for unset variables (failover on, no attempt limit, no delay).
-    pub fn resilience(&self) -> crate::fused::Resilience {
-        crate::fused::Resilience {
-            failover: self.ib_resiliency_port_failover.unwrap_or(true),
-            max_attempts: self.ib_resiliency_port_failover_max_attempts,
-            probe_delay_ms: self.ib_resiliency_port_failover_probe_delay.unwrap_or(0),
-            recovery: self.ib_resiliency_port_recovery,
-            start_delay_ms: self.ib_resiliency_port_recovery_start_delay,
-            attempts_max: self.ib_resiliency_port_recovery_attempts_max,
-            ack_timeout_ms: self.ib_resiliency_port_recovery_ack_timeout,
-        }
-    }
-
     /// The parsed `NCCL_IB_HCA` filter (empty: every device).
     pub fn hca_filter(&self) -> &HcaFilter {
         &self.hca

@@ -49,12 +49,7 @@ fn start(
     p: &mut Pair,
     size: usize,
     arm: impl FnOnce(&[Loopback]),
-) -> (
-    ibnet_core::Result<ReqId>,
-    ReqId,
-    AlignedBuf,
-    AlignedBuf,
-) {
+) -> (ibnet_core::Result<ReqId>, ReqId, AlignedBuf, AlignedBuf) {
     let mut sb = AlignedBuf::new(size);
     fill_pattern(sb.as_mut_slice(), size as u64);
     let rb = AlignedBuf::new(size);
@@ -68,10 +63,9 @@ fn start(
     let rid = p.r.irecv(&[buf]).expect("irecv").expect("posted");
     arm(&p.rails);
     let n = p.rails.len();
-    let sid = p
-        .s
-        .isend(sb.addr(), size as u64, 5, &sk[..n])
-        .map(|s| s.expect("receive posted"));
+    let sid =
+        p.s.isend(sb.addr(), size as u64, 5, &sk[..n])
+            .map(|s| s.expect("receive posted"));
     (sid, rid, sb, rb)
 }
 
@@ -109,7 +103,10 @@ fn failover_off_fails_the_comm_on_a_rail_failure() {
         }) => {}
         r => panic!("failover off: expected the rail's error, got {r:?}"),
     }
-    assert!(p.s.take_events().is_empty(), "no rail event: the comm failed");
+    assert!(
+        p.s.take_events().is_empty(),
+        "no rail event: the comm failed"
+    );
     let again = p.s.isend(0, 0, 5, &[MrKeys::default(); 2]);
     assert!(
         matches!(
@@ -221,8 +218,8 @@ fn the_attempt_limit_fails_a_message_whose_carrier_failed_too_often() {
 fn the_variables_map_to_resilience() {
     use ibnet_core::params::Params;
     let p = Params::default();
-    assert_eq!(p.resilience(), Resilience::default());
-    assert!(p.resilience().failover, "ibnet's default: on");
+    assert_eq!(Resilience::from_params(&p), Resilience::default());
+    assert!(Resilience::from_params(&p).failover, "ibnet's default: on");
     assert!(!p.ib_resiliency_port_recovery, "NCCL's default: off");
     let mut p = Params::default();
     for (n, v) in [
@@ -238,7 +235,7 @@ fn the_variables_map_to_resilience() {
         assert_eq!(p.set(n, v), Ok(true), "{n}={v}");
     }
     assert_eq!(
-        p.resilience(),
+        Resilience::from_params(&p),
         Resilience {
             failover: false,
             max_attempts: Some(1),
@@ -255,14 +252,21 @@ fn the_variables_map_to_resilience() {
     assert_eq!(p.ib_resiliency_port_recovery_ack_timeout, 100);
     assert_eq!(p.ib_resiliency_port_recovery_alive_msg, 0);
     for (i, n) in ibnet_core::params::RECOVERY_ALIVE_MSG.iter().enumerate() {
-        assert_eq!(p.set(n, "5"), Ok(true), "{n} is read (to be refused by name)");
+        assert_eq!(
+            p.set(n, "5"),
+            Ok(true),
+            "{n} is read (to be refused by name)"
+        );
         assert_eq!(p.ib_resiliency_port_recovery_alive_msg >> i & 1, 1);
     }
     for (n, v) in [
         ("NCCL_IB_RESILIENCY_PORT_FAILOVER", "on"),
         ("NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS", "-1"),
         ("NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY", "10ms"),
-        ("NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT", "99999999999"),
+        (
+            "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
+            "99999999999",
+        ),
     ] {
         match Params::default().set(n, v) {
             Err(Error::Param { name, .. }) => assert_eq!(name, n),
@@ -294,7 +298,10 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
     let (sid, rid, sb, rb) = start(&mut p, size, |r| {
         fail_next(&r[1], 0, WcStatus::RetryExceeded)
     });
-    assert_eq!(finish(|| p.s.test(sid.unwrap())).unwrap().sizes[0], size as u64);
+    assert_eq!(
+        finish(|| p.s.test(sid.unwrap())).unwrap().sizes[0],
+        size as u64
+    );
     assert_eq!(finish(|| p.r.test(rid)).unwrap().sizes[0], size as u64);
     assert_eq!(rb.as_slice(), sb.as_slice());
     assert!(!p.s.rail_live(1) && !p.r.rail_live(1));
@@ -308,7 +315,10 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
     };
     clock(&mut p, 105);
     whole(&mut p, 70_000);
-    assert!(!p.s.rail_live(1) && !p.r.rail_live(1), "start delay not over");
+    assert!(
+        !p.s.rail_live(1) && !p.r.rail_live(1),
+        "start delay not over"
+    );
     // Past it: a receive posted now finds the sender READY, resets, probes and joins.
     let before = p.s.rail_bytes(1);
     for (t, n) in [1, 300, 70_000, 1 << 20].into_iter().enumerate() {
@@ -316,15 +326,29 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
         clock(&mut p, 111 + t as u64);
         whole(&mut p, n);
     }
-    assert!(p.s.rail_live(1) && p.r.rail_live(1), "both ends use rail 1 again");
+    assert!(
+        p.s.rail_live(1) && p.r.rail_live(1),
+        "both ends use rail 1 again"
+    );
     assert!(p.s.rail_bytes(1) > before, "rail 1 carries its share again");
-    assert_eq!(p.s.take_returned().as_slice(), &[1], "the sender's one report");
-    assert_eq!(p.r.take_returned().as_slice(), &[1], "the receiver's one report");
+    assert_eq!(
+        p.s.take_returned().as_slice(),
+        &[1],
+        "the sender's one report"
+    );
+    assert_eq!(
+        p.r.take_returned().as_slice(),
+        &[1],
+        "the receiver's one report"
+    );
     // It can fail again, and fails over again.
     let (sid, rid, sb, rb) = start(&mut p, size, |r| {
         fail_next(&r[1], 0, WcStatus::RetryExceeded)
     });
-    assert_eq!(finish(|| p.s.test(sid.unwrap())).unwrap().sizes[0], size as u64);
+    assert_eq!(
+        finish(|| p.s.test(sid.unwrap())).unwrap().sizes[0],
+        size as u64
+    );
     assert_eq!(finish(|| p.r.test(rid)).unwrap().sizes[0], size as u64);
     assert_eq!(rb.as_slice(), sb.as_slice());
     assert!(!p.s.rail_live(1));

@@ -68,9 +68,15 @@ fn one(
             rd = x != 0;
         }
     }
-    assert_eq!(got, n as c_int, "message {m}: exact size (no byte lost or counted twice)");
+    assert_eq!(
+        got, n as c_int,
+        "message {m}: exact size (no byte lost or counted twice)"
+    );
     assert!(dst[..n] == src[..n], "message {m}: bytes");
-    assert!(dst[n..].iter().all(|&b| b == 0), "message {m}: nothing past it");
+    assert!(
+        dst[n..].iter().all(|&b| b == 0),
+        "message {m}: nothing past it"
+    );
 }
 
 fn run() -> Option<Run> {
@@ -148,10 +154,18 @@ fn a_failed_rail_returns_after_each_heal_and_no_byte_is_lost() {
         run.outages.iter().all(|o| o.1.is_some()),
         "rail 1 returned after each heal: {run:?}"
     );
-    assert!(run.messages >= 2000, "thousands of messages: {}", run.messages);
+    assert!(
+        run.messages >= 2000,
+        "thousands of messages: {}",
+        run.messages
+    );
     for side in ["send comm", "receive comm"] {
         let lines: Vec<&String> = run.infos.iter().filter(|t| t.contains(side)).collect();
-        assert_eq!(lines.len(), 2, "one INFO per return on the {side} side: {lines:?}");
+        assert_eq!(
+            lines.len(),
+            2,
+            "one INFO per return on the {side} side: {lines:?}"
+        );
         for t in lines {
             assert!(
                 t.contains("rail 1 (soft1)") && t.contains("127.0.0.1"),

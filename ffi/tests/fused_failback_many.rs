@@ -60,7 +60,15 @@ fn start(r: *mut c_void, s: &mut Slot, m: u32) {
 fn send(sc: *mut c_void, s: &mut Slot) -> bool {
     if s.req.0.is_null() {
         let p = s.src.as_mut_ptr().cast();
-        let rc = api::isend(sc, p, s.n as u64, 3, s.mh.0, core::ptr::null_mut(), &mut s.req.0);
+        let rc = api::isend(
+            sc,
+            p,
+            s.n as u64,
+            3,
+            s.mh.0,
+            core::ptr::null_mut(),
+            &mut s.req.0,
+        );
         assert_eq!(rc, ncclResult_t::Success, "isend {}: {:?}", s.m, take_log());
     }
     !s.req.0.is_null()
@@ -96,7 +104,11 @@ fn drive(s: &mut Slot) -> bool {
                 bad.iter().all(|&i| s.dst[i] == 0)
             );
         }
-        assert!(s.dst[s.n..].iter().all(|&b| b == 0), "message {}: nothing past it", s.m);
+        assert!(
+            s.dst[s.n..].iter().all(|&b| b == 0),
+            "message {}: nothing past it",
+            s.m
+        );
         return true;
     }
     false
@@ -146,7 +158,11 @@ fn four_rails_with_messages_in_flight_fail_back_twice() {
     let mut order = std::collections::VecDeque::new();
     let t0 = Instant::now();
     loop {
-        assert!(t0.elapsed() < Duration::from_secs(240), "stuck: {:?}", take_log());
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "stuck: {:?}",
+            take_log()
+        );
         while order.len() < WINDOW {
             let i = (0..WINDOW).find(|i| !order.contains(i)).unwrap();
             start(rc, &mut slots[i], next);
@@ -177,20 +193,33 @@ fn four_rails_with_messages_in_flight_fail_back_twice() {
         if returns == 2 {
             after += 1;
             if after == 2000 {
-                assert!(st.rail_bytes[2] > bytes_at_return, "rail 2 carries traffic again");
+                assert!(
+                    st.rail_bytes[2] > bytes_at_return,
+                    "rail 2 carries traffic again"
+                );
                 break;
             }
         }
-        assert!(next < 30_000, "outages {outages}, returns {returns}: {:?}", take_log());
+        assert!(
+            next < 30_000,
+            "outages {outages}, returns {returns}: {:?}",
+            take_log()
+        );
     }
     assert_eq!((outages, returns), (2, 2), "fail → heal → fail → heal");
     assert!(next >= 2000, "thousands of messages: {next}");
     let log = take_log();
     let back = |side: &str| {
         log.iter()
-            .filter(|(_, t)| t.contains(side) && t.contains("rail 2 (soft2)") && t.contains("healthy again"))
+            .filter(|(_, t)| {
+                t.contains(side) && t.contains("rail 2 (soft2)") && t.contains("healthy again")
+            })
             .count()
     };
-    assert_eq!((back("send comm"), back("receive comm")), (2, 2), "one INFO per return and side");
+    assert_eq!(
+        (back("send comm"), back("receive comm")),
+        (2, 2),
+        "one INFO per return and side"
+    );
     println!("{next} messages, {:?}", t0.elapsed());
 }

@@ -270,11 +270,19 @@ mod tests {
         let i = Inject::new(Faults::parse("down=3,heal=30,downs=2").unwrap()).unwrap();
         let fails = |n: usize| (0..n).map(|_| i.on_post().is_some()).collect::<Vec<_>>();
         assert_eq!(fails(2), [false, false]);
-        assert_eq!(i.on_post(), Some(WcStatus::RetryExceeded), "down at the 3rd WR");
+        assert_eq!(
+            i.on_post(),
+            Some(WcStatus::RetryExceeded),
+            "down at the 3rd WR"
+        );
         assert_eq!(i.link_state(), (1, true));
         assert_eq!(fails(5), [true; 5], "down until healed");
         std::thread::sleep(std::time::Duration::from_millis(40));
-        assert_eq!(fails(3), [false, false, true], "healed, down again at the 3rd WR");
+        assert_eq!(
+            fails(3),
+            [false, false, true],
+            "healed, down again at the 3rd WR"
+        );
         assert_eq!(i.link_state(), (2, true));
         std::thread::sleep(std::time::Duration::from_millis(40));
         assert_eq!(fails(10), [false; 10], "downs=2: up for good");

@@ -64,6 +64,30 @@
 //! receiver's back stage (registered on every rail).
 
 use crate::fifo::PostedRecv;
+use crate::request::ReqId;
+
+/// Where a rail's round of failback stands at the receiver (`FusedRecv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Out of use (or live): nothing in flight.
+    Idle,
+    /// Reading the sender's READY over live rail `carrier` (posted at `since`, ms).
+    Reading {
+        /// The live rail the READ goes on.
+        carrier: u8,
+        /// Its request.
+        id: ReqId,
+        /// When it was posted.
+        since: u64,
+    },
+    /// The rail is reset; its probe, a READ over the rail itself, is in flight.
+    Probing {
+        /// Its request.
+        id: ReqId,
+        /// When it was posted.
+        since: u64,
+    },
+}
 
 /// The high bits of a READY or JOIN element's `rkey` (`"HEL\0"`).
 pub const HEAL_KEY: u32 = 0x4845_4c00;

@@ -8,7 +8,7 @@ use core::ptr::addr_of_mut;
 use heapless::Vec;
 
 use super::event::RailEvent;
-use super::heal::{ctl_seq, Ctl};
+use super::heal::{ctl_seq, Ctl, Phase};
 use super::notice::{GroupNotice, Notice};
 use super::resilience::Resilience;
 use super::stripe::stripe_set;
@@ -23,7 +23,6 @@ use crate::wire::{QpInfo, RemoteBuf};
 const N: usize = MAX_DEVS_PER_NIC;
 
 mod heal;
-use heal::Phase;
 
 /// One receive buffer of a fused (multi-)receive: one registration per rail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -74,6 +74,20 @@ impl Default for Resilience {
 }
 
 impl Resilience {
+    /// The settings `p` gives (`NCCL_IB_RESILIENCY_PORT_*`), with ibnet's defaults for unset
+    /// variables (failover on, no attempt limit, no delay).
+    pub fn from_params(p: &crate::params::Params) -> Self {
+        Self {
+            failover: p.ib_resiliency_port_failover.unwrap_or(true),
+            max_attempts: p.ib_resiliency_port_failover_max_attempts,
+            probe_delay_ms: p.ib_resiliency_port_failover_probe_delay.unwrap_or(0),
+            recovery: p.ib_resiliency_port_recovery,
+            start_delay_ms: p.ib_resiliency_port_recovery_start_delay,
+            attempts_max: p.ib_resiliency_port_recovery_attempts_max,
+            ack_timeout_ms: p.ib_resiliency_port_recovery_ack_timeout,
+        }
+    }
+
     /// Whether the comm counts time (a probe delay, or failback): its caller then feeds the
     /// clock before each call.
     pub fn wants_clock(&self) -> bool {

@@ -570,7 +570,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         let mut posted = self.posted_mask(&peeks)?;
         if let (Some(m), Some(seq)) = (posted, peeks.iter().flatten().next().map(|p| p.seq)) {
             if self.ready.iter().any(|&r| r) {
-                if !self.rejoin(seq, m as u8, &mut peeks, tag)? {
+                if !self.rejoin(seq, m, &mut peeks, tag)? {
                     return Ok(None);
                 }
                 posted = self.posted_mask(&peeks)?;

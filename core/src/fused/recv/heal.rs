@@ -7,21 +7,9 @@ use heapless::Vec;
 
 use super::{add_sizes, FusedRecv, Kind, Leg, N};
 use crate::error::Result;
-use crate::fifo::{FifoRing, FifoElem, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::fused::heal::{ctl_seq, decode, encode, Ctl};
+use crate::fifo::{FifoElem, FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
+use crate::fused::heal::{ctl_seq, decode, encode, Ctl, Phase};
 use crate::provider::{Provider, Sge};
-use crate::request::ReqId;
-
-/// Where a rail's round of failback stands at the receiver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
-    /// Out of use (or live): nothing in flight.
-    Idle,
-    /// Reading the sender's READY over live rail `carrier` (posted at `since`).
-    Reading { carrier: u8, id: ReqId, since: u64 },
-    /// The rail is reset; its probe, a READ over the rail itself, is in flight.
-    Probing { id: ReqId, since: u64 },
-}
 
 impl<P: Provider + Clone> FusedRecv<P> {
     /// The caller's monotonic clock, in ms (the core reads none). Call before each call when

@@ -76,6 +76,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         peeks: &mut [Option<Peeked>; N],
         tag: u32,
     ) -> Result<bool> {
+        #[allow(clippy::needless_range_loop)] // `i` indexes the comm's per-rail state too
         for i in 0..self.rails.len() {
             if !self.ready[i] || posted >> i & 1 == 0 {
                 continue;
