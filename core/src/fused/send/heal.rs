@@ -66,9 +66,10 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// For the message at `seq`, whose receiver's mask is `posted`: every READY rail of the
     /// mask whose JOIN names `seq` is live again from it (FIFO head `seq`, its clear-to-send
     /// put in `peeks`). `Ok(false)`: such a rail's clear-to-send has not landed yet (call
-    /// again). A JOIN naming an earlier message (the rail's rejoin point passed unseen) ends
-    /// the round: the rail stays out, and the receiver, told of it by that message's notice,
-    /// takes it out again (a lost round, no lost byte).
+    /// again). A JOIN naming an earlier message, or `seq` once a send of its multi-receive
+    /// went without the rail (the rejoin point passed unseen), ends the round: the rail stays
+    /// out, and the receiver, told of it by that message's notice, takes it out again (a lost
+    /// round, no lost byte).
     pub(super) fn rejoin(
         &mut self,
         seq: u64,
@@ -100,7 +101,10 @@ impl<P: Provider + Clone> FusedSend<P> {
             };
             self.ready[i] = false;
             self.gen[i] += 1;
-            if at < seq {
+            // Only at the first send of a multi-receive's slot: a rail that missed an earlier
+            // send of it would never complete the slot (its sends are posted together).
+            let begun = self.msgs.iter().any(|m| m.used && m.seq == seq);
+            if at < seq || begun {
                 self.tries[i] += 1;
                 self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
                 continue;
