@@ -264,6 +264,28 @@ pub struct Params {
     /// `IBNET_SOFT_FAULTS_DEV=N` (tests only): `IBNET_SOFT_FAULTS` arms only `softN` (unset:
     /// every soft device), so one rail of a fused NIC can fail.
     pub soft_faults_dev: Option<u8>,
+    // --- resiliency (NCCL 2.29+ `p2p_resiliency*.cc`; one block, see `crate::fused`) ---
+    /// `NCCL_IB_RESILIENCY_PORT_FAILOVER` (NCCL 2.29+): fail a fused NIC's failed rail over to
+    /// its other rails. `None` (unset): on, ibnet's default (NCCL's is 0).
+    pub ib_resiliency_port_failover: Option<bool>,
+    /// `NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS` (NCCL 2.29+, its default 1): failed
+    /// attempts at one message before the comm fails. `None` (unset): no limit.
+    pub ib_resiliency_port_failover_max_attempts: Option<u32>,
+    /// `NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY` (NCCL 2.29+, ms, its default 10): wait
+    /// after a failure before the lost parts go again. `None` (unset): 0.
+    pub ib_resiliency_port_failover_probe_delay: Option<u64>,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY` (NCCL 2.30+, default off): failback of a failed
+    /// rail once both ends see it healthy.
+    pub ib_resiliency_port_recovery: bool,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY` (ms, default 200): from a rail's
+    /// failure to its first recovery attempt.
+    pub ib_resiliency_port_recovery_start_delay: u64,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX` (default 5): recovery attempts of one
+    /// rail before it stays out for good.
+    pub ib_resiliency_port_recovery_attempts_max: u32,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT` (ms, default 5000): how long one
+    /// recovery attempt waits for the peer before it counts as failed.
+    pub ib_resiliency_port_recovery_ack_timeout: u64,
 }
 
 impl Default for Params {
@@ -328,6 +350,13 @@ impl Params {
             fault_mqp_etimedout: 0,
             soft_devices: 0,
             soft_faults_dev: None,
+            ib_resiliency_port_failover: None,
+            ib_resiliency_port_failover_max_attempts: None,
+            ib_resiliency_port_failover_probe_delay: None,
+            ib_resiliency_port_recovery: false,
+            ib_resiliency_port_recovery_start_delay: 0,
+            ib_resiliency_port_recovery_attempts_max: 0,
+            ib_resiliency_port_recovery_ack_timeout: 0,
         }
     }
 
@@ -348,11 +377,14 @@ impl Params {
         let name = var.name;
         let err = |reason| Error::Param { name, reason };
         let v = var.kind.parse(value).map_err(err)?;
-        // A declared plugin variable that no `store_*` knows (the resiliency ones, which the
-        // failover work stores) is accepted after its check: nothing is refused twice.
-        let _stored = self.store_ib(name, v).map_err(err)?
+        let stored = self.store_ib(name, v).map_err(err)?
             || self.store_qp(name, v).map_err(err)?
+            || self.store_resiliency(name, v).map_err(err)?
             || self.store_other(name, v).map_err(err)?;
+        debug_assert!(
+            stored,
+            "{name} is read by the plugin but no store_* keeps it"
+        );
         Ok(true)
     }
 
@@ -435,6 +467,40 @@ impl Params {
             "NCCL_IB_MQP_RETRY_ALL" => self.ib_mqp_retry_all = int != 0,
             "NCCL_IB_MQP_RETRY_CNT" => self.ib_mqp_retry_cnt = int as u32,
             "NCCL_IB_MQP_RETRY_SLEEP_MSEC" => self.ib_mqp_retry_sleep_msec = int as u32,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// NCCL's port failover and failback (`crate::fused::Resilience` reads them). Failover's
+    /// three are kept as "set or not": unset, ibnet's defaults apply (the table's doc lines).
+    /// `Ok(false)`: not one of them.
+    fn store_resiliency(
+        &mut self,
+        name: &str,
+        v: Value<'_>,
+    ) -> core::result::Result<bool, &'static str> {
+        let Some(int) = v.int() else {
+            return Ok(false);
+        };
+        match name {
+            "NCCL_IB_RESILIENCY_PORT_FAILOVER" => self.ib_resiliency_port_failover = Some(int != 0),
+            "NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS" => {
+                self.ib_resiliency_port_failover_max_attempts = Some(int as u32);
+            }
+            "NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY" => {
+                self.ib_resiliency_port_failover_probe_delay = Some(int as u64);
+            }
+            "NCCL_IB_RESILIENCY_PORT_RECOVERY" => self.ib_resiliency_port_recovery = int != 0,
+            "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY" => {
+                self.ib_resiliency_port_recovery_start_delay = int as u64;
+            }
+            "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX" => {
+                self.ib_resiliency_port_recovery_attempts_max = int as u32;
+            }
+            "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT" => {
+                self.ib_resiliency_port_recovery_ack_timeout = int as u64;
+            }
             _ => return Ok(false),
         }
         Ok(true)

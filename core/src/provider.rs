@@ -56,6 +56,19 @@ pub trait Provider {
     fn qp_num(&self, qp: &Self::Qp) -> u32;
     /// Takes the QP to RTS, connected to the remote QP described by `attr`.
     fn connect_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()>;
+    /// Takes a QP in any state (the error state, after a failure) back through RESET to RTS,
+    /// connected to the same remote QP as before (`attr`, the attributes `connect_qp` had):
+    /// its outstanding send WRs and posted receives are dropped without completions
+    /// (completions already in the CQ stay), as `ibv_modify_qp` to RESET does. The peer's QP
+    /// must be reset too before the two exchange anything (a fused comm's failback does both,
+    /// `crate::fused`). Not supported by default.
+    fn reset_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()> {
+        let _ = (qp, attr);
+        Err(crate::error::Error::Provider {
+            call: "reset_qp (not supported by this provider)",
+            errno: 95, // EOPNOTSUPP
+        })
+    }
     /// The QP's ECE options (`ibv_query_ece`); `Ok(None)` when the provider or device has no
     /// ECE (the default), which is not an error.
     fn query_ece(&self, qp: &Self::Qp) -> Result<Option<Ece>> {

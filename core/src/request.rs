@@ -174,7 +174,18 @@ impl RequestPool {
             .map(|(i, _)| i as u8)
     }
 
-    /// How many slots are in use.
+    /// Frees every request in use (their handles go stale): a comm whose QPs were reset
+    /// gives up what it had outstanding (`Provider::reset_qp`).
+    pub fn free_all(&mut self) {
+        for (i, r) in self.reqs.iter_mut().enumerate() {
+            if r.kind.take().is_some() {
+                // Cannot fail: a slot in use is not in the free list, which has room for all.
+                let _ = self.free.push(i as u8);
+            }
+        }
+    }
+
+    /// Requests in use.
     pub fn in_use(&self) -> usize {
         MAX_REQUESTS - self.free.len()
     }

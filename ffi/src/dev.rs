@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
 use ibnet_core::fused::{FusedBuf, RailEvent};
-use ibnet_core::fused::{FusedRecv, FusedSend};
+use ibnet_core::fused::{FusedRecv, FusedSend, Resilience};
 use ibnet_core::policy::props as props_policy;
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
@@ -399,6 +399,27 @@ pub struct FusedStats {
     pub resent: u64,
 }
 
+/// Feeds a fused send comm the clock when it needs one (a probe delay set): a vDSO read of
+/// the monotonic clock, no system call.
+#[inline]
+fn tick<P: Provider + Clone>(c: &mut FusedSend<P>) {
+    if c.wants_clock() {
+        c.tick(now_ms());
+    }
+}
+
+/// Milliseconds of the monotonic clock since the first call (the core's `tick` unit).
+pub fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// Rails returned to striping since the last call, for the caller to log.
+pub type Returned = heapless::Vec<u8, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+
 /// Rails taken out of use since the last call, for the caller to log.
 pub type RailEvents = heapless::Vec<RailEvent, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
 
@@ -449,7 +470,14 @@ impl AnySend {
         tag: u32,
         mrs: &[MrKeys],
     ) -> Result<Option<ReqId>> {
-        fused!(self, "isend", c => c.isend(addr, size, tag, mrs))
+        fused!(self, "isend", c => {
+            tick(&mut **c);
+            c.isend(addr, size, tag, mrs)
+        })
+    }
+    /// See `FusedSend::set_resilience` (nothing for a plain comm).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        split!(self, _c => {}, c => c.set_resilience(r))
     }
     /// See `SendComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
@@ -458,7 +486,10 @@ impl AnySend {
     /// See `SendComm::test` / `FusedSend::test`.
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        all!(self, c => c.test(id))
+        split!(self, c => c.test(id), c => {
+            tick(&mut **c);
+            c.test(id)
+        })
     }
     /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
     pub fn fail(&mut self, e: &Error) {
@@ -467,6 +498,10 @@ impl AnySend {
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
         split!(self, _c => RailEvents::new(), c => c.take_events())
+    }
+    /// Rails returned to striping since the last call (always none for a plain comm).
+    pub fn take_returned(&mut self) -> Returned {
+        split!(self, _c => Returned::new(), c => c.take_returned())
     }
     /// The rails' counters of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {
@@ -507,9 +542,18 @@ impl AnyRecv {
     pub fn irecv(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
         each!(self, "irecv", c => c.irecv_under(bufs, parents))
     }
+    /// See `FusedRecv::set_resilience` (nothing for a plain comm).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        split!(self, _c => {}, c => c.set_resilience(r))
+    }
     /// See `FusedRecv::irecv`.
     pub fn irecv_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
-        fused!(self, "irecv", c => c.irecv(bufs))
+        fused!(self, "irecv", c => {
+            if c.wants_clock() {
+                c.tick(now_ms());
+            }
+            c.irecv(bufs)
+        })
     }
     /// See `RecvComm::set_events` (a fused comm sends no profiler events).
     pub fn set_events(&mut self, sink: Option<Sink>) {
@@ -526,7 +570,12 @@ impl AnyRecv {
     /// See `RecvComm::test` / `FusedRecv::test`.
     #[inline]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        all!(self, c => c.test(id))
+        split!(self, c => c.test(id), c => {
+            if c.wants_clock() {
+                c.tick(now_ms());
+            }
+            c.test(id)
+        })
     }
     /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
     pub fn fail(&mut self, e: &Error) {
@@ -535,6 +584,10 @@ impl AnyRecv {
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
         split!(self, _c => RailEvents::new(), c => c.take_events())
+    }
+    /// Rails returned to striping since the last call (always none for a plain comm).
+    pub fn take_returned(&mut self) -> Returned {
+        split!(self, _c => Returned::new(), c => c.take_returned())
     }
     /// The rails' state of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {

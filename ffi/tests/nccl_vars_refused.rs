@@ -42,6 +42,18 @@ const ROWS: &[(&str, &str, usize, &str)] = &[
     ("NCCL_IB_WQE_LATENCY_REPORT", "1", 1, "not public"),
     ("NCCL_IB_WQE_LATENCY_THRESHOLD_NS", "1000", 1, "not public"),
     ("NCCL_IB_DATA_DIRECT", "1", 1, "mlx5"),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
+        "5",
+        1,
+        "not honoured",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
+        "4000",
+        1,
+        "not honoured",
+    ),
     // Malformed: one WARN naming it (and no second one refusing it), the default stands.
     ("NCCL_IB_OOO_RQ", "yes", 1, "default"),
     ("NCCL_IB_DEVICE_PCI_ORDER", "x", 1, "default"),
@@ -61,6 +73,15 @@ const ROWS: &[(&str, &str, usize, &str)] = &[
     ("NCCL_IB_DEVICE_PCI_ORDER", "1", 0, ""),
     ("NCCL_IB_QUERY_PORT_SPEED", "0", 0, ""),
     ("NCCL_IB_QUERY_PORT_SPEED", "1", 0, ""),
+    ("NCCL_IB_RESILIENCY_PORT_RECOVERY", "1", 0, ""),
+    ("NCCL_IB_RESILIENCY_PORT_FAILOVER", "0", 0, ""),
+    // Malformed resiliency values: one WARN, the default stands.
+    (
+        "NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY",
+        "10ms",
+        1,
+        "default",
+    ),
 ];
 
 /// One plugin life with `name=value` set; the WARN lines it logged.

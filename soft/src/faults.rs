@@ -17,6 +17,15 @@
 //!                      path: in-process, and into a peer's FIFO ring in its shared segment
 //!  reg_fail=N          every N-th `reg_mr` fails (ENOMEM)
 //!  kill_after_wrs=N    the process kills itself (SIGKILL) at its N-th posted send WR
+//!  down=N              the device's link goes down at its N-th posted send WR (counted from
+//!                      the start, then from each heal): that WR and every one posted while
+//!                      the link is down fail with RetryExceeded (the QP goes to the error
+//!                      state, as when the link's retries ran out); a WR already posted
+//!                      completes as it would have
+//!  heal=MS             the link comes back MS ms after it went down (0, default: never);
+//!                      QPs that went to the error state stay there until they are reset
+//!                      (`Provider::reset_qp`), as on hardware; N WRs later it goes down again
+//!  downs=K             the link goes down at most K times (0, default: no limit)
 //! ```
 //! `N` is an integer in NCCL's syntax ([`ibnet_core::params::parse_int`]); 0 turns an item
 //! off. A malformed value refuses the whole variable (one [`Error::Param`]; no fault is armed).
@@ -51,6 +60,12 @@ pub struct Faults {
     pub reg_fail: u64,
     /// SIGKILL at the `kill_after_wrs`-th posted send WR (0: never).
     pub kill_after_wrs: u64,
+    /// The link goes down at the `down`-th send WR since the start or the last heal (0: never).
+    pub down: u64,
+    /// Milliseconds the link stays down (0: for good).
+    pub heal_ms: u64,
+    /// Times the link goes down at most (0: no limit).
+    pub downs: u64,
 }
 
 impl Default for Faults {
@@ -106,6 +121,9 @@ impl Faults {
         fifo_corrupt: 0,
         reg_fail: 0,
         kill_after_wrs: 0,
+        down: 0,
+        heal_ms: 0,
+        downs: 0,
     };
 
     /// Is any fault armed?
@@ -116,6 +134,7 @@ impl Faults {
             || self.fifo_corrupt != 0
             || self.reg_fail != 0
             || self.kill_after_wrs != 0
+            || self.down != 0
     }
 
     /// Parses the variable's value (grammar in the module doc). An empty value is [`Faults::OFF`].
@@ -137,8 +156,11 @@ impl Faults {
                 "fifo_corrupt" => f.fifo_corrupt = int(v, u32::MAX as u64)?,
                 "reg_fail" => f.reg_fail = int(v, u32::MAX as u64)?,
                 "kill_after_wrs" => f.kill_after_wrs = int(v, u64::MAX >> 1)?,
+                "down" => f.down = int(v, u64::MAX >> 1)?,
+                "heal" => f.heal_ms = int(v, 3_600_000)?,
+                "downs" => f.downs = int(v, u64::MAX >> 1)?,
                 _ => return Err(bad(
-                    "unknown key (seed, wr_fail, cq_delay_us, reorder, fifo_corrupt, reg_fail, kill_after_wrs)",
+                    "unknown key (seed, wr_fail, cq_delay_us, reorder, fifo_corrupt, reg_fail, kill_after_wrs, down, heal, downs)",
                 )),
             }
         }
@@ -168,8 +190,14 @@ mod tests {
                 fifo_corrupt: 1000,
                 reg_fail: 5,
                 kill_after_wrs: 1000,
+                down: 0,
+                heal_ms: 0,
+                downs: 0,
             }
         );
+        let f = Faults::parse("down=500,heal=20,downs=2").unwrap();
+        assert_eq!((f.down, f.heal_ms, f.downs), (500, 20, 2));
+        assert!(f.any());
         assert!(f.any());
         assert_eq!(Faults::parse("").unwrap(), Faults::OFF);
         assert!(!Faults::OFF.any());
@@ -187,6 +215,8 @@ mod tests {
             ("wr_fail=10:Oops", "WcStatus"),
             ("reorder=2", "out of range"),
             ("cq_delay_us=2000000", "out of range"),
+            ("heal=3600001", "out of range"),
+            ("down=x", "not an integer"),
             ("frobnicate=1", "unknown key"),
             ("seed", "key=value"),
         ] {

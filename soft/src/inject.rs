@@ -22,8 +22,27 @@ pub struct Inject {
     dice: AtomicU64,
     regs: AtomicU64,
     wrs: AtomicU64,
+    /// The link of `down`/`heal` (`None`: not armed).
+    link: Option<Mutex<Link>>,
     /// A private ring to re-encode FIFO elements with (`fifo_corrupt` only).
     scratch: Option<Mutex<Box<FifoRing>>>,
+}
+
+/// The link of `down`/`heal`: WRs since it came up, when it went down, how often.
+#[derive(Default)]
+struct Link {
+    wrs: u64,
+    down_since: Option<u64>,
+    downs: u64,
+}
+
+/// Milliseconds of the monotonic clock since the first call.
+pub fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// splitmix64: one well-mixed 64-bit value per counter value.
@@ -43,6 +62,7 @@ impl Inject {
                 dice: AtomicU64::new(0),
                 regs: AtomicU64::new(0),
                 wrs: AtomicU64::new(0),
+                link: (spec.down != 0).then(|| Mutex::new(Link::default())),
                 scratch: (spec.fifo_corrupt != 0).then(|| Mutex::new(segment::zeroed_fifo())),
             })
         })
@@ -67,15 +87,59 @@ impl Inject {
     }
 
     /// `post_send`, per WR: kills the process at the armed count; returns the status the WR
-    /// must fail with, if the dice say so.
+    /// must fail with, if the link is down or the dice say so.
     pub fn on_post(&self) -> Option<WcStatus> {
         let k = self.spec.kill_after_wrs;
         // Relaxed: a counter.
         if k != 0 && self.wrs.fetch_add(1, Ordering::Relaxed) + 1 >= k {
             sys::kill_self();
         }
+        if self.link_down() {
+            return Some(WcStatus::RetryExceeded);
+        }
         self.roll(self.spec.wr_fail)
             .then_some(self.spec.wr_fail_status)
+    }
+
+    /// `down`/`heal`, per posted WR: whether the link is down for it (see the module doc of
+    /// `crate::faults`). Test-only: a mutex per WR when armed.
+    fn link_down(&self) -> bool {
+        let Some(link) = &self.link else {
+            return false;
+        };
+        let mut l = link.lock().unwrap_or_else(|e| e.into_inner());
+        let now = crate::inject::now_ms();
+        if let Some(since) = l.down_since {
+            let heal = self.spec.heal_ms;
+            if heal == 0 || now < since + heal {
+                return true;
+            }
+            l.down_since = None;
+            l.wrs = 0;
+        }
+        if self.spec.downs != 0 && l.downs >= self.spec.downs {
+            return false;
+        }
+        l.wrs += 1;
+        if l.wrs < self.spec.down {
+            return false;
+        }
+        l.down_since = Some(now);
+        l.downs += 1;
+        true
+    }
+
+    /// Times the link went down so far (`down`), and whether it is down now.
+    #[cfg(test)]
+    fn link_state(&self) -> (u64, bool) {
+        self.link.as_ref().map_or((0, false), |l| {
+            let l = l.lock().unwrap_or_else(|e| e.into_inner());
+            let heal = self.spec.heal_ms;
+            let down = l
+                .down_since
+                .is_some_and(|s| heal == 0 || now_ms() < s + heal);
+            (l.downs, down)
+        })
     }
 
     /// A write of `src_len` bytes from `laddr` (this process): if it is a run of FIFO elements
@@ -197,6 +261,32 @@ mod tests {
             let again = encode(&segment::zeroed_fifo(), seq, &posted, got, len).unwrap();
             assert_eq!(again[..len], out[..len]);
         }
+    }
+
+    /// `down=3,heal=30,downs=2`: the 3rd WR takes the link down, every WR fails until 30 ms
+    /// have passed, then 3 more WRs take it down again, and after the second heal it stays up.
+    #[test]
+    fn the_link_goes_down_heals_and_goes_down_again() {
+        let i = Inject::new(Faults::parse("down=3,heal=30,downs=2").unwrap()).unwrap();
+        let fails = |n: usize| (0..n).map(|_| i.on_post().is_some()).collect::<Vec<_>>();
+        assert_eq!(fails(2), [false, false]);
+        assert_eq!(
+            i.on_post(),
+            Some(WcStatus::RetryExceeded),
+            "down at the 3rd WR"
+        );
+        assert_eq!(i.link_state(), (1, true));
+        assert_eq!(fails(5), [true; 5], "down until healed");
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        assert_eq!(
+            fails(3),
+            [false, false, true],
+            "healed, down again at the 3rd WR"
+        );
+        assert_eq!(i.link_state(), (2, true));
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        assert_eq!(fails(10), [false; 10], "downs=2: up for good");
+        assert_eq!(i.link_state(), (2, false));
     }
 
     #[test]

@@ -499,6 +499,39 @@ impl Provider for SoftProvider {
         qp.sh.qpn
     }
 
+    /// RESET → RTS again: the QP is made anew in its own slot, with its own QP number (so the
+    /// peer's `remote_qpn` still names it), its queues empty, and connected as `attr` says;
+    /// what the old one had outstanding is dropped (its CQ reservations given back) and the
+    /// old one is destroyed as `destroy_qp` would (`QpShared::destroy`). A peer still using
+    /// the old QP's counters must reset its own QP too before they exchange anything.
+    fn reset_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()> {
+        self.check_open("reset_qp")?;
+        let i = &self.inner;
+        let qattr = qp.sh.attr();
+        let held = i
+            .budget
+            .take(budget::qp_bytes(qattr.max_send_wr, qattr.max_recv_wr))?;
+        let (qpn, idx, cq) = (qp.sh.qpn, qp.sh.idx, qp.sh.cq.clone());
+        qp.sh.destroy();
+        cq.detach(&qp.sh);
+        let b = i.seg.qp_block(idx);
+        // Relaxed: published by the Release store of `state` below.
+        b.recv_posted.store(0, Ordering::Relaxed);
+        b.error.store(0, Ordering::Relaxed);
+        b.bounce_done.store(0, Ordering::Relaxed);
+        i.seg.clear_ring(idx);
+        // Release: pairs with the initiator's Acquire of `state` (connect and `deliver`).
+        b.state.store(qpn as u64, Ordering::Release);
+        let sh = Arc::new(
+            QpShared::new(qpn, idx, i.seg.clone(), cq.clone(), &qattr, &i.cfg)
+                .with_faults(i.inject.clone())
+                .with_budget(held),
+        );
+        cq.attach(sh.clone());
+        qp.sh = sh;
+        self.connect_qp(qp, attr)
+    }
+
     fn connect_qp(&self, qp: &mut Self::Qp, attr: &ConnectAttr) -> Result<()> {
         self.check_open("connect_qp")?;
         let a = SoftAddr::decode(&attr.remote_addr).ok_or(Error::Wire {

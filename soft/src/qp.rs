@@ -299,6 +299,16 @@ impl QpShared {
         }
     }
 
+    /// The attributes the QP was created with (for `reset_qp`, which makes it anew).
+    pub fn attr(&self) -> QpAttr {
+        QpAttr {
+            max_send_wr: self.max_send as u32,
+            max_recv_wr: self.max_recv as u32,
+            max_inline: self.max_inline,
+            access: Default::default(),
+        }
+    }
+
     /// Arms `IBNET_SOFT_FAULTS` on this QP (before it is shared).
     pub fn with_faults(mut self, faults: Option<Arc<crate::inject::Inject>>) -> Self {
         self.faults = faults;

@@ -368,6 +368,18 @@ impl Provider for Loopback {
         }
     }
 
+    /// RESET → RTS towards the same peer: posted receives dropped (no completions), state
+    /// RTS. (A loopback write executes at post: no send WR is outstanding.)
+    fn reset_qp(&self, qp: &mut LoopQp, attr: &ConnectAttr) -> Result<()> {
+        {
+            let mut f = self.fabric.borrow_mut();
+            let q = &mut f.qps[qp.0];
+            q.recvs.clear();
+            q.state = QpState::Init;
+        }
+        self.connect_qp(qp, attr)
+    }
+
     fn post_send(&self, qp: &mut LoopQp, wrs: &[SendWr]) -> Result<()> {
         let mut f = self.fabric.borrow_mut();
         if wrs.len() > f.qps[qp.0].max_send {

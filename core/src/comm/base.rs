@@ -30,6 +30,10 @@ pub(super) struct Base<P: Provider> {
     pub sink: Option<Sink>,
     /// Where the comm is in its life.
     life: Life,
+    /// How the QPs were connected (`connect_all`), for `revive`: the attributes and each
+    /// QP's remote QP number.
+    conn: Option<ConnectAttr>,
+    rqpn: Vec<u32, MAX_QPS>,
 }
 
 /// A comm's life (see the module doc of [`super`]).
@@ -67,6 +71,8 @@ impl<P: Provider> Base<P> {
             qp_index: 0,
             sink: None,
             life: Life::Unconnected,
+            conn: None,
+            rqpn: Vec::new(),
         };
         for _ in 0..nqps {
             let qp = base.create_qp(attr)?;
@@ -170,7 +176,43 @@ impl<P: Provider> Base<P> {
                 ..*attr
             };
             self.dev.connect_qp(qp, &a)?;
+            // Cannot fail: one per QP, at most MAX_QPS.
+            let _ = self.rqpn.push(rqpn);
         }
+        self.conn = Some(*attr);
+        Ok(())
+    }
+
+    /// A fused comm's failback of this rail (`crate::fused`): every QP reset to RTS towards
+    /// the same remote QP (`Provider::reset_qp`), what the CQ still holds from before thrown
+    /// away (at most `max_polls` polls), every request given up (their WRs went with the
+    /// reset), the round robin back at QP 0, and the comm connected again (no longer
+    /// poisoned). The peer resets its side before the two exchange anything.
+    pub fn revive(&mut self, max_polls: usize) -> Result<()> {
+        let attr = self.conn.ok_or(Error::BadState {
+            op: "revive",
+            state: "never connected",
+        })?;
+        for (qp, &rqpn) in self.qps.iter_mut().zip(self.rqpn.iter()) {
+            let a = ConnectAttr {
+                remote_qpn: rqpn,
+                ..attr
+            };
+            self.dev.reset_qp(qp, &a)?;
+        }
+        let cq = self.cq.as_mut().ok_or(Error::BadState {
+            op: "revive",
+            state: "closed",
+        })?;
+        for _ in 0..max_polls {
+            let mut wcs = [Completion::EMPTY; POLL_BATCH];
+            if self.dev.poll_cq(cq, &mut wcs)? == 0 {
+                break;
+            }
+        }
+        self.reqs.free_all();
+        self.qp_index = 0;
+        self.life = Life::Connected;
         Ok(())
     }
 

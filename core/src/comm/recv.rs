@@ -382,11 +382,44 @@ impl<P: Provider> RecvComm<P> {
     /// its own (done when acknowledged). A fused receiver tells the sender with it that a rail
     /// is out of use ([`crate::fused`]).
     pub fn iwrite(&mut self, local: Sge, remote_addr: u64, rkey: u32) -> Result<ReqId> {
+        self.one_sided(WrOpcode::Write, local, remote_addr, rkey)
+    }
+
+    /// One signaled RDMA READ of `remote_addr` (`rkey`) into `local`, on QP 0, as a request
+    /// of its own: a fused receiver's failback reads the sender's rail state with it, and its
+    /// completion on the rail itself proves the path ([`crate::fused`]).
+    pub fn iread(&mut self, local: Sge, remote_addr: u64, rkey: u32) -> Result<ReqId> {
+        self.one_sided(WrOpcode::Read, local, remote_addr, rkey)
+    }
+
+    /// A fused comm's failback of this rail (`Base::revive`): QPs reset, requests given up,
+    /// connected again; the next receive is posted at FIFO sequence number `tail` (the fused
+    /// comm's, so every rail's clear-to-send of a receive has the same one).
+    pub fn revive(&mut self, tail: u64) -> Result<()> {
+        let cq = 2 * MAX_REQUESTS * self.base.qps.len() + MAX_REQUESTS;
+        self.base.revive(cq / 4 + 2)?;
+        self.fifo_tail = tail;
+        Ok(())
+    }
+
+    /// Sets the FIFO sequence number of the next receive (a revived rail rejoining at the
+    /// fused comm's sequence number, `crate::fused::heal`).
+    pub fn set_fifo_tail(&mut self, tail: u64) {
+        self.fifo_tail = tail;
+    }
+
+    fn one_sided(
+        &mut self,
+        opcode: WrOpcode,
+        local: Sge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<ReqId> {
         self.base.check_live("iwrite")?;
         let id = self.base.reqs.alloc(ReqType::Send, 1, 1)?;
         let wr = SendWr {
             wr_id: id.index() as u64,
-            opcode: WrOpcode::Write,
+            opcode,
             sge: local,
             remote_addr,
             rkey,

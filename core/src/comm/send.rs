@@ -65,6 +65,8 @@ impl<P: Provider> SendComm<P> {
             max_inline: 0,
             access: Access {
                 remote_write: true,
+                // A fused receiver's failback reads the sender's rail state (`crate::fused`).
+                remote_read: true,
                 ..Access::default()
             },
         };
@@ -347,6 +349,29 @@ impl<P: Provider> SendComm<P> {
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.base.test(id, |r, _| Ok(Base::<P>::done_of(r)))
+    }
+
+    /// A fused comm's failback of this rail (`Base::revive`): QPs reset, requests given up,
+    /// connected again; the next FIFO slot to consume is `head` (the receiver's sequence
+    /// number where the rail rejoins, `crate::fused`).
+    pub fn revive(&mut self, head: u64) -> Result<()> {
+        let cq = 2 * MAX_REQUESTS * self.base.qps.len();
+        self.base.revive(cq / 4 + 2)?;
+        self.slot_reqs = [None; MAX_RECVS];
+        self.fifo_head = head;
+        Ok(())
+    }
+
+    /// The sequence number of the next FIFO slot this comm consumes.
+    pub fn fifo_head(&self) -> u64 {
+        self.fifo_head
+    }
+
+    /// Sets the next FIFO slot to consume (a revived rail rejoining at the receiver's
+    /// sequence number, `crate::fused::heal`); nothing of the slot matched yet.
+    pub fn set_fifo_head(&mut self, head: u64) {
+        self.slot_reqs = [None; MAX_RECVS];
+        self.fifo_head = head;
     }
 
     /// The comm failed outside the core (its caller found the peer gone): every later call is

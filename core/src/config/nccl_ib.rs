@@ -417,77 +417,95 @@ pub const VARS: &[Var] = &[
         Flag,
         "1",
         V(29),
-        "fail a fused NIC's failed rail over to the live rails; ibnet's default is on (NCCL's is 0): a fused comm survives a rail loss unless told otherwise",
+        "a fused NIC's failed rail hands its traffic to the other rails; 0: a rail failure fails the comm, as NCCL without failover (and as a plain comm). **Differs from NCCL**, whose default is off: in ibnet failover came with fusion and costs nothing until a rail fails, and a fused NIC that dies with any one of its rails is less reliable than one plain device. Only failures that say the path is gone fail over (`IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR` as in NCCL, plus `IBV_WC_RNR_RETRY_EXC_ERR`, a failed post and a fatal device event); any other completion error (access, protection, length) fails the comm, as NCCL",
     )
     .shown("1 (NCCL: 0)"),
     Var::new(
         "NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS",
         MS,
-        "1",
+        "",
         V(29),
-        "failovers one comm may make",
-    ),
+        "failed attempts at one message (a moved part or notice whose carrier rail failed too: NCCL's failed probe) before the comm fails; unset: no limit but the rails",
+    )
+    .shown("unlimited (NCCL: 1)"),
     Var::new(
         "NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY",
         MS,
-        "10",
+        "",
         V(29),
-        "ms before a failed rail's lost parts are probed and written again",
-    ),
+        "ms from a rail's failure until the parts it lost are written again on another rail (ibnet needs no probe: the failed rail's completions are drained, so what it had acknowledged is known); unset: at once",
+    )
+    .shown("0 (NCCL: 10)"),
     Var::new(
         "NCCL_IB_RESILIENCY_PORT_RECOVERY",
         Flag,
         "0",
         V(30),
-        "failback: a recovered rail is probed and brought back into use",
+        "1: failback: a fused NIC's failed rail is brought back once both ends see it healthy (the sender resets its QPs and says READY; the receiver reads that over a live rail, resets its own, proves the rail with an RDMA READ over it, and names the receive from which the rail carries parts again), then carries its share again, no byte lost or written twice; one INFO per side when a rail returns, naming rail, device and peer (protocol: `ibnet_core::fused::heal`)",
     ),
     Var::new(
         "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY",
         MS,
         "200",
         V(30),
-        "ms from a rail's failure to its first recovery probe",
-    ),
-    Var::new(
-        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL",
-        MS,
-        "500",
-        V(30),
-        "failback: ms between batches of alive messages",
-    ),
-    Var::new(
-        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
-        MS,
-        "5",
-        V(30),
-        "failback: alive messages per batch",
-    ),
-    Var::new(
-        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE",
-        MS,
-        "5",
-        V(30),
-        "failback: alive messages a rail must answer in sequence",
-    ),
-    Var::new(
-        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
-        MS,
-        "4000",
-        V(30),
-        "failback: ms an alive message may go unanswered",
-    ),
-    Var::new(
-        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
-        MS,
-        "5000",
-        V(30),
-        "failback: ms one recovery attempt waits for the peer's acknowledgement",
+        "ms from a rail's going out of use to its first return attempt, and between attempts",
     ),
     Var::new(
         "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX",
         MS,
         "5",
         V(30),
-        "failback: recovery attempts of one rail",
+        "failed return attempts of a rail in a row before it stays out for good",
     ),
+    Var::new(
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
+        MS,
+        "5000",
+        V(30),
+        "ms one return attempt waits for the peer (its READY, the probe's completion) before it counts as failed",
+    ),
+    Var::new(
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL",
+        MS,
+        "500",
+        V(30),
+        "NCCL: failback's ms between batches of alive messages; ibnet proves a returning rail with one RDMA READ over it instead: any value is refused with one WARN",
+    )
+    .by(Refused {
+        why: OwnScheme,
+        keeps: &[],
+    }),
+    Var::new(
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
+        MS,
+        "5",
+        V(30),
+        "NCCL: failback's alive messages per batch; ibnet proves a returning rail with one RDMA READ over it instead: any value is refused with one WARN",
+    )
+    .by(Refused {
+        why: OwnScheme,
+        keeps: &[],
+    }),
+    Var::new(
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE",
+        MS,
+        "5",
+        V(30),
+        "NCCL: failback's alive messages a port must answer in sequence; ibnet proves a returning rail with one RDMA READ over it instead: any value is refused with one WARN",
+    )
+    .by(Refused {
+        why: OwnScheme,
+        keeps: &[],
+    }),
+    Var::new(
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
+        MS,
+        "4000",
+        V(30),
+        "NCCL: failback's ms an alive message may go unanswered; ibnet proves a returning rail with one RDMA READ over it instead: any value is refused with one WARN",
+    )
+    .by(Refused {
+        why: OwnScheme,
+        keeps: &[],
+    }),
 ];

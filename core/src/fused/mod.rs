@@ -42,7 +42,12 @@
 //! after the QP went to error, a fatal async event such as port down, which the provider
 //! reports through `poll_cq`) or a failed post. From then on that rail is out of use on that
 //! side for good ([`RailEvent`] says which rail and where its traffic went; the caller logs it
-//! once). A rail never comes back, so `M` and `L` only shrink.
+//! once). Whether a rail fails over at all, and for which failures, is [`Resilience`]
+//! (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`): off, or for a failure no rail can mend (an access
+//! error), the comm fails as a plain one. Without failback a rail never comes back, so `M` and
+//! `L` only shrink; with it ([`heal`], `NCCL_IB_RESILIENCY_PORT_RECOVERY`), a rail out of use
+//! returns once both ends reset and proved it, from a receive sequence number both know (its
+//! JOIN), so `M` and `L` grow again at one message that both sides agree on.
 //!
 //! ## The geometry of a message: who decides, and how the other side knows
 //! The receiver decides `M` when it posts, and keeps it with the receive. The sender decides
@@ -181,8 +186,10 @@
 //! receive request of that rail's comm is not reused; at most the receives in flight).
 
 mod event;
+pub mod heal;
 mod notice;
 mod recv;
+mod resilience;
 mod send;
 mod stripe;
 mod vnic;
@@ -190,6 +197,7 @@ mod vnic;
 pub use event::RailEvent;
 pub use notice::{GroupNotice, Notice, GROUP_NOTICE_KEY, NOTICE_KEY};
 pub use recv::{FusedBuf, FusedRecv};
+pub use resilience::{recoverable, Resilience};
 pub use send::FusedSend;
 pub use stripe::{stripe, stripe_set, Part, STRIPE_ALIGN};
 pub use vnic::{VNic, MAX_DEVS_PER_NIC};

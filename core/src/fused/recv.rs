@@ -8,7 +8,9 @@ use core::ptr::addr_of_mut;
 use heapless::Vec;
 
 use super::event::RailEvent;
+use super::heal::{ctl_seq, Ctl, Phase};
 use super::notice::{GroupNotice, Notice};
+use super::resilience::Resilience;
 use super::stripe::stripe_set;
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
@@ -19,6 +21,8 @@ use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf};
 
 const N: usize = MAX_DEVS_PER_NIC;
+
+mod heal;
 
 /// One receive buffer of a fused (multi-)receive: one registration per rail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +111,22 @@ pub struct FusedRecv<P: Provider> {
     /// The first failure's kind once the comm failed: later calls are refused, reported so.
     poisoned: Option<ErrorKind>,
     events: Vec<RailEvent, N>,
+    /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
+    res: Resilience,
+    /// The caller's clock, ms (`tick`).
+    now: u64,
+    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), where its
+    /// round stands, when it may be tried next, when the round began, failed attempts in a
+    /// row, the first receive sequence number it carries since it returned, and the JOIN
+    /// write in flight (carrier, request); and the rails returned since `take_returned`.
+    gen: [u32; N],
+    phase: [Phase; N],
+    retry_at: [u64; N],
+    round_at: [u64; N],
+    tries: [u32; N],
+    joined_at: [u64; N],
+    join_pending: [Option<(u8, ReqId)>; N],
+    returned: Vec<u8, N>,
 }
 
 impl<P: Provider + Clone> FusedRecv<P> {
@@ -162,6 +182,16 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).broken).write([false; N]);
             addr_of_mut!((*p).poisoned).write(None);
             addr_of_mut!((*p).events).write(Vec::new());
+            addr_of_mut!((*p).res).write(Resilience::default());
+            addr_of_mut!((*p).now).write(0);
+            addr_of_mut!((*p).gen).write([0; N]);
+            addr_of_mut!((*p).phase).write([Phase::Idle; N]);
+            addr_of_mut!((*p).retry_at).write([0; N]);
+            addr_of_mut!((*p).round_at).write([0; N]);
+            addr_of_mut!((*p).tries).write([0; N]);
+            addr_of_mut!((*p).joined_at).write([0; N]);
+            addr_of_mut!((*p).join_pending).write([None; N]);
+            addr_of_mut!((*p).returned).write(Vec::new());
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -185,6 +215,16 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 broken: _,
                 poisoned: _,
                 events: _,
+                res: _,
+                now: _,
+                gen: _,
+                phase: _,
+                retry_at: _,
+                round_at: _,
+                tries: _,
+                joined_at: _,
+                join_pending: _,
+                returned: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -230,6 +270,11 @@ impl<P: Provider + Clone> FusedRecv<P> {
             *l = true;
         }
         Ok(())
+    }
+
+    /// Sets how rail failures are handled (default: [`Resilience::default`]).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        self.res = r;
     }
 
     /// Rail `i`'s answer to the sender.
@@ -290,7 +335,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 bytes: 0,
                 mask: 0,
             };
-            let (off, len) = self.back_stage.publish(d as u64, &[notice.encode()]);
+            let seq = ctl_seq(Ctl::Drop, d, self.gen[d]);
+            let (off, len) = self.back_stage.publish(seq, &[notice.encode()]);
             let local = crate::provider::Sge {
                 addr: self.back_stage.base_addr() + off as u64,
                 len: len as u32,
@@ -332,6 +378,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// clear-to-send carries the live rails as a mask, the rails the sender may stripe over.
     pub fn irecv(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
         self.check("irecv")?;
+        self.heal_step()?;
         let n = bufs.len();
         if n == 0 || n > MAX_RECVS {
             return Err(Error::OutOfRange {
@@ -442,6 +489,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.check("test")?;
+        self.heal_step()?;
         if self.back_needed & !self.back_told != 0 {
             self.tell_back()?;
         }
@@ -533,7 +581,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 }));
             };
             let r = nt.rail as usize;
-            self.moved_by_peer(r);
+            if seq >= self.joined_at[r] {
+                // (A notice of a message from before the rail returned leaves it in use.)
+                self.moved_by_peer(r);
+            }
             let m = &mut self.msgs[k];
             if m.legs[r] != Leg::Done {
                 m.legs[r] = Leg::Done;
@@ -566,7 +617,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
             }));
         }
         for r in (0..nr).filter(|&r| rails >> r & 1 == 1) {
-            self.moved_by_peer(r);
+            if seq >= self.joined_at[r] {
+                self.moved_by_peer(r);
+            }
             let m = &mut self.msgs[k];
             if m.legs[r] == Leg::Done {
                 continue; // its own completion came first
@@ -588,6 +641,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             return;
         }
         self.live[r] = false;
+        self.went_out(r);
         let _ = self.events.push(RailEvent {
             rail: r as u8,
             error: Error::BadState {
@@ -607,6 +661,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// acknowledges a write it then drops), the others by their notices, whichever comes
     /// first (the module doc's "Receiver"). A flush has nothing left to wait for.
     fn rail_down(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.res.fails_over(&e) {
+            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
+            return Err(self.poison(e));
+        }
         if !self.broken[i] {
             self.broken[i] = true;
             // Every completion already there is applied (`Base::drain`); a rail whose CQ cannot
@@ -626,6 +684,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             return Ok(());
         }
         self.live[i] = false;
+        self.went_out(i);
         let to = (0..self.rails.len()).find(|&t| self.live[t]);
         let _ = self.events.push(RailEvent {
             rail: i as u8,

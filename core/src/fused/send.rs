@@ -8,7 +8,9 @@ use core::ptr::addr_of_mut;
 use heapless::Vec;
 
 use super::event::RailEvent;
+use super::heal::{ctl_seq, Ctl};
 use super::notice::{GroupNotice, Notice};
+use super::resilience::Resilience;
 use super::stripe::{stripe_set, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm};
@@ -19,6 +21,8 @@ use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf};
 
 const N: usize = MAX_DEVS_PER_NIC;
+
+mod heal;
 
 /// Where one rail's part of a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +72,9 @@ struct Msg {
     telling: Option<(u8, ReqId, u8)>,
     /// A send of a multi-receive whose whole group is finished (set on every send of it).
     gdone: bool,
+    /// Failed attempts: moved parts or notices of this message whose carrier failed too
+    /// (`NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS`).
+    attempts: u8,
 }
 
 impl Msg {
@@ -88,6 +95,7 @@ impl Msg {
         told: 0,
         telling: None,
         gdone: false,
+        attempts: 0,
     };
 
     fn moved(&self) -> u8 {
@@ -152,6 +160,20 @@ pub struct FusedSend<P: Provider> {
     resent: u64,
     /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
     carried: [u64; N],
+    /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
+    res: Resilience,
+    /// The caller's clock, ms (`tick`), and the time before which lost parts wait
+    /// (the last failure + the probe delay).
+    now: u64,
+    hold_until: u64,
+    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), when it
+    /// may be tried next, whether it is reset and waits for the receiver's JOIN, failed
+    /// attempts in a row; and the rails returned since `take_returned`.
+    gen: [u32; N],
+    retry_at: [u64; N],
+    ready: [bool; N],
+    tries: [u32; N],
+    returned: Vec<u8, N>,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -207,6 +229,14 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).events).write(Vec::new());
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
+            addr_of_mut!((*p).res).write(Resilience::default());
+            addr_of_mut!((*p).now).write(0);
+            addr_of_mut!((*p).hold_until).write(0);
+            addr_of_mut!((*p).gen).write([0; N]);
+            addr_of_mut!((*p).retry_at).write([0; N]);
+            addr_of_mut!((*p).ready).write([false; N]);
+            addr_of_mut!((*p).tries).write([0; N]);
+            addr_of_mut!((*p).returned).write(Vec::new());
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -230,6 +260,14 @@ impl<P: Provider + Clone> FusedSend<P> {
                 events: _,
                 resent: _,
                 carried: _,
+                res: _,
+                now: _,
+                hold_until: _,
+                gen: _,
+                retry_at: _,
+                ready: _,
+                tries: _,
+                returned: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -258,6 +296,8 @@ impl<P: Provider + Clone> FusedSend<P> {
         let remote = Access {
             local_write: true,
             remote_write: true,
+            // The receiver's failback reads this side's READY words (`crate::fused::heal`).
+            remote_read: true,
             ..Access::default()
         };
         let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
@@ -275,6 +315,25 @@ impl<P: Provider + Clone> FusedSend<P> {
             *l = true;
         }
         Ok(())
+    }
+
+    /// Sets how rail failures are handled (default: [`Resilience::default`]).
+    pub fn set_resilience(&mut self, r: Resilience) {
+        self.res = r;
+    }
+
+    /// The caller's monotonic clock, in ms (the core reads none): a probe delay
+    /// ([`Resilience::probe_delay_ms`]) counts in it. Call before `isend`/`test`.
+    #[inline]
+    pub fn tick(&mut self, now_ms: u64) {
+        self.now = now_ms;
+    }
+
+    /// Whether the comm counts time (a probe delay is set): the caller then feeds
+    /// [`Self::tick`] before each call, and may skip reading its clock otherwise.
+    #[inline]
+    pub fn wants_clock(&self) -> bool {
+        self.res.wants_clock()
     }
 
     /// How many rails the comm has.
@@ -324,7 +383,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Whether the receiver reported rail `i` out of use on its side.
     fn dropped_by_peer(&self, i: usize) -> Result<bool> {
         let mut out = [PostedRecv::default(); MAX_RECVS];
-        match self.back.poll(i as u64, &mut out) {
+        match self.back.poll(ctl_seq(Ctl::Drop, i, self.gen[i]), &mut out) {
             Ok(None) => Ok(false),
             Ok(Some(_))
                 if Notice::decode(&out[0], 0, self.rails.len(), 0)
@@ -396,6 +455,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         mrs: &[MrKeys],
     ) -> Result<Option<ReqId>> {
         self.check("isend")?;
+        self.heal_step();
         let nr = self.rails.len();
         if mrs.len() != nr {
             return Err(Error::OutOfRange {
@@ -507,7 +567,15 @@ impl<P: Provider + Clone> FusedSend<P> {
                 Err(e) => self.fail_rail(i, e)?,
             }
         }
-        let posted = self.posted_mask(&peeks)?;
+        let mut posted = self.posted_mask(&peeks)?;
+        if let (Some(m), Some(seq)) = (posted, peeks.iter().flatten().next().map(|p| p.seq)) {
+            if self.ready.iter().any(|&r| r) {
+                if !self.rejoin(seq, m, &mut peeks, tag)? {
+                    return Ok(None);
+                }
+                posted = self.posted_mask(&peeks)?;
+            }
+        }
         for (i, p) in peeks.iter().enumerate().take(nr) {
             if !self.live[i] || p.is_some() {
                 continue;
@@ -567,6 +635,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// rail, or on another one and the receiver told).
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         self.check("test")?;
+        self.heal_step();
         let k = self.lookup(id)?;
         self.advance(k)?;
         if self.degraded {
@@ -640,6 +709,10 @@ impl<P: Provider + Clone> FusedSend<P> {
             self.msgs[k].legs[i] = Leg::Moved;
             return Ok(());
         }
+        if self.now < self.hold_until {
+            // The probe delay since the last failure has not passed: the part stays lost.
+            return Ok(());
+        }
         let carrier = (0..self.rails.len()).find(|&c| self.live[c] && m.dst[c].is_some());
         let Some(c) = carrier else {
             return Err(self.poison(Error::BadState {
@@ -664,7 +737,10 @@ impl<P: Provider + Clone> FusedSend<P> {
                 Ok(())
             }
             // The part stays lost; the next step picks another carrier.
-            Err(e) => self.fail_rail(c, e),
+            Err(e) => {
+                self.msgs[k].attempts = self.msgs[k].attempts.saturating_add(1);
+                self.fail_rail(c, e)
+            }
         }
     }
 
@@ -809,6 +885,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             Ok(None) => Ok(true),
             Err(e) => {
                 self.msgs[k].telling = None;
+                self.msgs[k].attempts = self.msgs[k].attempts.saturating_add(1);
                 self.fail_rail(c as usize, e)?;
                 Ok(false)
             }
@@ -836,7 +913,10 @@ impl<P: Provider + Clone> FusedSend<P> {
                 self.msgs[k].telling = Some((c as u8, id, moved));
                 Ok(())
             }
-            Err(e) => self.fail_rail(c, e),
+            Err(e) => {
+                self.msgs[k].attempts = self.msgs[k].attempts.saturating_add(1);
+                self.fail_rail(c, e)
+            }
         }
     }
 
@@ -846,9 +926,14 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// out of use ([`Self::drop_rail`]). Also for a rail already out of use (dropped by the
     /// receiver) whose parts were still in flight.
     fn fail_rail(&mut self, i: usize, e: Error) -> Result<()> {
+        if !self.res.fails_over(&e) {
+            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
+            return Err(self.poison(e));
+        }
         if !self.broken[i] {
             self.broken[i] = true;
             self.degraded = true;
+            self.hold_until = self.now.saturating_add(self.res.probe_delay_ms);
             let rail = &mut self.rails[i];
             // A rail whose CQ cannot be read (a fatal device event) says no more: what it had
             // not acknowledged is lost.
@@ -858,7 +943,12 @@ impl<P: Provider + Clone> FusedSend<P> {
                 for l in m.legs.iter_mut() {
                     if let Leg::Moving { carrier, id } = *l {
                         if carrier as usize == i {
-                            *l = if acked(id) { Leg::Moved } else { Leg::Lost };
+                            *l = if acked(id) {
+                                Leg::Moved
+                            } else {
+                                m.attempts = m.attempts.saturating_add(1);
+                                Leg::Lost
+                            };
                         }
                     }
                 }
@@ -870,10 +960,22 @@ impl<P: Provider + Clone> FusedSend<P> {
                         m.telling = None;
                         if acked(id) {
                             m.told |= mask;
+                        } else {
+                            m.attempts = m.attempts.saturating_add(1);
                         }
                     }
                 }
             }
+        }
+        let max = self.res.max_attempts.map_or(u32::MAX, |m| m);
+        if self
+            .msgs
+            .iter()
+            .any(|m| m.used && u32::from(m.attempts) > max)
+        {
+            // More failed attempts at one message than NCCL_IB_RESILIENCY_PORT_FAILOVER_
+            // MAX_ATTEMPTS allows: the comm fails with the failure that made one too many.
+            return Err(self.poison(e));
         }
         self.drop_rail(i, e)
     }
@@ -887,8 +989,12 @@ impl<P: Provider + Clone> FusedSend<P> {
         if !self.live[i] {
             return Ok(());
         }
+        if !self.res.failover {
+            return Err(self.poison(e));
+        }
         self.live[i] = false;
         self.degraded = true;
+        self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
         // A send of a multi-receive that waits on this rail for the group's other sends,
         // which will not come here now, is never posted: it is lost (nothing of it landed).
         for m in self.msgs.iter_mut().filter(|m| m.used) {

@@ -362,6 +362,7 @@ fn rail_local(nic: &Nic, peer_rails: &RailList, remote: PeerId) {
 fn set_up(a: &mut Accepting, nic: &Nic, plugin: &Plugin) -> Result<(), Error> {
     let cfg = plugin.comm_config(nic.dev(), -1);
     let mut recv = Box::new(nic.new_recv(cfg, &a.peers, a.machine.peer_rails())?);
+    recv.set_resilience(ibnet_core::fused::Resilience::from_params(&plugin.params));
     if let Ok(addr) = a.stream.peer_addr() {
         recv.set_peer_addr(addr);
     }

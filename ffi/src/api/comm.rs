@@ -128,6 +128,25 @@ impl<C> CommBox<C> {
         }
     }
 
+    /// One INFO per rail of a fused comm that returned to striping (failback,
+    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY=1`), naming it, its device and the peer.
+    #[cold]
+    pub(crate) fn log_rail_returns(&self, side: &str, rails: crate::dev::Returned) {
+        let Some(f) = &self.fused else { return };
+        let peer = self.addr.map_or("?".into(), |a| a.to_string());
+        for r in rails {
+            let dev = f
+                .devs
+                .get(usize::from(r))
+                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned());
+            crate::info!(
+                crate::log::NET,
+                "{side} comm to {peer}: rail {r} ({dev}) of the fused NIC is healthy again at \
+                 both ends: it carries its share of the traffic again"
+            );
+        }
+    }
+
     /// At close, one INFO line of a fused comm's rails: what each carried (sender), which
     /// failed, the bytes written again. Nothing for a plain comm.
     #[cold]

@@ -51,6 +51,9 @@ fn connect_step(
                 return Ok(None);
             }
             let mut send = Box::new(nic.new_send(cfg)?);
+            send.set_resilience(ibnet_core::fused::Resilience::from_params(
+                &plugin()?.params,
+            ));
             if let Ok(a) = s.peer_addr() {
                 send.set_peer_addr(a);
             }

@@ -106,6 +106,10 @@ fn isend_fused(
     if !ev.is_empty() {
         s.log_rail_events("send", ev);
     }
+    let back = c.take_returned();
+    if !back.is_empty() {
+        s.log_rail_returns("send", back);
+    }
     let id = match (r?, w) {
         (Some(id), w) => {
             w.map(Watch::progress);
@@ -281,6 +285,10 @@ pub fn irecv(
             if !ev.is_empty() {
                 r.log_rail_events("receive", ev);
             }
+            let back = c.take_returned();
+            if !back.is_empty() {
+                r.log_rail_returns("receive", back);
+            }
             if let Some(id) = res? {
                 *out = handles::request_token(comm as usize, id) as *mut c_void;
             }
@@ -373,6 +381,10 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 let r = watched(c, id, w, "the send's completion", req);
                 if b.fused.is_some() {
                     b.log_rail_events("send", c.take_events());
+                    let back = c.take_returned();
+                    if !back.is_empty() {
+                        b.log_rail_returns("send", back);
+                    }
                 }
                 r
             }
@@ -383,6 +395,10 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 let r = watched(c, id, w, "data (a matching isend)", req);
                 if b.fused.is_some() {
                     b.log_rail_events("receive", c.take_events());
+                    let back = c.take_returned();
+                    if !back.is_empty() {
+                        b.log_rail_returns("receive", back);
+                    }
                 }
                 r
             }

@@ -635,6 +635,17 @@ impl Provider for VerbsPort {
         Ok(())
     }
 
+    /// RESET, then INIT → RTR → RTS as `connect_qp` (the same remote QP and PSNs): the
+    /// outstanding WRs and posted receives are dropped by the device.
+    fn reset_qp(&self, qp: &mut VQp, a: &ConnectAttr) -> Result<()> {
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_RESET,
+            ..Default::default()
+        };
+        self.modify(qp.raw, &mut attr, IBV_QP_STATE, "ibv_modify_qp(RESET)")?;
+        self.connect_qp(qp, a)
+    }
+
     fn destroy_qp(&self, qp: VQp) -> Result<()> {
         self.dev.ctx.events.remove_qp(qp.raw as usize);
         // SAFETY: a live QP, destroyed once (consumed).
