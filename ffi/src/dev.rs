@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
+use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink, Truncation};
 use ibnet_core::fused::{FusedBuf, RailEvent};
 use ibnet_core::fused::{FusedRecv, FusedSend};
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
@@ -456,6 +456,12 @@ impl AnySend {
     /// Rails taken out of use since the last call (always none for a plain comm).
     pub fn take_events(&mut self) -> RailEvents {
         split!(self, _c => RailEvents::new(), c => c.take_events())
+    }
+    /// The comm's first send cut to its receive's size, once (see
+    /// `SendComm::take_truncation`).
+    #[inline]
+    pub fn take_truncation(&mut self) -> Option<Truncation> {
+        all!(self, c => c.take_truncation())
     }
     /// The rails' counters of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {

@@ -11,7 +11,7 @@ use super::event::RailEvent;
 use super::notice::{GroupNotice, Notice};
 use super::stripe::{stripe_set, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
-use crate::comm::{CommConfig, Done, Peeked, SendComm};
+use crate::comm::{CommConfig, Done, Peeked, SendComm, TruncNote, Truncation};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, MrKeys, Provider, RegKind, Sge};
@@ -152,6 +152,8 @@ pub struct FusedSend<P: Provider> {
     resent: u64,
     /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
     carried: [u64; N],
+    /// The first send cut to the posted receive's size, until the caller takes it.
+    trunc: TruncNote,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -207,6 +209,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).events).write(Vec::new());
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
+            addr_of_mut!((*p).trunc).write(TruncNote::None);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -230,6 +233,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 events: _,
                 resent: _,
                 carried: _,
+                trunc: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -351,6 +355,13 @@ impl<P: Provider + Clone> FusedSend<P> {
         core::mem::take(&mut self.events)
     }
 
+    /// The comm's first send cut to the size of its receive, once (see
+    /// [`SendComm::take_truncation`]).
+    #[inline]
+    pub fn take_truncation(&mut self) -> Option<Truncation> {
+        self.trunc.take()
+    }
+
     /// Bytes written again on another rail after their own rail failed.
     pub fn resent_bytes(&self) -> u64 {
         self.resent
@@ -429,6 +440,17 @@ impl<P: Provider + Clone> FusedSend<P> {
             what: "fused send requests",
             cap: MAX_REQUESTS,
         })?;
+        // Larger than the receive (the same on every rail): cut to it, as a plain comm does.
+        let size = if size > first.posted.size {
+            self.trunc.note(Truncation {
+                send: size,
+                recv: first.posted.size,
+                tag,
+            });
+            first.posted.size
+        } else {
+            size
+        };
         let m = &mut self.msgs[k as usize];
         *m = Msg {
             gen: m.gen.wrapping_add(1),
