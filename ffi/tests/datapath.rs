@@ -227,3 +227,100 @@ fn dereg_mr_of_null_succeeds() {
     transfer(s, r, 4096, 1);
     close(s, r, l);
 }
+
+/// Raises a device-fatal event on soft device `dev` (the soft provider's stand-in for
+/// `IBV_EVENT_DEVICE_FATAL`).
+fn kill_device(dev: c_int) {
+    let p = nccl_net_ibnet::plugin::current().expect("plugin initialised");
+    match &p.devs[dev as usize] {
+        nccl_net_ibnet::dev::Dev::Soft(s, _) => s.raise_device_fatal(),
+        _ => panic!("device {dev} is not a soft device"),
+    }
+}
+
+/// An `isend` waiting for clear-to-send sees a device that died meanwhile: it fails with
+/// `ncclSystemError` (what NCCL's `ncclIbStatsCheckFatalCount` returns) and one WARN naming
+/// the device and the peer; the receiver's `test`, `irecv` and `iflush` fail too. Comms on
+/// other devices are untouched.
+#[test]
+fn fatal_device_event_fails_every_data_call() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !setup() {
+        return;
+    }
+    let (mut h, l) = listen_on(DOOMED);
+    let (s, r, _) = establish_on(DOOMED, &mut h, l, TIMEOUT);
+    transfer(s, r, 4096, 3);
+    let mut src = vec![1u8; 4096];
+    let mut dst = vec![0u8; 4096];
+    let (ms, mr) = (reg(s, &mut src), reg(r, &mut dst));
+    let _ = take_log();
+    let isend = |req: &mut *mut c_void, src: &mut [u8]| {
+        let p = src.as_mut_ptr() as *mut c_void;
+        api::isend(s, p, 4096, 7, ms, core::ptr::null_mut(), req)
+    };
+    // The receiver posts nothing for tag 7: the send waits for its clear-to-send.
+    let mut sreq: *mut c_void = core::ptr::null_mut();
+    assert_eq!(isend(&mut sreq, &mut src), ncclResult_t::Success);
+    assert!(sreq.is_null(), "no clear-to-send yet");
+    let rreq = post_part(r, &mut dst, 4096, mr, 9);
+    assert_eq!(isend(&mut sreq, &mut src), ncclResult_t::Success);
+    assert!(sreq.is_null(), "tag 9 is not tag 7");
+    assert!(warns().is_empty());
+
+    kill_device(DOOMED);
+    assert_eq!(isend(&mut sreq, &mut src), ncclResult_t::SystemError);
+    assert!(sreq.is_null());
+    let w = warns();
+    assert_eq!(w.len(), 1, "one WARN: {w:?}");
+    assert!(
+        w[0].contains("isend") && w[0].contains("soft2"),
+        "the device: {w:?}"
+    );
+    assert!(w[0].contains("127.0.0.1"), "the peer: {w:?}");
+    // Refused again, reported as the first failure (an INFO line, not another WARN).
+    assert_eq!(isend(&mut sreq, &mut src), ncclResult_t::SystemError);
+    assert!(warns().is_empty());
+
+    // The receiver: the pending receive's test, a new irecv and an iflush.
+    let (mut done, mut size): (c_int, c_int) = (0, 0);
+    assert_eq!(
+        api::test(rreq, &mut done, &mut size),
+        ncclResult_t::SystemError
+    );
+    assert_eq!(done, 0);
+    let w = warns();
+    assert_eq!(w.len(), 1, "one WARN: {w:?}");
+    assert!(w[0].contains("test") && w[0].contains("soft2"), "{w:?}");
+    let (rc, req) = irecv_once(r, &mut dst, mr, 7);
+    assert_eq!(
+        (rc, req),
+        (ncclResult_t::SystemError, core::ptr::null_mut())
+    );
+    let mut data = [dst.as_mut_ptr() as *mut c_void];
+    let sizes = [4096 as c_int];
+    let mut mhs = [mr];
+    let mut freq: *mut c_void = core::ptr::null_mut();
+    let rc = api::iflush(
+        r,
+        1,
+        data.as_mut_ptr(),
+        sizes.as_ptr(),
+        mhs.as_mut_ptr(),
+        &mut freq,
+    );
+    assert_eq!(rc, ncclResult_t::SystemError);
+    assert!(
+        warns().is_empty(),
+        "refusals after the first failure are INFO"
+    );
+
+    // Another device's comms still move verified bytes.
+    let (mut h0, l0) = listen();
+    let (s0, r0, _) = establish(&mut h0, l0, TIMEOUT);
+    transfer(s0, r0, 65536, 9);
+    close(s0, r0, l0);
+    let _ = (api::dereg_mr(s, ms), api::dereg_mr(r, mr));
+    let _ = (api::close_send(s), api::close_recv(r), api::close_listen(l));
+    let _ = take_log();
+}

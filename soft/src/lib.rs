@@ -136,8 +136,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ibnet_core::provider::{
-    Access, Completion, ConnectAttr, DevName, Gid, LinkLayer, MrKeys, Mtu, PortInfo, Provider,
-    ProviderAddr, QpAttr, RegKind, SendWr,
+    Access, AsyncFailure, Completion, ConnectAttr, DevName, Gid, LinkLayer, MrKeys, Mtu, PortInfo,
+    Provider, ProviderAddr, QpAttr, RegKind, SendWr,
 };
 use ibnet_core::{Error, Result};
 
@@ -190,6 +190,8 @@ struct Inner {
     monitor: Monitor,
     peers: Mutex<Vec<std::sync::Weak<Peer>>>,
     shut: AtomicBool,
+    /// A device-fatal event was raised ([`SoftProvider::raise_device_fatal`]).
+    fatal: AtomicBool,
     /// Armed `IBNET_SOFT_FAULTS`, if any.
     inject: Option<Arc<inject::Inject>>,
     /// The QPs' memory budget (`IBNET_SOFT_MEM`).
@@ -341,6 +343,7 @@ impl SoftProvider {
                 monitor: Monitor::default(),
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
+                fatal: AtomicBool::new(false),
                 inject: inject::Inject::new(cfg.faults),
                 budget: Arc::new(budget::Budget::new(cfg.mem, cfg.bounce_max)),
             }),
@@ -362,6 +365,15 @@ impl SoftProvider {
     pub fn qp_memory(&self) -> (u64, u64) {
         let b = &self.inner.budget;
         (b.cap(), b.held())
+    }
+
+    /// Raises a device-fatal event on this device, as `IBV_EVENT_DEVICE_FATAL` does on a real
+    /// NIC (a test hook): from now on [`Provider::async_failure`] reports
+    /// [`AsyncFailure::Device`] for every comm on it, so each comm's next data call fails. It
+    /// cannot be undone (a fatal device stays dead, as in verbs).
+    pub fn raise_device_fatal(&self) {
+        // Release: pairs with the Acquire load in `async_failure`; no data rides on it.
+        self.inner.fatal.store(true, Ordering::Release);
     }
 
     /// Stops and joins every thread of the provider (copy engine, monitor). Idempotent. Call it
@@ -548,6 +560,15 @@ impl Provider for SoftProvider {
     fn post_recv(&self, qp: &mut Self::Qp, wr_id: u64) -> Result<()> {
         self.check_open("post_recv")?;
         qp.sh.post_recv(wr_id)
+    }
+
+    #[inline]
+    fn async_failure(&self, _cq: &Self::Cq) -> Option<AsyncFailure> {
+        // Acquire: pairs with the Release store in `raise_device_fatal`.
+        self.inner
+            .fatal
+            .load(Ordering::Acquire)
+            .then_some(AsyncFailure::Device)
     }
 
     #[inline]
