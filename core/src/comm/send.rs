@@ -14,8 +14,14 @@ use crate::provider::{Access, Ece, MrKeys, Provider, QpAttr, SendWr, Sge, WrOpco
 use crate::request::{pack_wr_id, ReqId};
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
-/// The largest message one `isend` carries (one RDMA write; NCCL splits larger transfers).
-pub const MAX_MSG_SIZE: u64 = 1 << 30;
+/// The largest message one `isend` carries, advertised as `maxP2pBytes` (NCCL splits larger
+/// transfers): 2 GiB − 128. What bounds it, tightest first: `test` reports sizes through
+/// NCCL's `int*` in every table version (v6–v12), so a larger message's size could not be
+/// reported (NCCL's own 1 TiB `NCCL_MAX_NET_SIZE_BYTES` meets the same `int` there); one
+/// RDMA write must fit the ports' `max_msg_sz` (2³¹ on mlx5 and rxe); the immediate and the
+/// sizes FIFO carry 32-bit sizes. 128 below 2³¹ keeps the pieces NCCL cuts at it, and the
+/// parts of a split, 128-byte aligned.
+pub const MAX_MSG_SIZE: u64 = (1 << 31) - SPLIT_ALIGN;
 
 /// RDMA writes of a split message are multiples of this, so LL/LL128 lines stay whole.
 pub(crate) const SPLIT_ALIGN: u64 = 128;
