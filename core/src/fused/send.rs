@@ -9,7 +9,7 @@ use heapless::Vec;
 
 use super::event::RailEvent;
 use super::notice::{GroupNotice, Notice};
-use super::stripe::{stripe_set, Part};
+use super::stripe::{stripe_weighted, Part, Weights, EQUAL_WEIGHTS};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm, TruncNote, Truncation};
 use crate::error::{Error, ErrorKind, Result};
@@ -154,6 +154,8 @@ pub struct FusedSend<P: Provider> {
     carried: [u64; N],
     /// The first send cut to the posted receive's size, until the caller takes it.
     trunc: TruncNote,
+    /// Each rail's stripe weight (`set_rail_weights`).
+    weights: Weights,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -210,6 +212,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
             addr_of_mut!((*p).trunc).write(TruncNote::None);
+            addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -234,6 +237,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 resent: _,
                 carried: _,
                 trunc: _,
+                weights: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -355,6 +359,22 @@ impl<P: Provider + Clone> FusedSend<P> {
         core::mem::take(&mut self.events)
     }
 
+    /// Sets each rail's stripe weight (rail order; its speed, in units both ends share): a
+    /// message's parts are cut in proportion ([`stripe_weighted`]). Both ends must hold the
+    /// same weights: the plugin sets each rail's smaller speed of the two ends', which it
+    /// exchanges in the handshake's rail lists. Rails past `w` keep theirs (1 by default:
+    /// equal shares). Control path: call it before the first message.
+    pub fn set_rail_weights(&mut self, w: &[u32]) {
+        for (d, s) in self.weights.iter_mut().zip(w) {
+            *d = *s;
+        }
+    }
+
+    /// Rail `i`'s stripe weight ([`Self::set_rail_weights`]; 0 past the most rails).
+    pub fn rail_weight(&self, i: usize) -> u32 {
+        self.weights.get(i).copied().unwrap_or(0)
+    }
+
     /// The comm's first send cut to the size of its receive, once (see
     /// [`SendComm::take_truncation`]).
     #[inline]
@@ -462,7 +482,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             size,
             posted,
             set,
-            parts: stripe_set(size, set),
+            parts: stripe_weighted(size, set, &self.weights),
             ..Msg::FREE
         };
         m.mrs[..nr].copy_from_slice(mrs);
