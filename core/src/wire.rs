@@ -51,8 +51,13 @@
 //!   0   4   magic "IBNL"      8+16i   8   ring addr   (0 for one rail, ≠ 0 for more)
 //!   4   2   version          16+16i   4   ring rkey   (idem)
 //!   6   1   n (1..=8)        20+16i   2   physical device index
-//!   7   1   reserved (0)     22+16i   2   reserved (0)
+//!   7   1   reserved (0)     22+16i   2   rail speed (100 Mb/s units; 0 unknown)
 //! ```
+//! The speeds weigh a fused comm's stripes (`crate::fused::stripe_weighted`): each end weighs
+//! rail `i` by the smaller of the two ends' speeds of it, so both cut alike (the acceptor
+//! announces that smaller speed already). A plain comm announces 0. (The speed field was
+//! reserved, sent as 0 and required to be 0, before weighted striping: an ibnet from before it
+//! refuses a fused peer that announces speeds, by name.)
 //! Both sides must have the same number of rails: the acceptor refuses a Hello whose rail
 //! count differs from its listener's (a fused NIC on one side only).
 //!
@@ -527,6 +532,9 @@ pub struct RailInfo {
     pub dev: u16,
     /// The ring the peer writes rail notices into (fused comms only).
     pub ring: Option<RemoteBuf>,
+    /// The rail's speed in units of 100 Mb/s (0: unknown; a plain comm's), the stripe weight
+    /// (see the module doc).
+    pub speed: u16,
 }
 
 /// The devices of one side of a comm, rail order (wire v4; see the module doc).
@@ -538,7 +546,11 @@ impl RailList {
     pub fn single(dev: u16) -> Self {
         let mut v = heapless::Vec::new();
         // Cannot fail: capacity MAX_RAILS ≥ 1.
-        let _ = v.push(RailInfo { dev, ring: None });
+        let _ = v.push(RailInfo {
+            dev,
+            ring: None,
+            speed: 0,
+        });
         Self(v)
     }
 
@@ -592,7 +604,7 @@ impl RailList {
             w.u64(ring.addr);
             w.u32(ring.rkey);
             w.u16(r.dev);
-            w.u16(0);
+            w.u16(r.speed);
         }
         Ok(len)
     }
@@ -612,10 +624,9 @@ impl RailList {
         let mut v = heapless::Vec::new();
         for _ in 0..n {
             let (addr, rkey) = (r.u64()?, r.u32()?);
-            let dev = r.u16()?;
-            r.zero(2)?;
+            let (dev, speed) = (r.u16()?, r.u16()?);
             let ring = (addr != 0 || rkey != 0).then_some(RemoteBuf { addr, rkey });
-            v.push(RailInfo { dev, ring })
+            v.push(RailInfo { dev, ring, speed })
                 .map_err(|_| wire("rail list count", got))?;
         }
         r.end()?;

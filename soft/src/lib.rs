@@ -131,7 +131,7 @@ mod sys;
 mod zeroed;
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -157,6 +157,9 @@ use crate::segment::{Segment, FIFO_SLOTS, MR_SLOTS, QP_IDX_BITS, QP_SLOTS, RING}
 
 /// The first device's name (device `i` of [`SoftProvider::open_as`] is `soft{i}`).
 pub const DEVICE_NAME: &str = "soft0";
+/// The speed a soft device reports by default (Mb/s): a same-host memory copy, faster than
+/// any NIC port NCCL would compare it with.
+pub const DEFAULT_SPEED_MBPS: u32 = 100_000;
 /// Largest `max_send_wr`.
 pub const MAX_SEND_WR: u32 = 1 << 16;
 /// Largest `max_recv_wr`.
@@ -192,6 +195,8 @@ struct Inner {
     shut: AtomicBool,
     /// A device-fatal event was raised ([`SoftProvider::raise_device_fatal`]).
     fatal: AtomicBool,
+    /// The speed the device reports, Mb/s ([`SoftProvider::set_speed_mbps`]).
+    speed: AtomicU32,
     /// Armed `IBNET_SOFT_FAULTS`, if any.
     inject: Option<Arc<inject::Inject>>,
     /// The QPs' memory budget (`IBNET_SOFT_MEM`).
@@ -344,6 +349,7 @@ impl SoftProvider {
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
                 fatal: AtomicBool::new(false),
+                speed: AtomicU32::new(DEFAULT_SPEED_MBPS),
                 inject: inject::Inject::new(cfg.faults),
                 budget: Arc::new(budget::Budget::new(cfg.mem, cfg.bounce_max)),
             }),
@@ -365,6 +371,21 @@ impl SoftProvider {
     pub fn qp_memory(&self) -> (u64, u64) {
         let b = &self.inner.budget;
         (b.cap(), b.held())
+    }
+
+    /// The speed this device reports (Mb/s; [`DEFAULT_SPEED_MBPS`] unless set): the plugin's
+    /// `speed` property and a fused comm's stripe weight for the rail.
+    pub fn speed_mbps(&self) -> u32 {
+        // Relaxed: pairs with the Relaxed store in `set_speed_mbps`; a value with nothing
+        // behind it, read on the control path (properties, comm setup).
+        self.inner.speed.load(Ordering::Relaxed)
+    }
+
+    /// Makes this device report `mbps` (a knob: soft devices of unequal speeds stand in for
+    /// unequal NICs, e.g. to test weighted striping). Comms made before keep their weights.
+    pub fn set_speed_mbps(&self, mbps: u32) {
+        // Relaxed: see `speed_mbps`.
+        self.inner.speed.store(mbps, Ordering::Relaxed);
     }
 
     /// Raises a device-fatal event on this device, as `IBV_EVENT_DEVICE_FATAL` does on a real
