@@ -57,7 +57,7 @@
 //! rail `i` by the smaller of the two ends' speeds of it, so both cut alike (the acceptor
 //! announces that smaller speed already). A plain comm announces 0. (The speed field was
 //! reserved, sent as 0 and required to be 0, before weighted striping: an ibnet from before it
-//! refuses a fused peer that announces speeds, by name.)
+//! refuses a fused peer that announces speeds, as a reserved byte not zero.)
 //! Both sides must have the same number of rails: the acceptor refuses a Hello whose rail
 //! count differs from its listener's (a fused NIC on one side only).
 //!
