@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use crate::verbs::{DevName, Gid, WcOpcode, WcStatus};
+use crate::verbs::{AsyncFailure, DevName, Gid, WcOpcode, WcStatus};
 
 /// `Result` with the core's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -238,6 +238,16 @@ pub enum Error {
         /// The peer.
         peer: PeerId,
     },
+    /// An asynchronous event made the device (or this comm's QP or CQ) unusable; found by a
+    /// data call (NCCL checks its fatal-event counter in every data call too).
+    AsyncEvent {
+        /// What failed.
+        what: AsyncFailure,
+        /// The comm's device.
+        dev: DevName,
+        /// The comm's peer.
+        peer: PeerId,
+    },
 }
 
 impl Error {
@@ -253,7 +263,10 @@ impl Error {
             Self::OutOfRange { .. } | Self::Repeated { .. } => ErrorKind::InvalidArgument,
             Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
-            Self::Provider { .. } | Self::Wire { .. } => ErrorKind::System,
+            // NCCL's `ncclIbStatsCheckFatalCount` returns `ncclSystemError`.
+            Self::Provider { .. } | Self::Wire { .. } | Self::AsyncEvent { .. } => {
+                ErrorKind::System
+            }
             Self::Poisoned { cause, .. } => *cause,
         }
     }
@@ -335,6 +348,24 @@ impl fmt::Display for Error {
                 write!(f, "completion names no live request (wr_id {wr_id:#x})")
             }
             Self::Provider { call, errno } => write!(f, "{call} failed (errno {errno})"),
+            Self::AsyncEvent {
+                what: AsyncFailure::Device,
+                dev,
+                peer,
+            } => write!(
+                f,
+                "device {dev} reported a fatal async event (IBV_EVENT_DEVICE_FATAL): the comm \
+                 with peer {peer} is unusable"
+            ),
+            Self::AsyncEvent {
+                what: AsyncFailure::Comm,
+                dev,
+                peer,
+            } => write!(
+                f,
+                "device {dev} reported an async error event on this comm's QP or CQ: the comm \
+                 with peer {peer} is unusable"
+            ),
             Self::Wire { what, value } => {
                 write!(
                     f,

@@ -199,7 +199,8 @@ impl<const SLOTS: usize> FifoRing<SLOTS> {
     /// Sender side: stores `sizes` in slot `slot`'s row, the local source of the write that
     /// carries them to the receiver. Returns the row's address and the bytes to write.
     ///
-    /// Each size must fit 32 bits (sends are at most 1 GiB; checked by the caller).
+    /// Each size must fit 32 bits (sends are at most `MAX_MSG_SIZE`, below 2³¹; checked by
+    /// the caller).
     pub fn stage_sizes(&self, slot: usize, sizes: &[u64]) -> (u64, usize) {
         let n = sizes.len().min(MAX_RECVS);
         for (cell, &v) in self.sizes[slot % SLOTS].iter().zip(&sizes[..n]) {

@@ -21,8 +21,9 @@
 use crate::error::Result;
 use crate::fifo::FifoRing;
 pub use crate::verbs::{
-    Access, Completion, ConnectAttr, DevName, Ece, Gid, LinkLayer, MrKeys, Mtu, PortInfo,
-    ProviderAddr, QpAttr, RegKind, SendWr, Sge, WcOpcode, WcStatus, WrOpcode, PROVIDER_ADDR_MAX,
+    Access, AsyncFailure, Completion, ConnectAttr, DevName, Ece, Gid, LinkLayer, MrKeys, Mtu,
+    PortInfo, ProviderAddr, QpAttr, RegKind, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    PROVIDER_ADDR_MAX,
 };
 
 /// The verbs subset ibnet's protocol uses, for one device port and protection domain.
@@ -85,6 +86,15 @@ pub trait Provider {
     fn post_send(&self, qp: &mut Self::Qp, wrs: &[SendWr]) -> Result<()>;
     /// Posts one zero-SGE receive (consumed by a write with immediate).
     fn post_recv(&self, qp: &mut Self::Qp, wr_id: u64) -> Result<()>;
+    /// Whether an asynchronous event made the device, or the comm whose CQ is `cq`, unusable
+    /// (`None`: no such event; the default, for a provider without async events). Every data
+    /// call checks it first, so a call that would only wait (an `isend` before the
+    /// clear-to-send) sees a dead device too: it must be cheap (an atomic load or two, no
+    /// lock, syscall or allocation).
+    fn async_failure(&self, cq: &Self::Cq) -> Option<AsyncFailure> {
+        let _ = cq;
+        None
+    }
     /// Polls up to `out.len()` completions; returns how many were written.
     fn poll_cq(&self, cq: &mut Self::Cq, out: &mut [Completion]) -> Result<usize>;
     /// Registers `[addr, addr + len)`.

@@ -402,6 +402,17 @@ impl fmt::Display for WcStatus {
     }
 }
 
+/// An asynchronous event that made a device, or one comm's QP or CQ, unusable (verbs:
+/// `IBV_EVENT_DEVICE_FATAL`; a QP or CQ error event), as [`crate::provider::Provider::async_failure`]
+/// reports it to the data path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncFailure {
+    /// A device-fatal event: every comm on the device fails.
+    Device,
+    /// An error event on this comm's QP or CQ.
+    Comm,
+}
+
 /// Completion opcode, numbered as `enum ibv_wc_opcode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]

@@ -51,8 +51,12 @@
 //!   0   4   magic "IBNL"      8+16i   8   ring addr   (0 for one rail, ≠ 0 for more)
 //!   4   2   version          16+16i   4   ring rkey   (idem)
 //!   6   1   n (1..=8)        20+16i   2   physical device index
-//!   7   1   reserved (0)     22+16i   2   reserved (0)
+//!   7   1   reserved (0)     22+16i   2   rail speed (100 Mb/s units; 0 unknown)
 //! ```
+//! The speeds weigh a fused comm's stripes (`crate::fused::stripe_weighted`): each end weighs
+//! rail `i` by the smaller of the two ends' speeds of it, so both cut alike (the acceptor
+//! announces that smaller speed already). A plain comm announces 0. (The speed field was
+//! reserved before wire version 5.)
 //! Both sides must have the same number of rails: the acceptor refuses a Hello whose rail
 //! count differs from its listener's (a fused NIC on one side only).
 //!
@@ -76,12 +80,14 @@ pub const MAX_QPS: usize = 128;
 
 /// The handshake wire version. Peers with another version are rejected.
 ///
+/// 5: each rail entry of a [`RailList`] carries the rail's speed (weighted striping), and a
+/// fused comm's back ring carries failback's READY / JOIN words (`crate::fused::heal`);
 /// 4: the Hello carries the connector's rail count, each side sends one `QpInfo` per rail and a
 /// [`RailList`] (NIC fusion); a clear-to-send (FIFO element) carries a fused receiver's
 /// live-rail mask in its formerly reserved word 28..32, covered by its check, and a
 /// multi-receive's rail notice each send's stripe (`crate::fused`); 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
 /// a multi-receive's sizes); 2: `QpInfo` carries each QP's ECE.
-pub const WIRE_VERSION: u16 = 4;
+pub const WIRE_VERSION: u16 = 5;
 
 /// Most rails (physical devices) of one comm: a fused NIC's `NCCL_NET_MAX_DEVS_PER_NIC` of
 /// NCCL 2.30's v12 table, 8 (v9–v11 tables fuse at most 4). The masks of rails that travel on
@@ -527,6 +533,9 @@ pub struct RailInfo {
     pub dev: u16,
     /// The ring the peer writes rail notices into (fused comms only).
     pub ring: Option<RemoteBuf>,
+    /// The rail's speed in units of 100 Mb/s (0: unknown; a plain comm's), the stripe weight
+    /// (see the module doc).
+    pub speed: u16,
 }
 
 /// The devices of one side of a comm, rail order (wire v4; see the module doc).
@@ -538,7 +547,11 @@ impl RailList {
     pub fn single(dev: u16) -> Self {
         let mut v = heapless::Vec::new();
         // Cannot fail: capacity MAX_RAILS ≥ 1.
-        let _ = v.push(RailInfo { dev, ring: None });
+        let _ = v.push(RailInfo {
+            dev,
+            ring: None,
+            speed: 0,
+        });
         Self(v)
     }
 
@@ -592,7 +605,7 @@ impl RailList {
             w.u64(ring.addr);
             w.u32(ring.rkey);
             w.u16(r.dev);
-            w.u16(0);
+            w.u16(r.speed);
         }
         Ok(len)
     }
@@ -612,10 +625,9 @@ impl RailList {
         let mut v = heapless::Vec::new();
         for _ in 0..n {
             let (addr, rkey) = (r.u64()?, r.u32()?);
-            let dev = r.u16()?;
-            r.zero(2)?;
+            let (dev, speed) = (r.u16()?, r.u16()?);
             let ring = (addr != 0 || rkey != 0).then_some(RemoteBuf { addr, rkey });
-            v.push(RailInfo { dev, ring })
+            v.push(RailInfo { dev, ring, speed })
                 .map_err(|_| wire("rail list count", got))?;
         }
         r.end()?;

@@ -209,47 +209,62 @@ fn eight_way_multi_receive_matches_tags_in_any_order() {
     }
 }
 
+/// A send larger than its receive is cut to the receive's size, as NCCL 2.30 does: both ends
+/// report the receive's size, nothing lands past it, and the comm notes the first truncation
+/// once (its caller logs one WARN per comm).
 #[test]
-fn unknown_tag_waits_and_larger_send_is_a_collective_mismatch() {
+fn unknown_tag_waits_and_larger_send_is_truncated_to_the_receive() {
     let (dev, mut s, mut r) = pair(CommConfig::default());
-    let src = AlignedBuf::new(4096);
-    let dst = AlignedBuf::new(4096);
+    let mut src = AlignedBuf::new(4096);
+    let mut dst = AlignedBuf::new(4096);
+    fill_pattern(src.as_mut_slice(), 3);
+    dst.as_mut_slice().fill(0xee);
     let (sk, rk) = (reg(&dev, &src), reg(&dev, &dst));
     assert_eq!(
         s.isend(src.addr(), 10, 1, sk).unwrap(),
         None,
         "nothing posted yet"
     );
-    r.irecv(&[RecvBuf {
-        addr: dst.addr(),
-        size: 100,
-        tag: 1,
-        mr: rk,
-    }])
-    .unwrap()
-    .unwrap();
+    let rid = r
+        .irecv(&[RecvBuf {
+            addr: dst.addr(),
+            size: 100,
+            tag: 1,
+            mr: rk,
+        }])
+        .unwrap()
+        .unwrap();
     assert_eq!(
         s.isend(src.addr(), 10, 9, sk).unwrap(),
         None,
         "tag 9 was not posted"
     );
-    let e = s.isend(src.addr(), 101, 1, sk).unwrap_err();
+    let sid = s.isend(src.addr(), 101, 1, sk).unwrap().expect("posted");
+    let t = s.take_truncation().expect("the truncation is noted");
+    assert_eq!((t.send, t.recv, t.tag), (101, 100, 1));
+    assert_eq!(s.take_truncation(), None, "noted once");
+    assert_eq!(wait(|| s.test(sid)).sizes[0], 100, "the sender sent 100");
+    assert_eq!(wait(|| r.test(rid)).sizes[0], 100, "the receiver got 100");
+    let (a, b) = (src.as_slice(), dst.as_slice());
+    assert_eq!(a[..100], b[..100]);
     assert!(
-        matches!(
-            e,
-            Error::SizeMismatch {
-                send: 101,
-                recv: 100,
-                tag: 1,
-                index: 0,
-                nreqs: 1,
-                ..
-            }
-        ),
-        "{e}"
+        b[100..].iter().all(|&x| x == 0xee),
+        "nothing past the receive"
     );
-    assert_eq!(e.kind(), ErrorKind::InvalidUsage);
-    assert!(e.to_string().contains("101") && e.to_string().contains("100"));
+    // A second truncation is not noted again.
+    let rid = r
+        .irecv(&[RecvBuf {
+            addr: dst.addr(),
+            size: 50,
+            tag: 1,
+            mr: rk,
+        }])
+        .unwrap()
+        .unwrap();
+    let sid = until_some(|| s.isend(src.addr(), 4096, 1, sk));
+    assert_eq!(s.take_truncation(), None, "one note per comm");
+    assert_eq!(wait(|| s.test(sid)).sizes[0], 50);
+    assert_eq!(wait(|| r.test(rid)).sizes[0], 50);
 }
 
 #[test]

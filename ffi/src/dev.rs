@@ -4,9 +4,9 @@
 
 use std::net::SocketAddr;
 
-use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink};
+use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink, Truncation};
 use ibnet_core::fused::{FusedBuf, RailEvent};
-use ibnet_core::fused::{FusedRecv, FusedSend, Resilience};
+use ibnet_core::fused::{FusedRecv, FusedSend, Resilience, Weights, MAX_DEVS_PER_NIC};
 use ibnet_core::policy::props as props_policy;
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
@@ -101,9 +101,6 @@ pub const PROVIDER_TAG_VERBS: u8 = 1;
 /// See [`PROVIDER_TAG_VERBS`].
 pub const PROVIDER_TAG_SOFT: u8 = 2;
 
-/// Nominal speed reported for `soft0` (Mbps): a same-host memory copy, faster than any NIC port
-/// NCCL would compare it with.
-const SOFT_SPEED_MBPS: i32 = 100_000;
 /// QPs one `soft0` provider can hold at once: ibnet-soft's QP table ([`ibnet_soft::MAX_QPS`],
 /// filled by soft's own capacity test).
 pub const SOFT_QP_BUDGET: i32 = ibnet_soft::MAX_QPS as i32;
@@ -166,6 +163,15 @@ impl Dev {
         }
     }
 
+    /// The port's speed in Mb/s (a soft device's is `ibnet_soft::DEFAULT_SPEED_MBPS` unless
+    /// set with `SoftProvider::set_speed_mbps`).
+    pub fn speed_mbps(&self) -> i32 {
+        match self {
+            Dev::Verbs(p) => p.dev.speed,
+            Dev::Soft(p, _) => i32::try_from(p.speed_mbps()).unwrap_or(i32::MAX),
+        }
+    }
+
     /// Properties; `maxComms` for comms made with `cfg` ([`Self::max_comms`]).
     pub fn props(&self, cfg: &CommConfig) -> Props {
         match self {
@@ -201,7 +207,7 @@ impl Dev {
                 guid: SOFT_GUID,
                 ptr_support: crate::nccl::types::NCCL_PTR_HOST,
                 reg_is_global: true,
-                speed: SOFT_SPEED_MBPS,
+                speed: self.speed_mbps(),
                 port: 1,
                 latency: 0.0,
                 max_comms: self.max_comms(cfg),
@@ -429,7 +435,7 @@ impl AnySend {
     pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
         Ok(split!(self,
             c => plain_infos(devs, c.local_info()),
-            c => fused_infos(devs, |i| c.local_info(i), &c.back_ring())))
+            c => fused_infos(devs, |i| c.local_info(i), &c.back_ring(), |i| c.rail_weight(i))))
     }
     /// See `SendComm::set_peer_addr` (a fused comm's rails name no peer address).
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
@@ -446,6 +452,7 @@ impl AnySend {
             for (i, info) in infos.iter().enumerate() {
                 c.connect(i, info)?;
             }
+            c.set_rail_weights(&agreed(|i| c.rail_weight(i), peer));
             c.set_notice_ring(&rings(peer))
         }
         split!(self, c => c.connect(first(infos)?), c => fused(c, infos, peer))
@@ -503,6 +510,13 @@ impl AnySend {
     pub fn take_returned(&mut self) -> Returned {
         split!(self, _c => Returned::new(), c => c.take_returned())
     }
+
+    /// The comm's first send cut to its receive's size, once (see
+    /// `SendComm::take_truncation`).
+    #[inline]
+    pub fn take_truncation(&mut self) -> Option<Truncation> {
+        all!(self, c => c.take_truncation())
+    }
     /// The rails' counters of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {
         fn stats<P: Provider + Clone>(c: &FusedSend<P>) -> FusedStats {
@@ -531,7 +545,7 @@ impl AnyRecv {
     pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
         Ok(split!(self,
             c => plain_infos(devs, c.local_info()),
-            c => fused_infos(devs, |i| c.local_info(i), &c.notice_ring())))
+            c => fused_infos(devs, |i| c.local_info(i), &c.notice_ring(), |i| c.rail_weight(i))))
     }
     /// See `RecvComm::set_peer_addr` (a fused comm's rails name no peer address).
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
@@ -620,11 +634,13 @@ fn plain_infos(devs: &[u16], info: QpInfo) -> (Infos, RailList) {
     (v, RailList::single(devs.first().copied().unwrap_or(0)))
 }
 
-/// A fused comm's rail infos (`info(i)` per rail of `devs`) and rail list (`ring` per rail).
+/// A fused comm's rail infos (`info(i)` per rail of `devs`) and rail list (`ring` and the
+/// stripe weight `weight(i)`, the rail's speed in 100 Mb/s, per rail).
 fn fused_infos(
     devs: &[u16],
     info: impl Fn(usize) -> Option<QpInfo>,
     ring: &[RemoteBuf],
+    weight: impl Fn(usize) -> u32,
 ) -> (Infos, RailList) {
     let mut v = Infos::new();
     let mut l = RailList::default();
@@ -635,10 +651,40 @@ fn fused_infos(
             let _ = l.0.push(RailInfo {
                 dev: d,
                 ring: Some(*r),
+                speed: u16::try_from(weight(i)).unwrap_or(u16::MAX),
             });
         }
     }
     (v, l)
+}
+
+/// A rail's stripe weight: its speed in units of 100 Mb/s, as the rail list carries it (0:
+/// unknown; at least 1 for any known speed, at most `u16::MAX`).
+fn speed_units(mbps: i32) -> u32 {
+    match u32::try_from(mbps) {
+        Ok(m) if m > 0 => m.div_ceil(100).min(u32::from(u16::MAX)),
+        _ => 0,
+    }
+}
+
+/// This side's stripe weights of `devs` (rail order).
+fn local_weights(devs: &[Dev]) -> Weights {
+    let mut w = [0; MAX_DEVS_PER_NIC];
+    for (d, s) in w.iter_mut().zip(devs) {
+        *d = speed_units(s.speed_mbps());
+    }
+    w
+}
+
+/// The stripe weights both ends of a fused comm use: per rail, the smaller of this side's
+/// (`local(i)`) and the peer's speed from its rail list (so both compute the same; a 0, an
+/// unknown speed, makes the shares equal).
+fn agreed(local: impl Fn(usize) -> u32, peer: &RailList) -> Weights {
+    let mut w = [0; MAX_DEVS_PER_NIC];
+    for (i, (d, r)) in w.iter_mut().zip(&peer.0).enumerate() {
+        *d = local(i).min(u32::from(r.speed));
+    }
+    w
 }
 
 /// The rings a peer's rail list names (rail order; a ring missing on a fused list was refused
@@ -656,29 +702,39 @@ fn first(infos: &[QpInfo]) -> Result<&QpInfo> {
 
 /// Makes fused comms over the rails `devs` (all of one provider).
 pub fn fused_send(devs: &[Dev], cfg: CommConfig) -> Result<AnySend> {
+    let w = local_weights(devs);
     if let Some(v) = verbs_rails(devs) {
-        return Ok(AnySend::FusedVerbs(crate::boxed::send(&v, cfg)?));
+        let mut c = crate::boxed::send(&v, cfg)?;
+        c.set_rail_weights(&w);
+        return Ok(AnySend::FusedVerbs(c));
     }
     let s = soft_rails(devs)?;
-    Ok(AnySend::FusedSoft(crate::boxed::send(&s, cfg)?))
+    let mut c = crate::boxed::send(&s, cfg)?;
+    c.set_rail_weights(&w);
+    Ok(AnySend::FusedSoft(c))
 }
 
 /// The receive side of [`fused_send`], connected to the sender's rails (`remote`) whose back
-/// rings `peer` names.
+/// rings and speeds `peer` names (the stripe weights: `agreed`).
 pub fn fused_recv(
     devs: &[Dev],
     cfg: CommConfig,
     remote: &[QpInfo],
     peer: &RailList,
 ) -> Result<AnyRecv> {
+    // Its rail list then announces these weights, from which the sender takes the same.
+    let local = local_weights(devs);
+    let w = agreed(|i| local[i], peer);
     if let Some(v) = verbs_rails(devs) {
         let mut r = crate::boxed::recv(&v, cfg, remote)?;
         r.set_back_ring(&rings(peer))?;
+        r.set_rail_weights(&w);
         return Ok(AnyRecv::FusedVerbs(r));
     }
     let s = soft_rails(devs)?;
     let mut r = crate::boxed::recv(&s, cfg, remote)?;
     r.set_back_ring(&rings(peer))?;
+    r.set_rail_weights(&w);
     Ok(AnyRecv::FusedSoft(r))
 }
 

@@ -132,13 +132,13 @@ mod sys;
 mod zeroed;
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ibnet_core::provider::{
-    Access, Completion, ConnectAttr, DevName, Gid, LinkLayer, MrKeys, Mtu, PortInfo, Provider,
-    ProviderAddr, QpAttr, RegKind, SendWr,
+    Access, AsyncFailure, Completion, ConnectAttr, DevName, Gid, LinkLayer, MrKeys, Mtu, PortInfo,
+    Provider, ProviderAddr, QpAttr, RegKind, SendWr,
 };
 use ibnet_core::{Error, Result};
 
@@ -158,6 +158,9 @@ use crate::segment::{Segment, FIFO_SLOTS, MR_SLOTS, QP_IDX_BITS, QP_SLOTS, RING}
 
 /// The first device's name (device `i` of [`SoftProvider::open_as`] is `soft{i}`).
 pub const DEVICE_NAME: &str = "soft0";
+/// The speed a soft device reports by default (Mb/s): a same-host memory copy, faster than
+/// any NIC port NCCL would compare it with.
+pub const DEFAULT_SPEED_MBPS: u32 = 100_000;
 /// Largest `max_send_wr`.
 pub const MAX_SEND_WR: u32 = 1 << 16;
 /// Largest `max_recv_wr`.
@@ -191,6 +194,10 @@ struct Inner {
     monitor: Monitor,
     peers: Mutex<Vec<std::sync::Weak<Peer>>>,
     shut: AtomicBool,
+    /// A device-fatal event was raised ([`SoftProvider::raise_device_fatal`]).
+    fatal: AtomicBool,
+    /// The speed the device reports, Mb/s ([`SoftProvider::set_speed_mbps`]).
+    speed: AtomicU32,
     /// Armed `IBNET_SOFT_FAULTS`, if any.
     inject: Option<Arc<inject::Inject>>,
     /// The QPs' memory budget (`IBNET_SOFT_MEM`).
@@ -342,6 +349,8 @@ impl SoftProvider {
                 monitor: Monitor::default(),
                 peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
+                fatal: AtomicBool::new(false),
+                speed: AtomicU32::new(DEFAULT_SPEED_MBPS),
                 inject: inject::Inject::new(cfg.faults),
                 budget: Arc::new(budget::Budget::new(cfg.mem, cfg.bounce_max)),
             }),
@@ -363,6 +372,30 @@ impl SoftProvider {
     pub fn qp_memory(&self) -> (u64, u64) {
         let b = &self.inner.budget;
         (b.cap(), b.held())
+    }
+
+    /// The speed this device reports (Mb/s; [`DEFAULT_SPEED_MBPS`] unless set): the plugin's
+    /// `speed` property and a fused comm's stripe weight for the rail.
+    pub fn speed_mbps(&self) -> u32 {
+        // Relaxed: pairs with the Relaxed store in `set_speed_mbps`; a value with nothing
+        // behind it, read on the control path (properties, comm setup).
+        self.inner.speed.load(Ordering::Relaxed)
+    }
+
+    /// Makes this device report `mbps` (a knob: soft devices of unequal speeds stand in for
+    /// unequal NICs, e.g. to test weighted striping). Comms made before keep their weights.
+    pub fn set_speed_mbps(&self, mbps: u32) {
+        // Relaxed: see `speed_mbps`.
+        self.inner.speed.store(mbps, Ordering::Relaxed);
+    }
+
+    /// Raises a device-fatal event on this device, as `IBV_EVENT_DEVICE_FATAL` does on a real
+    /// NIC (a test hook): from now on [`Provider::async_failure`] reports
+    /// [`AsyncFailure::Device`] for every comm on it, so each comm's next data call fails. It
+    /// cannot be undone (a fatal device stays dead, as in verbs).
+    pub fn raise_device_fatal(&self) {
+        // Release: pairs with the Acquire load in `async_failure`; no data rides on it.
+        self.inner.fatal.store(true, Ordering::Release);
     }
 
     /// Stops and joins every thread of the provider (copy engine, monitor). Idempotent. Call it
@@ -582,6 +615,15 @@ impl Provider for SoftProvider {
     fn post_recv(&self, qp: &mut Self::Qp, wr_id: u64) -> Result<()> {
         self.check_open("post_recv")?;
         qp.sh.post_recv(wr_id)
+    }
+
+    #[inline]
+    fn async_failure(&self, _cq: &Self::Cq) -> Option<AsyncFailure> {
+        // Acquire: pairs with the Release store in `raise_device_fatal`.
+        self.inner
+            .fatal
+            .load(Ordering::Acquire)
+            .then_some(AsyncFailure::Device)
     }
 
     #[inline]

@@ -7,8 +7,8 @@ use super::events::Sink;
 use super::types::{CommConfig, Done};
 use crate::error::{Error, ErrorKind, PeerId, ReqType, Result};
 use crate::provider::{
-    Access, Completion, ConnectAttr, Ece, MrKeys, PortInfo, Provider, QpAttr, RegKind, WcOpcode,
-    WcStatus,
+    Access, AsyncFailure, Completion, ConnectAttr, Ece, MrKeys, PortInfo, Provider, QpAttr,
+    RegKind, WcOpcode, WcStatus,
 };
 use crate::request::{wr_id_lane, ReqId, Request, RequestPool};
 use crate::wire::{QpInfo, MAX_QPS};
@@ -265,26 +265,52 @@ impl<P: Provider> Base<P> {
         self.peer.addr = Some(addr);
     }
 
-    /// Fails fast on a poisoned comm.
+    /// Fails fast on a poisoned comm, or on one an async event made unusable
+    /// ([`Self::check_events`]).
     #[inline]
-    pub fn check_live(&self, op: &'static str) -> Result<()> {
+    pub fn check_live(&mut self, op: &'static str) -> Result<()> {
         if let Life::Poisoned(cause) = self.life {
             return Err(Error::Poisoned { op, cause });
         }
-        Ok(())
+        self.check_events()
     }
 
-    /// A data call (`op`) needs a connected comm that is not poisoned.
+    /// A data call (`op`) needs a connected comm that is not poisoned, and whose device (and
+    /// QPs and CQ) no async event made unusable ([`Self::check_events`]).
     #[inline]
-    pub fn check_connected(&self, op: &'static str) -> Result<()> {
+    pub fn check_connected(&mut self, op: &'static str) -> Result<()> {
         match self.life {
-            Life::Connected => Ok(()),
+            Life::Connected => self.check_events(),
             Life::Unconnected => Err(Error::BadState {
                 op,
                 state: "not connected",
             }),
             Life::Poisoned(cause) => Err(Error::Poisoned { op, cause }),
         }
+    }
+
+    /// Every data call's check of the provider's async-event flags
+    /// ([`Provider::async_failure`]: an atomic load or two), also when the call would only
+    /// wait, as NCCL checks its fatal-event counter in `isend`, `irecv`, `test` and `iflush`:
+    /// a device or comm that an event made unusable poisons the comm, and is the error.
+    #[inline]
+    pub fn check_events(&mut self) -> Result<()> {
+        let Some(cq) = &self.cq else { return Ok(()) };
+        match self.dev.async_failure(cq) {
+            None => Ok(()),
+            Some(what) => Err(self.async_failed(what)),
+        }
+    }
+
+    #[cold]
+    fn async_failed(&mut self, what: AsyncFailure) -> Error {
+        let e = Error::AsyncEvent {
+            what,
+            dev: self.dev.dev_name(),
+            peer: self.peer,
+        };
+        self.poison(&e);
+        e
     }
 
     /// The next QP index for round-robin posting.

@@ -7,15 +7,21 @@
 
 use super::base::{Base, Life};
 use super::events::{QpEvent, QpOp, Sink};
-use super::types::{CommConfig, Done};
+use super::types::{CommConfig, Done, TruncNote, Truncation};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, Ece, MrKeys, Provider, QpAttr, SendWr, Sge, WrOpcode};
 use crate::request::{pack_wr_id, ReqId};
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
-/// The largest message one `isend` carries (one RDMA write; NCCL splits larger transfers).
-pub const MAX_MSG_SIZE: u64 = 1 << 30;
+/// The largest message one `isend` carries, advertised as `maxP2pBytes` (NCCL splits larger
+/// transfers): 2 GiB − 128. What bounds it, tightest first: `test` reports sizes through
+/// NCCL's `int*` in every table version (v6–v12), so a larger message's size could not be
+/// reported (NCCL's own 1 TiB `NCCL_MAX_NET_SIZE_BYTES` meets the same `int` there); one
+/// RDMA write must fit the ports' `max_msg_sz` (2³¹ on mlx5 and rxe); the immediate and the
+/// sizes FIFO carry 32-bit sizes. 128 below 2³¹ keeps the pieces NCCL cuts at it, and the
+/// parts of a split, 128-byte aligned.
+pub const MAX_MSG_SIZE: u64 = (1 << 31) - SPLIT_ALIGN;
 
 /// RDMA writes of a split message are multiples of this, so LL/LL128 lines stay whole.
 pub(crate) const SPLIT_ALIGN: u64 = 128;
@@ -54,6 +60,8 @@ pub struct SendComm<P: Provider> {
     rem_sizes: RemoteBuf,
     /// Our QPs' ECE options, sent to the peer (empty: ECE off or not supported).
     ece: heapless::Vec<Ece, MAX_QPS>,
+    /// The first send cut to the posted receive's size, until the caller takes it.
+    trunc: TruncNote,
 }
 
 impl<P: Provider> SendComm<P> {
@@ -96,6 +104,7 @@ impl<P: Provider> SendComm<P> {
             slot_roff: [0; MAX_RECVS],
             rem_sizes: RemoteBuf::default(),
             ece,
+            trunc: TruncNote::None,
         })
     }
 
@@ -189,7 +198,8 @@ impl<P: Provider> SendComm<P> {
 
     /// [`Self::isend`] of one part of a message: the `size` bytes at `addr` land `roff` bytes
     /// into the matching receive buffer (a fused comm's rail carries the part of a message
-    /// its stripe gives it, [`crate::fused`]). `roff + size` must fit the posted receive.
+    /// its stripe gives it, [`crate::fused`]). Bytes past the posted receive are not sent (see
+    /// [`Self::take_truncation`]).
     pub fn isend_at(
         &mut self,
         addr: u64,
@@ -225,16 +235,12 @@ impl<P: Provider> SendComm<P> {
             return Ok(None);
         };
         let p = posted[r];
-        if roff + size > p.size {
-            return Err(Error::SizeMismatch {
-                send: roff + size,
-                recv: p.size,
-                tag,
-                index: r as u8,
-                nreqs: n as u8,
-                peer: self.base.peer,
-            });
-        }
+        // A send larger than the receive is cut to it, as NCCL does (noted once per comm).
+        let size = if roff + size > p.size {
+            self.truncate(roff + size, p.size, tag) - roff.min(p.size)
+        } else {
+            size
+        };
         let events = if self.cfg.split_data {
             self.base.qps.len() as u32
         } else {
@@ -259,6 +265,22 @@ impl<P: Provider> SendComm<P> {
         self.slot_reqs = [None; MAX_RECVS];
         self.fifo_head += 1;
         Ok(Some(id))
+    }
+
+    /// A send of `send` bytes (its offset included) into a receive of `recv`: notes the
+    /// comm's first truncation; returns the bytes that fit.
+    #[cold]
+    fn truncate(&mut self, send: u64, recv: u64, tag: u32) -> u64 {
+        self.trunc.note(Truncation { send, recv, tag });
+        recv
+    }
+
+    /// The comm's first send that was cut to the size of the receive it matched (NCCL's
+    /// semantics: the bytes that fit are sent, the receiver sees the receive's size), once:
+    /// later calls, and later truncations, give `None`. The caller logs it (one WARN per comm).
+    #[inline]
+    pub fn take_truncation(&mut self) -> Option<Truncation> {
+        self.trunc.take()
     }
 
     /// The receive an `isend` with `tag` would match now (without matching it), or `None`

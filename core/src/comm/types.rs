@@ -109,3 +109,50 @@ pub struct Done {
     /// sender writes a multi-receive's sizes into the receiver's sizes FIFO) or sent (sends).
     pub sizes: [u64; MAX_RECVS],
 }
+
+/// A send larger than the receive the peer posted for it, cut to the receive's size (as NCCL
+/// 2.30's `p2p.cc` does; a size mismatch is almost always a bug of the application). A comm
+/// keeps its first one for its caller to log once ([`super::SendComm::take_truncation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// Bytes the caller asked to send.
+    pub send: u64,
+    /// Bytes the peer posted to receive (what was sent).
+    pub recv: u64,
+    /// The tag both sides used.
+    pub tag: u32,
+}
+
+/// Where a comm stands with [`Truncation`]s: the first is kept until taken, then none is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TruncNote {
+    /// No send truncated yet.
+    #[default]
+    None,
+    /// The first truncated send, not taken yet.
+    Pending(Truncation),
+    /// The first was taken: later truncations are not noted (one report per comm).
+    Taken,
+}
+
+impl TruncNote {
+    /// Notes `t` if it is the comm's first truncation.
+    #[cold]
+    pub fn note(&mut self, t: Truncation) {
+        if *self == Self::None {
+            *self = Self::Pending(t);
+        }
+    }
+
+    /// The first truncation, once (`None` before it and after it was taken).
+    #[inline]
+    pub fn take(&mut self) -> Option<Truncation> {
+        match *self {
+            Self::Pending(t) => {
+                *self = Self::Taken;
+                Some(t)
+            }
+            _ => None,
+        }
+    }
+}

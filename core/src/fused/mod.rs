@@ -199,7 +199,7 @@ pub use notice::{GroupNotice, Notice, GROUP_NOTICE_KEY, NOTICE_KEY};
 pub use recv::{FusedBuf, FusedRecv};
 pub use resilience::{recoverable, Resilience};
 pub use send::FusedSend;
-pub use stripe::{stripe, stripe_set, Part, STRIPE_ALIGN};
+pub use stripe::{stripe, stripe_set, stripe_weighted, Part, Weights, EQUAL_WEIGHTS, STRIPE_ALIGN};
 pub use vnic::{VNic, MAX_DEVS_PER_NIC};
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use super::event::RailEvent;
 use super::heal::{ctl_seq, Ctl, Phase};
 use super::notice::{GroupNotice, Notice};
 use super::resilience::Resilience;
-use super::stripe::stripe_set;
+use super::stripe::{stripe_weighted, Weights, EQUAL_WEIGHTS};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
 use crate::error::{Error, ErrorKind, Result};
@@ -127,6 +127,8 @@ pub struct FusedRecv<P: Provider> {
     joined_at: [u64; N],
     join_pending: [Option<(u8, ReqId)>; N],
     returned: Vec<u8, N>,
+    /// Each rail's stripe weight (`set_rail_weights`), as the sender's.
+    weights: Weights,
 }
 
 impl<P: Provider + Clone> FusedRecv<P> {
@@ -192,6 +194,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).joined_at).write([0; N]);
             addr_of_mut!((*p).join_pending).write([None; N]);
             addr_of_mut!((*p).returned).write(Vec::new());
+            addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -225,6 +228,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 joined_at: _,
                 join_pending: _,
                 returned: _,
+                weights: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -355,6 +359,20 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
     pub fn fail(&mut self, e: &Error) {
         self.poisoned.get_or_insert(e.kind());
+    }
+
+    /// Sets each rail's stripe weight (rail order), the sender's
+    /// (`FusedSend::set_rail_weights`): a multi-receive's notice is cut with them. Control
+    /// path: call it before the first receive.
+    pub fn set_rail_weights(&mut self, w: &[u32]) {
+        for (d, s) in self.weights.iter_mut().zip(w) {
+            *d = *s;
+        }
+    }
+
+    /// Rail `i`'s stripe weight ([`Self::set_rail_weights`]; 0 past the most rails).
+    pub fn rail_weight(&self, i: usize) -> u32 {
+        self.weights.get(i).copied().unwrap_or(0)
     }
 
     /// Rails taken out of use since the last call (each once), for the caller to log.
@@ -627,7 +645,9 @@ impl<P: Provider + Clone> FusedRecv<P> {
             m.legs[r] = Leg::Done;
             let mut sizes = [0; MAX_RECVS];
             for (s, g) in sizes.iter_mut().zip(&got[..n]) {
-                *s = g.map_or(0, |g| stripe_set(g.size, g.stripe)[r].len);
+                *s = g.map_or(0, |g| {
+                    stripe_weighted(g.size, g.stripe, &self.weights)[r].len
+                });
             }
             add_sizes(m, &sizes);
         }

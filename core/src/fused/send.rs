@@ -11,9 +11,9 @@ use super::event::RailEvent;
 use super::heal::{ctl_seq, Ctl};
 use super::notice::{GroupNotice, Notice};
 use super::resilience::Resilience;
-use super::stripe::{stripe_set, Part};
+use super::stripe::{stripe_weighted, Part, Weights, EQUAL_WEIGHTS};
 use super::vnic::MAX_DEVS_PER_NIC;
-use crate::comm::{CommConfig, Done, Peeked, SendComm};
+use crate::comm::{CommConfig, Done, Peeked, SendComm, TruncNote, Truncation};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, MrKeys, Provider, RegKind, Sge};
@@ -174,6 +174,10 @@ pub struct FusedSend<P: Provider> {
     ready: [bool; N],
     tries: [u32; N],
     returned: Vec<u8, N>,
+    /// The first send cut to the posted receive's size, until the caller takes it.
+    trunc: TruncNote,
+    /// Each rail's stripe weight (`set_rail_weights`).
+    weights: Weights,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -237,6 +241,8 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).ready).write([false; N]);
             addr_of_mut!((*p).tries).write([0; N]);
             addr_of_mut!((*p).returned).write(Vec::new());
+            addr_of_mut!((*p).trunc).write(TruncNote::None);
+            addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -268,6 +274,8 @@ impl<P: Provider + Clone> FusedSend<P> {
                 ready: _,
                 tries: _,
                 returned: _,
+                trunc: _,
+                weights: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -410,6 +418,29 @@ impl<P: Provider + Clone> FusedSend<P> {
         core::mem::take(&mut self.events)
     }
 
+    /// Sets each rail's stripe weight (rail order; its speed, in units both ends share): a
+    /// message's parts are cut in proportion ([`stripe_weighted`]). Both ends must hold the
+    /// same weights: the plugin sets each rail's smaller speed of the two ends', which it
+    /// exchanges in the handshake's rail lists. Rails past `w` keep theirs (1 by default:
+    /// equal shares). Control path: call it before the first message.
+    pub fn set_rail_weights(&mut self, w: &[u32]) {
+        for (d, s) in self.weights.iter_mut().zip(w) {
+            *d = *s;
+        }
+    }
+
+    /// Rail `i`'s stripe weight ([`Self::set_rail_weights`]; 0 past the most rails).
+    pub fn rail_weight(&self, i: usize) -> u32 {
+        self.weights.get(i).copied().unwrap_or(0)
+    }
+
+    /// The comm's first send cut to the size of its receive, once (see
+    /// [`SendComm::take_truncation`]).
+    #[inline]
+    pub fn take_truncation(&mut self) -> Option<Truncation> {
+        self.trunc.take()
+    }
+
     /// Bytes written again on another rail after their own rail failed.
     pub fn resent_bytes(&self) -> u64 {
         self.resent
@@ -489,6 +520,17 @@ impl<P: Provider + Clone> FusedSend<P> {
             what: "fused send requests",
             cap: MAX_REQUESTS,
         })?;
+        // Larger than the receive (the same on every rail): cut to it, as a plain comm does.
+        let size = if size > first.posted.size {
+            self.trunc.note(Truncation {
+                send: size,
+                recv: first.posted.size,
+                tag,
+            });
+            first.posted.size
+        } else {
+            size
+        };
         let m = &mut self.msgs[k as usize];
         *m = Msg {
             gen: m.gen.wrapping_add(1),
@@ -500,7 +542,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             size,
             posted,
             set,
-            parts: stripe_set(size, set),
+            parts: stripe_weighted(size, set, &self.weights),
             ..Msg::FREE
         };
         m.mrs[..nr].copy_from_slice(mrs);

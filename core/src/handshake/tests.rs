@@ -574,6 +574,7 @@ fn fused_rails(n: usize, base: u64) -> crate::wire::RailList {
         l.0.push(crate::wire::RailInfo {
             dev: i as u16,
             ring,
+            speed: 250 * (i as u16 + 1),
         })
         .unwrap();
     }
@@ -667,7 +668,11 @@ fn rail_count_mismatch_is_refused() {
     let mut plain = crate::wire::RailList::single(0);
     plain
         .0
-        .push(crate::wire::RailInfo { dev: 1, ring: None })
+        .push(crate::wire::RailInfo {
+            dev: 1,
+            ring: None,
+            speed: 0,
+        })
         .unwrap();
     assert!(matches!(
         Connector::with_rails(NONCE, &locals, &plain),

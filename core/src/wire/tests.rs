@@ -105,7 +105,7 @@ fn qp_info_ece_is_one_entry_per_qp() {
 fn qp_info_layout_is_little_endian() {
     let b = enc(&info(1, b"xy", true));
     assert_eq!(&b[..4], b"IBNQ");
-    assert_eq!(&b[4..6], &[4, 0]);
+    assert_eq!(&b[4..6], &[5, 0]);
     assert_eq!(&b[6..8], &(b.len() as u16).to_le_bytes());
     assert_eq!(&b[14..16], &[0x34, 0x12]);
     assert_eq!(&b[48..52], &0x00AB_CD00u32.to_le_bytes());

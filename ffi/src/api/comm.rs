@@ -89,6 +89,22 @@ impl<C> CommBox<C> {
         })
     }
 
+    /// Logs the comm's first truncated send (its only such WARN: later ones are silent): a
+    /// send larger than the receive the peer posted was cut to the receive's size, as NCCL
+    /// does; a size mismatch is almost always a bug of the application.
+    #[cold]
+    pub(crate) fn warn_truncated(&self, t: ibnet_core::comm::Truncation) {
+        let peer = self.addr.map_or("?".into(), |a| a.to_string());
+        crate::warn!(
+            "isend: send of {} bytes (tag {:#x}) to {peer} truncated to the {} bytes its \
+             receive posted (a size mismatch between the two ranks; later truncations on this \
+             comm are not logged)",
+            t.send,
+            t.tag,
+            t.recv
+        );
+    }
+
     /// Logs rails a fused comm took out of use, one line each: which rail, why, where its
     /// traffic went (WARN); the last rail at INFO, since the call then fails and its error is
     /// the WARN. Nothing for none.

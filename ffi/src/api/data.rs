@@ -56,6 +56,9 @@ pub fn isend(
         let id = match (post()?, w) {
             (Some(id), w) => {
                 w.map(Watch::progress);
+                if let Some(t) = c.take_truncation() {
+                    s.warn_truncated(t);
+                }
                 Some(id)
             }
             (None, None) => None,
@@ -113,6 +116,9 @@ fn isend_fused(
     let id = match (r?, w) {
         (Some(id), w) => {
             w.map(Watch::progress);
+            if let Some(t) = c.take_truncation() {
+                s.warn_truncated(t);
+            }
             Some(id)
         }
         (None, None) => None,

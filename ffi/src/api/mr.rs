@@ -177,8 +177,12 @@ fn page_size() -> u64 {
 /// `deregMr`: ends the registration `mhandle` names (each `regMr` has its own) and drops its
 /// reference on the cache entry; the entry's last reference deregisters. A handle deregistered
 /// already (a second `deregMr`) or never registered is an error, whatever other registrations
-/// share its entry.
+/// share its entry. A NULL `mhandle` succeeds and does nothing, as in NCCL's own plugin
+/// (NCCL deregisters a buffer it never registered so).
 pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
+    if mhandle.is_null() {
+        return ncclResult_t::Success;
+    }
     entry_on("deregMr", comm, || {
         let (_, dev_index, cache, fused) = comm_dev(comm)?;
         let h = mh_decode(mhandle as usize, dev_index)?;

@@ -275,8 +275,8 @@ impl VersionProps for Props9 {
             net_device_type: NCCL_NET_DEVICE_HOST,
             net_device_version: NCCL_NET_DEVICE_INVALID_VERSION,
             vprops: vprops(p, dev).resize(),
-            // One isend is one RDMA write of at most 1 GiB (the core's MAX_MSG_SIZE, NCCL's
-            // MAX_NET_SIZE): NCCL splits larger point-to-point transfers to this size.
+            // The most one isend moves and `test` can report (the core's MAX_MSG_SIZE, 2 GiB
+            // − 128: `test`'s sizes are `int`): NCCL splits larger transfers to this size.
             max_p2p_bytes: ibnet_core::comm::MAX_MSG_SIZE as usize,
             max_coll_bytes: MAX_COLLNET_SIZE,
         })

@@ -479,6 +479,16 @@ impl Provider for VerbsPort {
         Ok(())
     }
 
+    #[inline]
+    fn async_failure(&self, cq: &VCq) -> Option<AsyncFailure> {
+        // Two atomic loads (the device's fatal count, the comm's flag): see `event_flags`.
+        match self.dev.ctx.events.check(&cq.1) {
+            Ok(()) => None,
+            Err(Failure::Device) => Some(AsyncFailure::Device),
+            Err(Failure::Comm) => Some(AsyncFailure::Comm),
+        }
+    }
+
     fn poll_cq(&self, cq: &mut VCq, out: &mut [Completion]) -> Result<usize> {
         match self.dev.ctx.events.check(&cq.1) {
             Ok(()) => {}
