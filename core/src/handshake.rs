@@ -216,9 +216,9 @@ trait PeerRead: Sized {
     fn failed(e: Error) -> Self;
 }
 
-/// What reading the peer's next QpInfo `got` (none yet, or whole and checked by the side) after
-/// `n` bytes: a whole one is kept in `peers`; the next rail's QpInfo or, after the last of
-/// `rails`, the rail list comes next.
+/// The state after `n` more bytes of the peer's next QpInfo (`got`: not whole yet, or whole and
+/// checked by the side): a whole one is kept in `peers`, and the next rail's QpInfo or, after
+/// the last of `rails`, the rail list is read next.
 fn take_info<S: PeerRead>(
     got: Result<Option<QpInfo>>,
     rx: Rx,
