@@ -208,6 +208,69 @@ fn peer_id(i: &QpInfo) -> PeerId {
 /// The rails' infos a side received so far.
 type Peers = heapless::Vec<QpInfo, MAX_RAILS>;
 
+/// The states both sides pass through while reading the peer's QpInfos (one per rail) and then
+/// its rail list: [`take_info`] and [`recv_rails`] serve the connector and the acceptor alike.
+trait PeerRead: Sized {
+    /// Reading the peer's QpInfo of the next rail.
+    fn info(rx: Rx) -> Self;
+    /// Reading the peer's rail list.
+    fn rails(rx: Rx) -> Self;
+    /// The rail list is in: this side's next state.
+    fn ready() -> Self;
+    /// Terminal.
+    fn failed(e: Error) -> Self;
+}
+
+/// The state after `n` more bytes of the peer's next QpInfo (`got`: not whole yet, or whole and
+/// checked by the side): a whole one is kept in `peers`, and the next rail's QpInfo or, after
+/// the last of `rails`, the rail list is read next.
+fn take_info<S: PeerRead>(
+    got: Result<Option<QpInfo>>,
+    rx: Rx,
+    n: usize,
+    rails: usize,
+    peers: &mut Peers,
+) -> (S, Result<usize>) {
+    match got {
+        Ok(None) => (S::info(rx), Ok(n)),
+        Ok(Some(p)) => {
+            // Cannot fail: one info per rail, at most MAX_RAILS (the state moves on after the
+            // last one).
+            let _ = peers.push(p);
+            if peers.len() < rails {
+                (S::info(Rx::new(QP_INFO_HEADER_LEN)), Ok(n))
+            } else {
+                (S::rails(Rx::new(RailList::encoded_len(rails))), Ok(n))
+            }
+        }
+        Err(e) => (S::failed(e), Err(e)),
+    }
+}
+
+/// Bytes of the peer's rail list: once whole, decoded into `peer_rails` and the peer named
+/// (`peer`) by its first rail; the side's next state follows.
+fn recv_rails<S: PeerRead>(
+    mut rx: Rx,
+    d: &[u8],
+    rails: usize,
+    peers: &Peers,
+    peer_rails: &mut RailList,
+    peer: &mut PeerId,
+) -> (S, Result<usize>) {
+    let n = rx.fill(d);
+    if rx.wanted() > 0 {
+        return (S::rails(rx), Ok(n));
+    }
+    match RailList::decode(rx.bytes(), rails) {
+        Ok(l) => {
+            *peer_rails = l;
+            *peer = peer_id(&peers[0]);
+            (S::ready(), Ok(n))
+        }
+        Err(e) => (S::failed(e), Err(e)),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 /// The connecting (sending) side's states; each owns only what is valid in it.
@@ -226,6 +289,22 @@ enum CState {
     Done { reported: bool },
     /// Terminal.
     Failed(Error),
+}
+
+impl PeerRead for CState {
+    fn info(rx: Rx) -> Self {
+        CState::RecvInfo(rx)
+    }
+    fn rails(rx: Rx) -> Self {
+        CState::RecvRails(rx)
+    }
+    /// The caller connects its QPs, rail 0's event first.
+    fn ready() -> Self {
+        CState::Connect { next: 0 }
+    }
+    fn failed(e: Error) -> Self {
+        CState::Failed(e)
+    }
 }
 
 /// The connecting side of a handshake (NCCL `connect`, the future `SendComm`).
@@ -407,37 +486,7 @@ impl Connector {
         let got = rx
             .qp_info()
             .and_then(|p| p.map(|p| self.check_peer(&p).map(|()| p)).transpose());
-        match got {
-            Ok(None) => (CState::RecvInfo(rx), Ok(n)),
-            Ok(Some(p)) => {
-                // Cannot fail: one info per rail, at most MAX_RAILS (the state moves on after
-                // the last one).
-                let _ = self.peers.push(p);
-                if self.peers.len() < self.rails {
-                    (CState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n))
-                } else {
-                    let len = RailList::encoded_len(self.rails);
-                    (CState::RecvRails(Rx::new(len)), Ok(n))
-                }
-            }
-            Err(e) => (CState::Failed(e), Err(e)),
-        }
-    }
-
-    /// Bytes of the acceptor's rail list: the rails' events come next once it is whole.
-    fn recv_rails(&mut self, mut rx: Rx, d: &[u8]) -> (CState, Result<usize>) {
-        let n = rx.fill(d);
-        if rx.wanted() > 0 {
-            return (CState::RecvRails(rx), Ok(n));
-        }
-        match RailList::decode(rx.bytes(), self.rails) {
-            Ok(l) => {
-                self.peer_rails = l;
-                self.peer = peer_id(&self.peers[0]);
-                (CState::Connect { next: 0 }, Ok(n))
-            }
-            Err(e) => (CState::Failed(e), Err(e)),
-        }
+        take_info(got, rx, n, self.rails, &mut self.peers)
     }
 
     /// The only place the state changes.
@@ -463,7 +512,10 @@ impl Connector {
             },
             // The acceptor's QpInfos come in; each is validated fully before it is reported.
             (CState::RecvInfo(rx), Input::Recv(d)) if !d.is_empty() => self.recv_info(rx, d),
-            (CState::RecvRails(rx), Input::Recv(d)) if !d.is_empty() => self.recv_rails(rx, d),
+            (CState::RecvRails(rx), Input::Recv(d)) if !d.is_empty() => {
+                let (peers, rails) = (&self.peers, self.rails);
+                recv_rails(rx, d, rails, peers, &mut self.peer_rails, &mut self.peer)
+            }
             // Every rail's QPs are connected (and every event was taken): say Ready.
             (CState::Connect { next }, Input::QpsConnected) if next == self.peers.len() => {
                 (CState::SendReady(Tx::new(&[&ready_bytes()])), Ok(0))
@@ -511,6 +563,27 @@ enum AState {
     Done { reported: bool },
     /// Terminal.
     Failed(Error),
+}
+
+impl PeerRead for AState {
+    fn info(rx: Rx) -> Self {
+        AState::RecvInfo(rx)
+    }
+    fn rails(rx: Rx) -> Self {
+        AState::RecvRails(rx)
+    }
+    /// The caller creates and connects its QPs, rail 0's event first.
+    fn ready() -> Self {
+        AState::Setup {
+            next: 0,
+            answered: 0,
+            tx: Tx::new(&[]),
+            rails: RailList::default(),
+        }
+    }
+    fn failed(e: Error) -> Self {
+        AState::Failed(e)
+    }
 }
 
 /// The accepting side of a handshake (NCCL `accept`, the future `RecvComm`).
@@ -819,42 +892,7 @@ impl Acceptor {
             })
             .transpose()
         });
-        match checked {
-            Ok(None) => (AState::RecvInfo(rx), Ok(n)),
-            Ok(Some(p)) => {
-                // Cannot fail: one info per rail, at most MAX_RAILS.
-                let _ = self.peers.push(p);
-                if self.peers.len() < self.rails {
-                    (AState::RecvInfo(Rx::new(QP_INFO_HEADER_LEN)), Ok(n))
-                } else {
-                    let len = RailList::encoded_len(self.rails);
-                    (AState::RecvRails(Rx::new(len)), Ok(n))
-                }
-            }
-            Err(e) => (AState::Failed(e), Err(e)),
-        }
-    }
-
-    /// Bytes of the connector's rail list: the rails' events come next once it is whole.
-    fn recv_rails(&mut self, mut rx: Rx, d: &[u8]) -> (AState, Result<usize>) {
-        let n = rx.fill(d);
-        if rx.wanted() > 0 {
-            return (AState::RecvRails(rx), Ok(n));
-        }
-        match RailList::decode(rx.bytes(), self.rails) {
-            Ok(l) => {
-                self.peer_rails = l;
-                self.peer = peer_id(&self.peers[0]);
-                let setup = AState::Setup {
-                    next: 0,
-                    answered: 0,
-                    tx: Tx::new(&[]),
-                    rails: RailList::default(),
-                };
-                (setup, Ok(n))
-            }
-            Err(e) => (AState::Failed(e), Err(e)),
-        }
+        take_info(checked, rx, n, self.rails, &mut self.peers)
     }
 
     /// The only place the state changes.
@@ -876,7 +914,10 @@ impl Acceptor {
             (AState::RecvHello(rx), Input::Recv(d)) if !d.is_empty() => self.recv_hello(rx, d),
             // The connector's QpInfos and rail list: validated, the MTU negotiated, reported.
             (AState::RecvInfo(rx), Input::Recv(d)) if !d.is_empty() => self.recv_info(rx, d),
-            (AState::RecvRails(rx), Input::Recv(d)) if !d.is_empty() => self.recv_rails(rx, d),
+            (AState::RecvRails(rx), Input::Recv(d)) if !d.is_empty() => {
+                let (peers, rails) = (&self.peers, self.rails);
+                recv_rails(rx, d, rails, peers, &mut self.peer_rails, &mut self.peer)
+            }
             // Our QPs of a rail are up: its answer (a bad answer is refused, state kept).
             (
                 AState::Setup {

@@ -165,6 +165,31 @@ const fn keyed(s: u64) -> bool {
     matches!(tag_of(s), PENDING | READY | DRAINING)
 }
 
+/// One acquire's lookup: the caller's range rounded out to whole pages (its key and length in
+/// bytes), the page size, and whether a live registration containing the range serves it
+/// ([`MrCache::acquire_or_contained`]).
+#[derive(Clone, Copy)]
+struct Lookup {
+    key: Key,
+    bytes: u64,
+    page: u64,
+    containing: bool,
+}
+
+impl Lookup {
+    /// The lookup of `[addr, addr + len)` in pages of `page` bytes (errors: [`Key::new`]'s).
+    #[inline]
+    fn new(addr: u64, len: u64, page: u64, containing: bool) -> Result<Self> {
+        let (key, bytes) = Key::new(addr, len, page)?;
+        Ok(Self {
+            key,
+            bytes,
+            page,
+            containing,
+        })
+    }
+}
+
 /// A cached range: base address rounded down to the page, and its length in whole pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Key {
@@ -495,7 +520,7 @@ impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
     where
         F: FnOnce(u64, u64) -> Result<M>,
     {
-        self.acquire_impl(addr, len, page, true, register)
+        self.acquire_impl(Lookup::new(addr, len, page, true)?, register)
     }
 
     /// Returns a reference to the registration of the page-rounded range around
@@ -518,43 +543,34 @@ impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
     where
         F: FnOnce(u64, u64) -> Result<M>,
     {
-        self.acquire_impl(addr, len, page, false, register)
+        self.acquire_impl(Lookup::new(addr, len, page, false)?, register)
     }
 
-    fn acquire_impl<F>(
-        &self,
-        addr: u64,
-        len: u64,
-        page: u64,
-        containing: bool,
-        register: F,
-    ) -> Result<MrRef<M>>
+    fn acquire_impl<F>(&self, l: Lookup, register: F) -> Result<MrRef<M>>
     where
         F: FnOnce(u64, u64) -> Result<M>,
     {
-        let (key, bytes) = Key::new(addr, len, page)?;
         // The record first, so that a full table costs no registration; given back if the
         // slot reference fails (or `register` panics). The search starts from the range's hash.
-        let rec = self.regs.reserve(key.hash() as usize)?;
-        let mut r = self.acquire_slot(key, bytes, page, containing, register)?;
+        let rec = self.regs.reserve(l.key.hash() as usize)?;
+        let mut r = self.acquire_slot(l, register)?;
         let (idx, gen) = rec.publish(r.handle.idx as usize);
         r.handle = MrHandle { idx, gen };
         Ok(r)
     }
 
-    /// Takes one reference on the entry for `key` (a hit, a containing entry, or a new
-    /// registration). The returned handle names the slot (index + the slot's generation).
-    fn acquire_slot<F>(
-        &self,
-        key: Key,
-        bytes: u64,
-        page: u64,
-        containing: bool,
-        register: F,
-    ) -> Result<MrRef<M>>
+    /// Takes one reference on the entry for `l`'s key (a hit, a containing entry when
+    /// `l.containing`, or a new registration). The returned handle names the slot (index + the slot's generation).
+    fn acquire_slot<F>(&self, l: Lookup, register: F) -> Result<MrRef<M>>
     where
         F: FnOnce(u64, u64) -> Result<M>,
     {
+        let Lookup {
+            key,
+            bytes,
+            page,
+            containing,
+        } = l;
         let home = key.hash() as usize & (N - 1);
         let (slot, idx, gen) = loop {
             match self.scan(key, bytes, home)? {

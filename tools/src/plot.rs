@@ -2,6 +2,7 @@
 //! drawn with plotters' bitmap backend. Text needs a TrueType font, loaded from `IBNET_FONT`
 //! or the usual system paths (Debian/Ubuntu: package `fonts-dejavu-core`); no fontconfig.
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::sweep::Row;
@@ -55,16 +56,35 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
     top.titled(title, ("sans-serif", 18)).map_err(e)?;
     let (l, r) = body.split_horizontally(700);
     let xs: Vec<f64> = rows.iter().map(|r| (r.size as f64).log2()).collect();
-    let (x0, x1) = (xs[0], xs[xs.len() - 1].max(xs[0] + 1.0));
-    let xfmt = |v: &f64| fmt_bytes(2f64.powf(v.round()) as u64);
+    bandwidth(&l, &xs, rows)?;
+    latency(&r, &xs, rows)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
 
+/// The x axis of both charts: log2 of the message sizes `xs` (at least one unit wide).
+fn x_range(xs: &[f64]) -> std::ops::Range<f64> {
+    xs[0]..xs[xs.len() - 1].max(xs[0] + 1.0)
+}
+
+/// An x label: the message size of a log2 value.
+fn xfmt(v: &f64) -> String {
+    fmt_bytes(2f64.powf(v.round()) as u64)
+}
+
+/// The bandwidth chart (GB/s against `xs`, the rows' log2 sizes) into `area`.
+fn bandwidth(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    xs: &[f64],
+    rows: &[Row],
+) -> Result<(), Error> {
     let bw_max = rows.iter().map(|r| r.bw_gbps).fold(0.0, f64::max).max(1e-3) * 1.1;
-    let mut c = ChartBuilder::on(&l)
+    let mut c = ChartBuilder::on(area)
         .caption("bandwidth", ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x0..x1, 0.0..bw_max)
+        .build_cartesian_2d(x_range(xs), 0.0..bw_max)
         .map_err(e)?;
     c.configure_mesh()
         .x_desc("message size")
@@ -77,7 +97,15 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
         .map_err(e)?;
     c.draw_series(pts.iter().map(|p| Circle::new(*p, 3, BLUE.filled())))
         .map_err(e)?;
+    Ok(())
+}
 
+/// The p50/p99 latency chart (µs, log scale, against `xs`) into `area`.
+fn latency(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    xs: &[f64],
+    rows: &[Row],
+) -> Result<(), Error> {
     let lat: Vec<(f64, f64, f64)> = xs
         .iter()
         .zip(rows)
@@ -102,12 +130,12 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
         .fold(f64::NEG_INFINITY, f64::max)
         .max(lo + 1.0)
         .ceil();
-    let mut c = ChartBuilder::on(&r)
+    let mut c = ChartBuilder::on(area)
         .caption("one-way latency", ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x0..x1, lo..hi)
+        .build_cartesian_2d(x_range(xs), lo..hi)
         .map_err(e)?;
     c.configure_mesh()
         .x_desc("message size")
@@ -142,6 +170,5 @@ pub fn png(path: &std::path::Path, title: &str, rows: &[Row]) -> Result<(), Erro
         .background_style(WHITE)
         .draw()
         .map_err(e)?;
-    root.present().map_err(e)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! libibverbs, bound by hand and loaded with `dlopen` (see `shared/reference/verbs-binding.md`).
 //!
-//! * [`sys`]: `#[repr(C)]` declarations, checked against `verbs.h` by `tests/layout.rs`.
+//! * [`sys`]: `#[repr(C)]` declarations, checked against `verbs.h` by `tests/abi/layout.rs`.
 //! * [`loader`]: `dlopen` + `dlvsym` of the calls used; the inline data-path calls go through
 //!   `context->ops`.
 //! * [`device`]: discovery of ports, GIDs, speeds and PCI paths as NCCL does it;

@@ -161,6 +161,39 @@ impl VerbsPort {
             self.dev.gid
         }
     }
+
+    /// The address vector of the peer `a` names, for RTR.
+    fn address_vector(&self, a: &ConnectAttr) -> ibv_ah_attr {
+        let mut ah = ibv_ah_attr {
+            dlid: a.remote_lid,
+            sl: a.sl,
+            port_num: self.dev.port,
+            ..Default::default()
+        };
+        // RoCE: always a GRH, with the traffic class. InfiniBand: the LID within the subnet,
+        // the FLID and a GRH across subnets (NCCL 2.28; no traffic class there).
+        let (global, tc) = if a.link_layer == LinkLayer::Ethernet {
+            (true, a.tc)
+        } else {
+            let (dlid, global) =
+                super::qp::ib_route(&self.gid_at(a.gid_index), &a.remote_gid.0, a.remote_lid);
+            ah.dlid = dlid;
+            (global, 0)
+        };
+        if global {
+            ah.is_global = 1;
+            ah.grh = ibv_global_route {
+                dgid: ibv_gid {
+                    raw: a.remote_gid.0,
+                },
+                flow_label: 0,
+                sgid_index: a.gid_index,
+                hop_limit: 255,
+                traffic_class: tc,
+            };
+        }
+        ah
+    }
 }
 
 impl VerbsPort {
@@ -287,34 +320,6 @@ impl Provider for VerbsPort {
             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
             "ibv_modify_qp(INIT)",
         )?;
-        let mut ah = ibv_ah_attr {
-            dlid: a.remote_lid,
-            sl: a.sl,
-            port_num: self.dev.port,
-            ..Default::default()
-        };
-        // RoCE: always a GRH, with the traffic class. InfiniBand: the LID within the subnet,
-        // the FLID and a GRH across subnets (NCCL 2.28; no traffic class there).
-        let (global, tc) = if a.link_layer == LinkLayer::Ethernet {
-            (true, a.tc)
-        } else {
-            let (dlid, global) =
-                super::qp::ib_route(&self.gid_at(a.gid_index), &a.remote_gid.0, a.remote_lid);
-            ah.dlid = dlid;
-            (global, 0)
-        };
-        if global {
-            ah.is_global = 1;
-            ah.grh = ibv_global_route {
-                dgid: ibv_gid {
-                    raw: a.remote_gid.0,
-                },
-                flow_label: 0,
-                sgid_index: a.gid_index,
-                hop_limit: 255,
-                traffic_class: tc,
-            };
-        }
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_RTR,
             path_mtu: a.mtu as i32,
@@ -322,7 +327,7 @@ impl Provider for VerbsPort {
             rq_psn: 0,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
-            ah_attr: ah,
+            ah_attr: self.address_vector(a),
             ..Default::default()
         };
         self.modify(

@@ -1,7 +1,7 @@
 //! `#[repr(C)]` declarations of the `<infiniband/verbs.h>` subset ibnet uses.
 //!
 //! Structs read or allocated by value have their full layout; structs the library allocates
-//! (`ibv_context`, `ibv_cq`, `ibv_qp`) are declared as prefixes only. `tests/layout.rs` compiles
+//! (`ibv_context`, `ibv_cq`, `ibv_qp`) are declared as prefixes only. `tests/abi/layout.rs` compiles
 //! a C program against the system header and compares every size, offset and enum value here.
 //!
 //! The declarations follow `verbs.h` from rdma-core, which carries this notice:
@@ -391,7 +391,7 @@ pub struct verbs_context_tail {
     pub context: ibv_context,
 }
 
-// enum values (checked against the header by tests/layout.rs)
+// enum values (checked against the header by tests/abi/layout.rs)
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPS_RESET: c_int = 0;
 pub const IBV_QPS_INIT: c_int = 1;

@@ -13,7 +13,7 @@ use clap::Parser;
 use ibnet_core::params::ProviderKind as ProviderChoice;
 use ibnet_ffi::verbs::device::{self, VerbsDev};
 use ibnet_ffi::verbs::discovery::Discovery as Config;
-use ibnet_tools::net::Plugin;
+use ibnet_tools::net::{DevProps, Plugin};
 use ibnet_tools::{errln, locate, log, out, outln, Error};
 
 #[derive(Parser, Debug)]
@@ -168,6 +168,52 @@ fn env_line(name: &str) -> Result<(), Error> {
     }
 }
 
+/// One plugin device `d` as NCCL sees it (`pr`: its properties).
+fn show_device(d: i32, pr: &DevProps) -> Result<(), Error> {
+    let mut ptr = vec!["HOST"];
+    if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_CUDA != 0 {
+        ptr.push("CUDA");
+    }
+    if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_DMABUF != 0 {
+        ptr.push("DMABUF");
+    }
+    // v12's railId/planeId, shown when set (from NCCL_IB_HCA's dev:port:rail:plane).
+    let ids = match (pr.rail_id, pr.plane_id) {
+        (-1, -1) => String::new(),
+        (r, p) => format!("  rail {r}  plane {p}"),
+    };
+    outln!(
+        "  {d}: {}  port {}  {} Gb/s  ptrSupport {}  maxComms {}  maxRecvs {}  GUID {:#x}{ids}",
+        pr.name,
+        pr.port,
+        pr.speed_mbps / 1000,
+        ptr.join("|"),
+        pr.max_comms,
+        pr.max_recvs,
+        pr.guid
+    )?;
+    Ok(())
+}
+
+/// The GPU runtime found, and whether GPU-direct RDMA is possible.
+fn show_gpu() -> Result<(), Error> {
+    match ibnet_hip::GpuRuntime::detect_on(
+        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(ibnet_ffi::env::var)),
+    ) {
+        Ok(rt) => {
+            let g = rt.gdr_support();
+            outln!(
+                "GPU: {}; GPU-direct RDMA {} ({})",
+                rt.describe(),
+                if g.enabled { "yes" } else { "no" },
+                g.reason
+            )?;
+        }
+        Err(e) => outln!("GPU: no GPU runtime ({e}); GPU-direct RDMA no")?,
+    }
+    Ok(())
+}
+
 fn run(a: &Args) -> Result<(), Error> {
     log::set_verbose(a.verbose);
     let path = match &a.plugin {
@@ -211,20 +257,7 @@ fn run(a: &Args) -> Result<(), Error> {
         Err(u) => outln!("soft provider (ibnet-soft): not usable here: {u}")?,
     }
 
-    match ibnet_hip::GpuRuntime::detect_on(
-        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(ibnet_ffi::env::var)),
-    ) {
-        Ok(rt) => {
-            let g = rt.gdr_support();
-            outln!(
-                "GPU: {}; GPU-direct RDMA {} ({})",
-                rt.describe(),
-                if g.enabled { "yes" } else { "no" },
-                g.reason
-            )?;
-        }
-        Err(e) => outln!("GPU: no GPU runtime ({e}); GPU-direct RDMA no")?,
-    }
+    show_gpu()?;
 
     let mut p = Plugin::open(&path)?;
     outln!(
@@ -243,29 +276,7 @@ fn run(a: &Args) -> Result<(), Error> {
     };
     outln!("plugin devices (as NCCL would see them, provider {provider}): {n}")?;
     for d in 0..n.max(0) {
-        let pr = p.properties(d)?;
-        let mut ptr = vec!["HOST"];
-        if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_CUDA != 0 {
-            ptr.push("CUDA");
-        }
-        if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_DMABUF != 0 {
-            ptr.push("DMABUF");
-        }
-        // v12's railId/planeId, shown when set (from NCCL_IB_HCA's dev:port:rail:plane).
-        let ids = match (pr.rail_id, pr.plane_id) {
-            (-1, -1) => String::new(),
-            (r, p) => format!("  rail {r}  plane {p}"),
-        };
-        outln!(
-            "  {d}: {}  port {}  {} Gb/s  ptrSupport {}  maxComms {}  maxRecvs {}  GUID {:#x}{ids}",
-            pr.name,
-            pr.port,
-            pr.speed_mbps / 1000,
-            ptr.join("|"),
-            pr.max_comms,
-            pr.max_recvs,
-            pr.guid
-        )?;
+        show_device(d, &p.properties(d)?)?;
     }
     if n <= 0 {
         let verbs_why = match &verbs {

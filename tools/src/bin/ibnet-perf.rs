@@ -335,7 +335,8 @@ fn spawn_peer(a: &Args, plugin: &std::path::Path) -> Result<(TcpStream, PeerGuar
     }
 }
 
-fn driver(a: &Args) -> Result<(), Error> {
+/// The sweep `a` asks for, its options checked.
+fn run_config(a: &Args) -> Result<RunConfig, Error> {
     if a.min_bytes > a.max_bytes {
         return Err(Error(format!(
             "--min-bytes {} is larger than --max-bytes {}",
@@ -345,7 +346,7 @@ fn driver(a: &Args) -> Result<(), Error> {
     if a.max_bytes > 1 << 30 {
         return Err(Error("--max-bytes is limited to 1G".into()));
     }
-    let cfg = RunConfig {
+    Ok(RunConfig {
         sizes: sweep::sizes(a.min_bytes.max(1) as usize, a.max_bytes as usize),
         iters: a.iters,
         warmup: a.warmup,
@@ -359,7 +360,92 @@ fn driver(a: &Args) -> Result<(), Error> {
         fuse: a.fuse.clone(),
         latency: !a.bw_only,
         bandwidth: !a.latency_only,
+    })
+}
+
+/// The driver's side of the sweep over `ctrl`: the peer told the config, comms over device
+/// `dev` established, then every size stepped with the peer; one row per size.
+fn sweep_with_peer(
+    a: &Args,
+    cfg: &RunConfig,
+    p: &Plugin,
+    dev: i32,
+    ctrl: &mut Ctrl,
+) -> Result<Vec<sweep::Row>, Error> {
+    let timeout = Duration::from_secs(a.timeout);
+    ctrl.send(&Msg::Hello(cfg.clone()))?;
+    let Msg::Info { device, .. } = ctrl.recv()? else {
+        return Err(Error("expected Info from the peer".into()));
     };
+    if !a.fuse.is_empty() {
+        errln!("ibnet-perf: peer device {device}");
+    }
+    let ep = Endpoint::establish(p, dev, timeout, |h| {
+        ctrl.send(&Msg::Handle(h))?;
+        match ctrl.recv()? {
+            Msg::Handle(h) => Ok(h),
+            m => Err(Error(format!("expected Handle, got {m:?}"))),
+        }
+    })?;
+    let pb = indicatif::ProgressBar::new(cfg.sizes.len() as u64);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sizes {msg} [{elapsed}]")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut rows = Vec::new();
+    for &size in &cfg.sizes {
+        pb.set_message(ibnet_tools::fmt_bytes(size as u64));
+        let st = cfg.step(size);
+        ctrl.send(&Msg::Step(st))?;
+        match ctrl.recv()? {
+            Msg::Ready => {}
+            m => return Err(Error(format!("expected Ready, got {m:?}"))),
+        }
+        let (lat, secs, mut t) = sweep::drive_step(&ep, &st)?;
+        match ctrl.recv()? {
+            Msg::Done { bad, first } => {
+                t.bad += bad;
+                if t.first.is_none() {
+                    t.first = first;
+                }
+            }
+            m => return Err(Error(format!("expected Done, got {m:?}"))),
+        }
+        if let Some(f) = &t.first {
+            pb.suspend(|| errln!("ibnet-perf: {}: {f}", ibnet_tools::fmt_bytes(size as u64)));
+        }
+        rows.push(sweep::row(&st, lat, secs, t.bad));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    ctrl.send(&Msg::Bye)?;
+    ep.close()?;
+    Ok(rows)
+}
+
+/// Prints `rows` as `a` asks (JSON, CSV or a table; a PNG too) and fails if any size's data
+/// was not verified.
+fn report_rows(a: &Args, meta: &Meta, rows: &[sweep::Row]) -> Result<(), Error> {
+    if a.json {
+        outln!("{}", report::json(meta, rows)?)?;
+    } else if a.csv {
+        out::text(&report::csv(rows)?)?;
+    } else {
+        outln!("{}", report::table(rows))?;
+    }
+    if let Some(png) = &a.png {
+        ibnet_tools::plot::png(png, &meta.title(), rows)?;
+        errln!("ibnet-perf: wrote {}", png.display());
+    }
+    let bad: usize = rows.iter().filter(|r| r.check.starts_with("FAIL")).count();
+    if bad > 0 {
+        return Err(Error(format!("data verification failed at {bad} sizes")));
+    }
+    Ok(())
+}
+
+fn driver(a: &Args) -> Result<(), Error> {
+    let cfg = run_config(a)?;
     let path = plugin_path(a)?;
     let (p, n, note) = load(&path)?;
     let (dev, props, desc) = choose(&p, n, a.dev, &a.fuse, cfg.multirecv)?;
@@ -395,57 +481,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         None => spawn_peer(a, &path)?,
     };
     let mut ctrl = Ctrl::new(stream, timeout * 4)?;
-    let res = (|| -> Result<Vec<sweep::Row>, Error> {
-        ctrl.send(&Msg::Hello(cfg.clone()))?;
-        let Msg::Info { device, .. } = ctrl.recv()? else {
-            return Err(Error("expected Info from the peer".into()));
-        };
-        if !a.fuse.is_empty() {
-            errln!("ibnet-perf: peer device {device}");
-        }
-        let ep = Endpoint::establish(&p, dev, timeout, |h| {
-            ctrl.send(&Msg::Handle(h))?;
-            match ctrl.recv()? {
-                Msg::Handle(h) => Ok(h),
-                m => Err(Error(format!("expected Handle, got {m:?}"))),
-            }
-        })?;
-        let pb = indicatif::ProgressBar::new(cfg.sizes.len() as u64);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sizes {msg} [{elapsed}]")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let mut rows = Vec::new();
-        for &size in &cfg.sizes {
-            pb.set_message(ibnet_tools::fmt_bytes(size as u64));
-            let st = cfg.step(size);
-            ctrl.send(&Msg::Step(st))?;
-            match ctrl.recv()? {
-                Msg::Ready => {}
-                m => return Err(Error(format!("expected Ready, got {m:?}"))),
-            }
-            let (lat, secs, mut t) = sweep::drive_step(&ep, &st)?;
-            match ctrl.recv()? {
-                Msg::Done { bad, first } => {
-                    t.bad += bad;
-                    if t.first.is_none() {
-                        t.first = first;
-                    }
-                }
-                m => return Err(Error(format!("expected Done, got {m:?}"))),
-            }
-            if let Some(f) = &t.first {
-                pb.suspend(|| errln!("ibnet-perf: {}: {f}", ibnet_tools::fmt_bytes(size as u64)));
-            }
-            rows.push(sweep::row(&st, lat, secs, t.bad));
-            pb.inc(1);
-        }
-        pb.finish_and_clear();
-        ctrl.send(&Msg::Bye)?;
-        ep.close()?;
-        Ok(rows)
-    })();
-    let rows = match res {
+    let rows = match sweep_with_peer(a, &cfg, &p, dev, &mut ctrl) {
         Ok(r) => r,
         Err(e) => {
             let _ = ctrl.send(&Msg::Fail(e.0.clone()));
@@ -453,22 +489,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         }
     };
     guard.finish(timeout)?;
-    if a.json {
-        outln!("{}", report::json(&meta, &rows)?)?;
-    } else if a.csv {
-        out::text(&report::csv(&rows)?)?;
-    } else {
-        outln!("{}", report::table(&rows))?;
-    }
-    if let Some(png) = &a.png {
-        ibnet_tools::plot::png(png, &meta.title(), &rows)?;
-        errln!("ibnet-perf: wrote {}", png.display());
-    }
-    let bad: usize = rows.iter().filter(|r| r.check.starts_with("FAIL")).count();
-    if bad > 0 {
-        return Err(Error(format!("data verification failed at {bad} sizes")));
-    }
-    Ok(())
+    report_rows(a, &meta, &rows)
 }
 
 fn run(a: &Args) -> Result<(), Error> {

@@ -8,7 +8,7 @@ use std::process::Command;
 /// The example: the header comment's lines after "Complete example", up to the comment's end,
 /// without the leading " * ".
 fn example() -> String {
-    let h = include_str!("../../include/ibnet.h");
+    let h = include_str!("../../../include/ibnet.h");
     let start = h.find("Complete example").expect("example in ibnet.h");
     let body = &h[start..];
     let body = &body[..body.find("*/").expect("end of the comment")];
