@@ -21,7 +21,15 @@ fn a_malformed_log_stderr_is_one_warn_on_stderr() {
         let (_, notes) = env::load();
         let bad: Vec<_> = notes
             .iter()
-            .filter(|n| matches!(n, Note::Malformed { name: "IBNET_LOG_STDERR", .. }))
+            .filter(|n| {
+                matches!(
+                    n,
+                    Note::Malformed {
+                        name: "IBNET_LOG_STDERR",
+                        ..
+                    }
+                )
+            })
             .collect();
         assert_eq!(bad.len(), 1, "{notes:?}");
         // As plugin::create logs its notes.
