@@ -103,7 +103,7 @@ fn every_plugin_variable_of_the_table_is_settable() {
         bad(v.name, "");
         bad(v.name, "   ");
         // A valid non-default value reaches its arm and is stored: Params changes.
-        let other = non_default(&v);
+        let other = non_default(v);
         let p = good(v.name, other);
         if STORES_NOTHING.contains(&v.name) {
             assert_eq!(p, Params::default(), "{}={other}", v.name);
