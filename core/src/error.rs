@@ -323,6 +323,35 @@ impl fmt::Display for Error {
                 "peer {peer} reported {size} bytes for receive {index} of {posted} bytes posted \
                  (sizes FIFO or immediate)"
             ),
+            Self::BogusCompletion { wr_id } => {
+                write!(f, "completion names no live request (wr_id {wr_id:#x})")
+            }
+            Self::Provider { call, errno } => write!(f, "{call} failed (errno {errno})"),
+            Self::Completion { .. } | Self::AsyncEvent { .. } => self.fmt_provider_event(f),
+            Self::Wire { what, value } => {
+                write!(
+                    f,
+                    "malformed handshake from peer: {what} (value {value:#x})"
+                )
+            }
+            Self::Param { name, reason } => write!(f, "{name}: {reason}"),
+            Self::Poisoned { op, cause } => {
+                write!(
+                    f,
+                    "{op} refused: the comm failed earlier ({cause} error) and accepts no more \
+                     work"
+                )
+            }
+            Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),
+        }
+    }
+}
+
+impl Error {
+    /// [`fmt::Display`] of what the provider reported: a failed completion, an async event
+    /// (`fmt` for every other variant).
+    fn fmt_provider_event(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Self::Completion {
                 status,
                 opcode,
@@ -344,10 +373,6 @@ impl fmt::Display for Error {
                 *opcode as u32 as i32,
                 core::net::Ipv6Addr::from(local_gid.0)
             ),
-            Self::BogusCompletion { wr_id } => {
-                write!(f, "completion names no live request (wr_id {wr_id:#x})")
-            }
-            Self::Provider { call, errno } => write!(f, "{call} failed (errno {errno})"),
             Self::AsyncEvent {
                 what: AsyncFailure::Device,
                 dev,
@@ -366,21 +391,8 @@ impl fmt::Display for Error {
                 "device {dev} reported an async error event on this comm's QP or CQ: the comm \
                  with peer {peer} is unusable"
             ),
-            Self::Wire { what, value } => {
-                write!(
-                    f,
-                    "malformed handshake from peer: {what} (value {value:#x})"
-                )
-            }
-            Self::Param { name, reason } => write!(f, "{name}: {reason}"),
-            Self::Poisoned { op, cause } => {
-                write!(
-                    f,
-                    "{op} refused: the comm failed earlier ({cause} error) and accepts no more \
-                     work"
-                )
-            }
-            Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),
+            // `fmt` sends only the two variants above here.
+            other => write!(f, "{other:?}"),
         }
     }
 }

@@ -11,7 +11,8 @@
 //!   ([`log_stderr`]) and `gpu.rs`'s WARN.
 //!
 //! This file logs nothing itself (the logger reads `IBNET_LOG_STDERR` through it): [`load`]
-//! returns its notes and `plugin.rs` logs them, one line each.
+//! returns its notes and `plugin.rs` logs them, one line each. A malformed `IBNET_LOG_STDERR`
+//! is such a note too; with no NCCL logger, `log.rs` writes its WARN to stderr once instead.
 //!
 //! ```text
 //!  getenv ── env::var(name) ── declared in ibnet_core::config? ── Some(value)
@@ -51,14 +52,23 @@ pub fn ibverbs_lib() -> Option<(&'static str, OsString)> {
         .find_map(|n| var_os(n).map(|p| (n, p)))
 }
 
-/// `IBNET_LOG_STDERR`: log to stderr when NCCL gave no logger (a malformed value: off).
-pub fn log_stderr() -> bool {
-    var("IBNET_LOG_STDERR").is_some_and(|v| {
-        config::find("IBNET_LOG_STDERR")
-            .and_then(|d| d.kind.parse(&v).ok())
-            .and_then(|x| x.flag())
-            .unwrap_or(false)
-    })
+/// `IBNET_LOG_STDERR`: whether to log to stderr when NCCL gave no logger (a non-zero integer:
+/// on). A malformed value is `Err` with its note (logging to stderr stays off): the logger
+/// writes that WARN once itself (`log.rs`; this file cannot log), and [`load`] returns it too.
+pub fn log_stderr() -> Result<bool, Note> {
+    let Some(value) = var("IBNET_LOG_STDERR") else {
+        return Ok(false);
+    };
+    let kind = config::find("IBNET_LOG_STDERR").map(|d| d.kind);
+    match kind.map(|k| k.parse(&value)) {
+        Some(Ok(x)) => Ok(x.flag().unwrap_or(false)),
+        Some(Err(reason)) => Err(Note::Malformed {
+            name: "IBNET_LOG_STDERR",
+            value,
+            reason,
+        }),
+        None => Ok(false),
+    }
 }
 
 /// Something [`load`] found that the plugin logs: one line each.
@@ -171,6 +181,11 @@ pub fn load() -> (Params, Vec<Note>) {
                     reason,
                 }),
             },
+            Reader::Log => {
+                if let Err(n) = log_stderr() {
+                    notes.push(n);
+                }
+            }
             _ => {}
         }
     }

@@ -4,11 +4,12 @@
 //! const char* fmt, ...)`. Every message is formatted in Rust and passed as `"%s"`, so no text
 //! from a peer or the environment is ever interpreted as a format string. Each line starts with
 //! `NET/IBNET`. Without a logger (before `init`, or in Rust unit tests) messages are dropped,
-//! unless `IBNET_LOG_STDERR=1` sends them to stderr. Nothing is ever written to stdout.
+//! unless `IBNET_LOG_STDERR` (non-zero) sends them to stderr; a malformed value leaves it off
+//! and is one WARN (on stderr, once, when there is no logger). Nothing is ever written to stdout.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::ffi::{c_int, c_ulong};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// NCCL's `ncclDebugLogger_t` (non-NULL).
 pub use crate::nccl::types::DebugLogFn as Logger;
@@ -39,6 +40,9 @@ static LOGGER: AtomicUsize = AtomicUsize::new(0);
 
 /// A Rust sink for every line (0: none), for tests and tools that have no C-variadic logger.
 static SINK: AtomicUsize = AtomicUsize::new(0);
+
+/// Set once the WARN about a malformed `IBNET_LOG_STDERR` went to stderr.
+static STDERR_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// Installs a Rust sink that receives every line (with its level) besides NCCL's logger.
 pub fn set_sink(f: fn(Level, &str)) {
@@ -74,8 +78,21 @@ pub fn emit(
         f(level, &text);
     }
     if l == 0 {
-        if crate::env::log_stderr() {
-            eprintln!("{text}");
+        match crate::env::log_stderr() {
+            Ok(on) => {
+                if on {
+                    eprintln!("{text}");
+                }
+            }
+            // A malformed IBNET_LOG_STDERR: off, and with no logger to carry its WARN it is
+            // written to stderr once (env.rs cannot log; `plugin::create` logs the same note
+            // through NCCL's logger when there is one).
+            Err(note) => {
+                // Relaxed: a one-shot flag guarding no other data.
+                if !STDERR_WARNED.swap(true, Ordering::Relaxed) {
+                    eprintln!("NET/IBNET : {note}");
+                }
+            }
         }
         return;
     }

@@ -155,8 +155,9 @@ fn discover(p: &Params) -> Vec<Dev> {
     });
     let cfg = Discovery::from_params(p);
     // IBNET_PROVIDER=verbs asked for verbs devices: none is worth one WARN (auto: INFO). So is
-    // a libibverbs named by IBNET_IBVERBS_PATH or NCCL_IBVERBS_LIB that cannot be loaded
-    // (discover tried it already unless NCCL_IB_DISABLE, so `get` returns the cached result).
+    // a libibverbs named by IBNET_IBVERBS_PATH that cannot be loaded, or one named by
+    // NCCL_IBVERBS_LIB when the system's cannot be loaded either (discover tried it already
+    // unless NCCL_IB_DISABLE, so `get` returns the cached result).
     let asked = p.provider == ProviderKind::Verbs;
     let named_lib_failed = || {
         let named = crate::verbs::loader::named_path();

@@ -269,3 +269,36 @@ fn closed_stdout_ends_quietly() {
     let o = closed_stdout(bin("ibnet-info").arg("--plugin").arg(plugin()));
     assert_quiet_end("ibnet-info", &o);
 }
+
+/// ibnet-info shows what the plugin will WARN about its environment (a malformed value, a
+/// refused variable, a rejected `IBNET_SOFT_*`), and judges the soft provider as the plugin
+/// configures it (`IBNET_SOFT_PTRACER=0` included).
+#[test]
+fn info_shows_the_environment_notes_and_honours_soft_settings() {
+    let o = bin("ibnet-info")
+        .args(["--plugin", plugin().to_str().unwrap()])
+        .env_remove("IBNET_PROVIDER")
+        .env("NCCL_IB_TIMEOUT", "40")
+        .env("NCCL_IB_OOO_RQ", "1")
+        .env("IBNET_SOFT_WORKERS", "999")
+        .env("IBNET_SOFT_PTRACER", "0")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    let env = out.split("RLIMIT_MEMLOCK").next().unwrap();
+    for want in [
+        "  WARN ignoring NCCL_IB_TIMEOUT=\"40\": out of range",
+        "  WARN NCCL_IB_OOO_RQ=\"1\" refused",
+        "  WARN soft provider: IBNET_SOFT_WORKERS",
+    ] {
+        assert!(env.contains(want), "{want:?} missing from:\n{out}{err}");
+    }
+    // Where the plugin (IBNET_SOFT_PTRACER=0) finds the soft provider unusable, so does
+    // ibnet-info (only on a host with Yama ptrace_scope 1 and no CAP_SYS_PTRACE).
+    if let Err(u) = ibnet_soft::probe_with(false) {
+        assert!(
+            out.contains(&format!("soft provider (ibnet-soft): not usable here: {u}")),
+            "{out}"
+        );
+    }
+}

@@ -55,7 +55,7 @@ pub const VARS: &[Var] = &[
         Path,
         "",
         Ibnet,
-        "the libibverbs to `dlopen`; when set, the only one tried (and it wins over `NCCL_IBVERBS_LIB`): one that cannot be loaded is one WARN and 0 verbs devices",
+        "the libibverbs to `dlopen`; when set, the only one tried (and it wins over `NCCL_IBVERBS_LIB`): unlike `NCCL_IBVERBS_LIB`, one that cannot be loaded is never replaced by the system's; it is one WARN and 0 verbs devices",
     )
     .shown("`libibverbs.so.1`, then `libibverbs.so`")
     .by(Loader),
@@ -64,7 +64,7 @@ pub const VARS: &[Var] = &[
         Flag,
         "0",
         Ibnet,
-        "1: log to stderr when NCCL gave no logger",
+        "non-zero: log to stderr when NCCL gave no logger; malformed: one WARN (through NCCL's logger at plugin creation, else once on stderr) and off",
     )
     .by(Log),
     Var::new(

@@ -243,7 +243,7 @@ pub const VARS: &[Var] = &[
         Path,
         "",
         V(30),
-        "the libibverbs to `dlopen`, as `IBNET_IBVERBS_PATH` (which wins when both are set): when set, the only one tried; one that cannot be loaded is one WARN naming it and 0 verbs devices",
+        "the libibverbs to `dlopen` (`IBNET_IBVERBS_PATH` wins when both are set); as NCCL, one that cannot be loaded falls back to the system's (`libibverbs.so.1`, then `libibverbs.so`) with one INFO naming it; none loadable is one WARN naming it and 0 verbs devices",
     )
     .shown("(unset)")
     .by(Loader),

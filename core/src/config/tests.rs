@@ -12,8 +12,38 @@ fn every_name_is_declared_once_with_a_known_prefix() {
     }
 }
 
+/// Refused variables whose NCCL default is itself a value ibnet does not behave like, and why
+/// that default is still refused when a user sets it explicitly.
+const DEFAULT_REFUSED: &[(&str, &str)] = &[
+    (
+        "NCCL_IB_DATA_DIRECT",
+        "NCCL's 1 means use mlx5 Data Direct where the NIC has it; ibnet never does (it behaves \
+         as 0), so a user who sets 1 asks for what ibnet lacks: one WARN (unset: none)",
+    ),
+    // Failback's alive messages: ibnet proves a returning rail with one RDMA READ instead, so
+    // every value, NCCL's default included, tunes a scheme ibnet does not run.
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL",
+        "ibnet's failback sends no alive messages (one RDMA READ proves the rail)",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
+        "ibnet's failback sends no alive messages (one RDMA READ proves the rail)",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE",
+        "ibnet's failback sends no alive messages (one RDMA READ proves the rail)",
+    ),
+    (
+        "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
+        "ibnet's failback sends no alive messages (one RDMA READ proves the rail)",
+    ),
+];
+
 #[test]
 fn every_default_and_kept_value_parses_with_its_kind() {
+    // (name, default, refused at its default) where that disagrees with DEFAULT_REFUSED.
+    let mut wrong = Vec::new();
     for v in all() {
         if !v.default.is_empty() {
             assert!(v.kind.parse(v.default).is_ok(), "{}={}", v.name, v.default);
@@ -22,10 +52,24 @@ fn every_default_and_kept_value_parses_with_its_kind() {
             for k in keeps {
                 assert!(v.kind.parse(k).is_ok(), "{}={k}", v.name);
             }
-            // The default (when known) is a value ibnet behaves like, or refused explicitly.
-            assert!(!v.doc.is_empty());
+            // The default (when known) is a value ibnet behaves like (refusal: none), or its
+            // refusal is deliberate and listed in DEFAULT_REFUSED with why.
+            if !v.default.is_empty() {
+                let refused = v.refusal(v.default) != Ok(None);
+                if refused != DEFAULT_REFUSED.iter().any(|(n, _)| *n == v.name) {
+                    wrong.push((v.name, v.default, refused));
+                }
+            }
         }
         assert!(!v.doc.is_empty(), "{} has no doc line", v.name);
+    }
+    assert_eq!(
+        wrong,
+        [],
+        "refused at the default but not listed, or listed but kept"
+    );
+    for (n, why) in DEFAULT_REFUSED {
+        assert!(find(n).is_some() && !why.is_empty(), "{n}");
     }
 }
 

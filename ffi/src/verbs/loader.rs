@@ -1,8 +1,10 @@
 //! Loads libibverbs at run time and resolves the calls ibnet uses.
 //!
-//! Search order: the library the user named alone, when one is (`IBNET_IBVERBS_PATH`, else
-//! NCCL 2.30's `NCCL_IBVERBS_LIB`, read through `crate::env::ibverbs_lib`; a library the user
-//! named is never replaced by the system's), else `libibverbs.so.1`, then `libibverbs.so`. Base calls
+//! Search order: `IBNET_IBVERBS_PATH` alone when it is set (a library named by ibnet's own
+//! variable is never replaced by the system's); else NCCL 2.30's `NCCL_IBVERBS_LIB` when set,
+//! then the system's, as NCCL does (one INFO when the named one cannot be loaded and the
+//! system's is used); else `libibverbs.so.1`, then `libibverbs.so`. Both variables are read
+//! through `crate::env::ibverbs_lib`. Base calls
 //! are pinned to `IBVERBS_1.1` with `dlvsym` (the library also exports legacy `IBVERBS_1.0`
 //! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`), `ibv_query_ece` /
 //! `ibv_set_ece` (`IBVERBS_1.10`), `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) and
@@ -71,11 +73,19 @@ unsafe impl Send for Verbs {}
 unsafe impl Sync for Verbs {}
 
 /// The libibverbs the user named and the variable that named it (`IBNET_IBVERBS_PATH`, which
-/// wins, or `NCCL_IBVERBS_LIB`; set to nothing or blanks counts as unset). Such a path is the
-/// only libibverbs tried: one that cannot be loaded is a configuration error (the caller WARNs
-/// naming the variable), never silently replaced by the system's library.
+/// wins, or `NCCL_IBVERBS_LIB`; set to nothing or blanks counts as unset). A path named by
+/// `IBNET_IBVERBS_PATH` is the only libibverbs tried: one that cannot be loaded is a
+/// configuration error (the caller WARNs naming the variable). One named by `NCCL_IBVERBS_LIB`
+/// falls back to the system's, as NCCL does ([`falls_back`]).
 pub fn named_path() -> Option<(&'static str, std::ffi::OsString)> {
     crate::env::ibverbs_lib()
+}
+
+/// Whether a library named by `var` (from [`named_path`]) that cannot be loaded is replaced by
+/// the system's: `NCCL_IBVERBS_LIB` yes (NCCL tries the named one, then `libibverbs.so`, then
+/// `libibverbs.so.1`), `IBNET_IBVERBS_PATH` no.
+pub fn falls_back(var: &str) -> bool {
+    var == "NCCL_IBVERBS_LIB"
 }
 
 static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
@@ -97,18 +107,30 @@ fn dlerror_text() -> String {
 }
 
 fn open() -> Result<*mut c_void, String> {
-    let mut names: Vec<std::ffi::CString> = Vec::new();
-    if let Some((var, p)) = named_path() {
-        use std::os::unix::ffi::OsStrExt;
-        let c =
-            std::ffi::CString::new(p.as_bytes()).map_err(|_| format!("{var} holds a NUL byte"))?;
-        names.push(c);
-    } else {
-        names.push(c"libibverbs.so.1".into());
-        names.push(c"libibverbs.so".into());
-    }
+    let system = [c"libibverbs.so.1", c"libibverbs.so"];
+    let Some((var, p)) = named_path() else {
+        return open_first(system.iter().copied());
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_bytes()).map_err(|_| format!("{var} holds a NUL byte"));
+    let named_err = match c.and_then(|c| open_first([c.as_c_str()].into_iter())) {
+        Ok(h) => return Ok(h),
+        Err(e) if !falls_back(var) => return Err(e),
+        Err(e) => e,
+    };
+    let h = open_first(system.iter().copied()).map_err(|e| format!("{named_err}; {e}"))?;
+    crate::info!(
+        crate::log::INIT | crate::log::ENV,
+        "{var}={}: cannot be loaded ({named_err}); using the system's libibverbs, as NCCL does",
+        p.to_string_lossy()
+    );
+    Ok(h)
+}
+
+/// The first of `names` that `dlopen` loads, else every `dlerror` joined.
+fn open_first<'a>(names: impl Iterator<Item = &'a CStr>) -> Result<*mut c_void, String> {
     let mut errs = Vec::new();
-    for n in &names {
+    for n in names {
         // SAFETY: `n` is a valid C string; RTLD_NOW resolves everything now, RTLD_LOCAL keeps
         // libibverbs' symbols out of the global namespace.
         let h = unsafe { libc::dlopen(n.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };

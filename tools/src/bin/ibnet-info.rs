@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ibnet_core::params::ProviderKind as ProviderChoice;
+use ibnet_ffi::env::Note;
 use ibnet_ffi::verbs::device::{self, VerbsDev};
 use ibnet_ffi::verbs::discovery::Discovery as Config;
 use ibnet_tools::net::{DevProps, Plugin};
@@ -214,16 +215,10 @@ fn show_gpu() -> Result<(), Error> {
     Ok(())
 }
 
-fn run(a: &Args) -> Result<(), Error> {
-    log::set_verbose(a.verbose);
-    let path = match &a.plugin {
-        Some(p) => p.clone(),
-        None => locate::default_plugin()?,
-    };
-    let path = locate::absolute(&path);
-    let (params, _) = ibnet_ffi::env::load();
-    let cfg = Config::from_params(&params);
-
+/// The environment section: the variables that pick devices, then what the plugin and the
+/// soft provider will WARN about them (malformed or refused values, malformed `NCCL_IB_HCA`
+/// entries, rejected `IBNET_SOFT_*`), and RLIMIT_MEMLOCK.
+fn show_env(notes: &[Note], soft_errs: &[ibnet_core::Error]) -> Result<(), Error> {
     outln!("environment:")?;
     for n in [
         "IBNET_PROVIDER",
@@ -236,27 +231,82 @@ fn run(a: &Args) -> Result<(), Error> {
     ] {
         env_line(n)?;
     }
-    outln!("RLIMIT_MEMLOCK: {}", memlock())?;
+    for n in notes.iter().filter(|n| n.is_warn()) {
+        outln!("  WARN {n}")?;
+    }
+    for e in soft_errs {
+        outln!("  WARN soft provider: {e}")?;
+    }
+    outln!("RLIMIT_MEMLOCK: {}", memlock())
+}
 
+/// The verbs section: the ports discovery finds under `cfg` (what the plugin would use).
+fn show_verbs(cfg: &Config) -> Result<Result<Vec<std::sync::Arc<VerbsDev>>, String>, Error> {
     outln!("verbs provider (libibverbs, after NCCL_IB_HCA):")?;
-    let verbs = device::discover(&cfg);
+    let verbs = device::discover(cfg);
     match &verbs {
         Ok(v) if !v.is_empty() => {
             outln!("  {} port(s)", v.len())?;
             for d in v {
-                show_port(d, &cfg)?;
+                show_port(d, cfg)?;
             }
         }
         Ok(_) => outln!("  0 devices: no usable port")?,
         Err(why) => outln!("  0 devices: {why}")?,
     }
+    Ok(verbs)
+}
 
-    let soft = ibnet_soft::probe();
+/// The soft section: whether the soft provider can run here as the plugin would configure it
+/// (`IBNET_SOFT_PTRACER` included).
+fn show_soft(scfg: &ibnet_soft::Config) -> Result<Result<(), ibnet_soft::Unavailable>, Error> {
+    let soft = ibnet_soft::probe_with(scfg.set_ptracer);
     match &soft {
         Ok(()) => outln!("soft provider (ibnet-soft, same host only, host memory): usable with IBNET_PROVIDER=soft (device soft0)")?,
         Err(u) => outln!("soft provider (ibnet-soft): not usable here: {u}")?,
     }
+    Ok(soft)
+}
 
+/// The one-line reason the plugin reported no device, from what the sections found.
+fn no_device(
+    verbs: &Result<Vec<std::sync::Arc<VerbsDev>>, String>,
+    soft: &Result<(), ibnet_soft::Unavailable>,
+    provider: ProviderChoice,
+) -> Error {
+    let verbs_why = match verbs {
+        Err(w) => w.clone(),
+        Ok(_) => "no usable port".into(),
+    };
+    let hint = match (soft, provider) {
+        (Ok(()), ProviderChoice::Soft) => {
+            "the soft provider failed to start (see WARNs)".to_string()
+        }
+        (Ok(()), _) => {
+            "for same-host runs set IBNET_PROVIDER=soft (ibnet-perf does so by itself)".into()
+        }
+        (Err(u), _) => format!("soft provider unusable: {u}"),
+    };
+    Error(format!(
+        "no usable device: 0 verbs devices ({verbs_why}); {hint}"
+    ))
+}
+
+fn run(a: &Args) -> Result<(), Error> {
+    log::set_verbose(a.verbose);
+    let path = match &a.plugin {
+        Some(p) => p.clone(),
+        None => locate::default_plugin()?,
+    };
+    let path = locate::absolute(&path);
+    // The plugin's own configuration: its variables and the soft provider's, read as it does.
+    let (params, notes) = ibnet_ffi::env::load();
+    let (scfg, soft_errs) = ibnet_soft::Config::from_lookup(ibnet_ffi::env::var);
+    let cfg = Config::from_params(&params);
+
+    show_env(&notes, &soft_errs)?;
+    let verbs = show_verbs(&cfg)?;
+    let soft = show_soft(&scfg)?;
     show_gpu()?;
 
     let mut p = Plugin::open(&path)?;
@@ -279,22 +329,7 @@ fn run(a: &Args) -> Result<(), Error> {
         show_device(d, &p.properties(d)?)?;
     }
     if n <= 0 {
-        let verbs_why = match &verbs {
-            Err(w) => w.clone(),
-            Ok(_) => "no usable port".into(),
-        };
-        let hint = match (&soft, params.provider) {
-            (Ok(()), ProviderChoice::Soft) => {
-                "the soft provider failed to start (see WARNs)".to_string()
-            }
-            (Ok(()), _) => {
-                "for same-host runs set IBNET_PROVIDER=soft (ibnet-perf does so by itself)".into()
-            }
-            (Err(u), _) => format!("soft provider unusable: {u}"),
-        };
-        return Err(Error(format!(
-            "no usable device: 0 verbs devices ({verbs_why}); {hint}"
-        )));
+        return Err(no_device(&verbs, &soft, params.provider));
     }
     Ok(())
 }

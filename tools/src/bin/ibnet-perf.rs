@@ -144,7 +144,9 @@ impl Drop for PeerGuard {
 /// Whether ibnet's verbs discovery (the same code the plugin runs, through ibnet-ffi's Rust
 /// API) finds a usable RDMA port under the current `NCCL_IB_*` settings: the count, or why not.
 fn rdma_nic() -> Result<usize, String> {
-    let (params, _) = ibnet_ffi::env::load();
+    // The notes (malformed or refused variables) are not printed here: the plugin's `init`,
+    // which follows at once, WARNs each of them through this tool's logger (stderr, always).
+    let (params, _notes) = ibnet_ffi::env::load();
     let cfg = ibnet_ffi::verbs::discovery::Discovery::from_params(&params);
     match ibnet_ffi::verbs::device::discover(&cfg) {
         Ok(v) if !v.is_empty() => Ok(v.len()),
