@@ -56,7 +56,16 @@ pub const VARS: &[Var] = &[
         V(21),
         "RoCE version preferred by auto-selection",
     ),
-    Var::new("NCCL_IB_ADDR_FAMILY", FAMILIES, "AF_INET", V(21), "GID family for auto-selection"),
+    // No table default: `Params` keeps whether the user set it (unset: AF_INET and NCCL's
+    // fallback to GID index 0 when no GID matches; set: no GID outside it).
+    Var::new(
+        "NCCL_IB_ADDR_FAMILY",
+        FAMILIES,
+        "",
+        V(21),
+        "GID family for auto-selection; when it or `NCCL_IB_ADDR_RANGE` is set, a RoCE port with no valid GID of the family inside the range is not used (one WARN); both unset: GID index 0 then, as NCCL",
+    )
+    .shown("AF_INET"),
     Var::new(
         "NCCL_IB_ADDR_RANGE",
         Text(RANGE_MAX_LEN),

@@ -39,6 +39,21 @@ pub struct VerbsPort {
     pub fault_ro_einval: bool,
     /// How QPs connect (modify retry, ECE); shared by every port of the plugin.
     pub qp: Arc<super::qp::QpOpts>,
+    /// The GID index and GID [`Provider::port_info`] reports: discovery's, and in a comm's
+    /// own copy the one chosen as the comm was made ([`VerbsPort::with_gid`]).
+    pub gid: (u8, [u8; 16]),
+}
+
+impl VerbsPort {
+    /// This port for a new comm, with the GID chosen for it
+    /// ([`VerbsDev::choose_gid`](super::device::VerbsDev::choose_gid)): the comm reads it
+    /// from its own copy, never from state another thread's connection may change.
+    pub fn with_gid(&self, gid: (u8, [u8; 16])) -> Self {
+        Self {
+            gid,
+            ..self.clone()
+        }
+    }
 }
 
 /// Logs the relaxed-ordering fallback once per process (registrations are not a hot path, but
@@ -158,7 +173,7 @@ impl VerbsPort {
         if rc == 0 {
             g.raw
         } else {
-            self.dev.gid
+            self.gid.1
         }
     }
 
@@ -201,8 +216,7 @@ impl VerbsPort {
     /// GIDs of different address families), next to the API's WARN of the error itself.
     fn warn_rtr(&self, qp: &VQp, a: &ConnectAttr) {
         let v4 = |g: [u8; 16]| std::net::Ipv6Addr::from(g).to_ipv4_mapped().is_some();
-        let hint = if a.link_layer == LinkLayer::Ethernet && v4(self.dev.gid) != v4(a.remote_gid.0)
-        {
+        let hint = if a.link_layer == LinkLayer::Ethernet && v4(self.gid.1) != v4(a.remote_gid.0) {
             ": the two GIDs are of different address families (IPv4-mapped and IPv6); \
              choose the same NCCL_IB_ADDR_FAMILY / NCCL_IB_GID_INDEX on both sides"
         } else {
@@ -217,7 +231,7 @@ impl VerbsPort {
             std::net::Ipv6Addr::from(a.remote_gid.0),
             a.remote_qpn,
             a.gid_index,
-            std::net::Ipv6Addr::from(self.dev.gid)
+            std::net::Ipv6Addr::from(self.gid.1)
         );
     }
 }
@@ -230,8 +244,9 @@ impl Provider for VerbsPort {
 
     fn port_info(&self) -> PortInfo {
         let d = &self.dev;
-        // Chosen as each comm is made (`VerbsDev::choose_gid`): the GID table may change.
-        let (gid_index, gid) = d.current_gid();
+        // Chosen as each comm is made (`VerbsDev::choose_gid`, `with_gid`): the GID table may
+        // change. This copy's own, read once by the comm (`Base::new`).
+        let (gid_index, gid) = self.gid;
         PortInfo {
             port: d.port,
             link_layer: if d.link_layer == IBV_LINK_LAYER_INFINIBAND {
