@@ -63,7 +63,7 @@ pub const VARS: &[Var] = &[
         FAMILIES,
         "",
         V(21),
-        "GID family for auto-selection; when it or `NCCL_IB_ADDR_RANGE` is set, a RoCE port with no valid GID of the family inside the range is not used (one WARN); both unset: GID index 0 then, as NCCL",
+        "GID family for auto-selection. When it or `NCCL_IB_ADDR_RANGE` is set, ibnet never uses a GID outside them: a RoCE port with no valid GID of the family inside the range is not used, and a connection whose GID there has gone fails (`connect` and `accept`; one WARN each). Both unset: NCCL's fallback to GID index 0 (one INFO)",
     )
     .shown("AF_INET"),
     Var::new(
