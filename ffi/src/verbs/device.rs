@@ -752,6 +752,82 @@ mod tests {
         assert_eq!(roce_port(&six, &table), Ok((2, v6, false)));
     }
 
+    /// A RoCE port of the fake libibverbs ([`super::super::fake`]), auto-selecting its GID.
+    fn fake_port() -> super::super::provider::VerbsPort {
+        let ctx = Arc::new(Context {
+            verbs: &super::super::fake::VERBS,
+            raw: core::ptr::NonNull::dangling().as_ptr(),
+            pd: core::ptr::null_mut(),
+            name: "fake_gid0".into(),
+            events: Arc::default(),
+            thread: Mutex::new(None),
+        });
+        let pa = ibv_port_attr {
+            link_layer: IBV_LINK_LAYER_ETHERNET,
+            gid_tbl_len: 4,
+            ..Default::default()
+        };
+        let gid_sel = GidSel::new(&pa, &Config::default());
+        let dev = VerbsDev {
+            ctx,
+            name: c"fake_gid0".into(),
+            pci_path: None,
+            port: 1,
+            real_port: 0,
+            link_layer: IBV_LINK_LAYER_ETHERNET,
+            speed: 0,
+            guid: 0,
+            max_qp: 0,
+            lid: 0,
+            mtu: 5,
+            gid_index: 0,
+            gid: [0; 16],
+            gid_sel,
+            logged_gid: Mutex::new((0, [0; 16])),
+            adaptive_routing: false,
+            dmabuf: false,
+            pci_key: None,
+        };
+        super::super::provider::VerbsPort {
+            gid: (0, [0; 16]),
+            dev: Arc::new(dev),
+            relaxed_ordering: false,
+            fault_ro_einval: false,
+            qp: Arc::new(super::super::qp::QpOpts {
+                retry_all: false,
+                retry_cnt: 0,
+                retry_sleep_ms: 0,
+                ece: false,
+                fault_timeouts: Default::default(),
+            }),
+        }
+    }
+
+    /// Two connects interleaved on one port while its GID moves (A chooses, the table
+    /// changes, B chooses, then A's comm is made): each comm reports the GID chosen for it,
+    /// never the other connect's (the choice used to go through the port's shared `last_gid`).
+    #[test]
+    fn a_comm_uses_its_own_gid_choice_not_a_concurrent_connects() {
+        use ibnet_core::provider::Provider;
+        let v4 = |a: u8| {
+            let mut g = [0u8; 16];
+            g[10..12].copy_from_slice(&[0xff, 0xff]);
+            g[12..].copy_from_slice(&[10, 0, 0, a]);
+            g
+        };
+        let mut ll = [0u8; 16];
+        ll[..2].copy_from_slice(&[0xfe, 0x80]);
+        ll[15] = 1;
+        let port = fake_port();
+        super::super::fake::set_gids(&[ll, v4(1), ll, ll]);
+        let a = port.with_gid(port.dev.choose_gid().unwrap());
+        super::super::fake::set_gids(&[ll, ll, v4(2), ll]);
+        let b = port.with_gid(port.dev.choose_gid().unwrap());
+        let (pa, pb) = (a.port_info(), b.port_info());
+        assert_eq!((pa.gid_index, pa.gid.0), (1, v4(1)), "A's own choice");
+        assert_eq!((pb.gid_index, pb.gid.0), (2, v4(2)), "B's own choice");
+    }
+
     #[test]
     fn speeds() {
         assert_eq!(speed_mbps(2, 32, 0), 4 * 25000); // 4x EDR
