@@ -753,7 +753,7 @@ mod tests {
     }
 
     /// A RoCE port of the fake libibverbs ([`super::super::fake`]), auto-selecting its GID.
-    fn fake_port() -> super::super::provider::VerbsPort {
+    fn fake_port(cfg: &Config) -> super::super::provider::VerbsPort {
         let ctx = Arc::new(Context {
             verbs: &super::super::fake::VERBS,
             raw: core::ptr::NonNull::dangling().as_ptr(),
@@ -767,7 +767,7 @@ mod tests {
             gid_tbl_len: 4,
             ..Default::default()
         };
-        let gid_sel = GidSel::new(&pa, &Config::default());
+        let gid_sel = GidSel::new(&pa, cfg);
         let dev = VerbsDev {
             ctx,
             name: c"fake_gid0".into(),
@@ -818,7 +818,7 @@ mod tests {
         let mut ll = [0u8; 16];
         ll[..2].copy_from_slice(&[0xfe, 0x80]);
         ll[15] = 1;
-        let port = fake_port();
+        let port = fake_port(&Config::default());
         super::super::fake::set_gids(&[ll, v4(1), ll, ll]);
         let a = port.with_gid(port.dev.choose_gid().unwrap());
         super::super::fake::set_gids(&[ll, ll, v4(2), ll]);
@@ -826,6 +826,33 @@ mod tests {
         let (pa, pb) = (a.port_info(), b.port_info());
         assert_eq!((pa.gid_index, pa.gid.0), (1, v4(1)), "A's own choice");
         assert_eq!((pb.gid_index, pb.gid.0), (2, v4(2)), "B's own choice");
+
+        // The user set the family: once its GID is gone, a new comm's choice is
+        // `Error::NoGid` naming the port (the failed call's one WARN; it fails `accept`).
+        let mut p = ibnet_core::params::Params::default();
+        p.set("NCCL_IB_ADDR_FAMILY", "AF_INET").unwrap();
+        let strict = fake_port(&Config::from_params(&p));
+        super::super::fake::set_gids(&[ll, ll, ll, ll]);
+        let e = strict.dev.choose_gid().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NoGid {
+                    port: 1,
+                    inet6: false,
+                    range: None,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(ibnet_core::policy::nonce::fails_accept(&e, || false));
+        assert!(
+            e.to_string().starts_with("fake_gid0:1: no valid GID"),
+            "{e}"
+        );
+        // Unset: the same table keeps index 0, as NCCL.
+        assert_eq!(port.dev.choose_gid().unwrap(), (0, ll));
     }
 
     #[test]
