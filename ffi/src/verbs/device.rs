@@ -695,6 +695,45 @@ fn log_gid(name: &str, port: u8, (idx, gid): (u8, &[u8; 16]), link_layer: u8, no
     );
 }
 
+/// Tests only: a RoCE port (`fake_gid0:1`, a GID table of 4) of the fake libibverbs
+/// (`super::fake`), selecting its GID under `cfg`.
+#[cfg(test)]
+pub(crate) fn fake_dev(cfg: &Config) -> VerbsDev {
+    let ctx = Arc::new(Context {
+        verbs: &super::fake::VERBS,
+        raw: core::ptr::NonNull::dangling().as_ptr(),
+        pd: core::ptr::null_mut(),
+        name: "fake_gid0".into(),
+        events: Arc::default(),
+        thread: Mutex::new(None),
+    });
+    let pa = ibv_port_attr {
+        link_layer: IBV_LINK_LAYER_ETHERNET,
+        gid_tbl_len: 4,
+        ..Default::default()
+    };
+    VerbsDev {
+        ctx,
+        name: c"fake_gid0".into(),
+        pci_path: None,
+        port: 1,
+        real_port: 0,
+        link_layer: IBV_LINK_LAYER_ETHERNET,
+        speed: 0,
+        guid: 0,
+        max_qp: 0,
+        lid: 0,
+        mtu: 5,
+        gid_index: 0,
+        gid: [0; 16],
+        gid_sel: GidSel::new(&pa, cfg),
+        logged_gid: Mutex::new((0, [0; 16])),
+        adaptive_routing: false,
+        dmabuf: false,
+        pci_key: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -750,109 +789,6 @@ mod tests {
         p.set("NCCL_IB_ADDR_FAMILY", "AF_INET6").unwrap();
         let six = Config::from_params(&p);
         assert_eq!(roce_port(&six, &table), Ok((2, v6, false)));
-    }
-
-    /// A RoCE port of the fake libibverbs ([`super::super::fake`]), auto-selecting its GID.
-    fn fake_port(cfg: &Config) -> super::super::provider::VerbsPort {
-        let ctx = Arc::new(Context {
-            verbs: &super::super::fake::VERBS,
-            raw: core::ptr::NonNull::dangling().as_ptr(),
-            pd: core::ptr::null_mut(),
-            name: "fake_gid0".into(),
-            events: Arc::default(),
-            thread: Mutex::new(None),
-        });
-        let pa = ibv_port_attr {
-            link_layer: IBV_LINK_LAYER_ETHERNET,
-            gid_tbl_len: 4,
-            ..Default::default()
-        };
-        let gid_sel = GidSel::new(&pa, cfg);
-        let dev = VerbsDev {
-            ctx,
-            name: c"fake_gid0".into(),
-            pci_path: None,
-            port: 1,
-            real_port: 0,
-            link_layer: IBV_LINK_LAYER_ETHERNET,
-            speed: 0,
-            guid: 0,
-            max_qp: 0,
-            lid: 0,
-            mtu: 5,
-            gid_index: 0,
-            gid: [0; 16],
-            gid_sel,
-            logged_gid: Mutex::new((0, [0; 16])),
-            adaptive_routing: false,
-            dmabuf: false,
-            pci_key: None,
-        };
-        super::super::provider::VerbsPort {
-            gid: (0, [0; 16]),
-            dev: Arc::new(dev),
-            relaxed_ordering: false,
-            fault_ro_einval: false,
-            qp: Arc::new(super::super::qp::QpOpts {
-                retry_all: false,
-                retry_cnt: 0,
-                retry_sleep_ms: 0,
-                ece: false,
-                fault_timeouts: Default::default(),
-            }),
-        }
-    }
-
-    /// Two connects interleaved on one port while its GID moves (A chooses, the table
-    /// changes, B chooses, then A's comm is made): each comm reports the GID chosen for it,
-    /// never the other connect's (the choice used to go through the port's shared `last_gid`).
-    #[test]
-    fn a_comm_uses_its_own_gid_choice_not_a_concurrent_connects() {
-        use ibnet_core::provider::Provider;
-        let v4 = |a: u8| {
-            let mut g = [0u8; 16];
-            g[10..12].copy_from_slice(&[0xff, 0xff]);
-            g[12..].copy_from_slice(&[10, 0, 0, a]);
-            g
-        };
-        let mut ll = [0u8; 16];
-        ll[..2].copy_from_slice(&[0xfe, 0x80]);
-        ll[15] = 1;
-        let port = fake_port(&Config::default());
-        super::super::fake::set_gids(&[ll, v4(1), ll, ll]);
-        let a = port.with_gid(port.dev.choose_gid().unwrap());
-        super::super::fake::set_gids(&[ll, ll, v4(2), ll]);
-        let b = port.with_gid(port.dev.choose_gid().unwrap());
-        let (pa, pb) = (a.port_info(), b.port_info());
-        assert_eq!((pa.gid_index, pa.gid.0), (1, v4(1)), "A's own choice");
-        assert_eq!((pb.gid_index, pb.gid.0), (2, v4(2)), "B's own choice");
-
-        // The user set the family: once its GID is gone, a new comm's choice is
-        // `Error::NoGid` naming the port (the failed call's one WARN; it fails `accept`).
-        let mut p = ibnet_core::params::Params::default();
-        p.set("NCCL_IB_ADDR_FAMILY", "AF_INET").unwrap();
-        let strict = fake_port(&Config::from_params(&p));
-        super::super::fake::set_gids(&[ll, ll, ll, ll]);
-        let e = strict.dev.choose_gid().unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::NoGid {
-                    port: 1,
-                    inet6: false,
-                    range: None,
-                    ..
-                }
-            ),
-            "{e}"
-        );
-        assert!(ibnet_core::policy::nonce::fails_accept(&e, || false));
-        assert!(
-            e.to_string().starts_with("fake_gid0:1: no valid GID"),
-            "{e}"
-        );
-        // Unset: the same table keeps index 0, as NCCL.
-        assert_eq!(port.dev.choose_gid().unwrap(), (0, ll));
     }
 
     #[test]
