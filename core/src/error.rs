@@ -248,6 +248,20 @@ pub enum Error {
         /// The comm's peer.
         peer: PeerId,
     },
+    /// No valid GID of a RoCE port is of `NCCL_IB_ADDR_FAMILY` and inside
+    /// `NCCL_IB_ADDR_RANGE`, which the user set (`crate::policy::gid`): the port is not used,
+    /// or a connection on it fails.
+    NoGid {
+        /// The device.
+        dev: DevName,
+        /// The port.
+        port: u8,
+        /// The family asked for is `AF_INET6` (else `AF_INET`).
+        inet6: bool,
+        /// The range asked for, in that family (IPv4 in the first 4 bytes), and its prefix
+        /// length; `None`: unset.
+        range: Option<(Gid, u8)>,
+    },
 }
 
 impl Error {
@@ -261,7 +275,9 @@ impl Error {
             // The peer broke the protocol: reported like any other failure of the remote side.
             Self::BadFifoElem { .. } | Self::BadSize { .. } => ErrorKind::Remote,
             Self::OutOfRange { .. } | Self::Repeated { .. } => ErrorKind::InvalidArgument,
-            Self::SizeMismatch { .. } | Self::Param { .. } => ErrorKind::InvalidUsage,
+            Self::SizeMismatch { .. } | Self::Param { .. } | Self::NoGid { .. } => {
+                ErrorKind::InvalidUsage
+            }
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
             // NCCL's `ncclIbStatsCheckFatalCount` returns `ncclSystemError`.
             Self::Provider { .. } | Self::Wire { .. } | Self::AsyncEvent { .. } => {
@@ -343,6 +359,12 @@ impl fmt::Display for Error {
                 )
             }
             Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),
+            Self::NoGid {
+                dev,
+                port,
+                inet6,
+                range,
+            } => no_gid(f, dev, *port, *inet6, range.as_ref()),
         }
     }
 }
@@ -395,6 +417,34 @@ impl Error {
             other => write!(f, "{other:?}"),
         }
     }
+}
+
+/// [`Error::NoGid`]'s line.
+fn no_gid(
+    f: &mut fmt::Formatter<'_>,
+    dev: &DevName,
+    port: u8,
+    inet6: bool,
+    range: Option<&(Gid, u8)>,
+) -> fmt::Result {
+    let fam = if inet6 { "AF_INET6" } else { "AF_INET" };
+    write!(
+        f,
+        "{dev}:{port}: no valid GID of NCCL_IB_ADDR_FAMILY={fam} inside NCCL_IB_ADDR_RANGE="
+    )?;
+    match range {
+        None => f.write_str("(unset)")?,
+        Some((g, len)) if inet6 => write!(f, "{}/{len}", core::net::Ipv6Addr::from(g.0))?,
+        Some((g, len)) => write!(
+            f,
+            "{}/{len}",
+            core::net::Ipv4Addr::new(g.0[0], g.0[1], g.0[2], g.0[3])
+        )?,
+    }
+    f.write_str(
+        " (ibnet never falls back to a GID outside the family and range you set); set them to \
+         the port's addresses, or choose one GID with NCCL_IB_GID_INDEX",
+    )
 }
 
 impl core::error::Error for Error {}

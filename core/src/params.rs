@@ -164,8 +164,10 @@ pub struct Params {
     pub ib_gid_index: Option<u8>,
     /// `NCCL_IB_ROCE_VERSION_NUM` (1 or 2, default 2) for GID auto-selection.
     pub ib_roce_version_num: u8,
-    /// `NCCL_IB_ADDR_FAMILY` (default `AF_INET`) for GID auto-selection.
-    pub ib_addr_family: AddrFamily,
+    /// `NCCL_IB_ADDR_FAMILY` for GID auto-selection: `None` when the user did not set it
+    /// ([`Params::addr_family`]: `AF_INET`, NCCL's default; auto-selection then falls back
+    /// as NCCL does, `crate::policy::gid`).
+    pub ib_addr_family: Option<AddrFamily>,
     /// `NCCL_IB_ADDR_RANGE` (default unset, i.e. `::/0`: any GID).
     pub ib_addr_range: Option<AddrRange>,
     /// `NCCL_IB_TIMEOUT`, 0..=31 (4.096 µs × 2^t). Default 20 (NCCL ≥ 2.23; the seed has 18).
@@ -309,7 +311,7 @@ impl Params {
             hca: HcaFilter::default(),
             ib_gid_index: None,
             ib_roce_version_num: 0,
-            ib_addr_family: AddrFamily::Inet,
+            ib_addr_family: None,
             ib_addr_range: None,
             ib_timeout: 0,
             ib_retry_cnt: 0,
@@ -434,7 +436,7 @@ impl Params {
                 self.hca = HcaFilter::parse(t);
             }
             "NCCL_IB_ADDR_FAMILY" => {
-                self.ib_addr_family = AddrFamily::parse(text()?).ok_or(KIND)?
+                self.ib_addr_family = Some(AddrFamily::parse(text()?).ok_or(KIND)?);
             }
             "NCCL_IB_ADDR_RANGE" => self.ib_addr_range = Some(AddrRange::parse(text()?)?),
             _ => return Ok(false),
@@ -600,7 +602,13 @@ impl Params {
     /// "any GID".
     pub fn gid_addr_range(&self) -> Option<AddrRange> {
         self.ib_addr_range
-            .filter(|r| r.family == self.ib_addr_family)
+            .filter(|r| r.family == self.addr_family())
+    }
+
+    /// The `NCCL_IB_ADDR_FAMILY` GID auto-selection looks for: the user's, else `AF_INET`
+    /// (NCCL's default).
+    pub fn addr_family(&self) -> AddrFamily {
+        self.ib_addr_family.unwrap_or(AddrFamily::Inet)
     }
 }
 

@@ -231,13 +231,15 @@ impl Dev {
         }
     }
 
-    /// Chooses the GID the next comm on this device uses (verbs:
-    /// [`VerbsDev::choose_gid`](crate::verbs::device::VerbsDev::choose_gid), which fails when
-    /// no GID matches `NCCL_IB_ADDR_FAMILY`/`_RANGE` any more; soft: nothing to choose).
-    pub fn choose_gid(&self) -> Result<()> {
+    /// This device for one new comm, with the GID chosen for it now (verbs:
+    /// [`VerbsDev::choose_gid`](crate::verbs::device::VerbsDev::choose_gid), which fails with
+    /// `Error::NoGid` when no GID matches the `NCCL_IB_ADDR_FAMILY`/`_RANGE` the user set any
+    /// more; soft: nothing to choose). The comm is made from the returned copy, so a
+    /// concurrent connect's choice never reaches it.
+    pub fn choose_gid(&self) -> Result<Dev> {
         match self {
-            Dev::Verbs(p) => p.dev.choose_gid().map(drop),
-            Dev::Soft(..) => Ok(()),
+            Dev::Verbs(p) => Ok(Dev::Verbs(p.with_gid(p.dev.choose_gid()?))),
+            Dev::Soft(..) => Ok(self.clone()),
         }
     }
 

@@ -198,35 +198,31 @@ impl Nic {
         }
     }
 
-    /// Chooses each rail's GID for a new comm ([`Dev::choose_gid`]).
-    fn choose_gids(&self) -> Result<()> {
-        match self {
-            Self::Plain(d, ..) => d.choose_gid(),
-            Self::Fused(f) => f.devs.iter().try_for_each(Dev::choose_gid),
-        }
+    /// The rails' devices for one new comm, each with the GID chosen for it now
+    /// ([`Dev::choose_gid`]; control path).
+    fn choose_gids(f: &FusedNic) -> Result<Vec<Dev>> {
+        f.devs.iter().map(Dev::choose_gid).collect()
     }
 
     /// A send comm over the rails.
     pub fn new_send(&self, cfg: CommConfig) -> Result<AnySend> {
-        self.choose_gids()?;
         match self {
-            Self::Plain(d, ..) => d.new_send(cfg),
-            Self::Fused(f) => crate::dev::fused_send(&f.devs, cfg),
+            Self::Plain(d, ..) => d.choose_gid()?.new_send(cfg),
+            Self::Fused(f) => crate::dev::fused_send(&Self::choose_gids(f)?, cfg),
         }
     }
 
     /// A receive comm over the rails, connected to the sender's `infos` (rail order) whose
     /// rail list is `peer`.
     pub fn new_recv(&self, cfg: CommConfig, infos: &[QpInfo], peer: &RailList) -> Result<AnyRecv> {
-        self.choose_gids()?;
         match self {
             Self::Plain(d, ..) => {
                 let first = infos.first().ok_or(Error::Missing {
                     what: "the peer's QP info",
                 })?;
-                d.new_recv(cfg, first)
+                d.choose_gid()?.new_recv(cfg, first)
             }
-            Self::Fused(f) => crate::dev::fused_recv(&f.devs, cfg, infos, peer),
+            Self::Fused(f) => crate::dev::fused_recv(&Self::choose_gids(f)?, cfg, infos, peer),
         }
     }
 }

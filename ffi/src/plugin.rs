@@ -187,6 +187,7 @@ fn discover(p: &Params) -> Vec<Dev> {
             .into_iter()
             .map(|d| {
                 Dev::Verbs(VerbsPort {
+                    gid: (d.gid_index, d.gid),
                     dev: d,
                     relaxed_ordering: cfg.relaxed_ordering != 0,
                     fault_ro_einval: p.fault_ro_einval,

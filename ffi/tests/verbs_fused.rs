@@ -40,6 +40,7 @@ fn rails() -> Option<(Vec<VerbsPort>, CommConfig)> {
     for name in want.split(',') {
         match found.iter().find(|d| d.name.to_str() == Ok(name)) {
             Some(d) => out.push(VerbsPort {
+                gid: (d.gid_index, d.gid),
                 dev: d.clone(),
                 relaxed_ordering: cfg.relaxed_ordering != 0,
                 fault_ro_einval: false,

@@ -56,7 +56,16 @@ pub const VARS: &[Var] = &[
         V(21),
         "RoCE version preferred by auto-selection",
     ),
-    Var::new("NCCL_IB_ADDR_FAMILY", FAMILIES, "AF_INET", V(21), "GID family for auto-selection"),
+    // No table default: `Params` keeps whether the user set it (unset: AF_INET and NCCL's
+    // fallback to GID index 0 when no GID matches; set: no GID outside it).
+    Var::new(
+        "NCCL_IB_ADDR_FAMILY",
+        FAMILIES,
+        "",
+        V(21),
+        "GID family for auto-selection. When it or `NCCL_IB_ADDR_RANGE` is set, ibnet never uses a GID outside them: a RoCE port with no valid GID of the family inside the range is not used, and a connection whose GID there has gone fails (`connect` and `accept`; one WARN each). Both unset: NCCL's fallback to GID index 0 (one INFO)",
+    )
+    .shown("AF_INET"),
     Var::new(
         "NCCL_IB_ADDR_RANGE",
         Text(RANGE_MAX_LEN),

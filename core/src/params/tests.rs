@@ -24,7 +24,8 @@ fn defaults_are_nccl_2_28() {
     assert_eq!(p.ib_hca.as_str(), "");
     assert_eq!(p.ib_gid_index, None);
     assert_eq!(p.ib_roce_version_num, 2);
-    assert_eq!(p.ib_addr_family, AddrFamily::Inet);
+    assert_eq!(p.ib_addr_family, None, "unset (not set by the default)");
+    assert_eq!(p.addr_family(), AddrFamily::Inet);
     assert_eq!(p.ib_addr_range, None);
     assert_eq!(p.ib_timeout, 20);
     assert_eq!(p.ib_retry_cnt, 7);
@@ -325,11 +326,11 @@ fn sl_tc_resolution() {
 fn address_family_and_range() {
     assert_eq!(
         good("NCCL_IB_ADDR_FAMILY", "AF_INET6").ib_addr_family,
-        AddrFamily::Inet6
+        Some(AddrFamily::Inet6)
     );
     assert_eq!(
         good("NCCL_IB_ADDR_FAMILY", "AF_INET").ib_addr_family,
-        AddrFamily::Inet
+        Some(AddrFamily::Inet)
     );
     bad("NCCL_IB_ADDR_FAMILY", "inet");
     assert_eq!(

@@ -6,15 +6,19 @@
 //!              routable FLID, else index 0                        (infiniband_index)
 //!  RoCE:       NCCL_IB_GID_INDEX when set (≥ 0), else auto-selection (select_auto):
 //!              among the valid GIDs (configured, not link-local) of NCCL_IB_ADDR_FAMILY
-//!              inside NCCL_IB_ADDR_RANGE: the first of RoCE version
+//!              (unset: AF_INET) inside NCCL_IB_ADDR_RANGE: the first of RoCE version
 //!              NCCL_IB_ROCE_VERSION_NUM, else the first of any version;
-//!              none: NoMatch (an error; never a GID outside the family or range)
+//!              none, NCCL_IB_ADDR_FAMILY or NCCL_IB_ADDR_RANGE set: NoMatch (an error;
+//!                never a GID outside the family or range the user set)
+//!              none, both unset: index 0, as NCCL does (Chosen::fallback)
 //! ```
-//! NCCL leaves index 0 in place when nothing matches, whatever its address; ibnet refuses
-//! instead (the port would talk from an address the user excluded).
+//! NCCL leaves index 0 in place when nothing matches, whatever its address; ibnet does too
+//! when the user set neither variable (a RoCE port with only IPv6 or link-local GIDs stays
+//! usable, as under NCCL), and refuses when the user set one (the port would talk from an
+//! address the user excluded).
 
 use crate::params::{AddrFamily, AddrRange, Params};
-use crate::verbs::Gid;
+use crate::verbs::{DevName, Gid};
 use crate::Error;
 
 /// One GID of a port's table, as the caller read it.
@@ -31,44 +35,58 @@ pub struct Candidate {
 /// What RoCE auto-selection looks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Auto {
-    /// `NCCL_IB_ADDR_FAMILY`.
+    /// `NCCL_IB_ADDR_FAMILY` (unset: `AF_INET`, NCCL's default).
     pub family: AddrFamily,
     /// `NCCL_IB_ADDR_RANGE`, when set in that family (a range of the other family is
     /// ignored, as NCCL's parser fails it).
     pub range: Option<AddrRange>,
     /// `NCCL_IB_ROCE_VERSION_NUM`.
     pub roce_version: u8,
+    /// `NCCL_IB_ADDR_FAMILY` or `NCCL_IB_ADDR_RANGE` was set by the user: no GID outside
+    /// them ([`NoMatch`]). Both unset: NCCL's fallback to index 0.
+    pub strict: bool,
 }
 
 impl Auto {
     /// The selection `p` asks for.
     pub fn from_params(p: &Params) -> Self {
         Self {
-            family: p.ib_addr_family,
+            family: p.addr_family(),
             range: p.gid_addr_range(),
             roce_version: p.ib_roce_version_num,
+            strict: p.ib_addr_family.is_some() || p.ib_addr_range.is_some(),
         }
     }
 }
 
-/// No GID of the port is valid, of the family and inside the range.
+/// The index auto-selection chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chosen {
+    /// The GID index.
+    pub index: i32,
+    /// No GID matched and neither variable was set: index 0, NCCL's fallback (the caller
+    /// says so in its INFO line).
+    pub fallback: bool,
+}
+
+/// No GID of the port is valid, of the family and inside the range the user set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NoMatch {
-    /// Whether a range was set (then it is the variable to name first).
-    pub ranged: bool,
+    /// The family looked for.
+    pub family: AddrFamily,
+    /// The range looked for (`None`: any).
+    pub range: Option<AddrRange>,
 }
 
 impl NoMatch {
-    /// As the core's error (`ncclInvalidUsage`: the configuration excludes every address).
-    pub fn to_error(self) -> Error {
-        Error::Param {
-            name: if self.ranged {
-                "NCCL_IB_ADDR_RANGE"
-            } else {
-                "NCCL_IB_ADDR_FAMILY"
-            },
-            reason: "no valid GID of the port is of NCCL_IB_ADDR_FAMILY and inside \
-                     NCCL_IB_ADDR_RANGE (ibnet never falls back to another GID)",
+    /// As the core's error on port `port` of `dev` ([`Error::NoGid`], `ncclInvalidUsage`: the
+    /// configuration excludes every address of the port).
+    pub fn to_error(self, dev: DevName, port: u8) -> Error {
+        Error::NoGid {
+            dev,
+            port,
+            inet6: self.family == AddrFamily::Inet6,
+            range: self.range.map(|r| (Gid(r.addr), r.prefix_len)),
         }
     }
 }
@@ -106,20 +124,31 @@ pub fn roce_version(type_text: &str) -> Option<u8> {
     }
 }
 
-/// RoCE auto-selection over `gids` (see the module doc): the chosen index, or [`NoMatch`].
-pub fn select_auto(gids: &[Candidate], sel: &Auto) -> Result<i32, NoMatch> {
+/// RoCE auto-selection over `gids` (see the module doc): the chosen index, or [`NoMatch`]
+/// when nothing matches and `sel.strict`.
+pub fn select_auto(gids: &[Candidate], sel: &Auto) -> Result<Chosen, NoMatch> {
     let cands = || {
         gids.iter().filter(|c| {
             valid(&c.gid) && family_of(&c.gid) == sel.family && in_range(&c.gid, sel.range.as_ref())
         })
     };
-    cands()
+    let found = cands()
         .find(|c| c.roce == Some(sel.roce_version))
-        .or_else(|| cands().next())
-        .map(|c| c.index)
-        .ok_or(NoMatch {
-            ranged: sel.range.is_some(),
-        })
+        .or_else(|| cands().next());
+    match found {
+        Some(c) => Ok(Chosen {
+            index: c.index,
+            fallback: false,
+        }),
+        None if sel.strict => Err(NoMatch {
+            family: sel.family,
+            range: sel.range,
+        }),
+        None => Ok(Chosen {
+            index: 0,
+            fallback: true,
+        }),
+    }
 }
 
 /// InfiniBand: `flid_index` (`NCCL_IB_ROUTABLE_FLID_GID_INDEX`) when it is inside a table of

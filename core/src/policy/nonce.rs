@@ -107,11 +107,12 @@ pub fn replay(nonce: u64) -> Error {
     }
 }
 
-/// Whether `e`, a nonce holder's failure, fails `accept`: its death, or this side out of a
-/// resource for its comm (`Error::Full`: past `maxComms`, e.g. the soft memory budget), which
-/// no other connection could get past either.
+/// Whether `e`, a nonce holder's failure, fails `accept`: its death, or this side unable to
+/// make any comm for it, which no other connection could get past either: out of a resource
+/// (`Error::Full`: past `maxComms`, e.g. the soft memory budget), or no GID of the port in
+/// `NCCL_IB_ADDR_FAMILY`/`_RANGE` any more (`Error::NoGid`: it vanished after init).
 pub fn fails_accept(e: &Error, socket_closed: impl FnOnce() -> bool) -> bool {
-    matches!(e, Error::Full { .. }) || is_death(e, socket_closed)
+    matches!(e, Error::Full { .. } | Error::NoGid { .. }) || is_death(e, socket_closed)
 }
 
 /// Whether `e`, the error of a connection, is its death: its socket closed, reset or failed.

@@ -42,12 +42,14 @@
 //! outlive it. What is not a death: the handshake deadline (a stall; a real connector stalled
 //! that long fails its own `connect` on its deadline, which closes its socket: a death if seen
 //! first), and any other failure (invalid bytes, even after a valid Hello; this side's own
-//! setup error other than a full resource) while the socket is still open: those connections
-//! are dropped as junk is. The same failure with the socket closed is a death (a soft peer
-//! whose process died fails the QP setup before its end-of-file is read). A nonce holder that
+//! setup error other than a full resource or a vanished GID) while the socket is still open:
+//! those connections are dropped as junk is. The same failure with the socket closed is a
+//! death (a soft peer whose process died fails the QP setup before its end-of-file is read).
+//! A nonce holder that
 //! this side cannot make a comm for (`Error::Full`: past `maxComms`, e.g. the soft memory
-//! budget) fails `accept` as a death does, with the limit in its WARN: NCCL's peer would
-//! otherwise wait for ever. A
+//! budget; `Error::NoGid`: the port's GID in the `NCCL_IB_ADDR_FAMILY`/`_RANGE` the user set
+//! vanished after init) fails `accept` as a death does, with the limit or the port in its
+//! WARN: NCCL's peer would otherwise wait for ever. A
 //! connection that dies before its whole Hello arrived never showed the nonce: junk. Once
 //! `accept` failed, later calls are refused (`Error::Poisoned`, the same kind, logged at
 //! INFO): NCCL tears the communicator down.

@@ -9,15 +9,16 @@
 //! and the DMA-BUF probe result. With `NCCL_IB_DEVICE_PCI_ORDER` (default on) the devices are
 //! numbered in PCI order ([`ibnet_core::policy::order`]), and `realPort` is counted after
 //! that. The rules are core's ([`ibnet_core::policy::merge`],
-//! [`ibnet_core::policy::gid`]); this module reads sysfs and queries verbs for them. A RoCE
-//! port on which no GID matches `NCCL_IB_ADDR_FAMILY`/`NCCL_IB_ADDR_RANGE` is not used (one
-//! WARN), and a connection on a port whose matching GID has gone fails (one WARN): ibnet
-//! never falls back to a GID outside them. Each opened context gets one async-event thread, stopped and
-//! joined when the last port using the context is dropped.
+//! [`ibnet_core::policy::gid`]); this module reads sysfs and queries verbs for them. When the
+//! user set `NCCL_IB_ADDR_FAMILY` or `NCCL_IB_ADDR_RANGE`, a RoCE port on which no GID matches
+//! them is not used (one WARN), and a connection on a port whose matching GID has gone fails
+//! (one WARN, the failed call's): ibnet never falls back to a GID outside what the user set.
+//! With both unset it falls back as NCCL does (GID index 0, named in the port's INFO line).
+//! Each opened context gets one async-event thread, stopped and joined when the last port
+//! using the context is dropped.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use std::ffi::CStr;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -26,9 +27,9 @@ use super::sys::*;
 use crate::verbs::discovery::Discovery as Config;
 use crate::{info, warn};
 use ibnet_core::hca::HcaFilter;
-use ibnet_core::params::{AddrFamily, AddrRange};
 use ibnet_core::policy::gid::{self as gid_policy, Auto, NoMatch};
 use ibnet_core::policy::merge;
+use ibnet_core::provider::DevName;
 use ibnet_core::Error;
 
 pub use ibnet_core::policy::gid::{select_auto as select_gid, Candidate};
@@ -98,15 +99,16 @@ pub struct VerbsDev {
     pub lid: u16,
     /// Active MTU (`ibv_mtu`).
     pub mtu: u8,
-    /// GID index chosen at discovery (for display; comms choose again: [`VerbsDev::current_gid`]).
+    /// GID index chosen at discovery (for display; each comm chooses again:
+    /// [`VerbsDev::choose_gid`]).
     pub gid_index: u8,
     /// The GID at that index at discovery.
     pub gid: [u8; 16],
     /// What GID selection needs, to choose again per connection.
     gid_sel: GidSel,
-    /// The GID of the last choice ([`VerbsDev::choose_gid`]; the next choice is logged when it
-    /// differs), which new comms use.
-    last_gid: Mutex<(u8, [u8; 16])>,
+    /// The last choice logged ([`VerbsDev::choose_gid`] logs a choice that differs from it).
+    /// Only for that INFO line: a comm uses the choice `choose_gid` returned to it.
+    logged_gid: Mutex<(u8, [u8; 16])>,
     /// Adaptive routing in effect.
     pub adaptive_routing: bool,
     /// The DMA-BUF probe succeeded.
@@ -152,97 +154,52 @@ impl GidSel {
             gid_tbl_len: pa.gid_tbl_len,
             gid_index: cfg.gid_index,
             flid_index: cfg.routable_flid_gid_index,
-            auto: auto_sel(cfg),
+            auto: cfg.gid_auto,
         }
     }
 }
 
-/// What RoCE GID auto-selection looks for under `cfg` (core's [`Auto`]).
-pub fn auto_sel(cfg: &Config) -> Auto {
-    let family = if cfg.addr_family == libc::AF_INET6 {
-        AddrFamily::Inet6
-    } else {
-        AddrFamily::Inet
-    };
-    let range = cfg.addr_range.map(|(ip, prefix_len)| {
-        let (family, addr) = match ip {
-            IpAddr::V4(a) => {
-                let mut b = [0u8; 16];
-                b[..4].copy_from_slice(&a.octets());
-                (AddrFamily::Inet, b)
-            }
-            IpAddr::V6(a) => (AddrFamily::Inet6, a.octets()),
-        };
-        AddrRange {
-            family,
-            addr,
-            prefix_len,
-        }
-    });
-    Auto {
-        family,
-        range: range.filter(|r| r.family == family),
-        roce_version: u8::try_from(cfg.roce_version).unwrap_or(2),
-    }
-}
+/// The GID chosen for a port: its index, the GID there, and whether it is NCCL's fallback to
+/// index 0 (nothing matched, `NCCL_IB_ADDR_FAMILY`/`_RANGE` unset).
+type Pick = (u8, [u8; 16], bool);
 
-/// The one WARN of a port on which no GID matches: device, port, family, range and the
-/// variables to change.
-fn warn_no_gid(name: &str, port: u8, auto: &Auto, what: &str) {
-    let fam = match auto.family {
-        AddrFamily::Inet => "AF_INET",
-        AddrFamily::Inet6 => "AF_INET6",
-    };
-    let range = auto.range.map_or("unset".to_string(), |r| {
-        let ip: IpAddr = match r.family {
-            AddrFamily::Inet => IpAddr::from([r.addr[0], r.addr[1], r.addr[2], r.addr[3]]),
-            AddrFamily::Inet6 => IpAddr::from(r.addr),
-        };
-        format!("{ip}/{}", r.prefix_len)
-    });
-    warn!(
-        "{name}:{port}: no valid GID of family {fam} inside range {range}          (NCCL_IB_ADDR_FAMILY={fam}, NCCL_IB_ADDR_RANGE={range}); {what}; set          NCCL_IB_ADDR_FAMILY/NCCL_IB_ADDR_RANGE to the port's addresses, or choose one GID          with NCCL_IB_GID_INDEX"
-    );
+/// What a fallback adds to a GID's INFO line (empty when the GID matched).
+fn fallback_note(fallback: bool, auto: &Auto) -> &'static str {
+    match (fallback, auto.family) {
+        (false, _) => "",
+        (true, ibnet_core::params::AddrFamily::Inet) => {
+            "; no valid GID of AF_INET: index 0, as NCCL does with NCCL_IB_ADDR_FAMILY and \
+             NCCL_IB_ADDR_RANGE unset"
+        }
+        (true, ibnet_core::params::AddrFamily::Inet6) => {
+            "; no valid GID of AF_INET6: index 0, as NCCL does with NCCL_IB_ADDR_FAMILY and \
+             NCCL_IB_ADDR_RANGE unset"
+        }
+    }
 }
 
 impl VerbsDev {
-    /// The GID new comms use: the last [`Self::choose_gid`]'s (discovery's until a comm is
-    /// made).
-    pub fn current_gid(&self) -> (u8, [u8; 16]) {
-        *self.last_gid.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Chooses the GID for a new connection now: the GID table can change after init (an
     /// address added or moved), so each comm runs the selection again, as NCCL 2.28 does at
-    /// every connect. A choice that differs from the previous connection's is logged; none
-    /// matching `NCCL_IB_ADDR_FAMILY`/`_RANGE` any more is an error (one WARN).
+    /// every connect, and is made with the choice returned here (`VerbsPort::with_gid`). A
+    /// choice that differs from the last one logged is an INFO line. None matching the
+    /// `NCCL_IB_ADDR_FAMILY`/`_RANGE` the user set any more is [`Error::NoGid`], logged by
+    /// the caller (the failed call's one WARN; `accept` fails with it).
     pub fn choose_gid(&self) -> Result<(u8, [u8; 16]), Error> {
-        let chosen = select_port_gid(
-            self.ctx.verbs,
-            self.ctx.raw,
-            &self.ctx.name,
-            self.port,
-            &self.gid_sel,
-        );
-        let (idx, gid) = chosen.map_err(|e| {
-            warn_no_gid(
-                &self.ctx.name,
-                self.port,
-                &self.gid_sel.auto,
-                "the connection fails",
-            );
-            e.to_error()
-        })?;
-        let mut last = self.last_gid.lock().unwrap_or_else(|e| e.into_inner());
+        let name = &self.ctx.name;
+        let (idx, gid, fallback) =
+            select_port_gid(self.ctx.verbs, self.ctx.raw, name, self.port, &self.gid_sel)
+                .map_err(|e| e.to_error(DevName::new(name), self.port))?;
+        let mut last = self.logged_gid.lock().unwrap_or_else(|e| e.into_inner());
         if *last != (idx, gid) {
             info!(
                 crate::log::NET,
-                "{}:{} GID for new connections: index {idx} {} (was index {} {})",
-                self.ctx.name,
+                "{name}:{} GID for new connections: index {idx} {} (was index {} {}){}",
                 self.port,
                 std::net::Ipv6Addr::from(gid),
                 last.0,
-                std::net::Ipv6Addr::from(last.1)
+                std::net::Ipv6Addr::from(last.1),
+                fallback_note(fallback, &self.gid_sel.auto)
             );
             *last = (idx, gid);
         }
@@ -582,11 +539,23 @@ fn port_dev(
         return None;
     }
     let sel = GidSel::new(&pa, cfg);
-    let Ok((gid_index, gid)) = select_port_gid(v, raw, name, port, &sel) else {
-        warn_no_gid(name, port, &sel.auto, "the port is not used");
-        return None;
+    let (gid_index, gid, fallback) = match select_port_gid(v, raw, name, port, &sel) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(
+                "{}; the port is not used",
+                e.to_error(DevName::new(name), port)
+            );
+            return None;
+        }
     };
-    log_gid(name, port, gid_index, &gid, pa.link_layer);
+    log_gid(
+        name,
+        port,
+        (gid_index, &gid),
+        pa.link_layer,
+        fallback_note(fallback, &sel.auto),
+    );
     let paths = pci_paths(name, cfg.merge_vfs);
     if paths.is_none() {
         warn!("could not find the real path of {name} (/sys/class/infiniband/{name}/device)");
@@ -619,7 +588,7 @@ fn port_dev(
         gid_index,
         gid,
         gid_sel: sel,
-        last_gid: Mutex::new((gid_index, gid)),
+        logged_gid: Mutex::new((gid_index, gid)),
         adaptive_routing: ar,
         dmabuf,
         pci_key,
@@ -657,45 +626,60 @@ fn start_async_thread(ctx: &Arc<Context>) {
     }
 }
 
-/// GID selection as NCCL 2.28's `ncclIbGetGidIndex`, by core's rules
-/// ([`ibnet_core::policy::gid`]): InfiniBand takes `NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that
-/// GID carries a routable FLID, else index 0; RoCE takes `NCCL_IB_GID_INDEX`, or auto-selects
-/// by family, range and RoCE version ([`NoMatch`] when no GID qualifies).
+/// GID selection as NCCL 2.28's `ncclIbGetGidIndex` on `dev`:`port` ([`select_gid_in`] over
+/// the port's GID table and sysfs types).
 fn select_port_gid(
     v: &Verbs,
     raw: *mut ibv_context,
     name: &str,
     port: u8,
     sel: &GidSel,
-) -> Result<(u8, [u8; 16]), NoMatch> {
+) -> Result<Pick, NoMatch> {
     let query = |i: i32| {
         let mut g = ibv_gid::default();
         // SAFETY: live context, writable gid.
         (unsafe { (v.query_gid)(raw, port, i, &mut g) } == 0).then_some(g.raw)
     };
-    let idx = if sel.link_layer == IBV_LINK_LAYER_INFINIBAND {
+    select_gid_in(sel, query, |i| roce_version(name, port, i))
+}
+
+/// GID selection by core's rules ([`ibnet_core::policy::gid`]) over a GID table read through
+/// `query` (`None`: unreadable) with RoCE versions from `roce`: InfiniBand takes
+/// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` when that GID carries a routable FLID, else index 0;
+/// RoCE takes `NCCL_IB_GID_INDEX`, or auto-selects by family, range and RoCE version
+/// ([`NoMatch`] when no GID qualifies and the user set the family or range; index 0 with
+/// both unset, as NCCL).
+fn select_gid_in(
+    sel: &GidSel,
+    query: impl Fn(i32) -> Option<[u8; 16]>,
+    roce: impl Fn(i32) -> Option<u8>,
+) -> Result<Pick, NoMatch> {
+    let (idx, fallback) = if sel.link_layer == IBV_LINK_LAYER_INFINIBAND {
         let f = i32::from(sel.flid_index);
         let flid = query(f).map(|g| super::qp::flid(&g));
-        gid_policy::infiniband_index(sel.flid_index, sel.gid_tbl_len, flid)
+        let i = gid_policy::infiniband_index(sel.flid_index, sel.gid_tbl_len, flid);
+        (i, false)
     } else if sel.gid_index >= 0 {
-        sel.gid_index as i32
+        (sel.gid_index as i32, false)
     } else {
         let gids: Vec<Candidate> = (0..sel.gid_tbl_len.min(256))
             .filter_map(|index| {
                 query(index).map(|gid| Candidate {
                     index,
                     gid,
-                    roce: roce_version(name, port, index),
+                    roce: roce(index),
                 })
             })
             .collect();
-        gid_policy::select_auto(&gids, &sel.auto)?
+        let c = gid_policy::select_auto(&gids, &sel.auto)?;
+        (c.index, c.fallback)
     };
     let idx = u8::try_from(idx).unwrap_or(0);
-    Ok((idx, query(i32::from(idx)).unwrap_or_default()))
+    Ok((idx, query(i32::from(idx)).unwrap_or_default(), fallback))
 }
 
-fn log_gid(name: &str, port: u8, idx: u8, gid: &[u8; 16], link_layer: u8) {
+/// The port's GID INFO line at discovery: index, GID, link layer and, for a fallback, `note`.
+fn log_gid(name: &str, port: u8, (idx, gid): (u8, &[u8; 16]), link_layer: u8, note: &str) {
     let kind = if link_layer == IBV_LINK_LAYER_INFINIBAND {
         format!("IB, FLID {:#x}", super::qp::flid(gid))
     } else {
@@ -706,9 +690,48 @@ fn log_gid(name: &str, port: u8, idx: u8, gid: &[u8; 16], link_layer: u8) {
     };
     info!(
         crate::log::INIT | crate::log::NET,
-        "{name}:{port} using GID index {idx}: {} ({kind})",
+        "{name}:{port} using GID index {idx}: {} ({kind}){note}",
         std::net::Ipv6Addr::from(*gid)
     );
+}
+
+/// Tests only: a RoCE port (`fake_gid0:1`, a GID table of 4) of the fake libibverbs
+/// (`super::fake`), selecting its GID under `cfg`.
+#[cfg(test)]
+pub(crate) fn fake_dev(cfg: &Config) -> VerbsDev {
+    let ctx = Arc::new(Context {
+        verbs: &super::fake::VERBS,
+        raw: core::ptr::NonNull::dangling().as_ptr(),
+        pd: core::ptr::null_mut(),
+        name: "fake_gid0".into(),
+        events: Arc::default(),
+        thread: Mutex::new(None),
+    });
+    let pa = ibv_port_attr {
+        link_layer: IBV_LINK_LAYER_ETHERNET,
+        gid_tbl_len: 4,
+        ..Default::default()
+    };
+    VerbsDev {
+        ctx,
+        name: c"fake_gid0".into(),
+        pci_path: None,
+        port: 1,
+        real_port: 0,
+        link_layer: IBV_LINK_LAYER_ETHERNET,
+        speed: 0,
+        guid: 0,
+        max_qp: 0,
+        lid: 0,
+        mtu: 5,
+        gid_index: 0,
+        gid: [0; 16],
+        gid_sel: GidSel::new(&pa, cfg),
+        logged_gid: Mutex::new((0, [0; 16])),
+        adaptive_routing: false,
+        dmabuf: false,
+        pci_key: None,
+    }
 }
 
 #[cfg(test)]
@@ -726,6 +749,46 @@ mod tests {
         assert_eq!(s("mlx5_2"), "::7");
         assert_eq!(s("mlx5_3"), "");
         assert_eq!(s("mlx5_9"), "");
+    }
+
+    /// A fake RoCE port's GID table: (GID, RoCE version) by index.
+    fn roce_port(cfg: &Config, table: &[([u8; 16], u8)]) -> Result<Pick, NoMatch> {
+        let pa = ibv_port_attr {
+            link_layer: IBV_LINK_LAYER_ETHERNET,
+            gid_tbl_len: table.len() as i32,
+            ..Default::default()
+        };
+        let sel = GidSel::new(&pa, cfg);
+        let at = |i: i32| table.get(usize::try_from(i).ok()?).copied();
+        select_gid_in(&sel, |i| at(i).map(|e| e.0), |i| at(i).map(|e| e.1))
+    }
+
+    /// Discovery with nothing set keeps a RoCE port whose GIDs are only IPv6 / link-local, on
+    /// GID index 0 as NCCL 2.30's `ncclIbGetGidIndex` does (it was "not used"); the user's
+    /// `NCCL_IB_ADDR_FAMILY` makes the same table a refusal naming the port.
+    #[test]
+    fn a_roce_port_without_ipv4_gids_keeps_index_0_when_nothing_is_set() {
+        let mut ll = [0u8; 16];
+        ll[..2].copy_from_slice(&[0xfe, 0x80]);
+        ll[15] = 1;
+        let mut v6 = [0u8; 16];
+        v6[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        v6[15] = 7;
+        let table = [(ll, 1), (ll, 2), (v6, 2)];
+        let cfg = Config::default();
+        assert_eq!(roce_port(&cfg, &table), Ok((0, ll, true)));
+        assert!(fallback_note(true, &cfg.gid_auto).contains("index 0, as NCCL does"));
+        assert_eq!(fallback_note(false, &cfg.gid_auto), "");
+        let mut p = ibnet_core::params::Params::default();
+        p.set("NCCL_IB_ADDR_FAMILY", "AF_INET").unwrap();
+        let strict = Config::from_params(&p);
+        let e = roce_port(&strict, &table).unwrap_err();
+        let line = e.to_error(DevName::new("mlx5_0"), 1).to_string();
+        assert!(line.starts_with("mlx5_0:1: no valid GID"), "{line}");
+        // AF_INET6 set: the global IPv6 GID, no fallback.
+        p.set("NCCL_IB_ADDR_FAMILY", "AF_INET6").unwrap();
+        let six = Config::from_params(&p);
+        assert_eq!(roce_port(&six, &table), Ok((2, v6, false)));
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! uses: the discovery slice of the one typed configuration, built in one function
 //! ([`Discovery::from_params`]), as `CommConfig` is the per-comm slice. It carries the 2.29/2.30
 //! device-order and port-speed choices (`NCCL_IB_DEVICE_PCI_ORDER`,
-//! `NCCL_IB_QUERY_PORT_SPEED`) for discovery to apply.
-
-use std::net::IpAddr;
+//! `NCCL_IB_QUERY_PORT_SPEED`) for discovery to apply, and RoCE GID auto-selection as core
+//! decides it from the params ([`Auto::from_params`]).
 
 use ibnet_core::hca::HcaFilter;
-use ibnet_core::params::{AddrFamily, AddrRange, Params, RelaxedOrdering};
+use ibnet_core::params::{AddrFamily, Params, RelaxedOrdering};
+use ibnet_core::policy::gid::Auto;
 
 /// The values verbs discovery uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,12 +20,10 @@ pub struct Discovery {
     pub gid_index: i64,
     /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX`.
     pub routable_flid_gid_index: u8,
-    /// `NCCL_IB_ROCE_VERSION_NUM`: the RoCE version auto-selection prefers.
-    pub roce_version: i64,
-    /// `NCCL_IB_ADDR_FAMILY` as `AF_INET` / `AF_INET6`.
-    pub addr_family: i32,
-    /// `NCCL_IB_ADDR_RANGE` (only when its family matches `NCCL_IB_ADDR_FAMILY`, as NCCL).
-    pub addr_range: Option<(IpAddr, u8)>,
+    /// What RoCE GID auto-selection looks for (`NCCL_IB_ADDR_FAMILY`, `NCCL_IB_ADDR_RANGE`,
+    /// `NCCL_IB_ROCE_VERSION_NUM`, and whether the user set the family or range), as
+    /// [`Auto::from_params`] reads them.
+    pub gid_auto: Auto,
     /// `NCCL_IB_ADAPTIVE_ROUTING` (-2: on for InfiniBand, off for RoCE).
     pub adaptive_routing: i64,
     /// `NCCL_IB_PCI_RELAXED_ORDERING` (0 off, 1 on, 2 auto).
@@ -56,14 +54,6 @@ pub fn family(f: AddrFamily) -> i32 {
     }
 }
 
-fn range(r: &AddrRange) -> (IpAddr, u8) {
-    let ip = match r.family {
-        AddrFamily::Inet => IpAddr::from([r.addr[0], r.addr[1], r.addr[2], r.addr[3]]),
-        AddrFamily::Inet6 => IpAddr::from(r.addr),
-    };
-    (ip, r.prefix_len)
-}
-
 impl Discovery {
     /// The discovery slice of `p`.
     pub fn from_params(p: &Params) -> Self {
@@ -72,9 +62,7 @@ impl Discovery {
             hca: p.hca.clone(),
             gid_index: p.ib_gid_index.map_or(-1, i64::from),
             routable_flid_gid_index: p.ib_routable_flid_gid_index,
-            roce_version: i64::from(p.ib_roce_version_num),
-            addr_family: family(p.ib_addr_family),
-            addr_range: p.gid_addr_range().as_ref().map(range),
+            gid_auto: Auto::from_params(p),
             adaptive_routing: p.ib_adaptive_routing.map_or(-2, i64::from),
             relaxed_ordering: match p.ib_pci_relaxed_ordering {
                 RelaxedOrdering::Off => 0,
@@ -101,6 +89,10 @@ mod tests {
             (-1, -2, 2)
         );
         assert!(d.device_pci_order && d.query_port_speed, "NCCL's defaults");
+        assert!(
+            !d.gid_auto.strict,
+            "family and range unset: NCCL's GID fallback"
+        );
         let mut p = Params::default();
         for (n, v) in [
             ("NCCL_IB_GID_INDEX", "3"),
@@ -114,7 +106,8 @@ mod tests {
         }
         let d = Discovery::from_params(&p);
         assert_eq!(d.gid_index, 3);
-        assert_eq!(d.addr_range, Some(("10.0.0.0".parse().unwrap(), 8)));
+        assert_eq!(d.gid_auto, Auto::from_params(&p));
+        assert!(d.gid_auto.range.is_some() && d.gid_auto.strict);
         assert_eq!(d.adaptive_routing, 1);
         assert_eq!(d.routable_flid_gid_index, 2);
         assert!(!d.device_pci_order && !d.query_port_speed);

@@ -9,11 +9,14 @@
 //!   flags they set and the data path checks (loom-checked).
 //! * [`provider`]: the [`ibnet_core::provider::Provider`] implementation.
 //! * [`qp`]: connecting a QP (modify retry, routing, ECE).
+//! * `fake` (tests only): a libibverbs table over a GID table the test sets.
 
 pub mod device;
 pub mod discovery;
 pub use ibnet_atomics::event_flags;
 pub mod events;
+#[cfg(test)]
+mod fake;
 pub mod loader;
 pub mod provider;
 pub mod qp;

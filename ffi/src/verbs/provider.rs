@@ -39,6 +39,21 @@ pub struct VerbsPort {
     pub fault_ro_einval: bool,
     /// How QPs connect (modify retry, ECE); shared by every port of the plugin.
     pub qp: Arc<super::qp::QpOpts>,
+    /// The GID index and GID [`Provider::port_info`] reports: discovery's, and in a comm's
+    /// own copy the one chosen as the comm was made ([`VerbsPort::with_gid`]).
+    pub gid: (u8, [u8; 16]),
+}
+
+impl VerbsPort {
+    /// This port for a new comm, with the GID chosen for it
+    /// ([`VerbsDev::choose_gid`](super::device::VerbsDev::choose_gid)): the comm reads it
+    /// from its own copy, never from state another thread's connection may change.
+    pub fn with_gid(&self, gid: (u8, [u8; 16])) -> Self {
+        Self {
+            gid,
+            ..self.clone()
+        }
+    }
 }
 
 /// Logs the relaxed-ordering fallback once per process (registrations are not a hot path, but
@@ -158,7 +173,7 @@ impl VerbsPort {
         if rc == 0 {
             g.raw
         } else {
-            self.dev.gid
+            self.gid.1
         }
     }
 
@@ -201,8 +216,7 @@ impl VerbsPort {
     /// GIDs of different address families), next to the API's WARN of the error itself.
     fn warn_rtr(&self, qp: &VQp, a: &ConnectAttr) {
         let v4 = |g: [u8; 16]| std::net::Ipv6Addr::from(g).to_ipv4_mapped().is_some();
-        let hint = if a.link_layer == LinkLayer::Ethernet && v4(self.dev.gid) != v4(a.remote_gid.0)
-        {
+        let hint = if a.link_layer == LinkLayer::Ethernet && v4(self.gid.1) != v4(a.remote_gid.0) {
             ": the two GIDs are of different address families (IPv4-mapped and IPv6); \
              choose the same NCCL_IB_ADDR_FAMILY / NCCL_IB_GID_INDEX on both sides"
         } else {
@@ -217,7 +231,7 @@ impl VerbsPort {
             std::net::Ipv6Addr::from(a.remote_gid.0),
             a.remote_qpn,
             a.gid_index,
-            std::net::Ipv6Addr::from(self.dev.gid)
+            std::net::Ipv6Addr::from(self.gid.1)
         );
     }
 }
@@ -230,8 +244,9 @@ impl Provider for VerbsPort {
 
     fn port_info(&self) -> PortInfo {
         let d = &self.dev;
-        // Chosen as each comm is made (`VerbsDev::choose_gid`): the GID table may change.
-        let (gid_index, gid) = d.current_gid();
+        // Chosen as each comm is made (`VerbsDev::choose_gid`, `with_gid`): the GID table may
+        // change. This copy's own, read once by the comm (`Base::new`).
+        let (gid_index, gid) = self.gid;
         PortInfo {
             port: d.port,
             link_layer: if d.link_layer == IBV_LINK_LAYER_INFINIBAND {
@@ -685,6 +700,76 @@ impl Provider for VerbsPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verbs::discovery::Discovery;
+
+    /// A port of the fake libibverbs (`super::super::fake`), auto-selecting its GID under
+    /// `cfg`.
+    fn fake_port(cfg: &Discovery) -> VerbsPort {
+        VerbsPort {
+            gid: (0, [0; 16]),
+            dev: Arc::new(super::super::device::fake_dev(cfg)),
+            relaxed_ordering: false,
+            fault_ro_einval: false,
+            qp: Arc::new(super::super::qp::QpOpts {
+                retry_all: false,
+                retry_cnt: 0,
+                retry_sleep_ms: 0,
+                ece: false,
+                fault_timeouts: Default::default(),
+            }),
+        }
+    }
+
+    /// Two connects interleaved on one port while its GID moves (A chooses, the table
+    /// changes, B chooses, then A's comm is made): each comm reports the GID chosen for it,
+    /// never the other connect's (the choice used to go through the port's shared `last_gid`).
+    #[test]
+    fn a_comm_uses_its_own_gid_choice_not_a_concurrent_connects() {
+        let v4 = |a: u8| {
+            let mut g = [0u8; 16];
+            g[10..12].copy_from_slice(&[0xff, 0xff]);
+            g[12..].copy_from_slice(&[10, 0, 0, a]);
+            g
+        };
+        let mut ll = [0u8; 16];
+        ll[..2].copy_from_slice(&[0xfe, 0x80]);
+        ll[15] = 1;
+        let port = fake_port(&Discovery::default());
+        super::super::fake::set_gids(&[ll, v4(1), ll, ll]);
+        let a = port.with_gid(port.dev.choose_gid().unwrap());
+        super::super::fake::set_gids(&[ll, ll, v4(2), ll]);
+        let b = port.with_gid(port.dev.choose_gid().unwrap());
+        let (pa, pb) = (a.port_info(), b.port_info());
+        assert_eq!((pa.gid_index, pa.gid.0), (1, v4(1)), "A's own choice");
+        assert_eq!((pb.gid_index, pb.gid.0), (2, v4(2)), "B's own choice");
+
+        // The user set the family: once its GID is gone, a new comm's choice is
+        // `Error::NoGid` naming the port (the failed call's one WARN; it fails `accept`).
+        let mut p = ibnet_core::params::Params::default();
+        p.set("NCCL_IB_ADDR_FAMILY", "AF_INET").unwrap();
+        let strict = fake_port(&Discovery::from_params(&p));
+        super::super::fake::set_gids(&[ll, ll, ll, ll]);
+        let e = strict.dev.choose_gid().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NoGid {
+                    port: 1,
+                    inet6: false,
+                    range: None,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(ibnet_core::policy::nonce::fails_accept(&e, || false));
+        assert!(
+            e.to_string().starts_with("fake_gid0:1: no valid GID"),
+            "{e}"
+        );
+        // Unset: the same table keeps index 0, as NCCL.
+        assert_eq!(port.dev.choose_gid().unwrap(), (0, ll));
+    }
 
     #[test]
     fn unknown_completion_opcodes_are_errors() {

@@ -50,8 +50,9 @@ fn link(l: u8) -> &'static str {
 /// One GID table entry from sysfs: index, raw bytes, RoCE version (None: IB or unknown).
 type Gid = (i32, [u8; 16], Option<i64>);
 
-/// The index RoCE auto-selection picks among `list` under `cfg` (`None`: no GID matches
-/// `NCCL_IB_ADDR_FAMILY`/`NCCL_IB_ADDR_RANGE`, and the port is not used).
+/// The index RoCE auto-selection picks among `list` under `cfg` (`None`: no GID matches the
+/// `NCCL_IB_ADDR_FAMILY`/`NCCL_IB_ADDR_RANGE` the user set, and the port is not used; with
+/// both unset, index 0 as NCCL).
 fn auto_index(list: &[Gid], cfg: &Config) -> Option<i32> {
     let cands: Vec<device::Candidate> = list
         .iter()
@@ -61,7 +62,9 @@ fn auto_index(list: &[Gid], cfg: &Config) -> Option<i32> {
             roce: v.and_then(|v| u8::try_from(v).ok()),
         })
         .collect();
-    device::select_gid(&cands, &device::auto_sel(cfg)).ok()
+    device::select_gid(&cands, &cfg.gid_auto)
+        .ok()
+        .map(|c| c.index)
 }
 
 fn gids(dev: &str, port: u8) -> Vec<Gid> {

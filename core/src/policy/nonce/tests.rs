@@ -97,3 +97,25 @@ fn drops_are_logged_once_per_interval_and_counted_between() {
     assert_eq!(l.take_quiet(), 2);
     assert_eq!(l.take_quiet(), 0);
 }
+
+/// A nonce holder whose comm this side cannot make because the port's GID in
+/// `NCCL_IB_ADDR_FAMILY`/`_RANGE` vanished after init fails `accept` (as `Error::Full`): no
+/// other connection could succeed, and dropping it left NCCL's peer waiting for ever.
+#[test]
+fn a_vanished_gid_fails_accept() {
+    use crate::params::AddrFamily;
+    use crate::policy::gid::NoMatch;
+    let n: Nonce<()> = Nonce::new();
+    let e = NoMatch {
+        family: AddrFamily::Inet,
+        range: None,
+    }
+    .to_error(crate::verbs::DevName::new("mlx5_0"), 1);
+    assert!(fails_accept(&e, || false));
+    assert_eq!(n.classify(true, &e, || false), Failure::HolderDied);
+    assert_eq!(
+        n.classify(false, &e, || false),
+        Failure::Dropped,
+        "no nonce shown: junk"
+    );
+}
