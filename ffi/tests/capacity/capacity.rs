@@ -4,6 +4,8 @@
 //! (The MR cache and open/close cycles: `open_close.rs`, a process of its own so that RSS is
 //! this test's alone; the cost of opening comms: `comm_open_cost.rs`.)
 
+use crate::util;
+
 use ibnet_core::comm::CommConfig;
 use ibnet_core::params::Params;
 use ibnet_core::provider::LinkLayer;
@@ -37,6 +39,9 @@ fn cfg(nqps: u8, flush: bool) -> CommConfig {
 /// commit no queue memory: 2,048 comms of 128 QPs stay under 1 GB of RSS.
 #[test]
 fn max_comms_fit_for_any_qps_per_connection() {
+    if util::ran_in_child() {
+        return;
+    }
     let Some(_probe) = soft() else { return };
     for (nqps, flush) in [(1, false), (2, false), (3, true), (16, false), (128, false)] {
         let Some(sp) = soft() else { return };
@@ -68,6 +73,9 @@ fn max_comms_fit_for_any_qps_per_connection() {
 /// `IBNET_SOFT_MEM`), and once a comm is closed its share is back and one more opens.
 #[test]
 fn past_the_memory_budget_the_next_comm_is_refused() {
+    if util::ran_in_child() {
+        return;
+    }
     let Some(_probe) = soft() else { return };
     const MEM: u64 = 64 << 20;
     for nqps in [1, 16, 128] {

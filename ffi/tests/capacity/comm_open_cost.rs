@@ -9,12 +9,12 @@
 //!   pair at 1, 16 and 128 QPs per connection with 1, 512 and 2,040 comms already open (a
 //!   budget large enough for them; the last 8 of the 2,048 a soft device holds). Each
 //!   row runs in a child process (`open_cost_row`, its own plugin and environment):
-//!   `cargo test -p ibnet-ffi --release --test comm_open_cost -- --ignored --nocapture open_cost_table`
+//!   `cargo test -p ibnet-ffi --release --test capacity -- --ignored --nocapture open_cost_table`
 //! * `xproc_row` (ignored, with `IBNET_XPROC_QPS=N`): the same between two processes at the
 //!   default budget: the advertised `maxComms` pairs open, timed, and the next is refused
 //!   (the child, `xproc_child`, connects; one WARN there).
 
-mod util;
+use crate::util;
 
 use core::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -55,6 +55,9 @@ fn close_pair((s, r): (*mut c_void, *mut c_void)) {
 /// listener's address; after a pair is closed another opens.
 #[test]
 fn advertised_comms_open_and_the_next_is_refused() {
+    if util::ran_in_child() {
+        return;
+    }
     let mem = (8 * comm_bytes(16) + 4096).to_string();
     let env = [
         ("NCCL_SOCKET_IFNAME", "lo"),
@@ -238,10 +241,11 @@ fn open_cost_row() {
 #[ignore]
 fn open_cost_table() {
     let exe = std::env::current_exe().unwrap();
+    let row = util::test_path(module_path!(), "open_cost_row");
     println!("qps  comms open  ms/comm  RSS (MiB)  KiB/comm (last 8)  KiB/comm (avg)  mappings");
     for q in [1, 16, 128] {
         let out = std::process::Command::new(&exe)
-            .args(["--ignored", "--exact", "open_cost_row", "--nocapture"])
+            .args(["--ignored", "--exact", row.as_str(), "--nocapture"])
             .env("IBNET_COST_QPS", q.to_string())
             .output()
             .unwrap();
@@ -265,10 +269,11 @@ fn open_cost_table() {
             }
         }
     }
+    let row = util::test_path(module_path!(), "xproc_row");
     println!("two processes, default budget: qps  maxComms  s(all)  ms(1st)  ms(512th)  ms(2048th)  RSS KiB  child RSS KiB");
     for q in [1, 16, 128] {
         let out = std::process::Command::new(&exe)
-            .args(["--ignored", "--exact", "xproc_row", "--nocapture"])
+            .args(["--ignored", "--exact", row.as_str(), "--nocapture"])
             .env("IBNET_XPROC_QPS", q.to_string())
             .output()
             .unwrap();
@@ -368,8 +373,9 @@ fn xproc_row() {
         return;
     }
     let n = api::properties(0).unwrap().max_comms as usize;
+    let role = util::test_path(module_path!(), "xproc_child");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "xproc_child", "--nocapture", "-q"])
+        .args(["--ignored", "--exact", role.as_str(), "--nocapture", "-q"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -2,7 +2,7 @@
 //! that closes the bootstrap socket, a refused connect, and a bogus soft peer address (no
 //! cross-memory-attach hint). Over the soft provider, through `api`; texts read from the log.
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -83,6 +83,9 @@ fn a_stalled_peer_is_named_once() {
 
 #[test]
 fn bootstrap_errors_name_the_peer() {
+    if util::ran_in_child() {
+        return;
+    }
     if !init_soft(&[
         ("IBNET_HANDSHAKE_TIMEOUT", "1"),
         ("IBNET_STALL_WARN", "1"),

@@ -4,7 +4,7 @@
 //! with every byte verified, a multi-receive reporting each exact size, and traffic counted on
 //! each rail. The failover case is `fused_failover.rs` (its own process: a fault knob).
 
-mod util;
+use crate::util;
 
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
@@ -150,6 +150,9 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_fused_nic_through_the_api() {
+    if util::ran_in_child() {
+        return;
+    }
     if !init_soft(&[("NCCL_SOCKET_IFNAME", "lo"), ("IBNET_SOFT_DEVICES", "2")]) {
         return;
     }
@@ -281,6 +284,9 @@ fn a_failed_fused_comm_refuses_new_work(d: c_int) {
 
 #[test]
 fn sizes_of_fused_comms() {
+    if util::ran_in_child() {
+        return;
+    }
     println!(
         "FusedSend<soft> {} B, FusedRecv<soft> {} B, SendComm<soft> {} B",
         size_of::<ibnet_core::fused::FusedSend<ibnet_soft::SoftProvider>>(),

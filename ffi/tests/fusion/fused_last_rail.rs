@@ -3,7 +3,7 @@
 //! has one WARN, the failing call's (naming the peer). The line saying which rail was the last is
 //! INFO beside it, not a second WARN.
 
-mod util;
+use crate::util;
 
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
@@ -15,6 +15,9 @@ use util::*;
 
 #[test]
 fn the_last_rail_failing_is_one_warn_the_failing_calls() {
+    if util::ran_in_child() {
+        return;
+    }
     let Some((s, r, _l)) = fused_pair_faults_on("seed=7,wr_fail=41:RetryExceeded", None) else {
         return;
     };

@@ -12,7 +12,7 @@
 //! limit runs.
 #![allow(unsafe_code)]
 
-mod util;
+use crate::util;
 
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
@@ -111,12 +111,15 @@ fn test_until_done(req: *mut c_void, what: &str) -> c_int {
 }
 
 /// The advertised maximum in one `isend`, byte for byte. Opt-in (`cargo test -p ibnet-ffi
-/// --test max_p2p -- --ignored`): 2 GiB of real receive memory, a peak RSS of about 4.3 GB
+/// --test plugin -- --ignored max_p2p`): 2 GiB of real receive memory, a peak RSS of about 4.3 GB
 /// (the 32 aliases of the send memfd count in RSS once each, though they share 64 MiB of
 /// pages), about 11 s in a debug build.
 #[test]
 #[ignore = "2 GiB receive buffer; run with --ignored"]
 fn the_advertised_max_p2p_bytes_moves_in_one_isend_byte_for_byte() {
+    if util::ran_in_child() {
+        return;
+    }
     if !init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
         return;
     }
@@ -130,6 +133,9 @@ fn the_advertised_max_p2p_bytes_moves_in_one_isend_byte_for_byte() {
 /// maximum is the core's, past that 1 GiB.
 #[test]
 fn a_send_past_the_old_1_gib_limit_moves_byte_for_byte() {
+    if util::ran_in_child() {
+        return;
+    }
     if !init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]) {
         return;
     }

@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
+use crate::util;
+
 use ibnet_core::Error;
 use ibnet_proxy::attach::Attached;
 use ibnet_proxy::xmap::XMap;
@@ -138,10 +140,11 @@ fn say(w: &mut impl Write, l: &str) {
 }
 
 fn spawn(role: &str, case: usize) -> (Child, ChildStdin, Receiver<String>) {
+    let helper = util::test_path(module_path!(), "xproc_helper");
     let mut c = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "xproc_helper",
+            helper.as_str(),
             "--include-ignored",
             "--nocapture",
         ])

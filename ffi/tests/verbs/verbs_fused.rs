@@ -8,6 +8,8 @@
 //! Without two verbs devices named by `IBNET_FUSED_DEVS` (default `rxe0,rxe1`) the tests skip,
 //! unless `IBNET_FUSED_REQUIRE=1` (the VM's fused cases set it).
 
+use crate::util;
+
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -144,6 +146,9 @@ fn send(p: &mut Pair, sb: &AlignedBuf, size: usize, tag: u32, rid: ReqId) -> Req
 
 #[test]
 fn verbs_fused_two_rails_stripe_every_message() {
+    if util::ran_in_child() {
+        return;
+    }
     let Some((rails, cfg)) = rails() else { return };
     let names: Vec<String> = rails
         .iter()
@@ -186,6 +191,9 @@ fn verbs_fused_two_rails_stripe_every_message() {
 
 #[test]
 fn verbs_fused_failover_keeps_every_byte() {
+    if util::ran_in_child() {
+        return;
+    }
     let Ok(cmd) = std::env::var("IBNET_FUSED_FAULT_CMD") else {
         eprintln!("SKIP: IBNET_FUSED_FAULT_CMD not set");
         return;

@@ -1,8 +1,8 @@
 //! `IBNET_IBVERBS_PATH` naming a library that cannot be loaded: the plugin does not fall back to
 //! the system's libibverbs; `init` succeeds with 0 devices and one WARN names the variable and
-//! the path. (Its own test binary: the library is resolved once per process.)
+//! the path. (A process of its own: the library is resolved once per process.)
 
-mod util;
+use crate::util;
 
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
@@ -10,6 +10,9 @@ use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 #[test]
 fn a_named_libibverbs_that_cannot_load_is_one_warn_and_no_devices() {
+    if util::ran_in_child() {
+        return;
+    }
     let path = "/nonexistent/ibnet-test/libibverbs-missing.so.1";
     std::env::remove_var("IBNET_PROVIDER");
     std::env::set_var("IBNET_IBVERBS_PATH", path);

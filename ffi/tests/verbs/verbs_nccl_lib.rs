@@ -1,9 +1,9 @@
 //! `NCCL_IBVERBS_LIB` (NCCL 2.30's name for what `IBNET_IBVERBS_PATH` does) picks the
 //! libibverbs: naming a library that cannot be loaded, the plugin does not fall back to the
 //! system's; `init` succeeds with 0 devices and one WARN names the variable and the path.
-//! (Its own test binary: the library is resolved once per process.)
+//! (A process of its own: the library is resolved once per process.)
 
-mod util;
+use crate::util;
 
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
@@ -11,6 +11,9 @@ use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 #[test]
 fn nccl_ibverbs_lib_names_the_libibverbs() {
+    if util::ran_in_child() {
+        return;
+    }
     let path = "/nonexistent/ibnet-test/nccl-libibverbs-missing.so.1";
     std::env::remove_var("IBNET_PROVIDER");
     std::env::remove_var("IBNET_IBVERBS_PATH");
