@@ -1,7 +1,7 @@
 //! Capacity matches what is advertised (issue 13): `maxComms` comms fit for any
 //! `NCCL_IB_QPS_PER_CONNECTION` (soft provider), and where the provider's QP memory budget
 //! (`IBNET_SOFT_MEM`) is what bounds `maxComms`, the comm after them is refused (issue 30).
-//! (The MR cache and open/close cycles: `open_close.rs`, a process of its own so that RSS is
+//! (The MR cache and open/close cycles: `plugin/open_close.rs`, a process of its own so that RSS is
 //! this test's alone; the cost of opening comms: `comm_open_cost.rs`.)
 
 use crate::util;

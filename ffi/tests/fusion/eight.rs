@@ -17,7 +17,7 @@ use crate::util::{post_recv, reg, take_log};
 pub const HCA: &str = "soft0:1:0:0,soft1:1:0:1,soft2:1:0:2,soft3:1:0:3,\
                    soft4:1:0:0,soft5:1:0:1,soft6:1:0:2,soft7:1:0:3";
 
-#[allow(dead_code)] // used by fused_eight.rs only
+/// The v12 properties of device `dev`, through the exported table.
 pub fn props12(dev: c_int) -> Props12 {
     let mut p = core::mem::MaybeUninit::<Props12>::zeroed();
     let f = ncclNetPlugin_v12.get_properties.expect("getProperties");
