@@ -19,7 +19,7 @@ cd "$root"
 export NCCL_SOCKET_IFNAME=lo
 unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH
 
-# The complete C example in ibnet.h's comment (as ffi/tests/proxy_capi/proxy_c_example.rs extracts it).
+# The complete C example in ibnet.h's comment (as ffi/tests/proxy/proxy_c_example.rs extracts it).
 example_source() {
   awk '/Complete example/ {f = 1} f && /#include </ {p = 1} p && /\*\// {exit}
        p {sub(/^ \*( {3})?/, ""); print}' include/ibnet.h

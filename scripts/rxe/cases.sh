@@ -145,7 +145,7 @@ for f in "$SHARE"/rust/*; do
     "IBNET_TEST_REQUIRE_VERBS=1 $f --test-threads=1 --color never"
 done
 
-# ---- Fused comms over two rails (ffi/tests/verbs_fused.rs): a second soft-RoCE device, rxe1 on
+# ---- Fused comms over two rails (ffi/tests/verbs/verbs_fused.rs): a second soft-RoCE device, rxe1 on
 # dummy1, exists only during these cases (every other case sees rxe0 alone). Each rail's two ends
 # share its device. The failover case takes dummy1 down while messages are in flight;
 # NCCL_IB_TIMEOUT=14 (67 ms x 8 tries) bounds how long a rail takes to declare itself failed.
@@ -163,11 +163,11 @@ rail2_up() {
 }
 rail2_down() { rdma link delete rxe1 2>/dev/null; ip link delete dummy1 2>/dev/null; true; }
 export -f rail2_up rail2_down
-fused="IBNET_FUSED_REQUIRE=1 $SHARE/rust/verbs_fused --test-threads=1 --nocapture --color never --exact"
-t fused-rails "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { $fused verbs_fused_two_rails_stripe_every_message; \
+fused="IBNET_FUSED_REQUIRE=1 $SHARE/rust/verbs --test-threads=1 --nocapture --color never --exact"
+t fused-rails "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { $fused verbs_fused::verbs_fused_two_rails_stripe_every_message; \
   rc=\$?; rail2_down; exit \$rc; }"
 t fused-failover-linkdown "$IBNET_RXE_CASE_TIMEOUT" "rail2_up && { NCCL_IB_TIMEOUT=14 \
-  IBNET_FUSED_FAULT_CMD='ip link set dummy1 down' $fused verbs_fused_failover_keeps_every_byte; \
+  IBNET_FUSED_FAULT_CMD='ip link set dummy1 down' $fused verbs_fused::verbs_fused_failover_keeps_every_byte; \
   rc=\$?; rail2_down; exit \$rc; }"
 
 # ---- The same two rails through the plugin's C API: ibnet-perf --fuse 0,1 makes the virtual

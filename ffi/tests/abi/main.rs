@@ -5,5 +5,7 @@
 //! loads, which the other two never load.
 
 mod foreign_versions;
+// The header's proxy API is the Rust C API of feature `capi`.
+#[cfg(feature = "capi")]
 mod header;
 mod layout;

@@ -1,7 +1,14 @@
-//! What the plugin-level tests share: the plugin initialised over the soft provider, the log
-//! lines it wrote, connect/accept loops and a byte-verified transfer (through `api`, the
-//! version-agnostic bodies of the exported C entry points).
+//! What the plugin-level tests share: a process of its own for each test of a grouped binary
+//! ([`isolate`]), the plugin initialised over the soft provider, the log lines it wrote,
+//! connect/accept loops and a byte-verified transfer (through `api`, the version-agnostic
+//! bodies of the exported C entry points). Each group binary includes it as its `util` module.
 #![allow(dead_code)]
+
+pub mod isolate;
+
+// Not every binary uses both.
+#[allow(unused_imports)]
+pub use isolate::{ran_in_child, test_path};
 
 use core::ffi::{c_int, c_void};
 use std::net::SocketAddr;
