@@ -196,41 +196,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).returned).write(Vec::new());
             addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
         }
-        // Every field written above: this pattern names them all, so a new field that the
-        // writes above miss does not compile.
-        let _ = |s: &Self| {
-            let Self {
-                rails: _,
-                live: _,
-                msgs: _,
-                free: _,
-                seq: _,
-                ring: _,
-                ring_mrs: _,
-                ring_keys: _,
-                back_stage: _,
-                back_mrs: _,
-                back_keys: _,
-                back_ring: _,
-                back_needed: _,
-                back_told: _,
-                back_pending: _,
-                broken: _,
-                poisoned: _,
-                events: _,
-                res: _,
-                now: _,
-                gen: _,
-                phase: _,
-                retry_at: _,
-                round_at: _,
-                tries: _,
-                joined_at: _,
-                join_pending: _,
-                returned: _,
-                weights: _,
-            } = s;
-        };
+        // Every field written above: `names_every_field`'s pattern names them all.
+        let _ = Self::names_every_field;
         // SAFETY: every field of `*p` was written above.
         let r = unsafe { slot.assume_init_mut() }.set_up(devs, cfg, remote);
         if let Err(e) = r {
@@ -241,6 +208,42 @@ impl<P: Provider + Clone> FusedRecv<P> {
         }
         // SAFETY: initialised above and not dropped (`set_up` succeeded).
         Ok(unsafe { slot.assume_init_mut() })
+    }
+
+    /// Names every field in one pattern, so that a field [`init`](Self::init) does not write
+    /// fails to compile here (never called; `init` refers to it).
+    fn names_every_field(s: &Self) {
+        let Self {
+            rails: _,
+            live: _,
+            msgs: _,
+            free: _,
+            seq: _,
+            ring: _,
+            ring_mrs: _,
+            ring_keys: _,
+            back_stage: _,
+            back_mrs: _,
+            back_keys: _,
+            back_ring: _,
+            back_needed: _,
+            back_told: _,
+            back_pending: _,
+            broken: _,
+            poisoned: _,
+            events: _,
+            res: _,
+            now: _,
+            gen: _,
+            phase: _,
+            retry_at: _,
+            round_at: _,
+            tries: _,
+            joined_at: _,
+            join_pending: _,
+            returned: _,
+            weights: _,
+        } = s;
     }
 
     /// The fallible part of [`init`](Self::init): the rails' comms and the registrations of
