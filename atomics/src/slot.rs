@@ -42,6 +42,7 @@ pub enum Life {
 }
 
 impl Life {
+    #[inline]
     fn from_state(st: u64) -> Self {
         let kind = match st & 0x3 {
             1 => Kind::Listen,
@@ -63,6 +64,7 @@ impl Life {
         }
     }
 
+    #[inline]
     fn kind(self) -> Option<Kind> {
         match self {
             Life::Free => None,
@@ -72,6 +74,7 @@ impl Life {
 
     /// `Ok` for a live comm; `Poisoned { op }` for a poisoned one (poisoned by a caught panic:
     /// reported as an internal error, as the panic was).
+    #[inline]
     pub fn check(self, op: &'static str) -> Result<(), Error> {
         match self {
             Life::Poisoned(_) => Err(Error::Poisoned {
@@ -95,6 +98,7 @@ pub struct Slot {
     ptr: AtomicUsize,
 }
 
+#[inline]
 fn gen_of(state: u64) -> u32 {
     (state >> LIFE_BITS) as u32
 }
@@ -144,6 +148,7 @@ impl Slot {
 
     /// The comm in this slot if its generation, masked with `gen_mask`, is `gen` (live or
     /// poisoned): its box, kind and lifecycle.
+    #[inline]
     pub fn lookup(&self, gen: u32, gen_mask: u32) -> Option<(*mut (), Kind, Life)> {
         // Acquire pairs with the Release stores in `publish` (makes `ptr` visible) and
         // `poison`.

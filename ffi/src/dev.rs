@@ -472,6 +472,7 @@ impl AnySend {
         each!(self, "isend", c => c.isend_under(addr, size, tag, mr, parent))
     }
     /// See `FusedSend::isend` (`mrs`: the buffer's keys on each rail).
+    #[inline]
     pub fn isend_fused(
         &mut self,
         addr: u64,
@@ -493,7 +494,7 @@ impl AnySend {
         split!(self, c => c.set_events(sink), _f => {})
     }
     /// See `SendComm::test` / `FusedSend::test`.
-    #[inline]
+    #[inline(always)]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         split!(self, c => c.test(id), c => {
             tick(&mut **c);
@@ -512,10 +513,15 @@ impl AnySend {
     pub fn take_returned(&mut self) -> Returned {
         split!(self, _c => Returned::new(), c => c.take_returned())
     }
+    /// Whether `take_events` or `take_returned` has anything (always false for a plain comm).
+    #[inline]
+    pub fn has_rail_news(&self) -> bool {
+        split!(self, _c => false, c => c.has_rail_news())
+    }
 
     /// The comm's first send cut to its receive's size, once (see
     /// `SendComm::take_truncation`).
-    #[inline]
+    #[inline(always)]
     pub fn take_truncation(&mut self) -> Option<Truncation> {
         all!(self, c => c.take_truncation())
     }
@@ -563,6 +569,7 @@ impl AnyRecv {
         split!(self, _c => {}, c => c.set_resilience(r))
     }
     /// See `FusedRecv::irecv`.
+    #[inline]
     pub fn irecv_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
         fused!(self, "irecv", c => {
             if c.wants_clock() {
@@ -584,7 +591,7 @@ impl AnyRecv {
         fused!(self, "iflush", c => c.iflush(bufs))
     }
     /// See `RecvComm::test` / `FusedRecv::test`.
-    #[inline]
+    #[inline(always)]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
         split!(self, c => c.test(id), c => {
             if c.wants_clock() {
@@ -604,6 +611,11 @@ impl AnyRecv {
     /// Rails returned to striping since the last call (always none for a plain comm).
     pub fn take_returned(&mut self) -> Returned {
         split!(self, _c => Returned::new(), c => c.take_returned())
+    }
+    /// Whether `take_events` or `take_returned` has anything (always false for a plain comm).
+    #[inline]
+    pub fn has_rail_news(&self) -> bool {
+        split!(self, _c => false, c => c.has_rail_news())
     }
     /// The rails' state of a fused comm (`None`: plain).
     pub fn fused_stats(&self) -> Option<FusedStats> {

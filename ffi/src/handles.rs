@@ -118,9 +118,10 @@ fn decode_comm(token: usize) -> Option<(usize, u32)> {
 
 /// The comm behind a comm token of one of `kinds`, live or poisoned. Lock-free; never
 /// dereferences anything for a stale or foreign token.
+#[inline]
 pub fn lookup(token: usize, kinds: &[Kind], op: &'static str) -> Result<Found, Error> {
-    let (idx, gen) = decode_comm(token).ok_or(bad(op))?;
-    let (ptr, kind, life) = SLOTS[idx].lookup(gen, u32::MAX).ok_or(bad(op))?;
+    let (idx, gen) = decode_comm(token).ok_or_else(|| bad(op))?;
+    let (ptr, kind, life) = SLOTS[idx].lookup(gen, u32::MAX).ok_or_else(|| bad(op))?;
     if !kinds.contains(&kind) {
         return Err(bad(op));
     }
@@ -138,6 +139,7 @@ pub fn request_token(comm: usize, id: ReqId) -> usize {
 
 /// The comm (send or receive) and the request id behind a request token. Lock-free; never
 /// dereferences anything for a stale or foreign token.
+#[inline]
 pub fn lookup_request(token: usize) -> Result<(Found, ReqId), Error> {
     let op = "request";
     let v = token as u64;

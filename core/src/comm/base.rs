@@ -267,7 +267,7 @@ impl<P: Provider> Base<P> {
 
     /// Fails fast on a poisoned comm, or on one an async event made unusable
     /// ([`Self::check_events`]).
-    #[inline]
+    #[inline(always)]
     pub fn check_live(&mut self, op: &'static str) -> Result<()> {
         if let Life::Poisoned(cause) = self.life {
             return Err(Error::Poisoned { op, cause });

@@ -383,6 +383,13 @@ impl<P: Provider + Clone> FusedRecv<P> {
         core::mem::take(&mut self.events)
     }
 
+    /// Whether [`Self::take_events`] or [`Self::take_returned`] has anything to give (one test
+    /// per data call, so that neither is taken, nor its vector moved, when nothing happened).
+    #[inline]
+    pub fn has_rail_news(&self) -> bool {
+        !self.events.is_empty() || !self.returned.is_empty()
+    }
+
     /// Whether rail `i` is still in use here.
     pub fn rail_live(&self, i: usize) -> bool {
         self.live.get(i).copied().unwrap_or(false)

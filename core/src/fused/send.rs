@@ -418,6 +418,13 @@ impl<P: Provider + Clone> FusedSend<P> {
         core::mem::take(&mut self.events)
     }
 
+    /// Whether [`Self::take_events`] or [`Self::take_returned`] has anything to give (one test
+    /// per data call, so that neither is taken, nor its vector moved, when nothing happened).
+    #[inline]
+    pub fn has_rail_news(&self) -> bool {
+        !self.events.is_empty() || !self.returned.is_empty()
+    }
+
     /// Sets each rail's stripe weight (rail order; its speed, in units both ends share): a
     /// message's parts are cut in proportion ([`stripe_weighted`]). Both ends must hold the
     /// same weights: the plugin sets each rail's smaller speed of the two ends', which it

@@ -11,8 +11,8 @@ use ibnet_core::comm::{Done, RecvBuf};
 use ibnet_core::fifo::MAX_RECVS;
 use ibnet_core::Error;
 
-use super::comm::SendCommBox;
 use super::comm::{recv_comm, request, send_comm, CommRef};
+use super::comm::{CommBox, SendCommBox};
 use super::common::{missing, out_ptr};
 use super::entry::entry_at;
 use super::mr::{covers, fused_mr_get, mr_get, MrInfo};
@@ -105,14 +105,7 @@ fn isend_fused(
     // SAFETY: a data-path call; see `CommBox::comm_mut`.
     let (c, w) = unsafe { s.parts_mut() };
     let r = c.isend_fused(data as u64, size, tag as u32, &keys[..n]);
-    let ev = c.take_events();
-    if !ev.is_empty() {
-        s.log_rail_events("send", ev);
-    }
-    let back = c.take_returned();
-    if !back.is_empty() {
-        s.log_rail_returns("send", back);
-    }
+    rail_news(s, "send", c);
     let id = match (r?, w) {
         (Some(id), w) => {
             w.map(Watch::progress);
@@ -200,15 +193,17 @@ impl Buf for FusedBuf {
 
 /// NCCL's `n` buffers as the core's, each checked against its registration, which `lookup`
 /// finds from the buffer's `mhandle` (the device's cache for a plain comm, the fused NIC's for
-/// a fused one): its keys and the range it covers.
+/// a fused one): its keys and the range it covers. They are written into `bufs` (the
+/// caller's, so that the array is not copied on return); the result is how many.
 fn gather<B: Buf>(
+    bufs: &mut [B; MAX_RECVS],
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
     lookup: impl Fn(*mut c_void) -> Result<(B::Keys, MrInfo), Error>,
-) -> Result<([B; MAX_RECVS], usize), Error> {
+) -> Result<usize, Error> {
     if n < 1 || n as usize > MAX_RECVS {
         return Err(Error::OutOfRange {
             what: "n (receives in one irecv)",
@@ -221,7 +216,6 @@ fn gather<B: Buf>(
     if data.is_null() || mhandles.is_null() {
         return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
     }
-    let mut bufs = [B::default(); MAX_RECVS];
     for (i, b) in bufs.iter_mut().enumerate().take(n) {
         // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
         let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
@@ -239,11 +233,13 @@ fn gather<B: Buf>(
         covers(&m, d as u64, size)?;
         *b = B::new(d as u64, size, tag as u32, keys);
     }
-    Ok((bufs, n))
+    Ok(n)
 }
 
 /// [`gather`] through a plain comm's registration cache.
+#[allow(clippy::too_many_arguments)] // gather's arguments and the cache's
 fn gather_plain(
+    bufs: &mut [RecvBuf; MAX_RECVS],
     cache: &MrCacheT,
     dev_index: u8,
     n: c_int,
@@ -251,8 +247,8 @@ fn gather_plain(
     sizes: Sizes,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
-) -> Result<([RecvBuf; MAX_RECVS], usize), Error> {
-    gather(n, data, sizes, tags, mhandles, |mh| {
+) -> Result<usize, Error> {
+    gather(bufs, n, data, sizes, tags, mhandles, |mh| {
         mr_get(cache, dev_index, mh).map(|m| (m.keys, m))
     })
 }
@@ -279,28 +275,33 @@ pub fn irecv(
             return Err(missing("tags"));
         }
         if let Some(f) = &r.fused {
-            let (bufs, n) =
-                gather::<FusedBuf>(n, data, sizes, tags, mhandles, |mh| fused_mr_get(f, mh))?;
+            let mut bufs = [FusedBuf::default(); MAX_RECVS];
+            let n = gather(&mut bufs, n, data, sizes, tags, mhandles, |mh| {
+                fused_mr_get(f, mh)
+            })?;
             // SAFETY: a data-path call; see `CommBox::comm_mut`.
             let (c, w) = unsafe { r.parts_mut() };
             if let Some(w) = w {
                 w.tag = bufs[0].tag;
             }
             let res = c.irecv_fused(&bufs[..n]);
-            let ev = c.take_events();
-            if !ev.is_empty() {
-                r.log_rail_events("receive", ev);
-            }
-            let back = c.take_returned();
-            if !back.is_empty() {
-                r.log_rail_returns("receive", back);
-            }
+            rail_news(r, "receive", c);
             if let Some(id) = res? {
                 *out = handles::request_token(comm as usize, id) as *mut c_void;
             }
             return Ok(());
         }
-        let (bufs, n) = gather_plain(&r.cache, r.dev_index, n, data, sizes, tags, mhandles)?;
+        let mut bufs = [RecvBuf::default(); MAX_RECVS];
+        let n = gather_plain(
+            &mut bufs,
+            &r.cache,
+            r.dev_index,
+            n,
+            data,
+            sizes,
+            tags,
+            mhandles,
+        )?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let (c, w) = unsafe { r.parts_mut() };
         if let Some(w) = w {
@@ -337,8 +338,10 @@ pub fn iflush(
         let no_tags = core::ptr::null();
         if let Some(f) = &r.fused {
             let sz = Sizes::Int(sizes);
-            let (bufs, n) =
-                gather::<FusedBuf>(n, data, sz, no_tags, mhandles, |mh| fused_mr_get(f, mh))?;
+            let mut bufs = [FusedBuf::default(); MAX_RECVS];
+            let n = gather(&mut bufs, n, data, sz, no_tags, mhandles, |mh| {
+                fused_mr_get(f, mh)
+            })?;
             // SAFETY: a data-path call; see `CommBox::comm_mut`.
             let c = unsafe { r.comm_mut() };
             let res = c.iflush_fused(&bufs[..n]);
@@ -351,7 +354,9 @@ pub fn iflush(
             }
             return Ok(());
         }
-        let (bufs, n) = gather_plain(
+        let mut bufs = [RecvBuf::default(); MAX_RECVS];
+        let n = gather_plain(
+            &mut bufs,
             &r.cache,
             r.dev_index,
             n,
@@ -385,13 +390,7 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 // SAFETY: a data-path call; see `CommBox::comm_mut`.
                 let (c, w) = unsafe { b.parts_mut() };
                 let r = watched(c, id, w, "the send's completion", req);
-                if b.fused.is_some() {
-                    b.log_rail_events("send", c.take_events());
-                    let back = c.take_returned();
-                    if !back.is_empty() {
-                        b.log_rail_returns("send", back);
-                    }
-                }
+                rail_news(b, "send", c);
                 r
             }
             (CommRef::Recv(b), id) => {
@@ -399,13 +398,7 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
                 // SAFETY: as above.
                 let (c, w) = unsafe { b.parts_mut() };
                 let r = watched(c, id, w, "data (a matching isend)", req);
-                if b.fused.is_some() {
-                    b.log_rail_events("receive", c.take_events());
-                    let back = c.take_returned();
-                    if !back.is_empty() {
-                        b.log_rail_returns("receive", back);
-                    }
-                }
+                rail_news(b, "receive", c);
                 r
             }
         };
@@ -427,25 +420,65 @@ pub fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult
 trait Tested {
     fn test(&mut self, id: ReqId) -> Result<Option<Done>, Error>;
     fn fail(&mut self, e: &Error);
+    /// See `AnySend::has_rail_news`.
+    fn has_rail_news(&self) -> bool;
+    /// Logs what a fused comm's rails did (taken out of use, returned), as `b`'s.
+    fn log_rail_news(&mut self, b: &CommBox<Self>, side: &str)
+    where
+        Self: Sized;
+}
+
+/// After a data call on a fused comm: its rails taken out of use (one WARN each) and returned
+/// (one INFO each) since the last call, logged. One flag test when nothing happened (nothing
+/// taken, nothing moved); always nothing for a plain comm.
+#[inline]
+fn rail_news<C: Tested>(b: &CommBox<C>, side: &str, c: &mut C) {
+    if c.has_rail_news() {
+        c.log_rail_news(b, side);
+    }
 }
 
 impl Tested for AnySend {
-    #[inline]
+    #[inline(always)]
     fn test(&mut self, id: ReqId) -> Result<Option<Done>, Error> {
         AnySend::test(self, id)
     }
     fn fail(&mut self, e: &Error) {
         AnySend::fail(self, e)
     }
+    #[inline]
+    fn has_rail_news(&self) -> bool {
+        AnySend::has_rail_news(self)
+    }
+    #[cold]
+    fn log_rail_news(&mut self, b: &CommBox<Self>, side: &str) {
+        b.log_rail_events(side, self.take_events());
+        let back = self.take_returned();
+        if !back.is_empty() {
+            b.log_rail_returns(side, back);
+        }
+    }
 }
 
 impl Tested for AnyRecv {
-    #[inline]
+    #[inline(always)]
     fn test(&mut self, id: ReqId) -> Result<Option<Done>, Error> {
         AnyRecv::test(self, id)
     }
     fn fail(&mut self, e: &Error) {
         AnyRecv::fail(self, e)
+    }
+    #[inline]
+    fn has_rail_news(&self) -> bool {
+        AnyRecv::has_rail_news(self)
+    }
+    #[cold]
+    fn log_rail_news(&mut self, b: &CommBox<Self>, side: &str) {
+        b.log_rail_events(side, self.take_events());
+        let back = self.take_returned();
+        if !back.is_empty() {
+            b.log_rail_returns(side, back);
+        }
     }
 }
 

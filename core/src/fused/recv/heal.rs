@@ -39,10 +39,19 @@ impl<P: Provider + Clone> FusedRecv<P> {
     }
 
     /// One step of failback for every rail out of use here.
+    #[inline]
     pub(super) fn heal_step(&mut self) -> Result<()> {
-        if !self.res.recovery {
-            return Ok(());
+        // Failback off (the default): one flag test, the rails' walk kept out of line.
+        if self.res.recovery {
+            self.heal_rails()
+        } else {
+            Ok(())
         }
+    }
+
+    /// [`Self::heal_step`]'s work, with failback on.
+    #[inline(never)]
+    fn heal_rails(&mut self) -> Result<()> {
         for d in 0..self.rails.len() {
             if let Some((c, id)) = self.join_pending[d] {
                 match self.rails[c as usize].test(id) {

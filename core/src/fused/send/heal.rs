@@ -22,10 +22,17 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// nothing of this side is in flight on it, its QPs are reset (`SendComm::revive`) and
     /// READY is published in the back ring for the receiver to read. A reset that fails is a
     /// failed attempt (tried again after the start delay, `attempts_max` in a row at most).
+    #[inline]
     pub(super) fn heal_step(&mut self) {
-        if !self.res.recovery {
-            return;
+        // Failback off (the default): one flag test, the rails' walk kept out of line.
+        if self.res.recovery {
+            self.heal_rails();
         }
+    }
+
+    /// [`Self::heal_step`]'s work, with failback on.
+    #[inline(never)]
+    fn heal_rails(&mut self) {
         for i in 0..self.rails.len() {
             if self.live[i]
                 || self.ready[i]
