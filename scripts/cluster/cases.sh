@@ -455,6 +455,10 @@ fused_failback_ok() {
   after=$(awk '$2 == "FUSED-PKTS" && $3 == "after" && $4 == "rxe0" { print $5 }' "$2")
   [[ $FB_PKTS =~ ^[0-9]+$ ]] && [[ $after =~ ^[0-9]+$ ]] && ((after > FB_PKTS)) ||
     { echo "B's rxe0 sent_pkts did not grow after the return (at the return: ${FB_PKTS:-n/a}, after the run: ${after:-n/a})"; return 1; }
+  # A failback attempt while the link is still down fails (RTR cannot resolve the peer): an
+  # INFO each, never a WARN per attempt.
+  ! grep -qE 'WARN.*cannot connect to peer' "$1" "$2" ||
+    { echo "a WARN per failed failback attempt: $(grep -chE 'WARN.*cannot connect to peer' "$1" "$2" | tr '\n' ' ')"; return 1; }
   grep -hE "WARN.*$FFAIL|$FBACK" "$1" "$2" | cut -d' ' -f2- | head -4 >&2
 }
 if selected fused-failback; then
