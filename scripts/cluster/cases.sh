@@ -435,6 +435,12 @@ fused_failback_during() {
   if [ "$FB_TB" != none ] && [ ! -e "${LOG_B%.log}.rc" ]; then
     FB_PKTS=$(on b 20 "cat $RXE0_PKTS" | tail -1) || FB_PKTS=
   fi
+  for ((i = 0; i < 1200; i++)); do # the rest of the stream (B's job ends it)
+    [ -e "${LOG_B%.log}.rc" ] && break
+    if ((i % 10 == 9)) && vms_down >/dev/null; then return; fi
+    sleep 0.1
+  done
+  # (after the stream, so a starved VM at any point of it is seen)
   if grep -qE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
     WEDGE="rail 1 timed out too with its link up (a VM starved past the retries' bound under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
   fi

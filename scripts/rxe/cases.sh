@@ -94,15 +94,24 @@ t fifo-tc 120 "FAULTS_VERBOSE=1 NCCL_IB_TC=40 NCCL_IB_FIFO_TC=96 $faults data 2>
   tee /tmp/fifo-tc.log && logged fifo-tc \
   'rxe0: qpn 0x[0-9a-f]+ -> qpn 0x[0-9a-f]+ state 3 .*global 1 traffic_class 96' \
   'rxe0: qpn 0x[0-9a-f]+ -> qpn 0x[0-9a-f]+ state 3 .*global 1 traffic_class 40'"
-# GID chosen per connection: with NCCL_IB_ADDR_RANGE=10.12.0.0/24 nothing matches at init
-# (index 1, $RXE_IP, is the fallback); an address in the range added after init gives a new
-# GID, which the connections then use (logged), and every byte still moves.
-t gid-per-connection 120 "FAULTS_VERBOSE=1 NCCL_IB_ADDR_RANGE=10.12.0.0/24 \
-  env 'FAULTS_AFTER_INIT=ip addr replace 10.12.0.1/24 dev $NETDEV && sleep 2' $faults data 2>&1 | \
-  tee /tmp/gid-per-connection.log; rc=\$?; ip addr del 10.12.0.1/24 dev $NETDEV; test \$rc -eq 0 && \
-  logged gid-per-connection 'rxe0:1 using GID index 1: ::ffff:$RXE_IP' \
-  'rxe0:1 GID for new connections: index [0-9]+ ::ffff:10.12.0.1 \(was index 1 ::ffff:$RXE_IP\)' \
+# GID chosen per connection: NCCL_IB_ADDR_RANGE=10.12.0.0/24 matches 10.12.0.1 at init; after
+# init the address moves to 10.12.0.2 (added first, then 10.12.0.1 removed, so one address in the
+# range exists at every moment: a GID outside NCCL_IB_ADDR_RANGE is never a fallback, a port with
+# none is not used). The new GID is the one the connections then use (logged), every byte still
+# moves. (Before GID selection moved to core, nothing in range at init fell back to index 1.)
+gid_wait='for i in $(seq 50); do grep -q "$1" /sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null && break; sleep 0.1; done'
+t gid-per-connection 120 "ip addr replace 10.12.0.1/24 dev $NETDEV && bash -c '$gid_wait' _ ffff:0a0c:0001 && \
+  FAULTS_VERBOSE=1 NCCL_IB_ADDR_RANGE=10.12.0.0/24 \
+  env 'FAULTS_AFTER_INIT=ip addr replace 10.12.0.2/24 dev $NETDEV; ip addr del 10.12.0.1/24 dev $NETDEV 2>/dev/null; sleep 2' \
+  $faults data 2>&1 | tee /tmp/gid-per-connection.log; rc=\$?; \
+  ip addr del 10.12.0.1/24 dev $NETDEV 2>/dev/null; ip addr del 10.12.0.2/24 dev $NETDEV 2>/dev/null; test \$rc -eq 0 && \
+  logged gid-per-connection 'rxe0:1 using GID index [0-9]+: ::ffff:10.12.0.1' \
+  'rxe0:1 GID for new connections: index [0-9]+ ::ffff:10.12.0.2 \(was index [0-9]+ ::ffff:10.12.0.1\)' \
   'receiver: .* verified'"
+# Nothing in NCCL_IB_ADDR_RANGE: the port is not used (no fallback to a GID outside the range),
+# one WARN naming the device, port, family, range and the variables to change; 0 devices.
+t gid-range-none 60 "NCCL_IB_ADDR_RANGE=10.13.0.0/24 $faults devices 0 2>&1 | tee /tmp/gid-range-none.log; \
+  logged gid-range-none 'rxe0:1: no valid GID of family AF_INET inside range 10.13.0.0/24 .*NCCL_IB_ADDR_RANGE'"
 # NCCL_IB_SOCK_CLIENT_PORT_REUSE and NCCL_IB_SOCK_SERVER_PORT_REUSE together: data verified over
 # verbs, neither refused (the server variant shares one listening socket per thread).
 t sock-reuse 120 "FAULTS_VERBOSE=1 NCCL_IB_SOCK_CLIENT_PORT_REUSE=1 NCCL_IB_SOCK_SERVER_PORT_REUSE=1 \
