@@ -320,22 +320,29 @@ fi
 # appears in either side's log.
 FENV="NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=6"
 FFAIL='rail 0 \(rxe0\) of the fused NIC failed .*moved to rail 1 \(rxe1\)'
-fused_fault_during() {
+# fused_down — the fused fault's start: waits for the stream, then takes rail0 down on A. False
+# (FAULT_T1 says why) when the stream never started, had failed already, or the job did not act;
+# else FAULT_T0 is when A's "fault injected" line appeared and FAULT_JOB is that job's log.
+fused_down() {
   local i fjob
   FAULT_T1=nostream FAULT_T2=
-  streaming || return
+  streaming || return 1
   if [ -e "${LOG_B%.log}.rc" ] || grep -qE 'of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
     FAULT_T1=early
     WEDGE="the transfer failed before the fault was injected: $(grep -hE 'WARN.*of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null | head -1 | cut -d' ' -f2- | cut -c1-160 || true)"
     kill_case a; kill_case b
-    return
+    return 1
   fi
   FAULT_VM=a
   job a "echo 'rail0: going down'; ip link set rail0 down && echo 'rail0 down: fault injected'"
   fjob=$(jlog a "$JID")
   for ((i = 0; i < 300; i++)); do grep -q 'fault injected' "$fjob" 2>/dev/null && break; sleep 0.1; done
-  grep -q 'fault injected' "$fjob" 2>/dev/null || { FAULT_T1=nofault; return; }
+  grep -q 'fault injected' "$fjob" 2>/dev/null || { FAULT_T1=nofault; return 1; }
   FAULT_T0=$(now) FAULT_T1=none FAULT_TB=none FAULT_JOB=$fjob
+}
+fused_fault_during() {
+  local i
+  fused_down || return
   for ((i = 0; i < 600; i++)); do
     if [ "$FAULT_T1" = none ] && grep -qE "WARN.*$FFAIL" "$LOG_A" "$LOG_B" 2>/dev/null; then FAULT_T1=$(since "$FAULT_T0"); fi
     if [ "$FAULT_TB" = none ] && grep -qE "WARN.*$FFAIL" "$LOG_B" 2>/dev/null; then FAULT_TB=$(since "$FAULT_T0"); fi
@@ -386,4 +393,93 @@ if selected fused-failover; then
   rs=$(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" 2>/dev/null | head -1 || true)
   NOTES+=("fused-failover ($FENV, transport bound 7 x 268 ms = 1.88 s): rail 0 declared failed on A ${ta:-n/a} s after \`ip link set rail0 down\` started (A's clock), B's WARN seen ${FAULT_TB:-n/a} s after (host), transfer done ${FAULT_T2:-n/a} s after the fault, every byte verified; B's close: ${rs:-none}")
   echo "    rail 0 failed: A's WARN ${ta:-n/a} s after the fault (A's clock), B's WARN ${FAULT_TB:-n/a} s (host), transfer done ${FAULT_T2:-n/a} s; B: ${rs:-none}"
+fi
+
+# ---- Failback across the two hosts (NCCL_IB_RESILIENCY_PORT_RECOVERY=1): fused-failover's
+# fault, then the link comes back. rail0 goes down on A during a byte-verified stream of 256 KiB
+# messages (B sends); FB_DOWN_S (2 s) after the first WARN of the failed rail it is brought up
+# again (`ip link set rail0 up`, then rxe0 ACTIVE). Both sides must bring rail 0 back (each
+# plugin's INFO "rail 0 (rxe0) of the fused NIC is healthy again"), the transfer completes with
+# every byte verified, B's close line shows both rails up, and B's rxe0 sent_pkts grows after
+# the return (sampled when B's INFO appears, against its count after the run): rail 0 carries
+# traffic again. _START_DELAY 500 ms between attempts (an attempt while the link is still down
+# fails: the probe READ over rail 0 times out), _ATTEMPTS_MAX high enough never to give up here,
+# _ACK_TIMEOUT 3 s (a VM under TCG can take over a second to answer). 800 messages (210 MB) keep
+# the stream going well past the return (measured: see README.md).
+FBENV="$FENV NCCL_IB_RESILIENCY_PORT_RECOVERY=1 NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY=500 NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX=1000 NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT=3000"
+FBACK='rail 0 \(rxe0\) of the fused NIC is healthy again'
+RXE0_PKTS=/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts
+fused_failback_during() {
+  local i
+  FB_TA=none FB_TB=none FB_PKTS= FB_JOB=
+  fused_down || return
+  for ((i = 0; i < 600; i++)); do # the rail's failure WARN, on either side
+    if grep -qE "WARN.*$FFAIL" "$LOG_A" "$LOG_B" 2>/dev/null; then FAULT_T1=$(since "$FAULT_T0"); break; fi
+    [ -e "${LOG_B%.log}.rc" ] && return
+    if ((i % 10 == 9)) && vms_down >/dev/null; then return; fi
+    sleep 0.1
+  done
+  [ "$FAULT_T1" != none ] || return
+  sleep "${FB_DOWN_S:-2}"
+  job a "echo 'rail0: going up'; ip link set rail0 up && for i in \$(seq 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && break; sleep 0.1; done; echo \"rail0 up: rxe0 \$(cat /sys/class/infiniband/rxe0/ports/1/state)\""
+  FB_JOB=$(jlog a "$JID") FB_T0=$(now)
+  for ((i = 0; i < 900; i++)); do # both sides' INFO of the returned rail (host times)
+    if [ "$FB_TA" = none ] && grep -qE "$FBACK" "$LOG_A" 2>/dev/null; then FB_TA=$(since "$FB_T0"); fi
+    if [ "$FB_TB" = none ] && grep -qE "$FBACK" "$LOG_B" 2>/dev/null; then FB_TB=$(since "$FB_T0"); fi
+    [ "$FB_TA" != none ] && [ "$FB_TB" != none ] && break
+    [ -e "${LOG_B%.log}.rc" ] && break
+    if ((i % 10 == 9)) && vms_down >/dev/null; then return; fi
+    sleep 0.1
+  done
+  # B's rxe0 packets when it saw the rail return: the run's final count must be above it.
+  if [ "$FB_TB" != none ] && [ ! -e "${LOG_B%.log}.rc" ]; then
+    FB_PKTS=$(on b 20 "cat $RXE0_PKTS" | tail -1) || FB_PKTS=
+  fi
+  for ((i = 0; i < 1200; i++)); do # the rest of the stream (B's job ends it)
+    [ -e "${LOG_B%.log}.rc" ] && break
+    if ((i % 10 == 9)) && vms_down >/dev/null; then return; fi
+    sleep 0.1
+  done
+  # (after the stream, so a starved VM at any point of it is seen)
+  if grep -qE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
+    WEDGE="rail 1 timed out too with its link up (a VM starved past the retries' bound under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
+  fi
+}
+fused_failback_ok() {
+  local after
+  case $FAULT_T1 in
+    nostream) echo "the transfer never started"; return 1 ;;
+    early) echo "the transfer had ended or a rail had failed before the fault was injected"; return 1 ;;
+    nofault) echo "the fault was never injected (its job did not report it)"; return 1 ;;
+    none) echo "no WARN naming rail 0 as failed"; return 1 ;;
+  esac
+  has "$2" '256KiB .* ok +│' || return 1
+  ! grep -qE ' FAIL +│' "$2" || { echo "a row failed its check"; return 1; }
+  [ "$FB_TA" != none ] && [ "$FB_TB" != none ] ||
+    { echo "rail 0 did not return on both sides (INFO '$FBACK': A ${FB_TA}, B ${FB_TB})"; return 1; }
+  has "$2" 'rail 0 \(rxe0\) up [1-9][0-9]* bytes; rail 1 \(rxe1\) up [1-9][0-9]* bytes; [0-9]+ bytes re-sent' || return 1
+  after=$(awk '$2 == "FUSED-PKTS" && $3 == "after" && $4 == "rxe0" { print $5 }' "$2")
+  [[ $FB_PKTS =~ ^[0-9]+$ ]] && [[ $after =~ ^[0-9]+$ ]] && ((after > FB_PKTS)) ||
+    { echo "B's rxe0 sent_pkts did not grow after the return (at the return: ${FB_PKTS:-n/a}, after the run: ${after:-n/a})"; return 1; }
+  # A failback attempt while the link is still down fails (RTR cannot resolve the peer): an
+  # INFO each, never a WARN per attempt.
+  ! grep -qE 'WARN.*cannot connect to peer' "$1" "$2" ||
+    { echo "a WARN per failed failback attempt: $(grep -chE 'WARN.*cannot connect to peer' "$1" "$2" | tr '\n' ' ')"; return 1; }
+  grep -hE "WARN.*$FFAIL|$FBACK" "$1" "$2" | cut -d' ' -f2- | head -4 >&2
+}
+if selected fused-failback; then
+  PAIR_RC=0 PAIR_DURING=fused_failback_during PAIR_TEARDOWN=link_up STREAM_S=3 pair fused-failback 400 \
+    "$(fused_cmd "$FBENV" "--server --port \$PORT --fuse 0,1 --timeout 120 -v")" \
+    "$(fused_cmd "$FBENV" "--client $A_MGMT:\$PORT --fuse 0,1 --check --bw-only --min-bytes 256K --max-bytes 256K --iters 800 --window 4 --warmup 1 --timeout 120 -v")" \
+    fused_failback_ok
+  fused_note fused-failback
+  # On A's own clock: `ip link set rail0 down` started -> A's first WARN of the failed rail, and
+  # `ip link set rail0 up` started -> A's INFO of the returned rail; B's INFO seen on the host.
+  ta=$(awk '/going down/ && !n++ { print $1 }' "${FAULT_JOB:-/dev/null}" 2>/dev/null || true)
+  ta=$(awk -v t0="$ta" -v re="WARN.*$FFAIL" '$0 ~ re && !n++ && t0 != "" { printf "%.2f", $1 - t0 }' "$LOG_A" 2>/dev/null || true)
+  tu=$(awk '/going up/ && !n++ { print $1 }' "${FB_JOB:-/dev/null}" 2>/dev/null || true)
+  tu=$(awk -v t0="$tu" -v re="$FBACK" '$0 ~ re && !n++ && t0 != "" { printf "%.2f", $1 - t0 }' "$LOG_A" 2>/dev/null || true)
+  rs=$(grep -hoE '[0-9]+ bytes re-sent' "$LOG_B" 2>/dev/null | head -1 || true)
+  NOTES+=("fused-failback ($FBENV): rail 0 failed on A ${ta:-n/a} s after \`ip link set rail0 down\` started (A's clock); returned on A ${tu:-n/a} s after \`ip link set rail0 up\` started (A's clock), B's INFO seen ${FB_TB:-n/a} s after (host); B's rxe0 sent_pkts at the return ${FB_PKTS:-n/a}, after the run $(awk '$2 == "FUSED-PKTS" && $3 == "after" && $4 == "rxe0" { print $5 }' "$LOG_B" 2>/dev/null); B's close: ${rs:-none}")
+  echo "    rail 0 failed: A's WARN ${ta:-n/a} s after the fault (A's clock); returned: A's INFO ${tu:-n/a} s after link up (A's clock), B's ${FB_TB:-n/a} s (host); B: ${rs:-none}"
 fi

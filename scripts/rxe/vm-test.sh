@@ -11,7 +11,7 @@
 # section of that case (the whole console when the VM did not finish).
 #
 # Environment: IBNET_RXE_CACHE (image + logs, default ~/.cache/ibnet-rxe-vm), IBNET_RXE_TIMEOUT
-# (whole VM run, s, default 600), IBNET_RXE_CASE_TIMEOUT (default per-case timeout, s, 120),
+# (whole VM run, s, default 1200), IBNET_RXE_CASE_TIMEOUT (default per-case timeout, s, 120),
 # IBNET_RXE_ONLY (case regex), IBNET_RXE_BUILD=0 (stage what target/ holds, build nothing),
 # IBNET_RXE_PROFILE (cargo profile of the .so, default release; tools are debug), IBNET_RXE_TEST_PKGS
 # (crates whose test executables are staged, default ibnet-ffi), IBNET_RXE_RUST_TESTS (regex on
@@ -22,7 +22,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 CACHE=${IBNET_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ibnet-rxe-vm}
-TIMEOUT=${IBNET_RXE_TIMEOUT:-600}
+TIMEOUT=${IBNET_RXE_TIMEOUT:-1200}
 trap 'echo "rxe: FAILED at vm-test.sh line $LINENO: $BASH_COMMAND" >&2' ERR
 step() { printf '\n---- rxe: %s (%s)\n' "$*" "$(date +%T)"; }
 t_start=$SECONDS

@@ -14,9 +14,10 @@
 //!   one plain device). Off, a rail failure fails the comm with its error, as NCCL without
 //!   failover and as a plain comm.
 //! * recoverable failures ([`recoverable`]): NCCL's two statuses, plus the receiver-not-ready
-//!   retry count (`RnrRetryExceeded`, also a path that stopped answering), a failed provider
-//!   call on the rail (a failed post: the QP went to error; a fatal async event such as a port
-//!   going down) and a rail the peer took out of use. Any other completion status (access,
+//!   retry count (`RnrRetryExceeded`, also a path that stopped answering), a local QP
+//!   operation error (`LocalQpOpError`: how soft-RoCE reports a send whose own link is down),
+//!   a failed provider call on the rail (a failed post: the QP went to error; a fatal async
+//!   event such as a port going down) and a rail the peer took out of use. Any other completion status (access,
 //!   protection, length errors: a bug or a hostile peer, which would fail on any rail) fails
 //!   the comm, as NCCL.
 //! * `probe_delay_ms`: ibnet needs no probe (the failed rail's completion queue is drained, so
@@ -105,9 +106,16 @@ impl Resilience {
 /// took the rail out of use), not a bug or a hostile peer (see the module doc).
 pub fn recoverable(e: &Error) -> bool {
     match e {
+        // LocalQpOpError: soft-RoCE (rxe) completes a send with it when the rail's own link is
+        // down (no route to build the packet on: `ip link set dummy1 down` in the rxe suite's
+        // fused failover cases); a malformed request on a hardware NIC gives it too, and fails
+        // again on every rail it moves to, so the comm still fails once no rail is left.
         Error::Completion { status, .. } => matches!(
             status,
-            WcStatus::WrFlushError | WcStatus::RetryExceeded | WcStatus::RnrRetryExceeded
+            WcStatus::WrFlushError
+                | WcStatus::RetryExceeded
+                | WcStatus::RnrRetryExceeded
+                | WcStatus::LocalQpOpError
         ),
         Error::Provider { .. } | Error::BadState { .. } => true,
         // A rail already failed (its comm poisoned) was classified when it failed.

@@ -234,6 +234,91 @@ impl VerbsPort {
             std::net::Ipv6Addr::from(self.gid.1)
         );
     }
+
+    /// INIT → RTR → RTS, connected to the remote QP `a` names; one INFO line of what was
+    /// negotiated. `rtr_warn`: a failed RTR also WARNs naming both GIDs (connection setup); a
+    /// failback's reset passes false: while the rail's link is still down RTR fails (RoCE
+    /// cannot resolve the peer's address), and the failed attempt is the core's to count, not
+    /// a WARN per attempt.
+    fn bring_up(&self, qp: &mut VQp, a: &ConnectAttr, rtr_warn: bool) -> Result<()> {
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_INIT,
+            pkey_index: a.pkey_index,
+            port_num: self.dev.port,
+            qp_access_flags: access_flags(qp.access) as u32,
+            ..Default::default()
+        };
+        self.modify(
+            qp.raw,
+            &mut attr,
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+            "ibv_modify_qp(INIT)",
+        )?;
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            path_mtu: a.mtu as i32,
+            dest_qp_num: a.remote_qpn,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: self.address_vector(a),
+            ..Default::default()
+        };
+        self.modify(
+            qp.raw,
+            &mut attr,
+            IBV_QP_STATE
+                | IBV_QP_AV
+                | IBV_QP_PATH_MTU
+                | IBV_QP_DEST_QPN_MASK
+                | IBV_QP_RQ_PSN
+                | IBV_QP_MAX_DEST_RD_ATOMIC
+                | IBV_QP_MIN_RNR_TIMER,
+            "ibv_modify_qp(RTR)",
+        )
+        .inspect_err(|_| {
+            if rtr_warn {
+                self.warn_rtr(qp, a)
+            }
+        })?;
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: 7,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        self.modify(
+            qp.raw,
+            &mut attr,
+            IBV_QP_STATE
+                | IBV_QP_TIMEOUT
+                | IBV_QP_RETRY_CNT
+                | IBV_QP_RNR_RETRY
+                | IBV_QP_SQ_PSN
+                | IBV_QP_MAX_QP_RD_ATOMIC,
+            "ibv_modify_qp(RTS)",
+        )?;
+        // Connection setup, not the hot path: one line per QP says what was negotiated.
+        crate::info!(
+            crate::log::NET,
+            "{}:{} QP {:#x} connected to peer gid {} qpn {:#x}: path MTU {} (the minimum of both \
+             ports' active MTU), local GID index {}, timeout {} retry {}",
+            self.dev.name.to_string_lossy(),
+            self.dev.port,
+            self.qp_num(qp),
+            std::net::Ipv6Addr::from(a.remote_gid.0),
+            a.remote_qpn,
+            128u32 << (a.mtu as u32).min(5),
+            a.gid_index,
+            a.timeout,
+            a.retry_cnt
+        );
+        super::qp::log_connected(self.v(), &self.dev.ctx.name, qp.raw);
+        Ok(())
+    }
 }
 
 impl Provider for VerbsPort {
@@ -322,79 +407,7 @@ impl Provider for VerbsPort {
     }
 
     fn connect_qp(&self, qp: &mut VQp, a: &ConnectAttr) -> Result<()> {
-        let mut attr = ibv_qp_attr {
-            qp_state: IBV_QPS_INIT,
-            pkey_index: a.pkey_index,
-            port_num: self.dev.port,
-            qp_access_flags: access_flags(qp.access) as u32,
-            ..Default::default()
-        };
-        self.modify(
-            qp.raw,
-            &mut attr,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-            "ibv_modify_qp(INIT)",
-        )?;
-        let mut attr = ibv_qp_attr {
-            qp_state: IBV_QPS_RTR,
-            path_mtu: a.mtu as i32,
-            dest_qp_num: a.remote_qpn,
-            rq_psn: 0,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: self.address_vector(a),
-            ..Default::default()
-        };
-        self.modify(
-            qp.raw,
-            &mut attr,
-            IBV_QP_STATE
-                | IBV_QP_AV
-                | IBV_QP_PATH_MTU
-                | IBV_QP_DEST_QPN_MASK
-                | IBV_QP_RQ_PSN
-                | IBV_QP_MAX_DEST_RD_ATOMIC
-                | IBV_QP_MIN_RNR_TIMER,
-            "ibv_modify_qp(RTR)",
-        )
-        .inspect_err(|_| self.warn_rtr(qp, a))?;
-        let mut attr = ibv_qp_attr {
-            qp_state: IBV_QPS_RTS,
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: 7,
-            sq_psn: 0,
-            max_rd_atomic: 1,
-            ..Default::default()
-        };
-        self.modify(
-            qp.raw,
-            &mut attr,
-            IBV_QP_STATE
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_SQ_PSN
-                | IBV_QP_MAX_QP_RD_ATOMIC,
-            "ibv_modify_qp(RTS)",
-        )?;
-        // Connection setup, not the hot path: one line per QP says what was negotiated.
-        crate::info!(
-            crate::log::NET,
-            "{}:{} QP {:#x} connected to peer gid {} qpn {:#x}: path MTU {} (the minimum of both \
-             ports' active MTU), local GID index {}, timeout {} retry {}",
-            self.dev.name.to_string_lossy(),
-            self.dev.port,
-            self.qp_num(qp),
-            std::net::Ipv6Addr::from(a.remote_gid.0),
-            a.remote_qpn,
-            128u32 << (a.mtu as u32).min(5),
-            a.gid_index,
-            a.timeout,
-            a.retry_cnt
-        );
-        super::qp::log_connected(self.v(), &self.dev.ctx.name, qp.raw);
-        Ok(())
+        self.bring_up(qp, a, true)
     }
 
     fn query_ece(&self, qp: &VQp) -> Result<Option<Ece>> {
@@ -665,15 +678,29 @@ impl Provider for VerbsPort {
         Ok(())
     }
 
-    /// RESET, then INIT → RTR → RTS as `connect_qp` (the same remote QP and PSNs): the
-    /// outstanding WRs and posted receives are dropped by the device.
+    /// RESET, then INIT → RTR → RTS as `connect_qp` (the same remote QP and PSNs), without its
+    /// RTR WARN: the outstanding WRs and posted receives are dropped by the device.
     fn reset_qp(&self, qp: &mut VQp, a: &ConnectAttr) -> Result<()> {
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_RESET,
             ..Default::default()
         };
         self.modify(qp.raw, &mut attr, IBV_QP_STATE, "ibv_modify_qp(RESET)")?;
-        self.connect_qp(qp, a)
+        // A failback attempt (not the hot path: the rail is out of use). While the rail's link
+        // is still down RTR fails; one INFO per failed attempt, no WARN (the rail stays out and
+        // the core tries again after its start delay).
+        self.bring_up(qp, a, false).inspect_err(|e| {
+            crate::info!(
+                crate::log::NET,
+                "{}:{} QP {:#x}: failback reset to peer gid {} qpn {:#x} failed ({e}); the \
+                 rail stays out of use until the next attempt",
+                self.dev.name.to_string_lossy(),
+                self.dev.port,
+                self.qp_num(qp),
+                std::net::Ipv6Addr::from(a.remote_gid.0),
+                a.remote_qpn
+            )
+        })
     }
 
     fn destroy_qp(&self, qp: VQp) -> Result<()> {
