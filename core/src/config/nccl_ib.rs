@@ -426,7 +426,7 @@ pub const VARS: &[Var] = &[
         Flag,
         "1",
         V(29),
-        "a fused NIC's failed rail hands its traffic to the other rails; 0: a rail failure fails the comm, as NCCL without failover (and as a plain comm). **Differs from NCCL**, whose default is off: in ibnet failover came with fusion and costs nothing until a rail fails, and a fused NIC that dies with any one of its rails is less reliable than one plain device. Only failures that say the path is gone fail over (`IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR` as in NCCL, plus `IBV_WC_RNR_RETRY_EXC_ERR`, a failed post and a fatal device event); any other completion error (access, protection, length) fails the comm, as NCCL",
+        "a fused NIC's failed rail hands its traffic to the other rails; 0: a rail failure fails the comm, as NCCL without failover (and as a plain comm). **Differs from NCCL**, whose default is off: in ibnet failover came with fusion and costs nothing until a rail fails, and a fused NIC that dies with any one of its rails is less reliable than one plain device. Only failures that say the path is gone fail over (`IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR` as in NCCL, plus `IBV_WC_RNR_RETRY_EXC_ERR`, `IBV_WC_LOC_QP_OP_ERR` (soft-RoCE's status for a send whose own link went down), a failed post and a fatal device event); any other completion error (access, protection, length) fails the comm, as NCCL",
     )
     .shown("1 (NCCL: 0)"),
     Var::new(
