@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api::{self, Sizes};
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// The soft device the fatal-event test kills (the others stay healthy).
@@ -174,12 +174,7 @@ fn oversize_send_is_truncated_on_a_fused_comm() {
     if !setup() {
         return;
     }
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
-    };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
+    let d = util::fuse_first_two();
     let (mut h, l) = listen_on(d);
     let (s, r, _) = establish_on(d, &mut h, l, TIMEOUT);
     assert!(api::fused_stats(s).is_some(), "a fused comm");

@@ -10,19 +10,8 @@ use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use util::*;
-
-/// Makes the vNIC of soft0 and soft1; returns its device number.
-fn fuse() -> c_int {
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
-    };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
-    d
-}
 
 fn pair(dev: c_int) -> (*mut c_void, *mut c_void, *mut c_void) {
     let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
@@ -159,9 +148,9 @@ fn a_fused_nic_through_the_api() {
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
     assert_eq!(n, 2, "soft0 and soft1");
-    let d = fuse();
+    let d = fuse_first_two();
     assert_eq!(d, 2, "the vNIC comes after the physical devices");
-    assert_eq!(fuse(), 2, "the same fusion is the same vNIC");
+    assert_eq!(fuse_first_two(), 2, "the same fusion is the same vNIC");
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
     assert_eq!(n, 3);
     let p = api::properties(d).expect("properties");

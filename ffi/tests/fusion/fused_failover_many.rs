@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api::{self, Sizes};
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
+use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// Pairs per direction.
@@ -377,12 +377,7 @@ fn many_fused_pairs_in_both_directions_survive_a_rail_failing_anywhere() {
     if !init_soft(&env) {
         return;
     }
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
-    };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
+    let d = util::fuse_first_two();
     let mut failed_comms = 0;
     for round in 0..rounds {
         // Pairs 0..PAIRS send from thread A to thread B, the others from B to A.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
+use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use util::*;
 
 /// Listens on `ldev`, connects from `cdev`; returns the rail-local lines logged by accept and
@@ -74,12 +74,7 @@ fn the_accepting_side_reports_a_peer_on_other_devices() {
     let (acc, con) = lines(0, 0);
     assert!(acc.is_empty() && con.is_empty(), "{acc:?} {con:?}");
 
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
-    };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
+    let d = util::fuse_first_two();
     let (acc, con) = lines(d, d);
     assert!(acc.is_empty() && con.is_empty(), "{acc:?} {con:?}");
 }

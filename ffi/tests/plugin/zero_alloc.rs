@@ -324,13 +324,8 @@ fn reg_hits_allocate_nothing(c: *mut c_void, buf: &mut [u8], what: &str) {
 /// A connected send/receive pair over the fused NIC of soft0 and soft1, and its listener.
 fn fused_pair() -> (*mut c_void, *mut c_void, *mut c_void) {
     use nccl_net_ibnet::api;
-    use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, NCCL_NET_HANDLE_MAXSIZE};
-    let mut d = -1;
-    let p = ncclNetVDeviceProps_t {
-        ndevs: 2,
-        devs: [0, 1, 0, 0],
-    };
-    assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
+    use nccl_net_ibnet::nccl::types::NCCL_NET_HANDLE_MAXSIZE;
+    let d = util::fuse_first_two();
     let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
     let hp = h.as_mut_ptr() as *mut c_void;
     let mut l = core::ptr::null_mut();

@@ -306,14 +306,20 @@ pub fn fused_pair_faults_on(
     if !init_soft(&env) {
         return None;
     }
+    let d = fuse_first_two();
+    let (mut h, l) = listen_on(d);
+    let (s, r, _) = establish_on(d, &mut h, l, Duration::from_secs(30));
+    let _ = take_log();
+    Some((s, r, l))
+}
+
+/// A virtual NIC fusing devices 0 and 1 (`makeVDevice`), its device number.
+pub fn fuse_first_two() -> c_int {
     let mut d = -1;
     let p = ncclNetVDeviceProps_t {
         ndevs: 2,
         devs: [0, 1, 0, 0],
     };
     assert_eq!(api::make_vdevice(&mut d, &p), ncclResult_t::Success);
-    let (mut h, l) = listen_on(d);
-    let (s, r, _) = establish_on(d, &mut h, l, Duration::from_secs(30));
-    let _ = take_log();
-    Some((s, r, l))
+    d
 }
