@@ -31,15 +31,7 @@ fn pair(n: usize) -> Pair {
 
 fn pair_with(n: usize, cfg: CommConfig) -> Pair {
     let rails: Vec<Loopback> = (0..n).map(|_| Loopback::new()).collect();
-    let mut s = ibnet_testkit::fused_send(&rails, cfg).expect("fused send");
-    let infos: Vec<_> = (0..n).map(|i| s.local_info(i).unwrap()).collect();
-    let r = ibnet_testkit::fused_recv(&rails, cfg, &infos).expect("fused recv");
-    for i in 0..n {
-        s.connect(i, &r.local_info(i).unwrap()).expect("connect");
-    }
-    s.set_notice_ring(&r.notice_ring()).expect("ring");
-    let mut r = r;
-    r.set_back_ring(&s.back_ring()).expect("back ring");
+    let (s, r) = ibnet_testkit::fused_pair(&rails, cfg).expect("fused pair");
     Pair { rails, s, r }
 }
 

@@ -19,16 +19,9 @@ struct Pair {
 }
 
 fn pair(n: usize, res: Resilience) -> Pair {
-    let cfg = CommConfig::default();
     let rails: Vec<Loopback> = (0..n).map(|_| Loopback::new()).collect();
-    let mut s = ibnet_testkit::fused_send(&rails, cfg).expect("fused send");
-    let infos: Vec<_> = (0..n).map(|i| s.local_info(i).unwrap()).collect();
-    let mut r = ibnet_testkit::fused_recv(&rails, cfg, &infos).expect("fused recv");
-    for i in 0..n {
-        s.connect(i, &r.local_info(i).unwrap()).expect("connect");
-    }
-    s.set_notice_ring(&r.notice_ring()).expect("ring");
-    r.set_back_ring(&s.back_ring()).expect("back ring");
+    let (mut s, mut r) =
+        ibnet_testkit::fused_pair(&rails, CommConfig::default()).expect("fused pair");
     s.set_resilience(res);
     r.set_resilience(res);
     Pair { rails, s, r }

@@ -21,17 +21,9 @@ struct Pair {
 
 /// A fused pair over `w.len()` loopback rails with stripe weights `w` at both ends.
 fn pair(w: &[u32]) -> Pair {
-    let n = w.len();
-    let cfg = CommConfig::default();
-    let rails: Vec<Loopback> = (0..n).map(|_| Loopback::new()).collect();
-    let mut s = ibnet_testkit::fused_send(&rails, cfg).expect("fused send");
-    let infos: Vec<_> = (0..n).map(|i| s.local_info(i).unwrap()).collect();
-    let mut r = ibnet_testkit::fused_recv(&rails, cfg, &infos).expect("fused recv");
-    for i in 0..n {
-        s.connect(i, &r.local_info(i).unwrap()).expect("connect");
-    }
-    s.set_notice_ring(&r.notice_ring()).expect("ring");
-    r.set_back_ring(&s.back_ring()).expect("back ring");
+    let rails: Vec<Loopback> = (0..w.len()).map(|_| Loopback::new()).collect();
+    let (mut s, mut r) =
+        ibnet_testkit::fused_pair(&rails, CommConfig::default()).expect("fused pair");
     s.set_rail_weights(w);
     r.set_rail_weights(w);
     Pair { rails, s, r }

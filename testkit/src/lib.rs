@@ -54,6 +54,30 @@ pub fn fused_recv<P: Provider + Clone>(
     Ok(unsafe { b.assume_init() })
 }
 
+/// A connected fused pair: the send comm and the receive comm.
+pub type FusedPair<P> = (
+    Box<ibnet_core::fused::FusedSend<P>>,
+    Box<ibnet_core::fused::FusedRecv<P>>,
+);
+
+/// A fused send and receive comm over the same `rails` (one device per rail at both ends),
+/// connected to each other: the rails' QPs, the notice ring and the back ring, as the plugin's
+/// handshake would.
+pub fn fused_pair<P: Provider + Clone>(rails: &[P], cfg: CommConfig) -> Result<FusedPair<P>> {
+    let mut s = fused_send(rails, cfg)?;
+    let mut infos = Vec::with_capacity(rails.len());
+    for i in 0..rails.len() {
+        infos.push(s.local_info(i).expect("one rail per device"));
+    }
+    let mut r = fused_recv(rails, cfg, &infos)?;
+    for i in 0..rails.len() {
+        s.connect(i, &r.local_info(i).expect("one rail per device"))?;
+    }
+    s.set_notice_ring(&r.notice_ring())?;
+    r.set_back_ring(&s.back_ring())?;
+    Ok((s, r))
+}
+
 /// Connects a send and a receive comm through `dev`, passing the handshake messages directly
 /// (the `wire`/`handshake` layers are tested on their own).
 pub fn connect_pair<P: Provider + Clone>(
