@@ -247,6 +247,16 @@ impl<P: Provider> Base<P> {
         self.life
     }
 
+    /// The comm's [`Lifecycle`](crate::lifecycle::Lifecycle) (one rail: never degraded).
+    pub fn lifecycle(&self) -> crate::lifecycle::Lifecycle {
+        use crate::lifecycle::Lifecycle;
+        match self.life {
+            Life::Unconnected => Lifecycle::Connecting,
+            Life::Connected => Lifecycle::Ready,
+            Life::Poisoned(k) => Lifecycle::Failed(k),
+        }
+    }
+
     /// The QPs are connected.
     pub fn set_connected(&mut self) {
         self.life = Life::Connected;

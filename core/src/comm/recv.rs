@@ -456,6 +456,11 @@ impl<P: Provider> RecvComm<P> {
         self.base.progress()
     }
 
+    /// Where the comm is in its life.
+    pub fn lifecycle(&self) -> crate::lifecycle::Lifecycle {
+        self.base.lifecycle()
+    }
+
     /// Destroys QPs, CQ and registrations.
     pub fn close(mut self) -> Result<()> {
         self.teardown()

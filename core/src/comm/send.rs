@@ -620,6 +620,11 @@ impl<P: Provider> SendComm<P> {
         e
     }
 
+    /// Where the comm is in its life.
+    pub fn lifecycle(&self) -> crate::lifecycle::Lifecycle {
+        self.base.lifecycle()
+    }
+
     /// Destroys QPs, CQ and the FIFO registration.
     pub fn close(mut self) -> Result<()> {
         self.teardown()

@@ -390,6 +390,32 @@ impl<P: Provider + Clone> FusedRecv<P> {
         !self.events.is_empty() || !self.returned.is_empty()
     }
 
+    /// Where the comm is in its life: failed (a failure no rail could mend), connecting
+    /// (a rail's QPs not connected yet), rail-degraded (a rail out of use) or ready.
+    pub fn lifecycle(&self) -> crate::lifecycle::Lifecycle {
+        use crate::lifecycle::Lifecycle;
+        if let Some(k) = self.poisoned {
+            return Lifecycle::Failed(k);
+        }
+        if self
+            .rails
+            .iter()
+            .any(|r| r.lifecycle() == Lifecycle::Connecting)
+        {
+            return Lifecycle::Connecting;
+        }
+        if self.live[..self.rails.len()].iter().all(|&l| l) {
+            Lifecycle::Ready
+        } else {
+            Lifecycle::RailDegraded
+        }
+    }
+
+    /// How many rails.
+    pub fn rails(&self) -> usize {
+        self.rails.len()
+    }
+
     /// Whether rail `i` is still in use here.
     pub fn rail_live(&self, i: usize) -> bool {
         self.live.get(i).copied().unwrap_or(false)
@@ -740,6 +766,12 @@ impl<P: Provider + Clone> FusedRecv<P> {
 
     /// Closes every rail and releases the notice ring.
     pub fn close(mut self) -> Result<()> {
+        self.close_in_place()
+    }
+
+    /// [`Self::close`] of a comm that stays where it is (in a box the caller frees): every
+    /// rail closed and the rings released; what is left is dropped with nothing more to do.
+    pub fn close_in_place(&mut self) -> Result<()> {
         let mut first = Ok(());
         while let Some(r) = self.rails.pop() {
             let x = r.close();
