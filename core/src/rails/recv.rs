@@ -17,6 +17,9 @@ use super::{Lifecycle, RailBuf, RailStats, MAX_DEVS_PER_NIC};
 /// The receive comm of a NIC: one rail (a [`RecvComm`], today's fast path) or several (a
 /// [`FusedRecv`] in the box `B` the caller allocated). Every method works for both; see the
 /// [module doc](super).
+// The one-rail comm stays inline: the fast path has no indirection (the plugin boxes the
+// whole comm once, at connect).
+#[allow(clippy::large_enum_variant)]
 pub enum RailRecv<P: Provider + Clone, B: DerefMut<Target = FusedRecv<P>>> {
     /// One rail.
     One(RecvComm<P>),

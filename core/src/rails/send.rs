@@ -16,6 +16,9 @@ use super::{Lifecycle, RailStats, MAX_DEVS_PER_NIC};
 /// The send comm of a NIC: one rail (a [`SendComm`], today's fast path) or several (a
 /// [`FusedSend`] in the box `B` the caller allocated, `Box<FusedSend<P>>` say: core never
 /// allocates). Every method works for both; see the [module doc](super).
+// The one-rail comm stays inline: the fast path has no indirection (the plugin boxes the
+// whole comm once, at connect).
+#[allow(clippy::large_enum_variant)]
 pub enum RailSend<P: Provider + Clone, B: DerefMut<Target = FusedSend<P>>> {
     /// One rail.
     One(SendComm<P>),
