@@ -4,13 +4,14 @@
 
 use std::net::SocketAddr;
 
-use ibnet_core::comm::{CommConfig, Done, RecvBuf, RecvComm, SendComm, Sink, Truncation};
-use ibnet_core::fused::{FusedBuf, RailEvent};
-use ibnet_core::fused::{FusedRecv, FusedSend, Resilience, Weights, MAX_DEVS_PER_NIC};
+use ibnet_core::comm::{CommConfig, Done, RecvComm, SendComm, Sink, Truncation};
+use ibnet_core::fused::{FusedRecv, FusedSend, Resilience, Weights};
 use ibnet_core::policy::props as props_policy;
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
+pub use ibnet_core::rails::Infos;
+use ibnet_core::rails::{RailBuf, RailNews, RailRecv, RailSend, RailStats};
 use ibnet_core::request::ReqId;
-use ibnet_core::wire::{QpInfo, RailInfo, RailList, RemoteBuf};
+use ibnet_core::wire::{QpInfo, RailList};
 use ibnet_core::{Error, Result};
 
 use ibnet_soft::{SoftMr, SoftProvider};
@@ -32,28 +33,26 @@ const SOFT_NAMES: [&std::ffi::CStr; 8] = [
     c"soft0", c"soft1", c"soft2", c"soft3", c"soft4", c"soft5", c"soft6", c"soft7",
 ];
 
+/// A NIC's send comm (`ibnet_core::rails`: 1..=8 rails) over provider `P`; several rails
+/// live in a box (a comm per rail and the message table: too large to move through a stack).
+pub type Send<P> = RailSend<P, Box<FusedSend<P>>>;
+/// A NIC's receive comm over provider `P` (see [`Send`]).
+pub type Recv<P> = RailRecv<P, Box<FusedRecv<P>>>;
+
 /// A send comm over some provider.
 pub enum AnySend {
     /// Over verbs.
-    Verbs(SendComm<VerbsPort>),
+    Verbs(Send<VerbsPort>),
     /// Over ibnet-soft.
-    Soft(SendComm<SoftProvider>),
-    /// Fused over verbs devices (boxed: one comm per rail).
-    FusedVerbs(Box<FusedSend<VerbsPort>>),
-    /// Fused over soft devices.
-    FusedSoft(Box<FusedSend<SoftProvider>>),
+    Soft(Send<SoftProvider>),
 }
 
 /// A receive comm over some provider.
 pub enum AnyRecv {
     /// Over verbs.
-    Verbs(RecvComm<VerbsPort>),
+    Verbs(Recv<VerbsPort>),
     /// Over ibnet-soft.
-    Soft(RecvComm<SoftProvider>),
-    /// Fused over verbs devices (boxed: one comm per rail).
-    FusedVerbs(Box<FusedRecv<VerbsPort>>),
-    /// Fused over soft devices.
-    FusedSoft(Box<FusedRecv<SoftProvider>>),
+    Soft(Recv<SoftProvider>),
 }
 
 /// A registration over some provider.
@@ -267,14 +266,6 @@ impl Dev {
         }
     }
 
-    /// Creates a send comm.
-    pub fn new_send(&self, cfg: CommConfig) -> Result<AnySend> {
-        Ok(match self {
-            Dev::Verbs(p) => AnySend::Verbs(SendComm::new(p.clone(), cfg)?),
-            Dev::Soft(p, _) => AnySend::Soft(SendComm::new(p.clone(), cfg)?),
-        })
-    }
-
     /// Refuses a peer address that cannot name a provider we may reach, before any attach is
     /// tried (so a bogus handshake is named as such, not as a host permission problem). Soft:
     /// the address must decode and name this process or a live process of our own user.
@@ -301,14 +292,6 @@ impl Dev {
             ));
         }
         Ok(())
-    }
-
-    /// Creates a receive comm connected to `remote`.
-    pub fn new_recv(&self, cfg: CommConfig, remote: &QpInfo) -> Result<AnyRecv> {
-        Ok(match self {
-            Dev::Verbs(p) => AnyRecv::Verbs(RecvComm::new(p.clone(), cfg, remote)?),
-            Dev::Soft(p, _) => AnyRecv::Soft(RecvComm::new(p.clone(), cfg, remote)?),
-        })
     }
 
     /// Registers memory.
@@ -344,79 +327,18 @@ impl AnyMr {
     }
 }
 
-/// A plain-comm method on a comm that is fused (the callers dispatch on the comm's kind
-/// first, so this is a caller bug, reported as one).
-fn not_plain(op: &'static str) -> Error {
-    Error::BadState {
-        op,
-        state: "comm is fused (use the rail-aware call)",
-    }
-}
-
-/// A fused-comm method on a plain comm (a caller bug, as [`not_plain`]).
-fn not_fused(op: &'static str) -> Error {
-    Error::BadState {
-        op,
-        state: "comm is not fused",
-    }
-}
-
-/// `$plain` on a plain comm (`$c`), `$fused` on a fused one (`$f`).
-macro_rules! split {
-    ($e:expr, $c:ident => $plain:expr, $f:ident => $fused:expr) => {
+/// `$body` on the comm, whichever provider it is over (`$c` is each arm's own comm type).
+macro_rules! on {
+    ($e:expr, $c:ident => $body:expr) => {
         match $e {
-            Self::Verbs($c) => $plain,
-            Self::Soft($c) => $plain,
-            Self::FusedVerbs($f) => $fused,
-            Self::FusedSoft($f) => $fused,
+            Self::Verbs($c) => $body,
+            Self::Soft($c) => $body,
         }
     };
 }
 
-/// The same `$body` on every kind of comm (`$c` is each arm's own comm type).
-macro_rules! all {
-    ($e:expr, $c:ident => $body:expr) => {
-        split!($e, $c => $body, $c => $body)
-    };
-}
-
-/// `$body` on a plain comm; a fused one is refused ([`not_plain`]).
-macro_rules! each {
-    ($e:expr, $op:literal, $c:ident => $body:expr) => {
-        split!($e, $c => $body, _f => Err(not_plain($op)))
-    };
-}
-
-/// `$body` on a fused comm; a plain one is refused ([`not_fused`]).
-macro_rules! fused {
-    ($e:expr, $op:literal, $c:ident => $body:expr) => {
-        split!($e, _c => Err(not_fused($op)), $c => $body)
-    };
-}
-
-/// What a fused comm's rails did, for tests and tools (`api::fused_stats`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FusedStats {
-    /// Rails of the comm.
-    pub rails: usize,
-    /// Bytes each rail carried (sender; 0 at the receiver).
-    pub rail_bytes: [u64; ibnet_core::fused::MAX_DEVS_PER_NIC],
-    /// Whether each rail is still in use.
-    pub live: [bool; ibnet_core::fused::MAX_DEVS_PER_NIC],
-    /// Bytes written again on another rail after their rail failed (sender).
-    pub resent: u64,
-}
-
-/// Feeds a fused send comm the clock when it needs one (a probe delay set): a vDSO read of
-/// the monotonic clock, no system call.
-#[inline]
-fn tick<P: Provider + Clone>(c: &mut FusedSend<P>) {
-    if c.wants_clock() {
-        c.tick(now_ms());
-    }
-}
-
-/// Milliseconds of the monotonic clock since the first call (the core's `tick` unit).
+/// Milliseconds of the monotonic clock since the first call (the core's clock for probe
+/// delays): a vDSO read, no system call; read only when a comm of several rails asks.
 pub fn now_ms() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     EPOCH
@@ -425,350 +347,205 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Rails returned to striping since the last call, for the caller to log.
-pub type Returned = heapless::Vec<u8, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+/// The providers of `devs` (all the same kind): verbs ports, or soft providers.
+enum Rails {
+    Verbs(Vec<VerbsPort>),
+    Soft(Vec<SoftProvider>),
+}
 
-/// Rails taken out of use since the last call, for the caller to log.
-pub type RailEvents = heapless::Vec<RailEvent, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
+impl Rails {
+    fn of(devs: &[Dev]) -> Result<Self> {
+        let verbs: Option<Vec<VerbsPort>> = devs
+            .iter()
+            .map(|d| match d {
+                Dev::Verbs(p) => Some(p.clone()),
+                Dev::Soft(..) => None,
+            })
+            .collect();
+        if let Some(v) = verbs {
+            return Ok(Self::Verbs(v));
+        }
+        devs.iter()
+            .map(|d| match d {
+                Dev::Soft(p, _) => Ok(p.clone()),
+                Dev::Verbs(_) => Err(Error::BadState {
+                    op: "comm",
+                    state: "rails of different providers (verbs and soft)",
+                }),
+            })
+            .collect::<Result<_>>()
+            .map(Self::Soft)
+    }
+}
+
+/// A send comm over `devs` (one rail: a plain comm; several: striped, on the heap).
+fn send_over<P: Provider + Clone>(devs: &[P], cfg: CommConfig) -> Result<Send<P>> {
+    Ok(match devs {
+        [one] => RailSend::One(SendComm::new(one.clone(), cfg)?),
+        _ => RailSend::Striped(crate::boxed::send(devs, cfg)?),
+    })
+}
+
+/// A receive comm over `devs`, connected to the sender's rails `remote`.
+fn recv_over<P: Provider + Clone>(
+    devs: &[P],
+    cfg: CommConfig,
+    remote: &[QpInfo],
+) -> Result<Recv<P>> {
+    Ok(match devs {
+        [one] => {
+            let first = remote.first().ok_or(Error::Missing {
+                what: "the peer's QP info",
+            })?;
+            RailRecv::One(RecvComm::new(one.clone(), cfg, first)?)
+        }
+        _ => RailRecv::Striped(crate::boxed::recv(devs, cfg, remote)?),
+    })
+}
 
 impl AnySend {
-    /// Each rail's QP info for the peer and this side's rail list (devices `devs`, rail
-    /// order; a fused comm adds its back ring on each rail).
-    pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
-        Ok(split!(self,
-            c => plain_infos(devs, c.local_info()),
-            c => fused_infos(devs, |i| c.local_info(i), &c.back_ring(), |i| c.rail_weight(i))))
+    /// A send comm over the rails `devs` (1..=8, one provider).
+    pub fn new(devs: &[Dev], cfg: CommConfig) -> Result<Self> {
+        Ok(match Rails::of(devs)? {
+            Rails::Verbs(v) => Self::Verbs(send_over(&v, cfg)?),
+            Rails::Soft(s) => Self::Soft(send_over(&s, cfg)?),
+        })
     }
-    /// See `SendComm::set_peer_addr` (a fused comm's rails name no peer address).
+    /// Each rail's QP info for the peer and this side's rail list (devices `devs`).
+    pub fn rail_infos(&self, devs: &[u16]) -> (Infos, RailList) {
+        on!(self, c => c.local_infos(devs))
+    }
+    /// See `RailSend::set_rail_weights`.
+    pub fn set_rail_weights(&mut self, w: &Weights) {
+        on!(self, c => c.set_rail_weights(w))
+    }
+    /// See `RailSend::set_peer_addr`.
     pub fn set_peer_addr(&mut self, a: SocketAddr) {
-        split!(self, c => c.set_peer_addr(a), _f => {})
+        on!(self, c => c.set_peer_addr(a))
     }
-    /// Connects every rail to the acceptor's (`infos`, rail order; `peer` its rail list with
-    /// a fused comm's notice rings).
+    /// See `RailSend::connect`.
     pub fn connect_rails(&mut self, infos: &[QpInfo], peer: &RailList) -> Result<()> {
-        fn fused<P: Provider + Clone>(
-            c: &mut FusedSend<P>,
-            infos: &[QpInfo],
-            peer: &RailList,
-        ) -> Result<()> {
-            for (i, info) in infos.iter().enumerate() {
-                c.connect(i, info)?;
-            }
-            c.set_rail_weights(&agreed(|i| c.rail_weight(i), peer));
-            c.set_notice_ring(&rings(peer))
-        }
-        split!(self, c => c.connect(first(infos)?), c => fused(c, infos, peer))
+        on!(self, c => c.connect(infos, peer))
     }
-    /// See `SendComm::isend`.
-    #[inline]
+    /// See `RailSend::isend` (`keys`: the buffer's keys on each rail).
+    #[inline(always)]
     pub fn isend(
         &mut self,
         addr: u64,
         size: u64,
         tag: u32,
-        mr: MrKeys,
+        keys: &[MrKeys],
         parent: usize,
     ) -> Result<Option<ReqId>> {
-        each!(self, "isend", c => c.isend_under(addr, size, tag, mr, parent))
+        on!(self, c => c.isend(addr, size, tag, keys, parent, now_ms))
     }
-    /// See `FusedSend::isend` (`mrs`: the buffer's keys on each rail).
-    #[inline]
-    pub fn isend_fused(
-        &mut self,
-        addr: u64,
-        size: u64,
-        tag: u32,
-        mrs: &[MrKeys],
-    ) -> Result<Option<ReqId>> {
-        fused!(self, "isend", c => {
-            tick(&mut **c);
-            c.isend(addr, size, tag, mrs)
-        })
+    /// How many rails.
+    pub fn rails(&self) -> usize {
+        on!(self, c => c.rails())
     }
-    /// See `FusedSend::set_resilience` (nothing for a plain comm).
+    /// See `RailSend::set_resilience`.
     pub fn set_resilience(&mut self, r: Resilience) {
-        split!(self, _c => {}, c => c.set_resilience(r))
+        on!(self, c => c.set_resilience(r))
     }
-    /// See `SendComm::set_events` (a fused comm sends no profiler events).
+    /// See `RailSend::set_events`.
     pub fn set_events(&mut self, sink: Option<Sink>) {
-        split!(self, c => c.set_events(sink), _f => {})
+        on!(self, c => c.set_events(sink))
     }
-    /// See `SendComm::test` / `FusedSend::test`.
+    /// See `RailSend::test`.
     #[inline(always)]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        split!(self, c => c.test(id), c => {
-            tick(&mut **c);
-            c.test(id)
-        })
+        on!(self, c => c.test(id, now_ms))
     }
-    /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
+    /// Later data calls are refused, reported as `e`.
     pub fn fail(&mut self, e: &Error) {
-        all!(self, c => c.fail(e))
+        on!(self, c => c.fail(e))
     }
-    /// Rails taken out of use since the last call (always none for a plain comm).
-    pub fn take_events(&mut self) -> RailEvents {
-        split!(self, _c => RailEvents::new(), c => c.take_events())
+    /// See `RailSend::take_news`.
+    pub fn take_news(&mut self) -> RailNews {
+        on!(self, c => c.take_news())
     }
-    /// Rails returned to striping since the last call (always none for a plain comm).
-    pub fn take_returned(&mut self) -> Returned {
-        split!(self, _c => Returned::new(), c => c.take_returned())
-    }
-    /// Whether `take_events` or `take_returned` has anything (always false for a plain comm).
-    #[inline]
+    /// See `RailSend::has_rail_news`.
+    #[inline(always)]
     pub fn has_rail_news(&self) -> bool {
-        split!(self, _c => false, c => c.has_rail_news())
+        on!(self, c => c.has_rail_news())
     }
-
-    /// The comm's first send cut to its receive's size, once (see
-    /// `SendComm::take_truncation`).
+    /// The comm's first send cut to its receive's size, once.
     #[inline(always)]
     pub fn take_truncation(&mut self) -> Option<Truncation> {
-        all!(self, c => c.take_truncation())
+        on!(self, c => c.take_truncation())
     }
-    /// The rails' counters of a fused comm (`None`: plain).
-    pub fn fused_stats(&self) -> Option<FusedStats> {
-        fn stats<P: Provider + Clone>(c: &FusedSend<P>) -> FusedStats {
-            let mut s = FusedStats {
-                rails: c.rails(),
-                resent: c.resent_bytes(),
-                ..FusedStats::default()
-            };
-            for i in 0..s.rails {
-                s.rail_bytes[i] = c.rail_bytes(i);
-                s.live[i] = c.rail_live(i);
-            }
-            s
-        }
-        split!(self, _c => None, c => Some(stats(c)))
+    /// See `RailSend::stats`.
+    pub fn stats(&self) -> Option<RailStats> {
+        on!(self, c => c.stats())
     }
     /// Closes.
     pub fn close(self) -> Result<()> {
-        all!(self, c => c.close())
+        on!(self, c => c.close())
     }
 }
 
 impl AnyRecv {
-    /// Each rail's QP info for the peer and this side's rail list (devices `devs`; a fused
-    /// comm adds its notice ring on each rail).
-    pub fn rail_infos(&self, devs: &[u16]) -> Result<(Infos, RailList)> {
-        Ok(split!(self,
-            c => plain_infos(devs, c.local_info()),
-            c => fused_infos(devs, |i| c.local_info(i), &c.notice_ring(), |i| c.rail_weight(i))))
-    }
-    /// See `RecvComm::set_peer_addr` (a fused comm's rails name no peer address).
-    pub fn set_peer_addr(&mut self, a: SocketAddr) {
-        split!(self, c => c.set_peer_addr(a), _f => {})
-    }
-    /// See `RecvComm::irecv`.
-    #[inline]
-    pub fn irecv(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
-        each!(self, "irecv", c => c.irecv_under(bufs, parents))
-    }
-    /// See `FusedRecv::set_resilience` (nothing for a plain comm).
-    pub fn set_resilience(&mut self, r: Resilience) {
-        split!(self, _c => {}, c => c.set_resilience(r))
-    }
-    /// See `FusedRecv::irecv`.
-    #[inline]
-    pub fn irecv_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
-        fused!(self, "irecv", c => {
-            if c.wants_clock() {
-                c.tick(now_ms());
-            }
-            c.irecv(bufs)
+    /// A receive comm over the rails `devs` (1..=8, one provider), connected to the sender's
+    /// rails `remote`.
+    pub fn new(devs: &[Dev], cfg: CommConfig, remote: &[QpInfo]) -> Result<Self> {
+        Ok(match Rails::of(devs)? {
+            Rails::Verbs(v) => Self::Verbs(recv_over(&v, cfg, remote)?),
+            Rails::Soft(s) => Self::Soft(recv_over(&s, cfg, remote)?),
         })
     }
-    /// See `RecvComm::set_events` (a fused comm sends no profiler events).
+    /// See `RailRecv::join`.
+    pub fn join(&mut self, peer: &RailList, local: &Weights) -> Result<()> {
+        on!(self, c => c.join(peer, local))
+    }
+    /// Each rail's QP info for the peer and this side's rail list (devices `devs`).
+    pub fn rail_infos(&self, devs: &[u16]) -> (Infos, RailList) {
+        on!(self, c => c.local_infos(devs))
+    }
+    /// See `RailRecv::set_peer_addr`.
+    pub fn set_peer_addr(&mut self, a: SocketAddr) {
+        on!(self, c => c.set_peer_addr(a))
+    }
+    /// See `RailRecv::irecv`.
+    #[inline(always)]
+    pub fn irecv(&mut self, bufs: &[RailBuf], parents: &[usize]) -> Result<Option<ReqId>> {
+        on!(self, c => c.irecv(bufs, parents, now_ms))
+    }
+    /// See `RailRecv::set_resilience`.
+    pub fn set_resilience(&mut self, r: Resilience) {
+        on!(self, c => c.set_resilience(r))
+    }
+    /// See `RailRecv::set_events`.
     pub fn set_events(&mut self, sink: Option<Sink>) {
-        split!(self, c => c.set_events(sink), _f => {})
+        on!(self, c => c.set_events(sink))
     }
-    /// See `RecvComm::iflush`.
-    pub fn iflush(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
-        each!(self, "iflush", c => c.iflush(bufs))
+    /// See `RailRecv::iflush`.
+    pub fn iflush(&mut self, bufs: &[RailBuf]) -> Result<Option<ReqId>> {
+        on!(self, c => c.iflush(bufs))
     }
-    /// See `FusedRecv::iflush`.
-    pub fn iflush_fused(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
-        fused!(self, "iflush", c => c.iflush(bufs))
-    }
-    /// See `RecvComm::test` / `FusedRecv::test`.
+    /// See `RailRecv::test`.
     #[inline(always)]
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        split!(self, c => c.test(id), c => {
-            if c.wants_clock() {
-                c.tick(now_ms());
-            }
-            c.test(id)
-        })
+        on!(self, c => c.test(id, now_ms))
     }
-    /// See `SendComm::fail` / `RecvComm::fail`: later data calls are refused, reported as `e`.
+    /// Later data calls are refused, reported as `e`.
     pub fn fail(&mut self, e: &Error) {
-        all!(self, c => c.fail(e))
+        on!(self, c => c.fail(e))
     }
-    /// Rails taken out of use since the last call (always none for a plain comm).
-    pub fn take_events(&mut self) -> RailEvents {
-        split!(self, _c => RailEvents::new(), c => c.take_events())
+    /// See `RailRecv::take_news`.
+    pub fn take_news(&mut self) -> RailNews {
+        on!(self, c => c.take_news())
     }
-    /// Rails returned to striping since the last call (always none for a plain comm).
-    pub fn take_returned(&mut self) -> Returned {
-        split!(self, _c => Returned::new(), c => c.take_returned())
-    }
-    /// Whether `take_events` or `take_returned` has anything (always false for a plain comm).
-    #[inline]
+    /// See `RailRecv::has_rail_news`.
+    #[inline(always)]
     pub fn has_rail_news(&self) -> bool {
-        split!(self, _c => false, c => c.has_rail_news())
+        on!(self, c => c.has_rail_news())
     }
-    /// The rails' state of a fused comm (`None`: plain).
-    pub fn fused_stats(&self) -> Option<FusedStats> {
-        fn stats<P: Provider + Clone>(c: &FusedRecv<P>, n: usize) -> FusedStats {
-            let mut s = FusedStats {
-                rails: n,
-                ..FusedStats::default()
-            };
-            for i in 0..n {
-                s.live[i] = c.rail_live(i);
-            }
-            s
-        }
-        split!(self, _c => None, c => Some(stats(c, c.notice_ring().len())))
+    /// See `RailRecv::stats`.
+    pub fn stats(&self) -> Option<RailStats> {
+        on!(self, c => c.stats())
     }
     /// Closes.
     pub fn close(self) -> Result<()> {
-        all!(self, c => c.close())
+        on!(self, c => c.close())
     }
-}
-
-/// QP infos of a comm's rails, rail order.
-pub type Infos = heapless::Vec<QpInfo, { ibnet_core::fused::MAX_DEVS_PER_NIC }>;
-
-/// A plain comm's rail infos: its one QP's `info`, on the first device of `devs`.
-fn plain_infos(devs: &[u16], info: QpInfo) -> (Infos, RailList) {
-    let mut v = Infos::new();
-    // Cannot fail: capacity ≥ 1.
-    let _ = v.push(info);
-    (v, RailList::single(devs.first().copied().unwrap_or(0)))
-}
-
-/// A fused comm's rail infos (`info(i)` per rail of `devs`) and rail list (`ring` and the
-/// stripe weight `weight(i)`, the rail's speed in 100 Mb/s, per rail).
-fn fused_infos(
-    devs: &[u16],
-    info: impl Fn(usize) -> Option<QpInfo>,
-    ring: &[RemoteBuf],
-    weight: impl Fn(usize) -> u32,
-) -> (Infos, RailList) {
-    let mut v = Infos::new();
-    let mut l = RailList::default();
-    for (i, (&d, r)) in devs.iter().zip(ring).enumerate() {
-        if let Some(q) = info(i) {
-            // Cannot fail: at most MAX_DEVS_PER_NIC rails.
-            let _ = v.push(q);
-            let _ = l.0.push(RailInfo {
-                dev: d,
-                ring: Some(*r),
-                speed: u16::try_from(weight(i)).unwrap_or(u16::MAX),
-            });
-        }
-    }
-    (v, l)
-}
-
-/// A rail's stripe weight: its speed in units of 100 Mb/s, as the rail list carries it (0:
-/// unknown; at least 1 for any known speed, at most `u16::MAX`).
-fn speed_units(mbps: i32) -> u32 {
-    match u32::try_from(mbps) {
-        Ok(m) if m > 0 => m.div_ceil(100).min(u32::from(u16::MAX)),
-        _ => 0,
-    }
-}
-
-/// This side's stripe weights of `devs` (rail order).
-fn local_weights(devs: &[Dev]) -> Weights {
-    let mut w = [0; MAX_DEVS_PER_NIC];
-    for (d, s) in w.iter_mut().zip(devs) {
-        *d = speed_units(s.speed_mbps());
-    }
-    w
-}
-
-/// The stripe weights both ends of a fused comm use: per rail, the smaller of this side's
-/// (`local(i)`) and the peer's speed from its rail list (so both compute the same; a 0, an
-/// unknown speed, makes the shares equal).
-fn agreed(local: impl Fn(usize) -> u32, peer: &RailList) -> Weights {
-    let mut w = [0; MAX_DEVS_PER_NIC];
-    for (i, (d, r)) in w.iter_mut().zip(&peer.0).enumerate() {
-        *d = local(i).min(u32::from(r.speed));
-    }
-    w
-}
-
-/// The rings a peer's rail list names (rail order; a ring missing on a fused list was refused
-/// by the handshake).
-fn rings(peer: &RailList) -> heapless::Vec<RemoteBuf, { ibnet_core::fused::MAX_DEVS_PER_NIC }> {
-    peer.0.iter().map(|r| r.ring.unwrap_or_default()).collect()
-}
-
-/// The only rail's info of a plain comm.
-fn first(infos: &[QpInfo]) -> Result<&QpInfo> {
-    infos.first().ok_or(Error::Missing {
-        what: "the peer's QP info",
-    })
-}
-
-/// Makes fused comms over the rails `devs` (all of one provider).
-pub fn fused_send(devs: &[Dev], cfg: CommConfig) -> Result<AnySend> {
-    let w = local_weights(devs);
-    if let Some(v) = verbs_rails(devs) {
-        let mut c = crate::boxed::send(&v, cfg)?;
-        c.set_rail_weights(&w);
-        return Ok(AnySend::FusedVerbs(c));
-    }
-    let s = soft_rails(devs)?;
-    let mut c = crate::boxed::send(&s, cfg)?;
-    c.set_rail_weights(&w);
-    Ok(AnySend::FusedSoft(c))
-}
-
-/// The receive side of [`fused_send`], connected to the sender's rails (`remote`) whose back
-/// rings and speeds `peer` names (the stripe weights: `agreed`).
-pub fn fused_recv(
-    devs: &[Dev],
-    cfg: CommConfig,
-    remote: &[QpInfo],
-    peer: &RailList,
-) -> Result<AnyRecv> {
-    // Its rail list then announces these weights, from which the sender takes the same.
-    let local = local_weights(devs);
-    let w = agreed(|i| local[i], peer);
-    if let Some(v) = verbs_rails(devs) {
-        let mut r = crate::boxed::recv(&v, cfg, remote)?;
-        r.set_back_ring(&rings(peer))?;
-        r.set_rail_weights(&w);
-        return Ok(AnyRecv::FusedVerbs(r));
-    }
-    let s = soft_rails(devs)?;
-    let mut r = crate::boxed::recv(&s, cfg, remote)?;
-    r.set_back_ring(&rings(peer))?;
-    r.set_rail_weights(&w);
-    Ok(AnyRecv::FusedSoft(r))
-}
-
-fn verbs_rails(devs: &[Dev]) -> Option<Vec<VerbsPort>> {
-    devs.iter()
-        .map(|d| match d {
-            Dev::Verbs(p) => Some(p.clone()),
-            Dev::Soft(..) => None,
-        })
-        .collect()
-}
-
-fn soft_rails(devs: &[Dev]) -> Result<Vec<SoftProvider>> {
-    devs.iter()
-        .map(|d| match d {
-            Dev::Soft(p, _) => Ok(p.clone()),
-            Dev::Verbs(_) => Err(Error::BadState {
-                op: "fused comm",
-                state: "rails of different providers (verbs and soft)",
-            }),
-        })
-        .collect()
 }

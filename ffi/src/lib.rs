@@ -69,6 +69,7 @@ pub mod plugin;
 pub mod profiler;
 #[cfg(feature = "capi")]
 pub mod proxy;
+pub mod rail_log;
 pub use ibnet_atomics::slot;
 pub mod sock;
 pub mod vdev;

@@ -1,40 +1,43 @@
-//! What a plugin device number names for comm setup: a physical device ([`Nic::Plain`]) or a
-//! fused virtual NIC ([`Nic::Fused`], made by `makeVDevice`; see [`crate::vdev`]), and a fused
-//! NIC's registrations.
+//! What a plugin device number names: a NIC of 1..=8 rails, each rail a physical device
+//! ([`Dev`]). A physical device number is a NIC of one rail; a virtual NIC that `makeVDevice`
+//! made ([`crate::vdev`]) has one rail per device it merged. A NIC makes the comms
+//! (`ibnet_core::rails`: one comm type per direction, whatever the rail count) and holds the
+//! registrations its comms use.
 //!
-//! A fused NIC's comms hold one core comm per rail (`ibnet_core::fused`); its registrations
-//! hold one registration per rail, each taken from that rail's device cache (so a buffer a
-//! plain comm of the same device registered is shared), behind one entry of the vNIC's own
-//! cache ([`FusedCacheT`]), whose registration handle (one per `regMr`) is the `mhandle` NCCL
-//! gets:
+//! Registrations: a NIC of one rail registers through its device's cache, so its `mhandle`s
+//! are the device's (as before virtual NICs existed). A NIC of several rails registers once
+//! per rail, each in that rail's device cache (a buffer a comm of the same device registered
+//! is shared), behind one entry of the NIC's own cache ([`NicCacheT`]), whose registration
+//! handle (one per `regMr`) is the `mhandle` NCCL gets:
 //! ```text
-//!  regMr(fused comm, addr, len)
-//!    fused cache: acquire_or_contained(addr, len) ── miss ─▶ for each rail i:
-//!                                                     rail i's cache: acquire_or_contained
-//!                                                     → keys[i], handle[i]
-//!    mhandle = (this registration's record in the fused cache, device number of the vNIC)
-//!  isend/irecv: fused cache get(mhandle) → keys[0..n]  (lock-free, no allocation)
-//!  deregMr: ends the record (a second deregMr is refused); the fused entry's last reference
+//!  regMr(comm of NIC n, addr, len)
+//!    1 rail:    rail 0's cache: acquire_or_contained → mhandle (handle, n)
+//!    n rails:   the NIC's cache: acquire_or_contained ── miss ─▶ for each rail i:
+//!                                   rail i's cache: acquire_or_contained → keys[i], handle[i]
+//!               mhandle = (this registration's record in the NIC's cache, n)
+//!  isend/irecv: keys(mhandle) → the keys on every rail  (lock-free, no allocation)
+//!  deregMr: ends the record (a second deregMr is refused); an entry's last reference
 //!           ─▶ release handle[i] in each rail's cache
 //! ```
-//! Everything here but the cache lookups runs on the control path.
+//! Everything here but [`Nic::keys`] runs on the control path.
 
 use std::sync::{Arc, Mutex};
 
 use ibnet_core::comm::CommConfig;
-use ibnet_core::fused::{VNic, MAX_DEVS_PER_NIC};
+use ibnet_core::fused::{VNic, Weights, MAX_DEVS_PER_NIC};
 use ibnet_core::mr_cache::{MrCache, MrHandle};
 use ibnet_core::provider::{MrKeys, PortInfo, RegKind};
+use ibnet_core::rails::{speed_units, RailKeys};
 use ibnet_core::wire::{QpInfo, RailList};
 use ibnet_core::{Error, Result};
 
 use crate::dev::{AnyMr, AnyRecv, AnySend, CachedMr, Dev, MrCacheT, MR_CACHE_CAPACITY};
 
-/// One registration of a fused NIC: the keys and rail-cache handle on each rail.
+/// One registration of a NIC of several rails: the keys and rail-cache handle on each rail.
 #[derive(Debug, Clone, Copy)]
-pub struct FusedMr {
+pub struct NicMr {
     /// Keys on each rail (rail order).
-    pub keys: [MrKeys; MAX_DEVS_PER_NIC],
+    pub keys: RailKeys,
     /// The rail caches' handles (as bits), released with the last reference.
     rails: [u64; MAX_DEVS_PER_NIC],
     /// How many rails.
@@ -45,249 +48,260 @@ pub struct FusedMr {
     pub len: u64,
 }
 
-/// A fused NIC's registration cache (as big as a device's: `regIsGlobal` promises every
-/// registration of the device is usable on all its comms).
-pub type FusedCacheT = MrCache<FusedMr, MR_CACHE_CAPACITY>;
+/// The registration cache of a NIC of several rails (as big as a device's: `regIsGlobal`
+/// promises every registration of the device is usable on all its comms).
+pub type NicCacheT = MrCache<NicMr, MR_CACHE_CAPACITY>;
 
-/// A fused NIC of the current plugin: its rails' devices and caches, and its own cache.
-pub struct FusedNic {
-    /// The rails' physical devices.
+/// What the data path needs of a registration: its keys on every rail and its range.
+#[derive(Debug, Clone, Copy)]
+pub struct MrInfo {
+    /// The keys, rail order.
+    pub keys: RailKeys,
+    /// The registered range.
+    pub base: u64,
+    /// Its length.
+    pub len: u64,
+}
+
+/// A NIC: its plugin device number, its rails' devices and caches, and (several rails) its
+/// own registrations.
+pub struct Nic {
+    /// The physical devices, rail order.
     pub vnic: VNic,
-    /// The vNIC's plugin device number (carried by its mhandles).
+    /// The plugin device number (carried by its mhandles).
     pub index: u8,
     /// The rails' devices, rail order.
     pub devs: Vec<Dev>,
     /// The rails' registration caches, rail order.
-    pub caches: Vec<Arc<MrCacheT>>,
-    /// The fused registrations.
-    pub cache: Arc<FusedCacheT>,
+    caches: Vec<Arc<MrCacheT>>,
+    /// Several rails: the NIC's own registrations (one rail registers in its device's).
+    own: Option<Arc<NicCacheT>>,
 }
 
-/// The fused NICs a plugin instance has set up (made on first use, control path only).
+/// The NICs a plugin instance has set up (made on first use, control path only).
 #[derive(Default)]
-pub struct FusedNics(Mutex<Vec<Arc<FusedNic>>>);
-
-impl FusedNics {
-    fn get(&self, (devs, caches): Phys<'_>, index: u8, vnic: VNic) -> Result<Arc<FusedNic>> {
-        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = t.iter().find(|f| f.index == index) {
-            return Ok(f.clone());
-        }
-        // A vNIC made over an earlier plugin instance with more devices names none here.
-        fn gone<T>(_: &u16) -> Result<T> {
-            Err(Error::Missing {
-                what: "physical device of the virtual NIC (devices changed since makeVDevice)",
-            })
-        }
-        let devs: Result<Vec<Dev>> = vnic
-            .devs()
-            .iter()
-            .map(|d| devs.get(*d as usize).cloned().map_or_else(|| gone(d), Ok))
-            .collect();
-        let caches: Result<Vec<Arc<MrCacheT>>> = vnic
-            .devs()
-            .iter()
-            .map(|d| caches.get(*d as usize).cloned().map_or_else(|| gone(d), Ok))
-            .collect();
-        let f = Arc::new(FusedNic {
-            vnic,
-            index,
-            devs: devs?,
-            caches: caches?,
-            cache: crate::boxed::mr_cache(),
-        });
-        t.push(f.clone());
-        Ok(f)
-    }
-}
+pub struct Nics(Mutex<Vec<Arc<Nic>>>);
 
 /// A plugin's physical devices and their caches (same index).
 pub type Phys<'a> = (&'a [Dev], &'a [Arc<MrCacheT>]);
 
-/// A device number resolved for comm setup.
-#[derive(Clone)]
-pub enum Nic {
-    /// A physical device, its number and registration cache.
-    Plain(Dev, u8, Arc<MrCacheT>),
-    /// A fused NIC.
-    Fused(Arc<FusedNic>),
-}
-
-impl Nic {
-    /// What device number `dev`, naming the vNIC `v` (see `crate::vdev::lookup`), is over the
-    /// physical devices `phys`, whose fused NICs set up so far are `fused`.
-    pub fn resolve(
-        phys: Phys<'_>,
-        fused: &FusedNics,
-        dev: core::ffi::c_int,
-        v: VNic,
-    ) -> Result<Self> {
-        let bad = Error::OutOfRange {
+impl Nics {
+    /// The NIC device number `dev` names, the vNIC `v` (see `crate::vdev::lookup`), over the
+    /// physical devices `phys`: the one set up before, or a new one.
+    pub fn resolve(&self, phys: Phys<'_>, dev: core::ffi::c_int, v: VNic) -> Result<Arc<Nic>> {
+        let index = u8::try_from(dev).map_err(|_| Error::OutOfRange {
             what: "dev",
             value: dev as i64,
             min: 0,
             max: i64::from(u8::MAX),
+        })?;
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = t.iter().find(|n| n.index == index) {
+            return Ok(n.clone());
+        }
+        let n = Arc::new(Nic::new(phys, index, v)?);
+        t.push(n.clone());
+        Ok(n)
+    }
+}
+
+impl Nic {
+    fn new((devs, caches): Phys<'_>, index: u8, vnic: VNic) -> Result<Self> {
+        // A vNIC made over an earlier plugin instance with more devices names none here.
+        let gone = |d: &u16| Error::OutOfRange {
+            what: "physical device of the NIC (devices changed since makeVDevice)",
+            value: i64::from(*d),
+            min: 0,
+            max: devs.len() as i64 - 1,
         };
-        let index = u8::try_from(dev).map_err(|_| bad)?;
-        let d = v.devs()[0] as usize;
-        match (v.is_fused(), phys.0.get(d), phys.1.get(d)) {
-            (false, Some(dv), Some(c)) => Ok(Self::Plain(dv.clone(), index, c.clone())),
-            (false, ..) => Err(bad),
-            (true, ..) => Ok(Self::Fused(fused.get(phys, index, v)?)),
-        }
+        let pick = |d: &u16| devs.get(usize::from(*d)).ok_or_else(|| gone(d));
+        let rails: Result<Vec<Dev>> = vnic.devs().iter().map(|d| pick(d).cloned()).collect();
+        let caches: Result<Vec<Arc<MrCacheT>>> = vnic
+            .devs()
+            .iter()
+            .map(|d| caches.get(usize::from(*d)).cloned().ok_or_else(|| gone(d)))
+            .collect();
+        Ok(Self {
+            vnic,
+            index,
+            devs: rails?,
+            caches: caches?,
+            own: vnic.is_fused().then(crate::boxed::mr_cache),
+        })
     }
 
-    /// Rail 0's device (the one a plain comm uses).
+    /// How many rails.
+    pub fn rails(&self) -> usize {
+        self.devs.len()
+    }
+
+    /// Rail 0's device.
     pub fn dev(&self) -> &Dev {
-        match self {
-            Self::Plain(d, ..) => d,
-            Self::Fused(f) => &f.devs[0],
-        }
+        &self.devs[0]
     }
 
-    /// The plugin device number.
-    pub fn index(&self) -> u8 {
-        match self {
-            Self::Plain(_, i, _) => *i,
-            Self::Fused(f) => f.index,
-        }
-    }
-
-    /// Rail 0's registration cache (a plain comm's).
-    pub fn cache(&self) -> Arc<MrCacheT> {
-        match self {
-            Self::Plain(_, _, c) => c.clone(),
-            Self::Fused(f) => f.caches[0].clone(),
-        }
-    }
-
-    /// The fused NIC, if this is one.
-    pub fn fused(&self) -> Option<Arc<FusedNic>> {
-        match self {
-            Self::Plain(..) => None,
-            Self::Fused(f) => Some(f.clone()),
-        }
+    /// Rail `i`'s device name, for logs (`?` past the rails).
+    pub fn rail_name(&self, i: u8) -> String {
+        self.devs
+            .get(usize::from(i))
+            .map_or("?".into(), |d| d.name().to_string_lossy().into_owned())
     }
 
     /// The rails' physical device numbers, rail order.
     pub fn rail_devs(&self) -> heapless::Vec<u16, MAX_DEVS_PER_NIC> {
-        match self {
-            // A plain device's number is its physical index.
-            Self::Plain(_, i, _) => core::iter::once(u16::from(*i)).collect(),
-            Self::Fused(f) => f.vnic.devs().iter().copied().collect(),
-        }
+        self.vnic.devs().iter().copied().collect()
     }
 
     /// The rails' ports, rail order (for the accepting handshake).
     pub fn ports(&self) -> heapless::Vec<PortInfo, MAX_DEVS_PER_NIC> {
-        match self {
-            Self::Plain(d, ..) => core::iter::once(d.port_info()).collect(),
-            Self::Fused(f) => f.devs.iter().map(Dev::port_info).collect(),
-        }
+        self.devs.iter().map(Dev::port_info).collect()
     }
 
     /// Refuses peer infos that cannot name a provider we may reach (each rail's device).
     pub fn check_peer(&self, infos: &[QpInfo]) -> Result<()> {
-        match self {
-            Self::Plain(d, ..) => infos.iter().try_for_each(|i| d.check_peer(i)),
-            Self::Fused(f) => f
-                .devs
-                .iter()
-                .zip(infos)
-                .try_for_each(|(d, i)| d.check_peer(i)),
+        if self.rails() == 1 {
+            return infos.iter().try_for_each(|i| self.devs[0].check_peer(i));
         }
+        self.devs
+            .iter()
+            .zip(infos)
+            .try_for_each(|(d, i)| d.check_peer(i))
+    }
+
+    /// This side's stripe weights (rail order): each rail's speed.
+    fn weights(devs: &[Dev]) -> Weights {
+        let mut w = [0; MAX_DEVS_PER_NIC];
+        for (d, s) in w.iter_mut().zip(devs) {
+            *d = speed_units(s.speed_mbps());
+        }
+        w
     }
 
     /// The rails' devices for one new comm, each with the GID chosen for it now
     /// ([`Dev::choose_gid`]; control path).
-    fn choose_gids(f: &FusedNic) -> Result<Vec<Dev>> {
-        f.devs.iter().map(Dev::choose_gid).collect()
+    fn choose_gids(&self) -> Result<Vec<Dev>> {
+        self.devs.iter().map(Dev::choose_gid).collect()
     }
 
     /// A send comm over the rails.
     pub fn new_send(&self, cfg: CommConfig) -> Result<AnySend> {
-        match self {
-            Self::Plain(d, ..) => d.choose_gid()?.new_send(cfg),
-            Self::Fused(f) => crate::dev::fused_send(&Self::choose_gids(f)?, cfg),
-        }
+        let devs = self.choose_gids()?;
+        let mut s = AnySend::new(&devs, cfg)?;
+        s.set_rail_weights(&Self::weights(&devs));
+        Ok(s)
     }
 
     /// A receive comm over the rails, connected to the sender's `infos` (rail order) whose
     /// rail list is `peer`.
     pub fn new_recv(&self, cfg: CommConfig, infos: &[QpInfo], peer: &RailList) -> Result<AnyRecv> {
-        match self {
-            Self::Plain(d, ..) => {
-                let first = infos.first().ok_or(Error::Missing {
-                    what: "the peer's QP info",
-                })?;
-                d.choose_gid()?.new_recv(cfg, first)
-            }
-            Self::Fused(f) => crate::dev::fused_recv(&Self::choose_gids(f)?, cfg, infos, peer),
+        let devs = self.choose_gids()?;
+        let mut r = AnyRecv::new(&devs, cfg, infos)?;
+        r.join(peer, &Self::weights(&devs))?;
+        Ok(r)
+    }
+
+    /// The registration `h` (from an mhandle of this NIC): its keys on every rail and its
+    /// range. Lock-free, no allocation: the data path's lookup.
+    #[inline]
+    pub fn keys(&self, h: MrHandle) -> Option<MrInfo> {
+        match &self.own {
+            None => self.caches[0].get(h).map(|v| {
+                let mut keys = [MrKeys::default(); MAX_DEVS_PER_NIC];
+                keys[0] = v.keys;
+                MrInfo {
+                    keys,
+                    base: v.base,
+                    len: v.len,
+                }
+            }),
+            Some(c) => c.get(h).map(|v| MrInfo {
+                keys: v.keys,
+                base: v.base,
+                len: v.len,
+            }),
         }
     }
-}
 
-impl FusedNic {
-    /// Registers `[addr, addr + len)` on every rail through the fused cache (a range it
-    /// already holds, or one containing it, is a hit); returns the fused entry's handle.
+    /// Registers `[addr, addr + len)` (page-aligned by the cache, as NCCL's IB plugin does) on
+    /// every rail; a range the NIC holds already, or one containing it, is a hit. Returns
+    /// the registration's handle.
     pub fn reg(&self, addr: u64, len: u64, page: u64, kind: RegKind) -> Result<MrHandle> {
-        let r = self
-            .cache
-            .acquire_or_contained(addr, len, page, |base, len| {
-                let mut m = FusedMr {
-                    keys: [MrKeys::default(); MAX_DEVS_PER_NIC],
-                    rails: [0; MAX_DEVS_PER_NIC],
-                    n: 0,
-                    base,
-                    len,
-                };
-                for (i, (d, c)) in self.devs.iter().zip(&self.caches).enumerate() {
-                    let got = c.acquire_or_contained(base, len, page, |b, l| {
-                        let (mr, keys) = d.reg(b, l, kind)?;
-                        Ok(CachedMr {
-                            keys,
-                            raw: Box::into_raw(Box::new(mr)) as usize,
-                            base: b,
-                            len: l,
-                        })
-                    });
-                    match got {
-                        Ok(r) => {
-                            m.keys[i] = r.value.keys;
-                            m.rails[i] = r.handle.to_bits();
-                            m.n += 1;
-                        }
-                        Err(e) => {
-                            // Give back the rails registered so far.
-                            let _ = self.release_rails(&m);
-                            return Err(e);
-                        }
+        let Some(own) = &self.own else {
+            return Ok(rail_reg(&self.devs[0], &self.caches[0], addr, len, page, kind)?.0);
+        };
+        let r = own.acquire_or_contained(addr, len, page, |base, len| {
+            let mut m = NicMr {
+                keys: [MrKeys::default(); MAX_DEVS_PER_NIC],
+                rails: [0; MAX_DEVS_PER_NIC],
+                n: 0,
+                base,
+                len,
+            };
+            for (i, (d, c)) in self.devs.iter().zip(&self.caches).enumerate() {
+                match rail_reg(d, c, base, len, page, kind) {
+                    Ok((h, keys)) => {
+                        m.keys[i] = keys;
+                        m.rails[i] = h.to_bits();
+                        m.n += 1;
+                    }
+                    Err(e) => {
+                        // Give back the rails registered so far.
+                        let _ = self.release_rails(&m);
+                        return Err(e);
                     }
                 }
-                Ok(m)
-            })?;
+            }
+            Ok(m)
+        })?;
         Ok(r.handle)
     }
 
-    /// Drops one reference to the fused entry `h`; the last one releases every rail's.
+    /// Drops one reference to the registration `h`; the last one deregisters (on every rail).
     pub fn dereg(&self, h: MrHandle) -> Result<()> {
-        self.cache.release(h, |m| self.release_rails(&m))
+        match &self.own {
+            None => self.caches[0].release(h, release_rail),
+            Some(own) => own.release(h, |m| self.release_rails(&m)),
+        }
     }
 
-    fn release_rails(&self, m: &FusedMr) -> Result<()> {
+    fn release_rails(&self, m: &NicMr) -> Result<()> {
         let mut first = Ok(());
         for (c, &bits) in self.caches.iter().zip(&m.rails).take(m.n as usize) {
-            let r = c.release(MrHandle::from_bits(bits), |v| {
-                // SAFETY: `raw` is the Box<AnyMr> leaked by a registration closure (here or
-                // in `api::mr`); the cache calls this once, for the last reference.
-                #[allow(unsafe_code)]
-                let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
-                mr.dereg()
-            });
+            let r = c.release(MrHandle::from_bits(bits), release_rail);
             if first.is_ok() {
                 first = r;
             }
         }
         first
     }
+}
+
+/// Registers `[addr, addr + len)` on device `d` through its cache `c`: the handle and keys.
+fn rail_reg(
+    d: &Dev,
+    c: &MrCacheT,
+    addr: u64,
+    len: u64,
+    page: u64,
+    kind: RegKind,
+) -> Result<(MrHandle, MrKeys)> {
+    let r = c.acquire_or_contained(addr, len, page, |b, l| {
+        let (mr, keys) = d.reg(b, l, kind)?;
+        Ok(CachedMr {
+            keys,
+            raw: Box::into_raw(Box::new(mr)) as usize,
+            base: b,
+            len: l,
+        })
+    })?;
+    Ok((r.handle, r.value.keys))
+}
+
+/// A device cache's last reference to a registration: deregisters it.
+fn release_rail(v: CachedMr) -> Result<()> {
+    // SAFETY: `raw` is the Box<AnyMr> leaked by `rail_reg`'s registration closure; the cache
+    // calls this once, for the last reference, so it is reclaimed once.
+    #[allow(unsafe_code)]
+    let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
+    mr.dereg()
 }

@@ -37,8 +37,8 @@ pub struct Plugin {
     pub caches: Vec<Arc<MrCacheT>>,
     /// The bootstrap address (port 0) listeners bind to.
     pub bind: Option<SocketAddr>,
-    /// The fused NICs comms were set up on (made on first use; see [`crate::nic`]).
-    pub fused: crate::nic::FusedNics,
+    /// The NICs comms were set up on (made on first use; see [`crate::nic`]).
+    pub nics: crate::nic::Nics,
 }
 
 impl Plugin {
@@ -322,7 +322,7 @@ fn create() -> Arc<Plugin> {
         devs,
         caches,
         bind,
-        fused: Default::default(),
+        nics: Default::default(),
     })
 }
 

@@ -294,7 +294,7 @@ fused_ok() { # every row ok, both rails carried traffic on both VMs, no rail fai
   for p in "$a" "$b"; do
     [[ $p =~ rxe0\ \+[1-9].*rxe1\ \+[1-9] ]] || { echo "a rail carried no packets: A sent $a, B sent $b"; return 1; }
   done
-  ! grep -qE 'of the fused NIC failed' "$1" "$2" || { echo "a rail failed on a clean link"; return 1; }
+  ! grep -qE 'of the virtual NIC failed' "$1" "$2" || { echo "a rail failed on a clean link"; return 1; }
 }
 fused_note() {
   local a b c
@@ -302,7 +302,7 @@ fused_note() {
   c=$(grep -oE 'rail 0 \(rxe0\) [^;]*; rail 1 \(rxe1\) [^;]*; [0-9]+ bytes re-sent' "$LOG_B" 2>/dev/null | head -1 || true)
   NOTES+=("$1: sent_pkts per rail: A (receiver) $a, B (sender) $b; B's close: ${c:-none}")
   echo "    sent_pkts per rail: A $a, B $b"
-  grep -hE 'closed: fused NIC' "$LOG_B" 2>/dev/null | cut -d' ' -f2- | head -2 | sed 's/^/    B: /' || true
+  grep -hE 'closed: virtual NIC' "$LOG_B" 2>/dev/null | cut -d' ' -f2- | head -2 | sed 's/^/    B: /' || true
 }
 if selected fused; then
   pair fused 400 "$(fused_cmd "" "--server --port \$PORT --fuse 0,1 --timeout 120 -v")" \
@@ -319,7 +319,7 @@ fi
 # cases: T0 when A's "fault injected" line appears, T1 when the first WARN of the failed rail
 # appears in either side's log.
 FENV="NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=6"
-FFAIL='rail 0 \(rxe0\) of the fused NIC failed .*moved to rail 1 \(rxe1\)'
+FFAIL='rail 0 \(rxe0\) of the virtual NIC failed .*moved to rail 1 \(rxe1\)'
 # fused_down — the fused fault's start: waits for the stream, then takes rail0 down on A. False
 # (FAULT_T1 says why) when the stream never started, had failed already, or the job did not act;
 # else FAULT_T0 is when A's "fault injected" line appeared and FAULT_JOB is that job's log.
@@ -327,9 +327,9 @@ fused_down() {
   local i fjob
   FAULT_T1=nostream FAULT_T2=
   streaming || return 1
-  if [ -e "${LOG_B%.log}.rc" ] || grep -qE 'of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
+  if [ -e "${LOG_B%.log}.rc" ] || grep -qE 'of the virtual NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
     FAULT_T1=early
-    WEDGE="the transfer failed before the fault was injected: $(grep -hE 'WARN.*of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null | head -1 | cut -d' ' -f2- | cut -c1-160 || true)"
+    WEDGE="the transfer failed before the fault was injected: $(grep -hE 'WARN.*of the virtual NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null | head -1 | cut -d' ' -f2- | cut -c1-160 || true)"
     kill_case a; kill_case b
     return 1
   fi
@@ -353,8 +353,8 @@ fused_fault_during() {
   # rail 1 failing too, with its link up, is no fault of the case's: the loaded host starved a
   # VM past the retries' bound (see "Fault cases under load" in README.md): the case
   # runs once more (reported), as a fault case whose transfer failed before its fault does.
-  if grep -qE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
-    WEDGE="rail 1 timed out too with its link up (a VM starved past the retries' bound under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
+  if grep -qE 'WARN.*rail 1 \(rxe1\) of the virtual NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
+    WEDGE="rail 1 timed out too with its link up (a VM starved past the retries' bound under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the virtual NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
   fi
 }
 fused_failover_ok() {
@@ -399,7 +399,7 @@ fi
 # fault, then the link comes back. rail0 goes down on A during a byte-verified stream of 256 KiB
 # messages (B sends); FB_DOWN_S (2 s) after the first WARN of the failed rail it is brought up
 # again (`ip link set rail0 up`, then rxe0 ACTIVE). Both sides must bring rail 0 back (each
-# plugin's INFO "rail 0 (rxe0) of the fused NIC is healthy again"), the transfer completes with
+# plugin's INFO "rail 0 (rxe0) of the virtual NIC is healthy again"), the transfer completes with
 # every byte verified, B's close line shows both rails up, and B's rxe0 sent_pkts grows after
 # the return (sampled when B's INFO appears, against its count after the run): rail 0 carries
 # traffic again. _START_DELAY 500 ms between attempts (an attempt while the link is still down
@@ -407,7 +407,7 @@ fi
 # _ACK_TIMEOUT 3 s (a VM under TCG can take over a second to answer). 800 messages (210 MB) keep
 # the stream going well past the return (measured: see README.md).
 FBENV="$FENV NCCL_IB_RESILIENCY_PORT_RECOVERY=1 NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY=500 NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX=1000 NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT=3000"
-FBACK='rail 0 \(rxe0\) of the fused NIC is healthy again'
+FBACK='rail 0 \(rxe0\) of the virtual NIC is healthy again'
 RXE0_PKTS=/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts
 fused_failback_during() {
   local i
@@ -441,8 +441,8 @@ fused_failback_during() {
     sleep 0.1
   done
   # (after the stream, so a starved VM at any point of it is seen)
-  if grep -qE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
-    WEDGE="rail 1 timed out too with its link up (a VM starved past the retries' bound under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the fused NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
+  if grep -qE 'WARN.*rail 1 \(rxe1\) of the virtual NIC failed' "$LOG_A" "$LOG_B" 2>/dev/null; then
+    WEDGE="rail 1 timed out too with its link up (a VM starved past the retries' bound under host load): $(grep -hE 'WARN.*rail 1 \(rxe1\) of the virtual NIC failed' "$LOG_A" "$LOG_B" | head -1 | cut -d' ' -f2- | cut -c1-200)"
   fi
 }
 fused_failback_ok() {

@@ -93,7 +93,7 @@ def sweep(env, rank, args):
     nccl_lines(env, rank, via)
     if label == "fused-fault":
         assert env.get("IBNET_SOFT_FAULTS", "").startswith("seed=7,wr_fail=3000") and env.get("IBNET_SOFT_FAULTS_DEV") == "1"
-        print(f"h:{os.getpid()}:9 [0] NCCL WARN NET/IBNET : rail 1 (soft1) of the fused NIC failed "
+        print(f"h:{os.getpid()}:9 [0] NCCL WARN NET/IBNET : rail 1 (soft1) of the virtual NIC failed "
               "(RetryExceeded); its traffic moved to rail 0 (soft0)", flush=True)
     if rank != 0:
         return 0

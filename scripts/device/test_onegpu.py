@@ -216,7 +216,7 @@ def nccl_log(via, version="2.28.9", nnodes=2, plugin=True, extra=""):
     return "\n".join(lines) + "\n" + extra
 
 
-RAIL_WARN = "h:1:9 [0] NCCL WARN NET/IBNET : rail 1 (soft1) of the fused NIC failed; its traffic moved to rail 0\n"
+RAIL_WARN = "h:1:9 [0] NCCL WARN NET/IBNET : rail 1 (soft1) of the virtual NIC failed; its traffic moved to rail 0\n"
 
 
 class CompareOnegpuTest(unittest.TestCase):

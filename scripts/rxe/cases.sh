@@ -223,14 +223,14 @@ fused_perf() {
     echo "FUSED-COUNTERS $d: sent_pkts +$((s1 - s0)) rcvd_pkts +$((r1 - r0))"
   done <"/tmp/$name.c0" 3<"/tmp/$name.c1" | tee -a "$log"
   if [ -n "$down" ]; then
-    awk -v t0="$(cat "/tmp/$name.down")" '/of the fused NIC failed/ && !n++ {
+    awk -v t0="$(cat "/tmp/$name.down")" '/of the virtual NIC failed/ && !n++ {
       printf "FUSED-FAILOVER detected %.3f s after dummy1 went down\n", $1 - t0 }' "$log" |
       tee -a "$log"
     # Only what was in flight on rail 1 when the sender learned of its failure goes twice:
     # at most --window 4 messages per send comm, each with a rail-1 part of 128 KiB (the only
     # caller streams 256 KiB messages; 0 when they had all been acknowledged before the link
     # went down); later messages are striped over rail 0 alone.
-    awk '/closed: fused NIC/ && /send comm/ { s += $(NF - 2); n++ } END {
+    awk '/closed: virtual NIC/ && /send comm/ { s += $(NF - 2); n++ } END {
       b = n * 4 * 131072
       printf "FUSED-RESENT %d bytes (%s the in-flight bound of %d B: %d send comm(s) x 4 x 128 KiB)\n",
         s, (s <= b ? "within" : "OVER"), b, n }' "$log" | tee -a "$log"
@@ -242,9 +242,9 @@ t fused-rails-plugin "$IBNET_RXE_CASE_TIMEOUT" "fused_perf fused-rails-plugin ''
   --max-bytes 512K --iters 5 && logged fused-rails-plugin 'fused: rails 0 rxe0 [0-9]+ Gb/s, 1 rxe1' \
   'rail 0 \(rxe0\) up [1-9][0-9]* bytes; rail 1 \(rxe1\) up [1-9][0-9]* bytes; 0 bytes re-sent' \
   'FUSED-COUNTERS rxe0: sent_pkts \+[1-9]' 'FUSED-COUNTERS rxe1: sent_pkts \+[1-9]' && \
-  ! grep -q 'of the fused NIC failed' /tmp/fused-rails-plugin.log"
+  ! grep -q 'of the virtual NIC failed' /tmp/fused-rails-plugin.log"
 t fused-failover-linkdown-plugin 300 "fused_perf fused-failover-linkdown-plugin 3 --bw-only \
   --min-bytes 256K --max-bytes 256K --iters 400 && \
-  logged fused-failover-linkdown-plugin 'rail 1 \(rxe1\) of the fused NIC failed .*its traffic moved to rail 0 \(rxe0\)' \
+  logged fused-failover-linkdown-plugin 'rail 1 \(rxe1\) of the virtual NIC failed .*its traffic moved to rail 0 \(rxe0\)' \
   'rail 1 \(rxe1\) FAILED' 'FUSED-FAILOVER detected' 'FUSED-RESENT [0-9]+ bytes \(within' \
   '262144,.*,ok\$|256KiB .* ok'"

@@ -56,7 +56,7 @@ fn fuse_measures_a_virtual_nic_and_names_its_rails() {
     // Both rails carried traffic, none failed, nothing was written twice.
     let closed: Vec<&str> = err
         .lines()
-        .filter(|l| l.contains("send comm to") && l.contains("closed: fused NIC [2]"))
+        .filter(|l| l.contains("send comm to") && l.contains("closed: virtual NIC [2]"))
         .collect();
     assert_eq!(closed.len(), 2, "one send comm a side: {err}");
     for l in closed {
@@ -73,12 +73,12 @@ fn fuse_measures_a_virtual_nic_and_names_its_rails() {
 #[test]
 fn fuse_survives_a_failing_rail_and_every_byte_is_verified() {
     let (_, err) = fused_run(Some("seed=7,wr_fail=40:RetryExceeded"));
-    let warn = "rail 1 (soft1) of the fused NIC failed";
+    let warn = "rail 1 (soft1) of the virtual NIC failed";
     assert!(err.contains(warn), "{err}");
     assert!(err.contains("its traffic moved to rail 0 (soft0)"), "{err}");
     let resent: u64 = err
         .lines()
-        .filter(|l| l.contains("send comm to") && l.contains("closed: fused NIC [2]"))
+        .filter(|l| l.contains("send comm to") && l.contains("closed: virtual NIC [2]"))
         .inspect(|l| assert!(l.contains("rail 1 (soft1) FAILED"), "{l}"))
         .map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();

@@ -9,7 +9,7 @@ use crate::provider::MrKeys;
 use crate::wire::{QpInfo, RailInfo, RailList, RemoteBuf};
 use crate::{Error, Result};
 
-use super::MAX_DEVS_PER_NIC;
+use crate::fused::MAX_DEVS_PER_NIC;
 
 /// QP infos of a comm's rails, rail order.
 pub type Infos = Vec<QpInfo, MAX_DEVS_PER_NIC>;
@@ -95,4 +95,21 @@ pub(super) fn key0(keys: &[MrKeys]) -> Result<MrKeys> {
     keys.first().copied().ok_or(Error::Missing {
         what: "the buffer's registration keys",
     })
+}
+
+/// A registration's keys on each rail of a NIC, rail order (entries past the rail count are
+/// unused).
+pub type RailKeys = [MrKeys; MAX_DEVS_PER_NIC];
+
+/// What a comm's rails did, for tests and tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RailStats {
+    /// Rails of the comm.
+    pub rails: usize,
+    /// Bytes each rail carried (sender of a comm of several rails; 0 otherwise).
+    pub rail_bytes: [u64; MAX_DEVS_PER_NIC],
+    /// Whether each rail is still in use.
+    pub live: [bool; MAX_DEVS_PER_NIC],
+    /// Bytes written again on another rail after their rail failed (sender).
+    pub resent: u64,
 }

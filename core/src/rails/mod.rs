@@ -27,27 +27,8 @@ mod infos;
 mod recv;
 mod send;
 
-pub use crate::fused::{FusedBuf as RailBuf, MAX_DEVS_PER_NIC};
+pub use crate::fused::{FusedBuf as RailBuf, Resilience, VNic, MAX_DEVS_PER_NIC};
 pub use crate::lifecycle::Lifecycle;
-pub use infos::{agreed_weights, rings, speed_units, Infos, RailNews};
+pub use infos::{agreed_weights, rings, speed_units, Infos, RailKeys, RailNews, RailStats};
 pub use recv::RailRecv;
 pub use send::RailSend;
-
-use crate::provider::MrKeys;
-
-/// A registration's keys on each rail of a NIC, rail order (entries past the rail count are
-/// unused).
-pub type RailKeys = [MrKeys; MAX_DEVS_PER_NIC];
-
-/// What a comm's rails did, for tests and tools.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RailStats {
-    /// Rails of the comm.
-    pub rails: usize,
-    /// Bytes each rail carried (sender of a comm of several rails; 0 otherwise).
-    pub rail_bytes: [u64; MAX_DEVS_PER_NIC],
-    /// Whether each rail is still in use.
-    pub live: [bool; MAX_DEVS_PER_NIC],
-    /// Bytes written again on another rail after their rail failed (sender).
-    pub resent: u64,
-}

@@ -11,12 +11,13 @@ use crate::request::ReqId;
 use crate::wire::RailList;
 use crate::{Error, Result};
 
-use super::infos::{self, Infos, RailNews};
-use super::{Lifecycle, RailBuf, RailStats, MAX_DEVS_PER_NIC};
+use super::infos::{self, Infos, RailNews, RailStats};
+use crate::fused::{FusedBuf as RailBuf, MAX_DEVS_PER_NIC};
+use crate::lifecycle::Lifecycle;
 
 /// The receive comm of a NIC: one rail (a [`RecvComm`], today's fast path) or several (a
 /// [`FusedRecv`] in the box `B` the caller allocated). Every method works for both; see the
-/// [module doc](super).
+/// [module doc](crate::rails).
 // The one-rail comm stays inline: the fast path has no indirection (the plugin boxes the
 // whole comm once, at connect).
 #[allow(clippy::large_enum_variant)]

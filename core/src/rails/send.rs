@@ -10,12 +10,13 @@ use crate::request::ReqId;
 use crate::wire::{QpInfo, RailList};
 use crate::{Error, Result};
 
-use super::infos::{self, Infos, RailNews};
-use super::{Lifecycle, RailStats, MAX_DEVS_PER_NIC};
+use super::infos::{self, Infos, RailNews, RailStats};
+use crate::fused::MAX_DEVS_PER_NIC;
+use crate::lifecycle::Lifecycle;
 
 /// The send comm of a NIC: one rail (a [`SendComm`], today's fast path) or several (a
 /// [`FusedSend`] in the box `B` the caller allocated, `Box<FusedSend<P>>` say: core never
-/// allocates). Every method works for both; see the [module doc](super).
+/// allocates). Every method works for both; see the [module doc](crate::rails).
 // The one-rail comm stays inline: the fast path has no indirection (the plugin boxes the
 // whole comm once, at connect).
 #[allow(clippy::large_enum_variant)]

@@ -61,9 +61,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ibnet_core::error::PeerId;
-use ibnet_core::fused::{VNic, MAX_DEVS_PER_NIC};
 use ibnet_core::handshake::{Acceptor, Event};
 use ibnet_core::policy::nonce::{self, DropLog, Failure, Nonce, Room};
+use ibnet_core::rails::{VNic, MAX_DEVS_PER_NIC};
 use ibnet_core::wire::RailList;
 use ibnet_core::Error;
 
@@ -359,17 +359,17 @@ fn rail_local(nic: &Nic, peer_rails: &RailList, remote: PeerId) {
     }
 }
 
-/// Every rail's info is in: the receive comm (one core comm per rail when fused), and this
+/// Every rail's info is in: the receive comm (one core comm per rail), and this
 /// side's answer for each rail.
 fn set_up(a: &mut Accepting, nic: &Nic, plugin: &Plugin) -> Result<(), Error> {
     let cfg = plugin.comm_config(nic.dev(), -1);
     let mut recv = Box::new(nic.new_recv(cfg, &a.peers, a.machine.peer_rails())?);
-    recv.set_resilience(ibnet_core::fused::Resilience::from_params(&plugin.params));
+    recv.set_resilience(ibnet_core::rails::Resilience::from_params(&plugin.params));
     if let Ok(addr) = a.stream.peer_addr() {
         recv.set_peer_addr(addr);
     }
     rail_local(nic, a.machine.peer_rails(), a.remote);
-    let (infos, rails) = recv.rail_infos(&nic.rail_devs())?;
+    let (infos, rails) = recv.rail_infos(&nic.rail_devs());
     a.recv = Some(recv);
     for (info, rail) in infos.into_iter().zip(rails.0) {
         a.machine.handle_local_rail(info, rail)?;

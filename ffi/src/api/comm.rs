@@ -10,32 +10,29 @@ use std::cell::UnsafeCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use ibnet_core::rails::RailStats;
 use ibnet_core::request::ReqId;
 use ibnet_core::Error;
 
 use super::common::missing;
 use super::entry::entry;
-use crate::dev::{AnyRecv, AnySend, Dev, MrCacheT};
+use crate::dev::{AnyRecv, AnySend};
 use crate::handles::{self, Kind};
 use crate::handshake_io::{Where, CONNECTED};
 use crate::nccl::types::ncclResult_t;
-use crate::nic::{FusedNic, Nic};
+use crate::nic::Nic;
 use crate::watch::Watch;
 
 /// A send or receive comm handed to NCCL (as a [`crate::handles`] token, whose slot also
 /// holds the comm's lifecycle).
 ///
-/// `dev` and `cache` are written at creation and never mutated: `regMr`/`deregMr` read them
+/// `nic` is written at creation and never mutated: `regMr`/`deregMr` read them
 /// through a shared reference from NCCL's proxy service thread while the progress thread has
 /// `comm` borrowed mutably (it lives in an `UnsafeCell` for that reason).
 pub struct CommBox<C> {
-    pub(crate) dev: Dev,
-    /// The plugin device index (low 8 bits), carried by this device's mhandles.
-    pub(crate) dev_index: u8,
-    pub(crate) cache: Arc<MrCacheT>,
-    /// The fused NIC of a fused comm (its rails, their caches and its own registrations);
-    /// `None` for a plain comm, whose path is unchanged by fusion.
-    pub(crate) fused: Option<Arc<FusedNic>>,
+    /// The comm's NIC: its rails and the registrations its comms use (device number,
+    /// carried by its mhandles).
+    pub(crate) nic: Arc<Nic>,
     /// The peer's bootstrap socket address (None: a comm made without a handshake, in tests).
     pub(crate) addr: Option<SocketAddr>,
     comm: UnsafeCell<C>,
@@ -53,16 +50,13 @@ pub type RecvCommBox = CommBox<AnyRecv>;
 
 impl<C> CommBox<C> {
     fn new(
-        nic: &Nic,
+        nic: &Arc<Nic>,
         comm: C,
         watch: Option<Watch>,
         events: Option<Box<crate::profiler::EventTable>>,
     ) -> Box<Self> {
         Box::new(Self {
-            dev: nic.dev().clone(),
-            dev_index: nic.index(),
-            cache: nic.cache(),
-            fused: nic.fused(),
+            nic: nic.clone(),
             addr: watch.as_ref().map(|w| w.addr),
             comm: UnsafeCell::new(comm),
             watch: UnsafeCell::new(watch),
@@ -105,96 +99,10 @@ impl<C> CommBox<C> {
         );
     }
 
-    /// Logs rails a fused comm took out of use, one line each: which rail, why, where its
-    /// traffic went (WARN); the last rail at INFO, since the call then fails and its error is
-    /// the WARN. Nothing for none.
+    /// Logs what the comm's rails did since the last call (`side`: "send" or "receive").
     #[cold]
-    pub(crate) fn log_rail_events(&self, side: &str, events: crate::dev::RailEvents) {
-        let Some(f) = &self.fused else { return };
-        if events.is_empty() {
-            return;
-        }
-        let name = |i: u8| {
-            f.devs
-                .get(usize::from(i))
-                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned())
-        };
-        let peer = self.addr.map_or("?".into(), |a| a.to_string());
-        for e in events {
-            match e.to {
-                Some(to) => crate::warn!(
-                    "{side} comm to {peer}: rail {} ({}) of the fused NIC failed ({}); its \
-                     traffic moved to rail {to} ({})",
-                    e.rail,
-                    name(e.rail),
-                    e.error,
-                    name(to)
-                ),
-                // The last rail: the call fails with the comm's error, whose WARN (`entry_at`,
-                // naming the peer) is the failure's one WARN; this line adds which rail, at INFO.
-                None => crate::info!(
-                    crate::log::NET,
-                    "{side} comm to {peer}: rail {} ({}) of the fused NIC failed ({}); no \
-                     healthy rail left: the comm fails",
-                    e.rail,
-                    name(e.rail),
-                    e.error
-                ),
-            }
-        }
-    }
-
-    /// One INFO per rail of a fused comm that returned to striping (failback,
-    /// `NCCL_IB_RESILIENCY_PORT_RECOVERY=1`), naming it, its device and the peer.
-    #[cold]
-    pub(crate) fn log_rail_returns(&self, side: &str, rails: crate::dev::Returned) {
-        let Some(f) = &self.fused else { return };
-        let peer = self.addr.map_or("?".into(), |a| a.to_string());
-        for r in rails {
-            let dev = f
-                .devs
-                .get(usize::from(r))
-                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned());
-            crate::info!(
-                crate::log::NET,
-                "{side} comm to {peer}: rail {r} ({dev}) of the fused NIC is healthy again at \
-                 both ends: it carries its share of the traffic again"
-            );
-        }
-    }
-
-    /// At close, one INFO line of a fused comm's rails: what each carried (sender), which
-    /// failed, the bytes written again. Nothing for a plain comm.
-    #[cold]
-    fn log_fused_close(&self, kind: Kind, stats: Option<crate::dev::FusedStats>) {
-        let (Some(f), Some(s)) = (&self.fused, stats) else {
-            return;
-        };
-        let side = if kind == Kind::Send {
-            "send"
-        } else {
-            "receive"
-        };
-        let peer = self.addr.map_or("?".into(), |a| a.to_string());
-        let mut rails = String::new();
-        for i in 0..s.rails {
-            let name = f
-                .devs
-                .get(i)
-                .map_or("?".into(), |d| d.name().to_string_lossy().into_owned());
-            let state = if s.live[i] { "up" } else { "FAILED" };
-            if kind == Kind::Send {
-                rails += &format!(" rail {i} ({name}) {state} {} bytes;", s.rail_bytes[i]);
-            } else {
-                rails += &format!(" rail {i} ({name}) {state};");
-            }
-        }
-        crate::info!(
-            crate::log::NET,
-            "{side} comm to {peer} closed: fused NIC [{}]:{rails} {} bytes re-sent",
-            f.index,
-            s.resent
-        );
+    pub(crate) fn log_rail_news(&self, side: &str, news: ibnet_core::rails::RailNews) {
+        crate::rail_log::news(&self.nic, self.addr, side, news);
     }
 
     /// The provider comm, for a data-path call.
@@ -229,17 +137,17 @@ impl Profiled for crate::dev::AnyRecv {
 }
 
 /// Boxes a new comm of `kind` (`CommBox<AnySend>` for Send, `<AnyRecv>` for Recv) of the
-/// device or fused NIC `at` and returns its token; a full table closes the comm. The comm
-/// sends profiler events when NCCL gave `init` a profiler callback ([`crate::profiler`]; a
-/// fused comm sends none).
+/// NIC `at` and returns its token; a full table closes the comm. The comm sends profiler
+/// events when NCCL gave `init` a profiler callback ([`crate::profiler`]; a comm of several
+/// rails sends none).
 pub(crate) fn publish<C: Profiled>(
     kind: Kind,
-    at: &Nic,
+    at: &Arc<Nic>,
     mut comm: C,
     watch: Option<Watch>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> Result<*mut c_void, Error> {
-    let (table, sink) = crate::profiler::EventTable::for_comm(at.index()).unzip();
+    let (table, sink) = crate::profiler::EventTable::for_comm(at.index).unzip();
     comm.set_events(sink);
     let raw = Box::into_raw(CommBox::new(at, comm, watch, table));
     match handles::insert(kind, raw as *mut ()) {
@@ -341,7 +249,7 @@ fn close<C>(
     name: &'static str,
     what: &'static str,
     kind: Kind,
-    stats: impl FnOnce(&C) -> Option<crate::dev::FusedStats>,
+    stats: impl FnOnce(&C) -> Option<RailStats>,
     close: impl FnOnce(C) -> Result<(), Error>,
 ) -> ncclResult_t {
     entry(name, || {
@@ -353,7 +261,8 @@ fn close<C>(
         // Send with AnySend and Recv with AnyRecv); removing it made this the only owner.
         let b = unsafe { Box::from_raw(p as *mut CommBox<C>) };
         // SAFETY: `b` is the only owner now (above); a shared reference for the counters.
-        b.log_fused_close(kind, stats(unsafe { &*b.comm.get() }));
+        let st = stats(unsafe { &*b.comm.get() });
+        crate::rail_log::closed(&b.nic, b.addr, kind == Kind::Send, st);
         let r = close(b.comm.into_inner());
         // The last comm closed: stop the plugin's threads (v6–v10 have no finalize).
         crate::plugin::idle();
@@ -363,7 +272,7 @@ fn close<C>(
 
 /// `closeSend`.
 pub fn close_send(comm: *mut c_void) -> ncclResult_t {
-    let stats = AnySend::fused_stats;
+    let stats = AnySend::stats;
     close(
         comm,
         "closeSend",
@@ -376,7 +285,7 @@ pub fn close_send(comm: *mut c_void) -> ncclResult_t {
 
 /// `closeRecv`.
 pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
-    let stats = AnyRecv::fused_stats;
+    let stats = AnyRecv::stats;
     close(
         comm,
         "closeRecv",
@@ -387,15 +296,15 @@ pub fn close_recv(comm: *mut c_void) -> ncclResult_t {
     )
 }
 
-/// The rails' counters of a fused send or receive comm (tests and tools; `None`: a plain
-/// comm or not a comm). Control path: call it between data-path calls of the comm, never
-/// concurrently with them.
-pub fn fused_stats(comm: *mut c_void) -> Option<crate::dev::FusedStats> {
-    match comm_ref(comm, "comm", "fused_stats").ok()? {
+/// The rails' counters of a send or receive comm of several rails (tests and tools; `None`:
+/// one rail, or not a comm). Control path: call it between data-path calls of the comm,
+/// never concurrently with them.
+pub fn rail_stats(comm: *mut c_void) -> Option<RailStats> {
+    match comm_ref(comm, "comm", "rail_stats").ok()? {
         // SAFETY: as a data-path call (`CommBox::comm_mut`): the caller does not run one on
         // this comm meanwhile, and only a shared reference is made.
-        CommRef::Send(s) => unsafe { s.comm_mut() }.fused_stats(),
+        CommRef::Send(s) => unsafe { s.comm_mut() }.stats(),
         // SAFETY: as above.
-        CommRef::Recv(r) => unsafe { r.comm_mut() }.fused_stats(),
+        CommRef::Recv(r) => unsafe { r.comm_mut() }.stats(),
     }
 }

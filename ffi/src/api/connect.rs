@@ -51,13 +51,13 @@ fn connect_step(
                 return Ok(None);
             }
             let mut send = Box::new(nic.new_send(cfg)?);
-            send.set_resilience(ibnet_core::fused::Resilience::from_params(
+            send.set_resilience(ibnet_core::rails::Resilience::from_params(
                 &plugin()?.params,
             ));
             if let Ok(a) = s.peer_addr() {
                 send.set_peer_addr(a);
             }
-            let (infos, rails) = send.rail_infos(&nic.rail_devs())?;
+            let (infos, rails) = send.rail_infos(&nic.rail_devs());
             let machine = Box::new(Connector::with_rails(c.nonce, &infos, &rails)?);
             *state = machine.state_name();
             (s, send, machine, PeerId::default(), Box::default())
@@ -139,7 +139,7 @@ pub fn connect(
         });
         let p = plugin()?;
         let v = crate::vdev::lookup(p.devs.len(), dev)?;
-        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev, v)?;
+        let nic = p.nics.resolve((&p.devs, &p.caches), dev, v)?;
         let d = nic.dev();
         if h.provider != d.provider_tag() {
             return Err(Error::Wire {

@@ -7,27 +7,28 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::comm::{Done, RecvBuf};
+use ibnet_core::comm::Done;
 use ibnet_core::fifo::MAX_RECVS;
 use ibnet_core::Error;
 
+use super::comm::CommBox;
 use super::comm::{recv_comm, request, send_comm, CommRef};
-use super::comm::{CommBox, SendCommBox};
 use super::common::{missing, out_ptr};
 use super::entry::entry_at;
-use super::mr::{covers, fused_mr_get, mr_get, MrInfo};
-use crate::dev::{AnyRecv, AnySend, MrCacheT};
+use super::mr::{covers, mr_get};
+use crate::dev::{AnyRecv, AnySend};
 use crate::handles;
 use crate::nccl::types::ncclResult_t;
-use crate::nic::FusedNic;
+use crate::nic::Nic;
 use crate::watch::Watch;
-use ibnet_core::fused::{FusedBuf, MAX_DEVS_PER_NIC};
-use ibnet_core::provider::MrKeys;
+use ibnet_core::rails::{RailBuf, RailNews};
 use ibnet_core::request::ReqId;
 
 /// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
 /// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.
-/// `phandle` is NCCL's profiler parent for this send (v10/v11; NULL: none).
+/// `phandle` is NCCL's profiler parent for this send (v10/v11; NULL: none). The buffer's
+/// keys on every rail of the comm's NIC go to the core, which stripes the message over
+/// several rails.
 pub fn isend(
     comm: *mut c_void,
     data: *mut c_void,
@@ -42,18 +43,18 @@ pub fn isend(
         *out = core::ptr::null_mut();
         let s = send_comm(comm, "isend")?;
         *at = s.at();
-        if let Some(f) = &s.fused {
-            return isend_fused(s, f, comm, data, size, tag, mhandle, out);
-        }
-        let m = mr_get(&s.cache, s.dev_index, mhandle)?;
+        let m = mr_get(&s.nic, mhandle)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
         covers(&m, data as u64, size)?;
+        let keys = &m.keys[..s.nic.rails()];
+        let (addr, tag, parent) = (data as u64, tag as u32, phandle as usize);
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let (c, w) = unsafe { s.parts_mut() };
-        let mut post = || c.isend(data as u64, size, tag as u32, m.keys, phandle as usize);
-        let id = match (post()?, w) {
+        let r = c.isend(addr, size, tag, keys, parent);
+        rail_news(s, "send", c);
+        let id = match (r?, w) {
             (Some(id), w) => {
                 w.map(Watch::progress);
                 if let Some(t) = c.take_truncation() {
@@ -63,11 +64,11 @@ pub fn isend(
             }
             (None, None) => None,
             (None, Some(w)) => {
-                w.tag = tag as u32;
+                w.tag = tag;
                 match w.waiting("clear-to-send (a matching irecv)", comm as usize) {
                     Ok(()) => None,
                     // Dead: one more try, in case the last message raced the close.
-                    Err(e) => match post()? {
+                    Err(e) => match c.isend(addr, size, tag, keys, parent)? {
                         Some(id) => Some(id),
                         None => {
                             c.fail(&e);
@@ -82,52 +83,6 @@ pub fn isend(
         }
         Ok(())
     })
-}
-
-/// `isend` on a fused comm: the buffer's keys on every rail, the message striped by the core.
-#[allow(clippy::too_many_arguments)] // isend's arguments, resolved
-fn isend_fused(
-    s: &SendCommBox,
-    f: &FusedNic,
-    comm: *mut c_void,
-    data: *mut c_void,
-    size: u64,
-    tag: c_int,
-    mhandle: *mut c_void,
-    out: &mut *mut c_void,
-) -> Result<(), Error> {
-    let (keys, m) = fused_mr_get(f, mhandle)?;
-    if data.is_null() && size > 0 {
-        return Err(missing("data"));
-    }
-    covers(&m, data as u64, size)?;
-    let n = f.devs.len();
-    // SAFETY: a data-path call; see `CommBox::comm_mut`.
-    let (c, w) = unsafe { s.parts_mut() };
-    let r = c.isend_fused(data as u64, size, tag as u32, &keys[..n]);
-    rail_news(s, "send", c);
-    let id = match (r?, w) {
-        (Some(id), w) => {
-            w.map(Watch::progress);
-            if let Some(t) = c.take_truncation() {
-                s.warn_truncated(t);
-            }
-            Some(id)
-        }
-        (None, None) => None,
-        (None, Some(w)) => {
-            w.tag = tag as u32;
-            if let Err(e) = w.waiting("clear-to-send (a matching irecv)", comm as usize) {
-                c.fail(&e);
-                return Err(e);
-            }
-            None
-        }
-    };
-    if let Some(id) = id {
-        *out = handles::request_token(comm as usize, id) as *mut c_void;
-    }
-    Ok(())
 }
 
 /// Sizes of an `irecv`/`iflush`: `int` (v6–v8, iflush) or `size_t` (v9+).
@@ -158,51 +113,18 @@ fn size_at(sizes: Sizes, i: usize) -> Result<u64, Error> {
     }
 }
 
-/// One receive buffer as the core takes it: a plain comm's [`RecvBuf`] (one registration's
-/// keys) or a fused comm's [`FusedBuf`] (its keys on every rail).
-trait Buf: Copy + Default {
-    /// The keys a registration lookup gives.
-    type Keys;
-    /// The buffer at `addr` of `size` bytes, tagged `tag`, registered with `keys`.
-    fn new(addr: u64, size: u64, tag: u32, keys: Self::Keys) -> Self;
-}
-
-impl Buf for RecvBuf {
-    type Keys = MrKeys;
-    fn new(addr: u64, size: u64, tag: u32, mr: MrKeys) -> Self {
-        Self {
-            addr,
-            size,
-            tag,
-            mr,
-        }
-    }
-}
-
-impl Buf for FusedBuf {
-    type Keys = [MrKeys; MAX_DEVS_PER_NIC];
-    fn new(addr: u64, size: u64, tag: u32, mrs: Self::Keys) -> Self {
-        Self {
-            addr,
-            size,
-            tag,
-            mrs,
-        }
-    }
-}
-
-/// NCCL's `n` buffers as the core's, each checked against its registration, which `lookup`
-/// finds from the buffer's `mhandle` (the device's cache for a plain comm, the fused NIC's for
-/// a fused one): its keys and the range it covers. They are written into `bufs` (the
-/// caller's, so that the array is not copied on return); the result is how many.
-fn gather<B: Buf>(
-    bufs: &mut [B; MAX_RECVS],
+/// NCCL's `n` buffers as the core's, each checked against its registration among `nic`'s
+/// (found from the buffer's `mhandle`: its keys on every rail and the range it covers).
+/// They are written into `bufs` (the caller's, so that the array is not copied on return);
+/// the result is how many.
+fn gather(
+    bufs: &mut [RailBuf; MAX_RECVS],
+    nic: &Nic,
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
-    lookup: impl Fn(*mut c_void) -> Result<(B::Keys, MrInfo), Error>,
 ) -> Result<usize, Error> {
     if n < 1 || n as usize > MAX_RECVS {
         return Err(Error::OutOfRange {
@@ -226,31 +148,19 @@ fn gather<B: Buf>(
         } else {
             unsafe { *tags.add(i) }
         };
-        let (keys, m) = lookup(mh)?;
+        let m = mr_get(nic, mh)?;
         if d.is_null() && size > 0 {
             return Err(missing("data[i]"));
         }
         covers(&m, d as u64, size)?;
-        *b = B::new(d as u64, size, tag as u32, keys);
+        *b = RailBuf {
+            addr: d as u64,
+            size,
+            tag: tag as u32,
+            mrs: m.keys,
+        };
     }
     Ok(n)
-}
-
-/// [`gather`] through a plain comm's registration cache.
-#[allow(clippy::too_many_arguments)] // gather's arguments and the cache's
-fn gather_plain(
-    bufs: &mut [RecvBuf; MAX_RECVS],
-    cache: &MrCacheT,
-    dev_index: u8,
-    n: c_int,
-    data: *mut *mut c_void,
-    sizes: Sizes,
-    tags: *const c_int,
-    mhandles: *mut *mut c_void,
-) -> Result<usize, Error> {
-    gather(bufs, n, data, sizes, tags, mhandles, |mh| {
-        mr_get(cache, dev_index, mh).map(|m| (m.keys, m))
-    })
 }
 
 /// `irecv`. On entry `*request` may hold NCCL's optional-completion hint (0x1); it is always
@@ -274,34 +184,8 @@ pub fn irecv(
         if tags.is_null() {
             return Err(missing("tags"));
         }
-        if let Some(f) = &r.fused {
-            let mut bufs = [FusedBuf::default(); MAX_RECVS];
-            let n = gather(&mut bufs, n, data, sizes, tags, mhandles, |mh| {
-                fused_mr_get(f, mh)
-            })?;
-            // SAFETY: a data-path call; see `CommBox::comm_mut`.
-            let (c, w) = unsafe { r.parts_mut() };
-            if let Some(w) = w {
-                w.tag = bufs[0].tag;
-            }
-            let res = c.irecv_fused(&bufs[..n]);
-            rail_news(r, "receive", c);
-            if let Some(id) = res? {
-                *out = handles::request_token(comm as usize, id) as *mut c_void;
-            }
-            return Ok(());
-        }
-        let mut bufs = [RecvBuf::default(); MAX_RECVS];
-        let n = gather_plain(
-            &mut bufs,
-            &r.cache,
-            r.dev_index,
-            n,
-            data,
-            sizes,
-            tags,
-            mhandles,
-        )?;
+        let mut bufs = [RailBuf::default(); MAX_RECVS];
+        let n = gather(&mut bufs, &r.nic, n, data, sizes, tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let (c, w) = unsafe { r.parts_mut() };
         if let Some(w) = w {
@@ -314,7 +198,9 @@ pub fn irecv(
                 *p = unsafe { *phandles.add(i) } as usize;
             }
         }
-        if let Some(id) = c.irecv(&bufs[..n], &parents[..n])? {
+        let res = c.irecv(&bufs[..n], &parents[..n]);
+        rail_news(r, "receive", c);
+        if let Some(id) = res? {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
@@ -336,37 +222,14 @@ pub fn iflush(
         let r = recv_comm(comm, "iflush")?;
         *at = r.at();
         let no_tags = core::ptr::null();
-        if let Some(f) = &r.fused {
-            let sz = Sizes::Int(sizes);
-            let mut bufs = [FusedBuf::default(); MAX_RECVS];
-            let n = gather(&mut bufs, n, data, sz, no_tags, mhandles, |mh| {
-                fused_mr_get(f, mh)
-            })?;
-            // SAFETY: a data-path call; see `CommBox::comm_mut`.
-            let c = unsafe { r.comm_mut() };
-            let res = c.iflush_fused(&bufs[..n]);
-            let ev = c.take_events();
-            if !ev.is_empty() {
-                r.log_rail_events("receive", ev);
-            }
-            if let Some(id) = res? {
-                *out = handles::request_token(comm as usize, id) as *mut c_void;
-            }
-            return Ok(());
-        }
-        let mut bufs = [RecvBuf::default(); MAX_RECVS];
-        let n = gather_plain(
-            &mut bufs,
-            &r.cache,
-            r.dev_index,
-            n,
-            data,
-            Sizes::Int(sizes),
-            no_tags,
-            mhandles,
-        )?;
+        let mut bufs = [RailBuf::default(); MAX_RECVS];
+        let sz = Sizes::Int(sizes);
+        let n = gather(&mut bufs, &r.nic, n, data, sz, no_tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
-        if let Some(id) = unsafe { r.comm_mut() }.iflush(&bufs[..n])? {
+        let c = unsafe { r.comm_mut() };
+        let res = c.iflush(&bufs[..n]);
+        rail_news(r, "receive", c);
+        if let Some(id) = res? {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
         }
         Ok(())
@@ -422,19 +285,17 @@ trait Tested {
     fn fail(&mut self, e: &Error);
     /// See `AnySend::has_rail_news`.
     fn has_rail_news(&self) -> bool;
-    /// Logs what a fused comm's rails did (taken out of use, returned), as `b`'s.
-    fn log_rail_news(&mut self, b: &CommBox<Self>, side: &str)
-    where
-        Self: Sized;
+    /// Rails taken out of use and returned since the last call.
+    fn take_news(&mut self) -> RailNews;
 }
 
-/// After a data call on a fused comm: its rails taken out of use (one WARN each) and returned
-/// (one INFO each) since the last call, logged. One flag test when nothing happened (nothing
-/// taken, nothing moved); always nothing for a plain comm.
-#[inline]
+/// After a data call: the comm's rails taken out of use (one WARN each) and returned (one INFO
+/// each) since the last call, logged. One flag test when nothing happened; always nothing for
+/// a comm of one rail.
+#[inline(always)]
 fn rail_news<C: Tested>(b: &CommBox<C>, side: &str, c: &mut C) {
     if c.has_rail_news() {
-        c.log_rail_news(b, side);
+        b.log_rail_news(side, c.take_news());
     }
 }
 
@@ -451,12 +312,8 @@ impl Tested for AnySend {
         AnySend::has_rail_news(self)
     }
     #[cold]
-    fn log_rail_news(&mut self, b: &CommBox<Self>, side: &str) {
-        b.log_rail_events(side, self.take_events());
-        let back = self.take_returned();
-        if !back.is_empty() {
-            b.log_rail_returns(side, back);
-        }
+    fn take_news(&mut self) -> RailNews {
+        AnySend::take_news(self)
     }
 }
 
@@ -473,12 +330,8 @@ impl Tested for AnyRecv {
         AnyRecv::has_rail_news(self)
     }
     #[cold]
-    fn log_rail_news(&mut self, b: &CommBox<Self>, side: &str) {
-        b.log_rail_events(side, self.take_events());
-        let back = self.take_returned();
-        if !back.is_empty() {
-            b.log_rail_returns(side, back);
-        }
+    fn take_news(&mut self) -> RailNews {
+        AnyRecv::take_news(self)
     }
 }
 

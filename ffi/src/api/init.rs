@@ -123,7 +123,7 @@ pub fn devices(ndev: *mut c_int) -> ncclResult_t {
     entry("devices", || {
         // SAFETY: valid or NULL (rejected).
         let n = unsafe { ndev.as_mut() }.ok_or(missing("ndev"))?;
-        // The physical devices, then the vNICs makeVDevice fused (crate::vdev).
+        // The physical devices, then the vNICs makeVDevice merged (crate::vdev).
         *n = state::current().map_or(0, |p| (p.devs.len() + crate::vdev::count()) as c_int);
         Ok(())
     })
@@ -132,7 +132,7 @@ pub fn devices(ndev: *mut c_int) -> ncclResult_t {
 /// `getProperties`, version-agnostic; each shim copies into its struct.
 pub fn properties(dev: c_int) -> Result<Props, Error> {
     let p = plugin()?;
-    if let Some(v) = crate::vdev::resolve(p.devs.len(), dev).filter(|v| v.is_fused()) {
+    if let Some(v) = crate::vdev::resolve(p.devs.len(), dev).filter(|v| v.ndevs() > 1) {
         return crate::vdev::props(&p, &v);
     }
     let d = device(&p, dev)?;

@@ -26,7 +26,7 @@ use crate::sock;
 /// What `listen` returns (NCCL holds its [`crate::handles`] token, whose slot also holds the
 /// comm's lifecycle).
 pub struct ListenComm {
-    nic: Nic,
+    nic: Arc<Nic>,
     plugin: Arc<Plugin>,
     listener: Listener,
     nonce: u64,
@@ -67,7 +67,7 @@ pub fn listen(
         let hb = unsafe { hp.as_mut() }.ok_or(missing("handle"))?;
         let p = plugin()?;
         let v = crate::vdev::lookup(p.devs.len(), dev)?;
-        let nic = Nic::resolve((&p.devs, &p.caches), &p.fused, dev, v)?;
+        let nic = p.nics.resolve((&p.devs, &p.caches), dev, v)?;
         let d = nic.dev();
         let bind = p.bind.ok_or(Error::Provider {
             call: "listen (no bootstrap interface; see NCCL_SOCKET_IFNAME)",

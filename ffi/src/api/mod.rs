@@ -73,7 +73,7 @@ mod shared_listen;
 #[cfg(test)]
 mod tests;
 
-pub use comm::{close_recv, close_send, fused_stats, CommBox, RecvCommBox, SendCommBox};
+pub use comm::{close_recv, close_send, rail_stats, CommBox, RecvCommBox, SendCommBox};
 pub use connect::connect;
 pub use data::{iflush, irecv, isend, test, Sizes};
 pub use entry::{entry, entry_at, entry_on, to_nccl};

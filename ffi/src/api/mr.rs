@@ -7,7 +7,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use ibnet_core::provider::{MrKeys, RegKind};
+use ibnet_core::provider::RegKind;
 use ibnet_core::Error;
 const _: () = assert!(
     crate::dev::MR_CACHE_CAPACITY == 16384 && ibnet_core::mr_cache::PROBE == 16,
@@ -17,30 +17,18 @@ const _: () = assert!(
 use super::comm::{comm_ref, CommRef};
 use super::common::{missing, out_ptr};
 use super::entry::entry_on;
-use crate::dev::{AnyMr, CachedMr, Dev, MrCacheT};
 use crate::handles::{mh_decode, mh_encode};
 use crate::nccl::types::ncclResult_t;
-use crate::nic::FusedNic;
-use ibnet_core::fused::MAX_DEVS_PER_NIC;
+use crate::nic::{MrInfo, Nic};
 
-/// What the data path needs of a registration.
-pub(crate) struct MrInfo {
-    pub(crate) keys: MrKeys,
-    base: u64,
-    len: u64,
-}
-
-/// The registration of `mhandle` in the comm's device cache (lock-free, no allocation).
-pub(crate) fn mr_get(cache: &MrCacheT, dev_index: u8, m: *mut c_void) -> Result<MrInfo, Error> {
-    let h = mh_decode(m as usize, dev_index)?;
-    let v = cache.get(h).ok_or(Error::BadState {
+/// The registration of `mhandle` among the NIC's (lock-free, no allocation): its keys on
+/// every rail and its range.
+#[inline]
+pub(crate) fn mr_get(nic: &Nic, m: *mut c_void) -> Result<MrInfo, Error> {
+    let h = mh_decode(m as usize, nic.index)?;
+    nic.keys(h).ok_or(Error::BadState {
         op: "memory handle",
         state: "not a live ibnet registration of this device (stale or deregistered)",
-    })?;
-    Ok(MrInfo {
-        keys: v.keys,
-        base: v.base,
-        len: v.len,
     })
 }
 
@@ -60,38 +48,13 @@ pub(crate) fn covers(m: &MrInfo, addr: u64, size: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// The device and registration cache of a comm: shared fields only (the proxy service
-/// thread calls `regMr`/`deregMr` while the progress thread runs the comm's data path).
-type CommDev = (
-    &'static Dev,
-    u8,
-    &'static MrCacheT,
-    Option<&'static FusedNic>,
-);
-
-fn comm_dev(c: *mut c_void) -> Result<CommDev, Error> {
+/// The NIC of a comm: a shared field only (the proxy service thread calls `regMr`/`deregMr`
+/// while the progress thread runs the comm's data path).
+fn comm_nic(c: *mut c_void) -> Result<&'static Nic, Error> {
     Ok(match comm_ref(c, "comm", "regMr/deregMr")? {
-        CommRef::Send(s) => (&s.dev, s.dev_index, &*s.cache, s.fused.as_deref()),
-        CommRef::Recv(r) => (&r.dev, r.dev_index, &*r.cache, r.fused.as_deref()),
+        CommRef::Send(s) => &s.nic,
+        CommRef::Recv(r) => &r.nic,
     })
-}
-
-/// What the data path needs of a fused registration: its keys on each rail.
-pub(crate) fn fused_mr_get(
-    f: &FusedNic,
-    m: *mut c_void,
-) -> Result<([MrKeys; MAX_DEVS_PER_NIC], MrInfo), Error> {
-    let h = mh_decode(m as usize, f.index)?;
-    let v = f.cache.get(h).ok_or(Error::BadState {
-        op: "memory handle",
-        state: "not a live ibnet registration of this fused NIC (stale or deregistered)",
-    })?;
-    let info = MrInfo {
-        keys: v.keys[0],
-        base: v.base,
-        len: v.len,
-    };
-    Ok((v.keys, info))
 }
 
 /// `regMr` / `regMrDmaBuf` (`dmabuf` = Some((offset, fd))): through the device's registration
@@ -107,7 +70,7 @@ pub fn reg_mr(
     entry_on("regMr", comm, || {
         let out = out_ptr(mhandle, "mhandle")?;
         *out = core::ptr::null_mut();
-        let (d, dev_index, cache, fused) = comm_dev(comm)?;
+        let nic = comm_nic(comm)?;
         if data.is_null() && size > 0 {
             return Err(missing("data"));
         }
@@ -116,28 +79,13 @@ pub fn reg_mr(
             Some((offset, fd)) => RegKind::DmaBuf { fd, offset },
             None => RegKind::Plain,
         };
-        if let Some(f) = fused {
-            // One registration per rail, behind one fused entry (see `crate::nic`).
-            let h = f
-                .reg(data as u64, size.max(1), page_size(), kind)
-                .map_err(name_full)?;
-            *out = mh_encode(h, dev_index) as *mut c_void;
-            return Ok(());
-        }
         // The cache page-aligns the range as NCCL's IB plugin does; an empty registration
-        // covers one page.
-        let r = cache
-            .acquire_or_contained(data as u64, size.max(1), page_size(), |base, len| {
-                let (mr, keys) = d.reg(base, len, kind)?;
-                Ok(CachedMr {
-                    keys,
-                    raw: Box::into_raw(Box::new(mr)) as usize,
-                    base,
-                    len,
-                })
-            })
+        // covers one page. Several rails: one registration per rail, behind one entry of the
+        // NIC's own cache (see `crate::nic`).
+        let h = nic
+            .reg(data as u64, size.max(1), page_size(), kind)
             .map_err(name_full)?;
-        *out = mh_encode(r.handle, dev_index) as *mut c_void;
+        *out = mh_encode(h, nic.index) as *mut c_void;
         Ok(())
     })
 }
@@ -184,18 +132,9 @@ pub fn dereg_mr(comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
         return ncclResult_t::Success;
     }
     entry_on("deregMr", comm, || {
-        let (_, dev_index, cache, fused) = comm_dev(comm)?;
-        let h = mh_decode(mhandle as usize, dev_index)?;
-        let res = match fused {
-            Some(f) => f.dereg(h),
-            None => cache.release(h, |v| {
-                // SAFETY: `raw` is the Box<AnyMr> leaked by reg_mr's register closure; the
-                // cache calls this closure once, for the last reference, so it is reclaimed
-                // once.
-                let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
-                mr.dereg()
-            }),
-        };
+        let nic = comm_nic(comm)?;
+        let h = mh_decode(mhandle as usize, nic.index)?;
+        let res = nic.dereg(h);
         res.map_err(|e| match e {
             Error::BadState {
                 op: "MR cache release",

@@ -51,11 +51,11 @@ fn max_comms_fit_for_any_qps_per_connection() {
         assert!(n >= 1);
         let comms: Vec<AnySend> = (0..n)
             .map(|i| {
-                d.new_send(c)
+                AnySend::new(std::slice::from_ref(&d), c)
                     .unwrap_or_else(|e| panic!("nqps {nqps}: comm {i} of {n} advertised: {e}"))
             })
             .collect();
-        match d.new_send(c) {
+        match AnySend::new(std::slice::from_ref(&d), c) {
             Err(ibnet_core::Error::Full { .. }) => {}
             Err(e) => panic!("nqps {nqps}: comm {n} + 1: wrong error {e}"),
             Ok(_) => panic!("nqps {nqps}: comm {n} + 1 opened past maxComms"),
@@ -96,11 +96,11 @@ fn past_the_memory_budget_the_next_comm_is_refused() {
         );
         let mut comms: Vec<AnySend> = (0..n)
             .map(|i| {
-                d.new_send(c)
+                AnySend::new(std::slice::from_ref(&d), c)
                     .unwrap_or_else(|e| panic!("nqps {nqps}: comm {i} of {n} advertised: {e}"))
             })
             .collect();
-        match d.new_send(c) {
+        match AnySend::new(std::slice::from_ref(&d), c) {
             Err(e @ ibnet_core::Error::Full { what, cap }) => {
                 assert!(what.contains("IBNET_SOFT_MEM"), "{e}");
                 assert_eq!(cap as u64, MEM);
@@ -109,7 +109,9 @@ fn past_the_memory_budget_the_next_comm_is_refused() {
             Ok(_) => panic!("nqps {nqps}: comm {n} + 1 opened past maxComms"),
         }
         comms.pop().unwrap().close().unwrap();
-        comms.push(d.new_send(c).expect("a closed comm's budget is back"));
+        comms.push(
+            AnySend::new(std::slice::from_ref(&d), c).expect("a closed comm's budget is back"),
+        );
         for s in comms {
             s.close().unwrap();
         }

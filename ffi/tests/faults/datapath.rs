@@ -177,7 +177,7 @@ fn oversize_send_is_truncated_on_a_fused_comm() {
     let d = util::fuse_first_two();
     let (mut h, l) = listen_on(d);
     let (s, r, _) = establish_on(d, &mut h, l, TIMEOUT);
-    assert!(api::fused_stats(s).is_some(), "a fused comm");
+    assert!(api::rail_stats(s).is_some(), "a fused comm");
     // Both rails carry a part of the truncated message (and one of 1000 fits rail 0 alone).
     oversize_sends_are_truncated(s, r, 100_003, 300_000);
     oversize_sends_are_truncated_again(s, r);

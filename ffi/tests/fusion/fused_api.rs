@@ -193,7 +193,7 @@ fn a_fused_nic_through_the_api() {
             "{len}: no byte past the message"
         );
     }
-    let st = api::fused_stats(s).expect("fused send comm");
+    let st = api::rail_stats(s).expect("fused send comm");
     assert_eq!(st.rails, 2);
     assert!(
         st.rail_bytes[0] > 0 && st.rail_bytes[1] > 0,
@@ -217,7 +217,7 @@ fn a_fused_nic_through_the_api() {
         assert_eq!(&dst[i][..n], &src[i][..n], "receive {i}");
     }
     // A plain device next to the vNIC keeps working.
-    assert!(api::fused_stats(s).is_some());
+    assert!(api::rail_stats(s).is_some());
     let no_warn = take_log()
         .into_iter()
         .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn);
@@ -228,7 +228,7 @@ fn a_fused_nic_through_the_api() {
         let (s, r, _) = establish(&mut h, l, Duration::from_secs(20));
         (s, r, l)
     };
-    assert!(api::fused_stats(h2s).is_none(), "device 0 is plain");
+    assert!(api::rail_stats(h2s).is_none(), "device 0 is plain");
     transfer(h2s, h2r, 100_000, 3);
     close(h2s, h2r, h2l);
     a_failed_fused_comm_refuses_new_work(d);

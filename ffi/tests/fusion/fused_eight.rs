@@ -87,7 +87,7 @@ fn eight_soft_devices_fused_through_v12() {
     {
         message(s, r, len, k as u8);
     }
-    let st = api::fused_stats(s).expect("fused send comm");
+    let st = api::rail_stats(s).expect("fused send comm");
     assert_eq!(st.rails, 8);
     assert!(
         st.rail_bytes.iter().all(|&b| b > 0),

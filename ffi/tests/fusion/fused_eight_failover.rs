@@ -35,7 +35,7 @@ fn the_last_of_eight_rails_fails_and_no_byte_is_lost() {
     for m in 0..120usize {
         message(s, r, 8 * 1024 + (m * 7919) % (192 * 1024), m as u8);
     }
-    let st = api::fused_stats(s).expect("fused send comm");
+    let st = api::rail_stats(s).expect("fused send comm");
     assert_eq!(st.rails, 8);
     assert!(!st.live[7], "rail 7 failed: {st:?}");
     assert!(st.live[..7].iter().all(|&l| l), "the others live: {st:?}");

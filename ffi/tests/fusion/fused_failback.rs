@@ -102,8 +102,8 @@ fn run() -> Option<Run> {
         let n = 1 + (m as usize * 7919) % cap;
         one(s, r, mhs, &mut src, &mut dst, n, m);
         out.messages += 1;
-        let st = api::fused_stats(s).expect("fused");
-        let rt = api::fused_stats(r).expect("fused");
+        let st = api::rail_stats(s).expect("fused");
+        let rt = api::rail_stats(r).expect("fused");
         if live && !st.live[1] {
             live = false;
             out.outages.push((t0.elapsed().as_millis(), None, 0));

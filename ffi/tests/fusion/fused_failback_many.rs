@@ -187,7 +187,7 @@ fn four_rails_with_messages_in_flight_fail_back_twice() {
                 order.retain(|&j| j != i);
             }
         }
-        let st = api::fused_stats(sc).unwrap();
+        let st = api::rail_stats(sc).unwrap();
         if live && !st.live[2] {
             (live, outages) = (false, outages + 1);
         } else if !live && st.live[2] {

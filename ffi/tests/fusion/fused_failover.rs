@@ -79,13 +79,13 @@ fn a_failed_rail_moves_its_traffic_and_no_byte_is_lost() {
         }
         assert_eq!(got, n as c_int, "message {m}: exact size");
         assert_eq!(&dst[..n], &src[..n], "message {m}: bytes");
-        let st = api::fused_stats(s).unwrap();
+        let st = api::rail_stats(s).unwrap();
         if failed_at.is_none() && !st.live[1] {
             failed_at = Some(m);
             carried_at_failure = st.rail_bytes[1];
         }
     }
-    let st = api::fused_stats(s).unwrap();
+    let st = api::rail_stats(s).unwrap();
     let log = take_log();
     let warns: Vec<&String> = log
         .iter()

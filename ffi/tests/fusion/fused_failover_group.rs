@@ -88,7 +88,7 @@ fn a_rail_failing_inside_a_multi_receive_group_loses_no_byte() {
                 assert_eq!(rc, ncclResult_t::Success, "isend {g}.{i}: {:?}", take_log());
                 rd = rd || poll(rreq, got.as_mut_ptr(), "recv");
             }
-            live_at_post[i] = api::fused_stats(s).unwrap().live[1];
+            live_at_post[i] = api::rail_stats(s).unwrap().live[1];
             // Let the sender see its completions (and a failure) before the next send.
             for _ in 0..20 {
                 sd[i] = sd[i] || poll(sreq[i], core::ptr::null_mut(), "send");
@@ -117,7 +117,7 @@ fn a_rail_failing_inside_a_multi_receive_group_loses_no_byte() {
             straddled = Some((g, live_at_post));
         }
     }
-    let st = api::fused_stats(s).unwrap();
+    let st = api::rail_stats(s).unwrap();
     println!(
         "straddled {straddled:?}; per-rail bytes {:?}; resent {} B",
         &st.rail_bytes[..2],

@@ -292,7 +292,7 @@ impl End {
                 &self.done[s][..n]
             ));
         }
-        let live = api::fused_stats(self.comm).map(|st| st.live[..2].to_vec());
+        let live = api::rail_stats(self.comm).map(|st| st.live[..2].to_vec());
         format!(
             "pair {} {side}: {}/{} finished, live {live:?}, waits: {}",
             self.pair,
@@ -434,7 +434,7 @@ fn many_fused_pairs_in_both_directions_survive_a_rail_failing_anywhere() {
         // One WARN per comm that lost rail 1, naming it.
         let mut lost = 0;
         for e in a.iter().chain(&b) {
-            let st = api::fused_stats(e.comm).unwrap();
+            let st = api::rail_stats(e.comm).unwrap();
             assert!(st.live[0], "pair {}: rail 0 stays", e.pair);
             lost += usize::from(!st.live[1]);
         }

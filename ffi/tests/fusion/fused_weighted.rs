@@ -55,9 +55,9 @@ fn a_fast_and_a_slow_rail_carry_bytes_in_proportion_to_their_speeds() {
         .into_iter()
         .enumerate()
     {
-        let before = api::fused_stats(s).expect("a fused comm").rail_bytes;
+        let before = api::rail_stats(s).expect("a fused comm").rail_bytes;
         transfer(s, r, size, k as u8);
-        let after = api::fused_stats(s).unwrap().rail_bytes;
+        let after = api::rail_stats(s).unwrap().rail_bytes;
         let got = [after[0] - before[0], after[1] - before[1]];
         assert_eq!(got[0] + got[1], size as u64, "{size}");
         if size >= 1 << 20 {
@@ -66,7 +66,7 @@ fn a_fast_and_a_slow_rail_carry_bytes_in_proportion_to_their_speeds() {
         }
         total += size as u64;
     }
-    let st = api::fused_stats(s).unwrap();
+    let st = api::rail_stats(s).unwrap();
     assert_eq!(st.rail_bytes[0] + st.rail_bytes[1], total);
     assert!(st.live[0] && st.live[1]);
     close(s, r, l);

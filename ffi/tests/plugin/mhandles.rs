@@ -163,7 +163,7 @@ fn stale_mhandles_are_refused_on_a_fused_nic() {
     let d = util::fuse_first_two();
     let (mut h, l) = listen_on(d);
     let (s, r, _) = establish_on(d, &mut h, l, Duration::from_secs(30));
-    assert!(api::fused_stats(s).is_some(), "a fused comm");
+    assert!(api::rail_stats(s).is_some(), "a fused comm");
     stale_handles_are_refused(s, r);
     close(s, r, l);
 }

@@ -281,7 +281,7 @@ fn isend_irecv_test_allocate_nothing() {
         n, 0,
         "{n} allocation(s) in 1000 fused isend/irecv/test transfers"
     );
-    let st = nccl_net_ibnet::api::fused_stats(s).expect("a fused comm");
+    let st = nccl_net_ibnet::api::rail_stats(s).expect("a fused comm");
     assert!(st.rail_bytes[0] > 0 && st.rail_bytes[1] > 0, "{st:?}");
     assert_eq!(dst, src);
     reg_hits_allocate_nothing(s, &mut src, "fused");
