@@ -71,6 +71,7 @@ pub mod profiler;
 pub mod proxy;
 pub use ibnet_atomics::slot;
 pub mod sock;
+pub mod subnet;
 pub mod vdev;
 pub mod verbs;
 pub mod watch;

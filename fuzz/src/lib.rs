@@ -356,6 +356,7 @@ pub fn seeds_connect_handle() -> Seeds {
             addr: addr.parse().expect("seed address"),
             nonce: NONCE,
             provider,
+            gids: Default::default(),
         };
         let mut b = vec![0u8; NCCL_NET_HANDLE_MAXSIZE];
         h.encode(&mut b).expect("seed handle encodes");

@@ -88,6 +88,7 @@ pub fn listen(
             addr,
             nonce,
             provider: d.provider_tag(),
+            gids: crate::subnet::listen_gids(&p, &nic)?,
         }
         .encode(hb)?;
         let lc = Box::new(ListenComm {
