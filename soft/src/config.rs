@@ -300,6 +300,12 @@ mod tests {
         assert_eq!(gids::of(&ok.gids, 1).0[12..], [10, 0, 1, 1]);
         let (bad, e) = c("10.0.0.1,x");
         assert_eq!(bad, Config::default());
-        assert!(matches!(e[..], [Error::Param { name: gids::VAR, .. }]));
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: gids::VAR,
+                ..
+            }]
+        ));
     }
 }

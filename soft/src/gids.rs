@@ -28,8 +28,7 @@ pub type Gids = [Option<Gid>; MAX_DEVICES as usize];
 pub fn parse(text: &str) -> Result<Gids, Error> {
     let bad = |reason| Error::Param { name: VAR, reason };
     let mut out: Gids = [None; MAX_DEVICES as usize];
-    let mut n = 0;
-    for entry in text.split(',') {
+    for (n, entry) in text.split(',').enumerate() {
         let slot = out
             .get_mut(n)
             .ok_or(bad("more entries than soft devices (8); default used"))?;
@@ -41,7 +40,6 @@ pub fn parse(text: &str) -> Result<Gids, Error> {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
         }));
-        n += 1;
     }
     Ok(out)
 }
@@ -68,7 +66,10 @@ mod tests {
         assert_eq!(of(&g, 1).0[12..], [10, 0, 1, 1]);
         assert_eq!(
             of(&g, 2).0,
-            "2001:db8::7".parse::<core::net::Ipv6Addr>().unwrap().octets()
+            "2001:db8::7"
+                .parse::<core::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
         );
         assert_eq!(of(&g, 3), DEFAULT_GID, "past the list");
         assert_eq!(of(&g, 200), DEFAULT_GID, "past the table");
@@ -87,7 +88,10 @@ mod tests {
             reason("10.0.0.1,banana"),
             "not a list of IP addresses; default used"
         );
-        assert_eq!(reason("10.0.0.1,,10.0.0.2"), "not a list of IP addresses; default used");
+        assert_eq!(
+            reason("10.0.0.1,,10.0.0.2"),
+            "not a list of IP addresses; default used"
+        );
         assert_eq!(
             reason("1.1.1.1,1.1.1.2,1.1.1.3,1.1.1.4,1.1.1.5,1.1.1.6,1.1.1.7,1.1.1.8,1.1.1.9"),
             "more entries than soft devices (8); default used"

@@ -80,7 +80,11 @@ fn routing_on_moves_the_connect_to_the_device_on_the_listeners_subnet() {
         return;
     }
     let (d, infos, advertised) = connect_to_soft1_from(0);
-    assert_eq!(advertised, [v4_gid([10, 0, 1, 1]), [0; 16]], "soft1's GID only");
+    assert_eq!(
+        advertised,
+        [v4_gid([10, 0, 1, 1]), [0; 16]],
+        "soft1's GID only"
+    );
     assert_eq!(d, 1, "the connect asked for soft0 runs on soft1");
     assert_eq!(infos.len(), 1, "one INFO per connect: {infos:?}");
     assert!(

@@ -64,7 +64,10 @@ fn a_prefix_len_outside_1_to_32_is_clamped_never_a_panic() {
     // still never shifts by 32 or more.
     let (a, b) = (v4(10, 0, 0, 1), v4(11, 0, 0, 1));
     assert_eq!(same_subnet(&a, &b, 0), same_subnet(&a, &b, 1));
-    assert!(same_subnet(&a, &b, 0), "/0 acts as /1: both below 128.0.0.0");
+    assert!(
+        same_subnet(&a, &b, 0),
+        "/0 acts as /1: both below 128.0.0.0"
+    );
     assert!(!same_subnet(&a, &v4(10, 0, 0, 2), 200), "acts as /32");
 }
 
@@ -114,31 +117,20 @@ fn a_device_reaches_the_peer_only_when_every_roce_rail_is_on_a_peer_subnet() {
     );
     assert!(!reaches(&[roce(v4(10, 0, 2, 1))], &remote, 24));
     // InfiniBand rails neither count nor spoil; a device of none reaches nothing.
-    assert!(reaches(
-        &[ib(v6(1, 1)), roce(v4(10, 0, 0, 1))],
-        &remote,
-        24
-    ));
+    assert!(reaches(&[ib(v6(1, 1)), roce(v4(10, 0, 0, 1))], &remote, 24));
     assert!(!reaches(&[ib(v6(1, 1))], &remote, 24));
     assert!(!reaches(&[], &remote, 24));
     // An invalid local GID (zero, link-local) is a rail that does not match.
     assert!(!reaches(&[roce(ZERO)], &[ZERO], 24));
     assert!(!reaches(&[roce(link_local(1))], &[link_local(2)], 24));
     // Invalid remote GIDs are ignored.
-    assert!(!reaches(
-        &[roce(link_local(1))],
-        &[link_local(1), ZERO],
-        24
-    ));
+    assert!(!reaches(&[roce(link_local(1))], &[link_local(1), ZERO], 24));
 }
 
 #[test]
 fn choose_keeps_the_asked_device_when_it_reaches_the_peer() {
     let remote = [v4(10, 0, 1, 9), ZERO];
-    let devs = [
-        vec![roce(v4(10, 0, 1, 1))],
-        vec![roce(v4(10, 0, 1, 2))],
-    ];
+    let devs = [vec![roce(v4(10, 0, 1, 1))], vec![roce(v4(10, 0, 1, 2))]];
     assert_eq!(choose(&remote, 24, 1, &devs), Route::Asked);
     assert_eq!(choose(&remote, 24, 0, &devs), Route::Asked);
 }
@@ -164,7 +156,10 @@ fn choose_prefers_a_whole_device_over_a_fused_one_with_a_rail_off_the_subnet() {
     // Device 2 fuses devices 0 and 1 (rails on two subnets); the peer is on 10.0.1.0/24 only.
     let (r0, r1) = (roce(v4(10, 0, 0, 1)), roce(v4(10, 0, 1, 1)));
     let devs = [vec![r0], vec![r1], vec![r0, r1]];
-    assert_eq!(choose(&[v4(10, 0, 1, 9), ZERO], 24, 2, &devs), Route::Other(1));
+    assert_eq!(
+        choose(&[v4(10, 0, 1, 9), ZERO], 24, 2, &devs),
+        Route::Other(1)
+    );
     // A peer whose two PFs cover both subnets keeps the fused device.
     let both = [v4(10, 0, 1, 9), v4(10, 0, 0, 9)];
     assert_eq!(choose(&both, 24, 2, &devs), Route::Asked);
@@ -173,7 +168,10 @@ fn choose_prefers_a_whole_device_over_a_fused_one_with_a_rail_off_the_subnet() {
 #[test]
 fn choose_falls_back_to_the_asked_device_when_nothing_matches() {
     let devs = [vec![roce(v4(10, 0, 0, 1))], vec![roce(v4(10, 0, 1, 1))]];
-    assert_eq!(choose(&[v4(192, 168, 0, 1), ZERO], 24, 1, &devs), Route::Asked);
+    assert_eq!(
+        choose(&[v4(192, 168, 0, 1), ZERO], 24, 1, &devs),
+        Route::Asked
+    );
     // Asked device out of the table: the search still runs, else the asked one stays.
     assert_eq!(
         choose(&[v4(10, 0, 1, 5), ZERO], 24, 7, &devs),
