@@ -32,13 +32,13 @@ fn gids(h: &Handle) -> [[u8; 16]; 2] {
     [c.gids[0].0, c.gids[1].0]
 }
 
-/// The device (0 or 1) a send comm registers on: its `mhandle` names it.
+/// The device a send comm registers on: its `mhandle` names it.
 fn send_dev(s: *mut core::ffi::c_void) -> u8 {
     let mut b = vec![0u8; 4096];
     let mh = reg(s, &mut b);
-    let dev = (0..2u8)
+    let dev = (0..=u8::MAX)
         .find(|&d| mh_decode(mh as usize, d).is_ok())
-        .expect("an mhandle of soft0 or soft1");
+        .expect("an mhandle of some device");
     assert_eq!(api::dereg_mr(s, mh), ncclResult_t::Success);
     dev
 }
@@ -94,6 +94,36 @@ fn routing_on_moves_the_connect_to_the_device_on_the_listeners_subnet() {
     // Asked for the device already on the subnet: kept, no INFO.
     let (d, infos, _) = connect_to_soft1_from(1);
     assert_eq!((d, infos), (1, vec![]));
+}
+
+#[test]
+fn a_fused_nic_with_a_rail_off_the_subnet_gives_way_to_a_device_on_it() {
+    if util::ran_in_child() {
+        return;
+    }
+    if !init_soft(&[
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("IBNET_SOFT_DEVICES", "2"),
+        GIDS,
+        ("NCCL_IB_SUBNET_AWARE_ROUTING", "1"),
+    ]) {
+        return;
+    }
+    let fused = fuse_first_two();
+    // A fused listener advertises both rails' GIDs, rail order.
+    let (h, l) = listen_on(fused);
+    assert_eq!(gids(&h), [v4_gid([10, 0, 0, 1]), v4_gid([10, 0, 1, 1])]);
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
+    // soft0+soft1 cannot reach a listener on 10.0.1.0/24 with both rails: the connect runs on
+    // soft1 alone (and so matches the listener's one rail; unrouted, the acceptor would refuse
+    // the two-rail Hello).
+    let (d, infos, _) = connect_to_soft1_from(fused);
+    assert_eq!(d, 1);
+    assert_eq!(infos.len(), 1, "{infos:?}");
+    assert!(
+        infos[0].contains(&format!("dev 1 (soft1) instead of dev {fused} (soft0+soft1)")),
+        "{infos:?}"
+    );
 }
 
 #[test]
