@@ -121,7 +121,9 @@ fn a_fused_nic_with_a_rail_off_the_subnet_gives_way_to_a_device_on_it() {
     assert_eq!(d, 1);
     assert_eq!(infos.len(), 1, "{infos:?}");
     assert!(
-        infos[0].contains(&format!("dev 1 (soft1) instead of dev {fused} (soft0+soft1)")),
+        infos[0].contains(&format!(
+            "dev 1 (soft1) instead of dev {fused} (soft0+soft1)"
+        )),
         "{infos:?}"
     );
 }
