@@ -97,8 +97,9 @@ pub fn route(
             let i = c_int::try_from(i).unwrap_or(dev);
             info!(
                 crate::log::NET,
-                "subnet-aware routing: connect to {} uses dev {i} ({}) instead of dev {dev} ({}): \
-                 the peer's GIDs {} are on its subnet (NCCL_IB_SUBNET_PREFIX_LEN={prefix})",
+                "subnet-aware routing: connect to {} uses dev {i} ({}) instead of dev {dev} ({}), \
+                 not all of whose RoCE rails are on a subnet of the listener's GIDs {} \
+                 (NCCL_IB_SUBNET_PREFIX_LEN={prefix})",
                 h.addr,
                 names(p, i),
                 names(p, dev),
