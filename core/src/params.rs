@@ -226,6 +226,11 @@ pub struct Params {
     /// `NCCL_IB_ROUTABLE_FLID_GID_INDEX` (default 1): on InfiniBand, the GID index used when
     /// its GID carries a routable FLID, else index 0.
     pub ib_routable_flid_gid_index: u8,
+    /// `NCCL_IB_SUBNET_AWARE_ROUTING` (default off): `listen` advertises its RoCE GIDs and
+    /// `connect` may use another local device on their subnet (`crate::policy::subnet`).
+    pub ib_subnet_aware_routing: bool,
+    /// `NCCL_IB_SUBNET_PREFIX_LEN`, 1..=32 (default 24): the subnet bits of an IPv4-mapped GID.
+    pub ib_subnet_prefix_len: u8,
     /// `NCCL_GDR_FLUSH_DISABLE` (default off).
     pub gdr_flush_disable: bool,
     /// `NCCL_DMABUF_ENABLE` (default on).
@@ -337,6 +342,8 @@ impl Params {
             ib_mqp_retry_cnt: 0,
             ib_mqp_retry_sleep_msec: 0,
             ib_routable_flid_gid_index: 0,
+            ib_subnet_aware_routing: false,
+            ib_subnet_prefix_len: 0,
             gdr_flush_disable: false,
             dmabuf_enable: false,
             socket_ifname: heapless::String::new(),
@@ -406,6 +413,8 @@ impl Params {
             "NCCL_IB_DEVICE_PCI_ORDER" => self.ib_device_pci_order = int != 0,
             "NCCL_IB_QUERY_PORT_SPEED" => self.ib_query_port_speed = int != 0,
             "NCCL_IB_ROUTABLE_FLID_GID_INDEX" => self.ib_routable_flid_gid_index = int as u8,
+            "NCCL_IB_SUBNET_AWARE_ROUTING" => self.ib_subnet_aware_routing = int != 0,
+            "NCCL_IB_SUBNET_PREFIX_LEN" => self.ib_subnet_prefix_len = int as u8,
             "NCCL_IB_PCI_RELAXED_ORDERING" => {
                 self.ib_pci_relaxed_ordering = match int {
                     0 => RelaxedOrdering::Off,

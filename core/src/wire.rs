@@ -60,15 +60,20 @@
 //! Both sides must have the same number of rails: the acceptor refuses a Hello whose rail
 //! count differs from its listener's (a fused NIC on one side only).
 //!
-//! [`ConnectHandle`] (44 B encoded inside NCCL's 128-byte handle):
+//! [`ConnectHandle`] (76 B encoded inside NCCL's 128-byte handle):
 //! ```text
 //!   0   4   magic "IBNC"              12  16   IP (IPv4 in the first 4 bytes, rest 0)
 //!   4   2   version                   28   4   IPv6 flowinfo (0 for IPv4)
 //!   6   1   family (4 or 6)           32   4   IPv6 scope id (0 for IPv4)
 //!   7   1   provider tag (opaque)     36   8   nonce
-//!   8   2   port (≠ 0)                44..64   reserved (0)
-//!  10   2   reserved (0)              64..128  scratch for the connecting side (ignored)
+//!   8   2   port (≠ 0)                44  16   listener GID 0 (all 0: none)
+//!  10   2   reserved (0)              60  16   listener GID 1 (all 0: none)
+//!                                     76..80   reserved (0)
+//!                                     80..128  scratch for the connecting side (ignored)
 //! ```
+//! The GIDs are those of the listener's first two RoCE rails when subnet-aware routing is on
+//! (`NCCL_IB_SUBNET_AWARE_ROUTING`; the connector picks a local device on their subnets,
+//! `crate::policy::subnet`), else zero; any bytes decode (the policy ignores invalid GIDs).
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
@@ -80,6 +85,8 @@ pub const MAX_QPS: usize = 128;
 
 /// The handshake wire version. Peers with another version are rejected.
 ///
+/// 6: the [`ConnectHandle`] carries the listener's GIDs (subnet-aware routing), its scratch
+/// area moved to offset 80;
 /// 5: each rail entry of a [`RailList`] carries the rail's speed (weighted striping), and a
 /// fused comm's back ring carries failback's READY / JOIN words (`crate::fused::heal`);
 /// 4: the Hello carries the connector's rail count, each side sends one `QpInfo` per rail and a
@@ -87,7 +94,7 @@ pub const MAX_QPS: usize = 128;
 /// live-rail mask in its formerly reserved word 28..32, covered by its check, and a
 /// multi-receive's rail notice each send's stripe (`crate::fused`); 3: the acceptor's `QpInfo` carries its sizes FIFO in the FIFO fields (where the sender writes
 /// a multi-receive's sizes); 2: `QpInfo` carries each QP's ECE.
-pub const WIRE_VERSION: u16 = 5;
+pub const WIRE_VERSION: u16 = 6;
 
 /// Most rails (physical devices) of one comm: a fused NIC's `NCCL_NET_MAX_DEVS_PER_NIC` of
 /// NCCL 2.30's v12 table, 8 (v9–v11 tables fuse at most 4). The masks of rails that travel on
@@ -666,13 +673,18 @@ pub struct ConnectHandle {
     /// Which provider family the listener runs (opaque to the core; `ffi` defines the values),
     /// so a connector on another provider fails fast.
     pub provider: u8,
+    /// The GIDs of the listener's first RoCE rails, for subnet-aware routing (all-zero slots:
+    /// none; `crate::policy::subnet`).
+    pub gids: [Gid; HANDLE_GIDS],
 }
 
+/// GIDs a [`ConnectHandle`] carries (NCCL 2.30's handle carries two PFs' GIDs).
+pub const HANDLE_GIDS: usize = 2;
 /// Bytes [`ConnectHandle::encode`] writes.
-pub const HANDLE_ENCODED_LEN: usize = 44;
+pub const HANDLE_ENCODED_LEN: usize = 44 + 16 * HANDLE_GIDS;
 /// Offset of the scratch area of NCCL's handle that the connecting side may use for its own
 /// in-progress state (the seed keeps its `stage` there). Encoding zeroes it; decoding ignores it.
-pub const HANDLE_SCRATCH_OFFSET: usize = 64;
+pub const HANDLE_SCRATCH_OFFSET: usize = 80;
 /// Bytes of the scratch area.
 pub const HANDLE_SCRATCH_LEN: usize = NCCL_NET_HANDLE_MAXSIZE - HANDLE_SCRATCH_OFFSET;
 
@@ -716,6 +728,9 @@ impl ConnectHandle {
         w.u32(flow);
         w.u32(scope);
         w.u64(self.nonce);
+        for g in &self.gids {
+            w.put(&g.0);
+        }
         debug_assert_eq!(w.at, HANDLE_ENCODED_LEN);
         Ok(HANDLE_ENCODED_LEN)
     }
@@ -737,6 +752,10 @@ impl ConnectHandle {
         let flow = r.u32()?;
         let scope = r.u32()?;
         let nonce = r.u64()?;
+        let mut gids = [Gid::default(); HANDLE_GIDS];
+        for g in &mut gids {
+            *g = Gid(r.arr()?);
+        }
         let reserved_end = b.len().min(HANDLE_SCRATCH_OFFSET);
         r.zero(reserved_end - HANDLE_ENCODED_LEN)?;
         let addr = match family {
@@ -754,6 +773,7 @@ impl ConnectHandle {
             addr,
             nonce,
             provider,
+            gids,
         })
     }
 }

@@ -72,6 +72,7 @@ pub mod proxy;
 pub mod rail_log;
 pub use ibnet_atomics::slot;
 pub mod sock;
+pub mod subnet;
 pub mod vdev;
 pub mod verbs;
 pub mod watch;

@@ -347,15 +347,20 @@ pub fn seeds_env() -> Seeds {
 pub fn seeds_connect_handle() -> Seeds {
     let mut out = Vec::new();
     // Provider tag 2 is ffi's soft provider (the target's device), 1 its verbs provider.
-    for (name, addr, provider) in [
-        ("v4", "127.0.0.1:4242", 2u8),
-        ("v6", "[fe80::1%2]:61000", 2),
-        ("v4-verbs", "10.1.2.3:1", 1),
+    // `gids`: the listener's GIDs (subnet-aware routing), zero when it is off.
+    let mut routed = [Gid::default(); 2];
+    routed[0].0[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 1, 1]);
+    for (name, addr, provider, gids) in [
+        ("v4", "127.0.0.1:4242", 2u8, Default::default()),
+        ("v6", "[fe80::1%2]:61000", 2, Default::default()),
+        ("v4-verbs", "10.1.2.3:1", 1, Default::default()),
+        ("v4-gids", "127.0.0.1:4243", 2, routed),
     ] {
         let h = ConnectHandle {
             addr: addr.parse().expect("seed address"),
             nonce: NONCE,
             provider,
+            gids,
         };
         let mut b = vec![0u8; NCCL_NET_HANDLE_MAXSIZE];
         h.encode(&mut b).expect("seed handle encodes");

@@ -23,6 +23,7 @@ use ibnet_core::config::{self, Kind};
 use ibnet_core::Error;
 
 use crate::faults::{self, Faults};
+use crate::gids;
 
 /// Provider tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,9 @@ pub struct Config {
     /// The memory budget of the provider's QPs in bytes (`IBNET_SOFT_MEM`; an eighth of the
     /// host's memory by default; see [`crate::budget`]).
     pub mem: u64,
+    /// The GID each soft device reports (`IBNET_SOFT_GIDS`; unset: `::ffff:127.0.0.1` each;
+    /// see [`crate::gids`]).
+    pub gids: gids::Gids,
 }
 
 impl Default for Config {
@@ -66,6 +70,7 @@ impl Default for Config {
             set_ptracer: true,
             faults: Faults::OFF,
             mem: crate::budget::default_budget(),
+            gids: [None; ibnet_core::config::soft::MAX_DEVICES as usize],
         }
     }
 }
@@ -127,6 +132,12 @@ impl Config {
         }
         if let Some(n) = num("IBNET_SOFT_MEM", any) {
             c.mem = n;
+        }
+        if let Some(v) = get(gids::VAR) {
+            match gids::parse(&v) {
+                Ok(g) => c.gids = g,
+                Err(e) => errs.push(e), // every device keeps the default GID
+            }
         }
         if let Some(v) = get(faults::VAR) {
             match Faults::parse(&v) {
@@ -277,6 +288,23 @@ mod tests {
             [Error::Param {
                 name: "IBNET_SOFT_WORKERS",
                 reason: "out of range; default used",
+            }]
+        ));
+    }
+
+    #[test]
+    fn gids_are_read_and_a_malformed_list_keeps_the_default() {
+        let c = |v: &str| Config::from_lookup(|k| (k == gids::VAR).then(|| v.to_string()));
+        let (ok, e) = c("10.0.0.1,10.0.1.1");
+        assert!(e.is_empty());
+        assert_eq!(gids::of(&ok.gids, 1).0[12..], [10, 0, 1, 1]);
+        let (bad, e) = c("10.0.0.1,x");
+        assert_eq!(bad, Config::default());
+        assert!(matches!(
+            e[..],
+            [Error::Param {
+                name: gids::VAR,
+                ..
             }]
         ));
     }

@@ -2,7 +2,7 @@
 //!
 //! A software RDMA provider: the core's [`Provider`] trait with the semantics of RC queue pairs,
 //! for hosts without an RDMA NIC. One device, `soft0`, port 1, link layer Ethernet (RoCE-like),
-//! GID `::ffff:127.0.0.1`, MTU 4096. Same host only.
+//! GID `::ffff:127.0.0.1` (another with `IBNET_SOFT_GIDS`, [`gids`]), MTU 4096. Same host only.
 //!
 //! ```text
 //!  SoftProvider (Arc handle) ── segment (memfd): registration table + QP receive blocks
@@ -106,6 +106,7 @@ mod cq;
 mod engine;
 pub mod faults;
 mod fifo;
+pub mod gids;
 mod hint;
 mod idx;
 mod inject;
@@ -202,6 +203,8 @@ struct Inner {
     inject: Option<Arc<inject::Inject>>,
     /// The QPs' memory budget (`IBNET_SOFT_MEM`).
     budget: Arc<budget::Budget>,
+    /// The GID the device reports (`IBNET_SOFT_GIDS`).
+    gid: Gid,
 }
 
 impl Inner {
@@ -353,6 +356,7 @@ impl SoftProvider {
                 speed: AtomicU32::new(DEFAULT_SPEED_MBPS),
                 inject: inject::Inject::new(cfg.faults),
                 budget: Arc::new(budget::Budget::new(cfg.mem, cfg.bounce_max)),
+                gid: gids::of(&cfg.gids, index),
             }),
         })
     }
@@ -433,9 +437,6 @@ impl SoftProvider {
     }
 }
 
-/// `::ffff:127.0.0.1`.
-const GID: Gid = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1]);
-
 fn range(what: &'static str, v: u32, min: u32, max: u32) -> Result<()> {
     if v < min || v > max {
         return Err(Error::OutOfRange {
@@ -463,7 +464,7 @@ impl Provider for SoftProvider {
             port: 1,
             link_layer: LinkLayer::Ethernet,
             lid: 0,
-            gid: GID,
+            gid: self.inner.gid,
             gid_index: 0,
             mtu: Mtu::M4096,
             addr: self.inner.addr,

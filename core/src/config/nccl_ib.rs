@@ -6,7 +6,7 @@
 use super::var::Kind::{Flag, Int, Opaque, Path, Text, Word};
 use super::var::Reader::{Loader, Nccl, Refused};
 use super::var::Since::{Nccl as V, NcclBinary, NcclUpTo, Rccl};
-use super::var::Why::{Mlx5Only, NotImplemented, NotPublic, OwnScheme};
+use super::var::Why::{Mlx5Only, NotPublic, OwnScheme};
 use super::var::{Kind, Var};
 
 /// Longest accepted `NCCL_IB_HCA` value, in bytes.
@@ -307,23 +307,15 @@ pub const VARS: &[Var] = &[
         Flag,
         "0",
         V(30),
-        "NCCL: the listen handle carries up to 2 PFs' GIDs and the connector picks a NIC on the same subnet; not implemented yet: 1 is refused with one WARN",
-    )
-    .by(Refused {
-        why: NotImplemented,
-        keeps: &["0"],
-    }),
+        "RoCE subnet-aware routing: `listen`'s handle carries the GIDs of the device's first 2 RoCE rails; `connect` keeps NCCL's device when all its RoCE rails share a subnet with one of them, else uses the first device that does (one INFO), else NCCL's (InfiniBand: no change)",
+    ),
     Var::new(
         "NCCL_IB_SUBNET_PREFIX_LEN",
-        Int { min: 0, max: 128 },
+        Int { min: 1, max: 32 },
         "24",
         V(30),
-        "the subnet prefix of subnet-aware routing; not implemented yet: another value is refused with one WARN",
-    )
-    .by(Refused {
-        why: NotImplemented,
-        keeps: &["24"],
-    }),
+        "subnet-aware routing: the bits of an IPv4-mapped GID that make its subnet (IPv6 GIDs compare their 64-bit prefix); out of range: one WARN, the default stands (NCCL fails the connect)",
+    ),
     Var::new(
         "NCCL_IB_RAIL_POLICY",
         Word(&["CX", "NONE", "CX9_BLOCK", "CX9_ALT", "CX9_FLIP"]),

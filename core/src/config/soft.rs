@@ -37,6 +37,15 @@ pub const VARS: &[Var] = &[
     .shown("off")
     .by(Soft),
     Var::new(
+        "IBNET_SOFT_GIDS",
+        Text(512),
+        "",
+        Ibnet,
+        "soft provider, tests only: the GID each soft device reports, a comma-separated list of IP addresses (`i`-th for `soft{i}`; IPv4 as `::ffff:a.b.c.d`), e.g. to put devices on different subnets (subnet-aware routing); malformed: one WARN, every device keeps the default",
+    )
+    .shown("`::ffff:127.0.0.1` each")
+    .by(Soft),
+    Var::new(
         "IBNET_SOFT_WORKERS",
         Int { min: 0, max: 64 },
         "",

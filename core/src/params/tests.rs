@@ -49,6 +49,8 @@ fn defaults_are_nccl_2_28() {
     assert_eq!(p.ib_mqp_retry_cnt, 34);
     assert_eq!(p.ib_mqp_retry_sleep_msec, 100);
     assert_eq!(p.ib_routable_flid_gid_index, 1);
+    assert!(!p.ib_subnet_aware_routing);
+    assert_eq!(p.ib_subnet_prefix_len, 24);
     assert!(!p.gdr_flush_disable);
     assert!(p.dmabuf_enable);
     assert_eq!(p.socket_ifname.as_str(), "");
@@ -484,4 +486,26 @@ fn nccl_2_29_and_2_30_discovery_variables_parse_with_their_defaults_kept_on_erro
         (p.handshake_timeout_s, p.stall_warn_s, p.soft_devices),
         (60, 60, 1)
     );
+}
+
+#[test]
+fn subnet_routing_variables_are_stored_and_the_prefix_len_range_is_nccls() {
+    let mut p = Params::default();
+    assert_eq!(p.set("NCCL_IB_SUBNET_AWARE_ROUTING", "1"), Ok(true));
+    assert!(p.ib_subnet_aware_routing);
+    assert_eq!(p.set("NCCL_IB_SUBNET_PREFIX_LEN", "16"), Ok(true));
+    assert_eq!(p.ib_subnet_prefix_len, 16);
+    assert_eq!(p.set("NCCL_IB_SUBNET_PREFIX_LEN", "32"), Ok(true));
+    assert_eq!(p.set("NCCL_IB_SUBNET_PREFIX_LEN", "1"), Ok(true));
+    for bad in ["0", "33", "64", "-1"] {
+        assert_eq!(
+            p.set("NCCL_IB_SUBNET_PREFIX_LEN", bad),
+            Err(crate::Error::Param {
+                name: "NCCL_IB_SUBNET_PREFIX_LEN",
+                reason: "out of range"
+            }),
+            "{bad}"
+        );
+    }
+    assert_eq!(p.ib_subnet_prefix_len, 1, "a refused value changes nothing");
 }

@@ -10,10 +10,12 @@
 //! | [`order`] | the order verbs devices are numbered in (`NCCL_IB_DEVICE_PCI_ORDER`) |
 //! | [`nonce`] | a listen comm's single-use nonce, which failures fail `accept`, eviction of idle handshakes |
 //! | [`watch`] | when a waiting call looks at its peer's socket, when the peer is dead or stalled |
+//! | [`subnet`] | which local device a connect uses (`NCCL_IB_SUBNET_AWARE_ROUTING`, `_SUBNET_PREFIX_LEN`) |
 
 pub mod gid;
 pub mod merge;
 pub mod nonce;
 pub mod order;
 pub mod props;
+pub mod subnet;
 pub mod watch;

@@ -105,7 +105,7 @@ fn qp_info_ece_is_one_entry_per_qp() {
 fn qp_info_layout_is_little_endian() {
     let b = enc(&info(1, b"xy", true));
     assert_eq!(&b[..4], b"IBNQ");
-    assert_eq!(&b[4..6], &[5, 0]);
+    assert_eq!(&b[4..6], &[6, 0]);
     assert_eq!(&b[6..8], &(b.len() as u16).to_le_bytes());
     assert_eq!(&b[14..16], &[0x34, 0x12]);
     assert_eq!(&b[48..52], &0x00AB_CD00u32.to_le_bytes());
@@ -172,6 +172,8 @@ fn qp_info_every_field_is_validated() {
     assert_eq!(patched(0, b'X'), "QpInfo magic");
     // A version-2 peer (no sizes FIFO in the answer) is refused.
     assert_eq!(patched(4, 2), "wire version");
+    // A version-5 peer (no GIDs in the handle, scratch at 64) is refused.
+    assert_eq!(patched(4, 5), "wire version");
     assert_eq!(patched(5, 1), "wire version");
     assert_eq!(patched(6, 0), "QpInfo length");
     assert_eq!(patched(7, 1), "QpInfo length");
@@ -337,11 +339,13 @@ fn handles() -> [ConnectHandle; 3] {
             addr: "10.1.2.3:40123".parse().unwrap(),
             nonce: 7,
             provider: 1,
+            gids: [Gid::default(); HANDLE_GIDS],
         },
         ConnectHandle {
             addr: "[fe80::1%3]:5".parse().unwrap(),
             nonce: u64::MAX,
             provider: 2,
+            gids: [Gid([0xA5; 16]), Gid::default()],
         },
         ConnectHandle {
             addr: SocketAddr::V6(SocketAddrV6::new(
@@ -352,6 +356,10 @@ fn handles() -> [ConnectHandle; 3] {
             )),
             nonce: 0,
             provider: 0,
+            gids: [
+                Gid(core::array::from_fn(|i| i as u8 + 1)),
+                Gid(core::array::from_fn(|i| 0xF0 - i as u8)),
+            ],
         },
     ]
 }
@@ -381,6 +389,7 @@ fn handle_round_trips_and_fits() {
         addr: "1.2.3.4:0".parse().unwrap(),
         nonce: 1,
         provider: 0,
+        gids: [Gid::default(); HANDLE_GIDS],
     };
     assert!(matches!(
         zero_port.encode(&mut [0u8; 128]),
@@ -407,7 +416,7 @@ fn handle_rejects_corruption() {
         (10, 1, "reserved byte not zero (offset)"),
         (16, 1, "IPv4 handle with IPv6 fields"),
         (28, 1, "IPv4 handle with IPv6 fields"),
-        (50, 1, "reserved byte not zero (offset)"),
+        (78, 1, "reserved byte not zero (offset)"),
     ];
     for (off, v, what) in cases {
         if off == 8 {
@@ -425,4 +434,23 @@ fn handle_rejects_corruption() {
     let mut foreign = [0u8; NCCL_NET_HANDLE_MAXSIZE];
     foreign[0] = 2; // AF_INET
     assert_eq!(wire_err(ConnectHandle::decode(&foreign)), "handle magic");
+}
+
+#[test]
+fn handle_carries_two_gids_before_the_scratch_area() {
+    const _: () = assert!(HANDLE_ENCODED_LEN + 4 == HANDLE_SCRATCH_OFFSET);
+    let h = handles()[2];
+    let mut b = [0u8; NCCL_NET_HANDLE_MAXSIZE];
+    h.encode(&mut b).unwrap();
+    assert_eq!(b[44..60], h.gids[0].0, "GID 0 at 44");
+    assert_eq!(b[60..76], h.gids[1].0, "GID 1 at 60");
+    assert_eq!(u16::from_le_bytes([b[4], b[5]]), WIRE_VERSION);
+    // Bytes 64..80 were scratch before version 6: now they are GID 1 and reserved.
+    let mut c = b;
+    c[64] ^= 0xFF;
+    assert_ne!(ConnectHandle::decode(&c).unwrap().gids[1], h.gids[1]);
+    // A connector's token in the scratch area leaves the GIDs alone.
+    let mut c = b;
+    c[HANDLE_SCRATCH_OFFSET..HANDLE_SCRATCH_OFFSET + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert_eq!(ConnectHandle::decode(&c), Ok(h));
 }

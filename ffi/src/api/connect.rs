@@ -138,6 +138,7 @@ pub fn connect(
             state: "TcpConnect",
         });
         let p = plugin()?;
+        let dev = crate::subnet::route(&p, dev, &h, hb);
         let v = crate::vdev::lookup(p.devs.len(), dev)?;
         let nic = p.nics.resolve((&p.devs, &p.caches), dev, v)?;
         let d = nic.dev();

@@ -69,6 +69,7 @@ pub fn listen(
         let v = crate::vdev::lookup(p.devs.len(), dev)?;
         let nic = p.nics.resolve((&p.devs, &p.caches), dev, v)?;
         let d = nic.dev();
+        let gids = crate::subnet::listen_gids(&p, &nic)?;
         let bind = p.bind.ok_or(Error::Provider {
             call: "listen (no bootstrap interface; see NCCL_SOCKET_IFNAME)",
             errno: libc::ENODEV,
@@ -88,6 +89,7 @@ pub fn listen(
             addr,
             nonce,
             provider: d.provider_tag(),
+            gids,
         }
         .encode(hb)?;
         let lc = Box::new(ListenComm {

@@ -1,6 +1,6 @@
 //! The plugin's lifecycle and limits, one test binary: init without an IP interface
 //! ([`init_no_ip`]), `IBNET_GPU` ([`gpu_env`]), the refused NCCL variables
-//! ([`nccl_vars_refused`]), a malformed `IBNET_LOG_STDERR` ([`log_stderr_malformed`]), shared listen ports ([`server_port_reuse`]), per-registration
+//! ([`nccl_vars_refused`]), a malformed `IBNET_LOG_STDERR` ([`log_stderr_malformed`]), shared listen ports ([`server_port_reuse`]), subnet-aware routing ([`subnet`]), per-registration
 //! `mhandle`s ([`mhandles`]), the MR cache and open/close cycles ([`open_close`]),
 //! `maxP2pBytes` ([`max_p2p`]) and zero allocations at the entry points ([`zero_alloc`]). Each
 //! test sets its environment and initialises the plugin (some count the process's fds and RSS),
@@ -17,6 +17,7 @@ mod mhandles;
 mod nccl_vars_refused;
 mod open_close;
 mod server_port_reuse;
+mod subnet;
 #[path = "../util/mod.rs"]
 mod util;
 mod zero_alloc;
