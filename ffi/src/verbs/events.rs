@@ -64,14 +64,14 @@ mod tests {
         );
         // Acquire (both): as `check`, pairing with the Release flag store in `handle` (made on
         // this thread here, so program order alone would do).
-        assert!(fa.load(Ordering::Acquire) && !fb.load(Ordering::Acquire));
+        assert!(fa.load(Ordering::Acquire) != 0 && fb.load(Ordering::Acquire) == 0);
         assert_eq!(ev.fatal_events(), 0);
         assert_eq!(
             ev.handle(classify(IBV_EVENT_CQ_ERR), cq_b),
             Handled::FailedComm
         );
         // Acquire: as above.
-        assert!(fb.load(Ordering::Acquire));
+        assert!(fb.load(Ordering::Acquire) != 0);
         assert_eq!(
             ev.handle(classify(IBV_EVENT_QP_REQ_ERR), 0x9999),
             Handled::Unknown
@@ -102,6 +102,54 @@ mod tests {
         assert_eq!(ev.fatal_events(), 1);
     }
 
+    /// A QP's reset (`clear_qp`) takes off that QP's error only, counted once however many
+    /// events it had; a CQ error and a device-fatal event stay.
+    #[test]
+    fn a_reset_clears_its_qps_error_only() {
+        let ev = Events::default();
+        let (cq, qa, qb) = (0x1000, 0x1100, 0x1200);
+        let f = ev.add_cq(cq);
+        ev.add_qp(qa, cq);
+        ev.add_qp(qb, cq);
+        assert!(!ev.clear_qp(qa), "nothing to clear");
+        for ty in [IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR] {
+            assert_eq!(ev.handle(classify(ty), qa), Handled::FailedComm);
+        }
+        assert_eq!(
+            ev.handle(classify(IBV_EVENT_QP_FATAL), qb),
+            Handled::FailedComm
+        );
+        assert!(ev.clear_qp(qa));
+        assert_eq!(
+            ev.check(&f),
+            Err(Failure::Comm),
+            "B's error went with A's reset"
+        );
+        assert!(!ev.clear_qp(qa), "A counted twice");
+        assert!(ev.clear_qp(qb));
+        assert_eq!(ev.check(&f), Ok(()));
+        assert!(!ev.clear_qp(0x9999));
+
+        assert_eq!(
+            ev.handle(classify(IBV_EVENT_CQ_ERR), cq),
+            Handled::FailedComm
+        );
+        ev.handle(classify(IBV_EVENT_QP_FATAL), qa);
+        assert!(ev.clear_qp(qa));
+        assert_eq!(
+            ev.check(&f),
+            Err(Failure::Comm),
+            "a QP reset cleared the CQ error"
+        );
+
+        let g = ev.add_cq(0x2000);
+        ev.add_qp(0x2100, 0x2000);
+        ev.handle(classify(IBV_EVENT_QP_FATAL), 0x2100);
+        ev.handle(classify(IBV_EVENT_DEVICE_FATAL), 0);
+        assert!(ev.clear_qp(0x2100));
+        assert_eq!(ev.check(&g), Err(Failure::Device));
+    }
+
     #[test]
     fn return_async_events_0_only_warns() {
         let ev = Events::default();
@@ -118,7 +166,7 @@ mod tests {
         );
         // Acquire: as `check`, pairing with `handle`'s Release flag store (which must not
         // happen here); one thread, so program order alone would do.
-        assert!(!f.load(Ordering::Acquire));
+        assert_eq!(f.load(Ordering::Acquire), 0);
         assert_eq!(ev.fatal_events(), 0);
     }
 }
