@@ -9,7 +9,8 @@
 //! goes, connects still in progress are dropped, the soft provider is shut down (its copy-engine
 //! and monitor threads are joined; later calls on comms left open fail), and the device table is
 //! dropped, which stops and joins the verbs async-event threads once no comm holds a device any
-//! more (comms keep their device alive through an `Arc`). A later `init` discovers devices again,
+//! more (comms keep their device alive through an `Arc`); registrations NCCL left are
+//! deregistered and freed then (`Plugin`'s `Drop`). A later `init` discovers devices again,
 //! so the plugin can be finalized and re-initialised in one process. The state lock is taken only
 //! on the control path (init, finalize, listen, connect setup).
 
@@ -392,8 +393,8 @@ fn create() -> Arc<Plugin> {
 /// `deregMr`) keeps the plugin, as NCCL's own plugin keeps its devices and their MR caches:
 /// the registration holds its provider (the soft provider's segment memfd, a verbs PD), so
 /// dropping the plugin under it and creating another for the next comm would leak that
-/// provider's descriptors on every such cycle (issue 30: one fd per failed run). It goes at
-/// `finalize` or unload.
+/// provider's descriptors on every such cycle (issue 30: one fd per failed run). It is
+/// deregistered at `finalize` or unload (`Plugin`'s `Drop`).
 pub fn idle() {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();

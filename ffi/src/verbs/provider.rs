@@ -11,7 +11,8 @@
 //! * QP connection details (modify retry, RoCE GRH / InfiniBand FLID routing, ECE) are in
 //!   [`super::qp`].
 //! * A device-fatal async event makes every later poll on the device fail; a QP or CQ error
-//!   only the polls of the comm owning it (see [`super::events`]).
+//!   only the polls of the comm owning it (see [`super::events`]), a QP error until a
+//!   failback's `reset_qp` of that QP, which never sleeps (one attempt per transition).
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::mem::MaybeUninit;
