@@ -5,15 +5,29 @@
 //! ```text
 //!  async thread                                  data path (poll_cq of a comm)
 //!   DEVICE_FATAL: fatal += 1 (Release) ─────────▶ check: fatal (Acquire) ≠ 0 → Failure::Device
-//!   QP/CQ error:  registries (mutex) → the CQ's
-//!                 comm flag = true (Release) ────▶ check: flag (Acquire) → Failure::Comm
+//!   QP error:  registries (mutex): the QP not yet
+//!              marked failed → mark it, the CQ's
+//!              comm word += 1 (Release) ─────────▶ check: word (Acquire) ≠ 0 → Failure::Comm
+//!   CQ error:  the CQ's comm word |= CQ_ERROR (Release) ─┘
+//!  comm's thread, `reset_qp` once the QP is in RESET: clear_qp → the QP marked failed →
+//!   unmark it, the CQ's comm word -= 1 (Release)
 //!  control path (create/destroy, under the registries' mutexes): add_cq, add_qp, remove_qp,
 //!   remove_cq; Drop of the context: request_stop, then join the thread.
 //! ```
-//! Neither flag carries data besides itself: the Release/Acquire pairs make whatever the event
-//! thread wrote before the failure visible to the poll that reports it (nothing today), at no
-//! cost on x86. Flags only ever go from "fine" to "failed"; a poll that starts after the event
-//! was handled fails (and a comm, once it fails, stays failed).
+//! Neither word carries data besides itself: the Release/Acquire pairs make whatever was
+//! written before the change visible to the poll that reports it (nothing today), at no cost
+//! on x86. A poll that starts after an event was handled fails.
+//!
+//! What a reset clears (the rule): exactly the failure that belongs to the QP it reset. A QP
+//! error (`QP_FATAL`, `QP_REQ_ERR`, `QP_ACCESS_ERR`) is the QP's: the reset takes the QP
+//! through RESET, which ends that error, so [`Events::clear_qp`] takes the QP's one count off
+//! its CQ's word (a QP counts once however many events it had, and a clear of a QP that had
+//! none changes nothing, so another QP's error on the same CQ stays). A CQ error (the CQ
+//! overran) is the CQ's: no QP reset repairs the CQ, so it stays until the comm is closed. A
+//! device-fatal event is the device's and stays for good. An event the thread reports after
+//! the clear (a late report of the old error, or a new one) fails the comm again: the
+//! failback tries again later, never the other way round. A QP destroyed while marked failed
+//! leaves its count (its comm is being closed).
 //!
 //! A QP's registration is removed before `ibv_destroy_qp`, which returns only once every async
 //! event libibverbs reported for that QP was acknowledged (and drops unreported ones), and the
@@ -71,8 +85,21 @@ pub enum Failure {
     Comm,
 }
 
-/// A comm's failure flag (one per CQ), set by the async thread.
-pub type CommFlag = Arc<AtomicBool>;
+/// A comm's failure word (one per CQ): [`CQ_ERROR`] once a CQ error hit the CQ, plus one for
+/// each QP completing on it whose error event no reset has cleared yet
+/// ([`Events::clear_qp`]). Non-zero: the comm's polls fail.
+pub type CommFlag = Arc<AtomicU32>;
+
+/// The bit of a [`CommFlag`] a CQ error sets (sticky: no QP reset repairs the CQ).
+pub const CQ_ERROR: u32 = 1 << 31;
+
+/// A live QP: its `ibv_qp*`, the CQ it completes on, and whether an error event of it is
+/// counted in that CQ's word.
+struct QpEntry {
+    qp: usize,
+    cq: usize,
+    failed: bool,
+}
 
 /// What the async-event thread shares with the device and its comms (the thread holds no
 /// `Context`, so the context's drop can stop and join it).
@@ -85,8 +112,8 @@ pub struct Events {
     warn_only: AtomicBool,
     /// Live CQs (`ibv_cq*` as usize) and their comm's failure flag.
     cqs: Mutex<Vec<(usize, CommFlag)>>,
-    /// Live QPs (`ibv_qp*` as usize) and their CQ.
-    qps: Mutex<Vec<(usize, usize)>>,
+    /// Live QPs and their CQ. Lock order: `qps`, then `cqs`.
+    qps: Mutex<Vec<QpEntry>>,
 }
 
 impl Default for Events {
@@ -110,9 +137,9 @@ impl Events {
         self.warn_only.store(!on, Ordering::Relaxed);
     }
 
-    /// Registers a new CQ; the returned flag is set when an event fails it.
+    /// Registers a new CQ; the returned word is non-zero while an event fails it.
     pub fn add_cq(&self, cq: usize) -> CommFlag {
-        let f = Arc::new(AtomicBool::new(false));
+        let f = Arc::new(AtomicU32::new(0));
         self.cqs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -129,25 +156,59 @@ impl Events {
     /// Registers a new QP and the CQ it completes on.
     pub fn add_qp(&self, qp: usize, cq: usize) {
         let mut v = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-        v.push((qp, cq));
+        v.push(QpEntry {
+            qp,
+            cq,
+            failed: false,
+        });
     }
 
-    /// Forgets a QP about to be destroyed.
+    /// Forgets a QP about to be destroyed (a count it left on its CQ's word stays: its comm
+    /// is being closed).
     pub fn remove_qp(&self, qp: usize) {
         let mut v = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-        v.retain(|(q, _)| *q != qp);
+        v.retain(|e| e.qp != qp);
     }
 
-    /// The comm flag of the CQ an event of `scope` on `element` concerns.
-    fn flag_of(&self, scope: Scope, element: usize) -> Option<CommFlag> {
-        let cq = if scope == Scope::Qp {
-            let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
-            qps.iter().find(|(q, _)| *q == element)?.1
-        } else {
-            element
-        };
+    /// The word of CQ `cq`, if registered.
+    fn cq_word(&self, cq: usize) -> Option<CommFlag> {
         let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
         cqs.iter().find(|(c, _)| *c == cq).map(|(_, f)| f.clone())
+    }
+
+    /// A QP error on `qp`: counted once on its CQ's word.
+    fn fail_qp(&self, qp: usize) -> Handled {
+        let mut qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(e) = qps.iter_mut().find(|e| e.qp == qp) else {
+            return Handled::Unknown;
+        };
+        let Some(w) = self.cq_word(e.cq) else {
+            return Handled::Unknown;
+        };
+        if !e.failed {
+            e.failed = true;
+            // Release pairs with the Acquire load in `check`.
+            w.fetch_add(1, Ordering::Release);
+        }
+        Handled::FailedComm
+    }
+
+    /// The QP `qp` was reset (it went through RESET): its error, if one was counted, no
+    /// longer fails its comm. Returns whether there was one. A CQ error or a device-fatal
+    /// event stays (see the module docs' rule).
+    pub fn clear_qp(&self, qp: usize) -> bool {
+        let mut qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(e) = qps.iter_mut().find(|e| e.qp == qp && e.failed) else {
+            return false;
+        };
+        e.failed = false;
+        if let Some(w) = self.cq_word(e.cq) {
+            // Release pairs with the Acquire load in `check`: a poll that finds the error
+            // gone comes after the reset that ended it. The count was added under this
+            // mutex, so it is there to take off.
+            w.fetch_sub(1, Ordering::Release);
+        }
+        true
     }
 
     /// Handles one event of `scope` on `element` (an `ibv_qp*`/`ibv_cq*` as usize); returns
@@ -164,10 +225,11 @@ impl Events {
                 self.fatal.fetch_add(1, Ordering::Release);
                 Handled::FailedDevice
             }
-            Scope::Qp | Scope::Cq => match self.flag_of(scope, element) {
-                Some(f) => {
+            Scope::Qp => self.fail_qp(element),
+            Scope::Cq => match self.cq_word(element) {
+                Some(w) => {
                     // Release pairs with the Acquire load in `check`.
-                    f.store(true, Ordering::Release);
+                    w.fetch_or(CQ_ERROR, Ordering::Release);
                     Handled::FailedComm
                 }
                 None => Handled::Unknown,
@@ -175,15 +237,16 @@ impl Events {
         }
     }
 
-    /// The data path's check before polling the CQ whose flag is `comm`: a device-fatal
-    /// event fails every comm, a QP/CQ error fails its own.
-    pub fn check(&self, comm: &AtomicBool) -> Result<(), Failure> {
+    /// The data path's check before polling the CQ whose word is `comm`: a device-fatal
+    /// event fails every comm, a QP/CQ error (not cleared by a reset) fails its own.
+    pub fn check(&self, comm: &AtomicU32) -> Result<(), Failure> {
         // Acquire pairs with the Release increment in `handle` (device-fatal event).
         if self.fatal.load(Ordering::Acquire) != 0 {
             return Err(Failure::Device);
         }
-        // Acquire pairs with the Release store in `handle` (QP/CQ error of this comm).
-        if comm.load(Ordering::Acquire) {
+        // Acquire pairs with the Release RMWs in `fail_qp`, `handle` (CQ error) and
+        // `clear_qp`.
+        if comm.load(Ordering::Acquire) != 0 {
             return Err(Failure::Comm);
         }
         Ok(())

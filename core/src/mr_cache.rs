@@ -979,6 +979,34 @@ impl<M: Copy, const N: usize, const R: usize> MrCache<M, N, R> {
             .filter(|s| tag_of(s.state.load(Ordering::Relaxed)) != FREE) // Relaxed: snapshot, nothing read through it
             .count()
     }
+
+    /// Ends every registration still live and empties the cache, for its owner's teardown
+    /// (NCCL may finalize without deregistering everything): each live entry's value goes to
+    /// `deregister` once, whatever its reference count, and every record ends, so a handle
+    /// from before reads as stale. Returns `(registrations, entries)`: how many records were
+    /// live and how many entries were deregistered. `&mut self`: no other thread can hold or
+    /// use the cache meanwhile, so this is no part of the lock-free protocol above.
+    pub fn drain_all<F: FnMut(M)>(&mut self, mut deregister: F) -> (usize, usize) {
+        let regs = self.regs.end_all();
+        let mut entries = 0;
+        for slot in self.slots.iter() {
+            // Relaxed: no other thread has the cache (`&mut self`); no pair.
+            let s = slot.state.load(Ordering::Relaxed);
+            // No other tag is possible without another thread (an acquire or release runs
+            // its slot back to FREE or READY before it returns, also on error or panic).
+            if tag_of(s) != READY {
+                continue;
+            }
+            let value = slot.read_value();
+            // Relaxed: as above. Freed before `deregister` runs: a panic there leaves no
+            // entry behind that a later drain would deregister again.
+            slot.state
+                .store(word(gen_of(s), FREE, 0, 0), Ordering::Relaxed);
+            entries += 1;
+            deregister(value);
+        }
+        (regs, entries)
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -9,7 +9,8 @@
 //! goes, connects still in progress are dropped, the soft provider is shut down (its copy-engine
 //! and monitor threads are joined; later calls on comms left open fail), and the device table is
 //! dropped, which stops and joins the verbs async-event threads once no comm holds a device any
-//! more (comms keep their device alive through an `Arc`). A later `init` discovers devices again,
+//! more (comms keep their device alive through an `Arc`); registrations NCCL left are
+//! deregistered and freed then (`Plugin`'s `Drop`). A later `init` discovers devices again,
 //! so the plugin can be finalized and re-initialised in one process. The state lock is taken only
 //! on the control path (init, finalize, listen, connect setup).
 
@@ -21,7 +22,7 @@ use ibnet_core::params::{Params, ProviderKind};
 
 use ibnet_soft::SoftProvider;
 
-use crate::dev::{Dev, MrCacheT};
+use crate::dev::{AnyMr, Dev, MrCacheT};
 use crate::verbs::discovery::Discovery;
 use crate::verbs::provider::VerbsPort;
 use crate::{info, warn};
@@ -65,6 +66,61 @@ impl Plugin {
         let ids = ids.unwrap_or(ibnet_core::hca::Ids::UNSET);
         (out.rail, out.plane) = (ids.rail, ids.plane);
         out
+    }
+}
+
+impl Drop for Plugin {
+    /// The plugin's last reference (`finalize`, unload, or [`idle`]): the registrations NCCL
+    /// left (it may finalize without deregistering everything) are deregistered and freed
+    /// here, one INFO saying how many; without this each plugin life leaked them, and with
+    /// them their provider (a verbs PD and context, a soft segment's memfd).
+    fn drop(&mut self) {
+        // The fused NICs hold their rails' caches (their own caches hold only handles into
+        // those): gone first, so that each device cache is the plugin's alone.
+        self.fused = Default::default();
+        drain_left(&mut self.caches);
+    }
+}
+
+/// Deregisters and frees what the device caches `caches` still hold (each one only this
+/// plugin holds; a comm still open keeps its device's registrations); one INFO when there
+/// was any.
+fn drain_left(caches: &mut [Arc<MrCacheT>]) {
+    let (mut regs, mut mrs, mut failed, mut kept) = (0, 0, 0, 0);
+    for c in caches.iter_mut() {
+        let Some(cache) = Arc::get_mut(c) else {
+            kept += c.registrations();
+            continue;
+        };
+        let (r, m) = cache.drain_all(|v| {
+            // SAFETY: `raw` is the Box<AnyMr> leaked by a registration closure (`api::mr`,
+            // `nic`); the drain hands each live entry over once, and the cache is ours alone
+            // (no release can reclaim it too).
+            #[allow(unsafe_code)]
+            let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
+            if mr.dereg().is_err() {
+                failed += 1;
+            }
+        });
+        (regs, mrs) = (regs + r, mrs + m);
+    }
+    if regs > 0 {
+        let fail = if failed > 0 {
+            format!(" ({failed} of them failed to deregister)")
+        } else {
+            String::new()
+        };
+        info!(
+            crate::log::INIT | crate::log::NET,
+            "finalize: {regs} registration(s) NCCL did not deregister ({mrs} memory region(s)); \
+             deregistered them{fail}"
+        );
+    }
+    if kept > 0 {
+        info!(
+            crate::log::INIT | crate::log::NET,
+            "finalize: {kept} registration(s) of comms still open are left to them"
+        );
     }
 }
 
@@ -337,8 +393,8 @@ fn create() -> Arc<Plugin> {
 /// `deregMr`) keeps the plugin, as NCCL's own plugin keeps its devices and their MR caches:
 /// the registration holds its provider (the soft provider's segment memfd, a verbs PD), so
 /// dropping the plugin under it and creating another for the next comm would leak that
-/// provider's descriptors on every such cycle (issue 30: one fd per failed run). It goes at
-/// `finalize` or unload.
+/// provider's descriptors on every such cycle (issue 30: one fd per failed run). It is
+/// deregistered at `finalize` or unload (`Plugin`'s `Drop`).
 pub fn idle() {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
     s.forget_if_forked();

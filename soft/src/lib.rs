@@ -133,7 +133,7 @@ mod sys;
 mod zeroed;
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -252,6 +252,17 @@ impl Drop for SoftQp {
     }
 }
 
+/// Registrations of every soft provider of the process not yet deregistered (or dropped).
+static LIVE_MRS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many registrations of any soft provider of this process are live: made by `reg_mr`
+/// and not yet deregistered or dropped (a snapshot, for tests and diagnostics: a plugin that
+/// leaves registrations behind across its lives shows here).
+pub fn live_registrations() -> usize {
+    // Relaxed: a statistics counter; nothing is read through it.
+    LIVE_MRS.load(Ordering::Relaxed)
+}
+
 /// A memory registration of the soft provider. Dropping it deregisters it.
 pub struct SoftMr {
     seg: Arc<Segment>,
@@ -265,6 +276,8 @@ impl SoftMr {
         if self.idx == 0 {
             return true;
         }
+        // Relaxed: a statistics counter (`live_registrations`); nothing is read through it.
+        LIVE_MRS.fetch_sub(1, Ordering::Relaxed);
         let drained = self.seg.dereg(self.idx as usize, DEREG_WAIT);
         if drained {
             self.mrs
@@ -681,6 +694,8 @@ impl Provider for SoftProvider {
             .unwrap_or_else(|e| e.into_inner())
             .alloc("soft MR table")?;
         let key = self.inner.seg.reg(idx as usize, addr, len, bits);
+        // Relaxed: a statistics counter (`live_registrations`); nothing is read through it.
+        LIVE_MRS.fetch_add(1, Ordering::Relaxed);
         Ok(SoftMr {
             seg: self.inner.seg.clone(),
             mrs: self.inner.mrs.clone(),

@@ -203,6 +203,22 @@ impl<const R: usize> Regs<R> {
             .filter(|r| rtag(r.load(Ordering::Relaxed)) == LIVE) // Relaxed: snapshot, nothing read through it
             .count()
     }
+
+    /// Ends every LIVE record (keeping its generation, so its handle reads as stale); returns
+    /// how many there were. `&mut self`: the caller has the table to itself (no record can be
+    /// RESERVED, and nobody reads one meanwhile).
+    pub(super) fn end_all(&mut self) -> usize {
+        let mut n = 0;
+        for r in self.recs.iter() {
+            // Relaxed (both): no other thread has the table (`&mut self`); no pair.
+            let w = r.load(Ordering::Relaxed);
+            if rtag(w) == LIVE {
+                r.store(rword(rgen(w), FREE, 0), Ordering::Relaxed);
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 /// A reserved record; freed on drop (an acquire that failed or panicked) unless published.

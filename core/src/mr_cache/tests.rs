@@ -55,6 +55,46 @@ fn miss_registers_hit_shares() {
     assert_eq!(c.live(), 2);
 }
 
+/// `drain_all` (teardown) deregisters every live entry once, whatever its references (a
+/// shared entry, a contained range), ends every registration (their handles read as stale),
+/// and leaves an empty cache that works again.
+#[test]
+fn drain_all_deregisters_what_was_left_once() {
+    let mut c = Cache::<64>::new();
+    let regs = Cell::new(0);
+    let a = c.acquire(0x10_0000, 3 * PAGE, PAGE, reg(&regs)).unwrap();
+    let shared = c.acquire(0x10_0000, 3 * PAGE, PAGE, never_reg).unwrap();
+    let inner = c
+        .acquire_or_contained(0x10_1000, PAGE, PAGE, never_reg)
+        .unwrap();
+    let b = c.acquire(0x40_0000, 1, PAGE, reg(&regs)).unwrap();
+    let gone = c.acquire(0x80_0000, 1, PAGE, reg(&regs)).unwrap();
+    c.release(gone.handle, |_| Ok(())).unwrap();
+    assert_eq!((regs.get(), c.registrations(), c.live()), (3, 4, 2));
+
+    let mut seen = Vec::new();
+    assert_eq!(c.drain_all(|v| seen.push(v)), (4, 2));
+    seen.sort_unstable();
+    let mut want = [a.value, b.value];
+    want.sort_unstable();
+    assert_eq!(
+        seen, want,
+        "each live entry once, the released one not again"
+    );
+    assert_eq!((c.registrations(), c.live(), c.occupied()), (0, 0, 0));
+    for h in [a.handle, shared.handle, inner.handle, b.handle] {
+        assert_eq!(c.get(h), None);
+        assert!(
+            c.release(h, never_dereg).is_err(),
+            "a drained handle released"
+        );
+    }
+    assert_eq!(c.drain_all(|_| panic!("drained twice")), (0, 0));
+
+    let again = c.acquire(0x10_0000, 1, PAGE, reg(&regs)).unwrap();
+    assert_eq!((regs.get(), c.refcount(again.handle)), (4, Some(1)));
+}
+
 #[test]
 fn ranges_round_out_to_whole_pages() {
     let c = Cache::<64>::new();

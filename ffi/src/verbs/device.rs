@@ -276,6 +276,7 @@ fn async_thread(
         let raw = raw.0;
         // SAFETY: the context is live until Context::drop, which joins this thread first.
         let fd = unsafe { (*raw).async_fd };
+        let mut ports = super::events::Ports::default();
         loop {
             if ev.stopping() {
                 break;
@@ -301,23 +302,9 @@ fn async_thread(
             // SAFETY: event_type_str returns a static string.
             let s =
                 unsafe { CStr::from_ptr((verbs.event_type_str)(e.event_type)) }.to_string_lossy();
-            use super::events::Handled;
-            match ev.handle(super::events::classify(e.event_type), e.element as usize) {
-                Handled::Quiet => {}
-                Handled::Logged => warn!("{name}: got async event: {s}"),
-                Handled::WarnOnly => warn!(
-                    "{name}: got fatal async event: {s} (NCCL_IB_RETURN_ASYNC_EVENTS=0: not failing comms)"
-                ),
-                Handled::FailedDevice => {
-                    warn!("{name}: got fatal async event: {s}; every comm on this device will fail")
-                }
-                Handled::FailedComm => {
-                    warn!("{name}: got async event: {s}; the comm owning it will fail")
-                }
-                Handled::Unknown => {
-                    warn!("{name}: got async event: {s} for a QP/CQ no comm owns any more")
-                }
-            }
+            let (ty, element) = (e.event_type, e.element as usize);
+            let h = ev.handle(super::events::classify(ty), element);
+            super::events::log(&name, &s, (ty, element), h, &mut ports);
             // SAFETY: every event obtained is acked once.
             unsafe { (verbs.ack_async_event)(&mut e) };
         }

@@ -1,8 +1,10 @@
 //! Tests only: a libibverbs table ([`Verbs`]) whose `ibv_query_gid` reads a GID table the
 //! test sets ([`set_gids`]), so the GID choice of a [`VerbsDev`](super::device::VerbsDev) and
-//! the comms made from it run without an RDMA device. Every other call fails (none is made by
-//! the tests that use it, except `close_device`/`dealloc_pd` when the context drops).
-#![allow(unsafe_code)] // Stubs with libibverbs' C signatures; no block dereferences anything.
+//! the comms made from it run without an RDMA device. CQs and QPs are heap objects of the
+//! fake (each CQ with a context of its own whose `poll_cq` finds nothing), `ibv_modify_qp`
+//! succeeds and records the state in the QP; every other call fails (none is made by the
+//! tests that use it, except `close_device`/`dealloc_pd` when the context drops).
+#![allow(unsafe_code)] // Stubs with libibverbs' C signatures; every block has a SAFETY comment.
 
 use core::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
@@ -57,24 +59,64 @@ unsafe extern "C" fn alloc_pd(_: *mut ibv_context) -> *mut ibv_pd {
 unsafe extern "C" fn dealloc_pd(_: *mut ibv_pd) -> c_int {
     0
 }
+/// A fake CQ: the `ibv_cq` first (its pointer is the object's), then the context its
+/// `context` points at (the data path reaches `poll_cq` through it).
+#[repr(C)]
+struct FakeCq {
+    cq: ibv_cq,
+    ctx: ibv_context,
+}
+
+unsafe extern "C" fn poll_none(_: *mut ibv_cq, _: c_int, _: *mut ibv_wc) -> c_int {
+    0
+}
 unsafe extern "C" fn create_cq(
     _: *mut ibv_context,
-    _: c_int,
+    cqe: c_int,
     _: *mut c_void,
     _: *mut c_void,
     _: c_int,
 ) -> *mut ibv_cq {
-    core::ptr::null_mut()
+    // SAFETY: all-zero is a valid ibv_cq and ibv_context (NULL pointers, no ops, zero fds).
+    let mut f: Box<FakeCq> = Box::new(unsafe { core::mem::zeroed() });
+    f.ctx.ops.poll_cq = Some(poll_none);
+    f.cq.cqe = cqe;
+    let p = Box::into_raw(f);
+    // SAFETY: `p` is the live box just leaked; its context field lives as long as it does.
+    unsafe { (*p).cq.context = core::ptr::addr_of_mut!((*p).ctx) };
+    p as *mut ibv_cq
 }
-unsafe extern "C" fn destroy_cq(_: *mut ibv_cq) -> c_int {
-    libc::EINVAL
+unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: `cq` came from `create_cq` (a leaked FakeCq whose first field it is) and is
+    // destroyed once (the provider consumes its VCq).
+    drop(unsafe { Box::from_raw(cq as *mut FakeCq) });
+    0
 }
-unsafe extern "C" fn create_qp(_: *mut ibv_pd, _: *mut ibv_qp_init_attr) -> *mut ibv_qp {
-    core::ptr::null_mut()
+unsafe extern "C" fn create_qp(_: *mut ibv_pd, ia: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    static QPN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x100);
+    // SAFETY: the provider passes an initialised ibv_qp_init_attr whose send CQ is a live
+    // fake CQ.
+    let (cq, context) = unsafe { ((*ia).send_cq, (*(*ia).send_cq).context) };
+    Box::into_raw(Box::new(ibv_qp {
+        context,
+        qp_context: core::ptr::null_mut(),
+        pd: core::ptr::null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq: core::ptr::null_mut(),
+        handle: 0,
+        // Relaxed: a counter for distinct numbers only.
+        qp_num: QPN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        state: IBV_QPS_RESET,
+        qp_type: IBV_QPT_RC,
+    }))
 }
-unsafe extern "C" fn modify_qp(_: *mut ibv_qp, _: *mut ibv_qp_attr, _: c_int) -> c_int {
-    libc::EINVAL
+unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _: c_int) -> c_int {
+    // SAFETY: `qp` is a live fake QP and `attr` an initialised ibv_qp_attr (the provider's).
+    unsafe { (*qp).state = (*attr).qp_state };
+    0
 }
+
 unsafe extern "C" fn query_qp(
     _: *mut ibv_qp,
     _: *mut ibv_qp_attr,
@@ -83,8 +125,11 @@ unsafe extern "C" fn query_qp(
 ) -> c_int {
     libc::EINVAL
 }
-unsafe extern "C" fn destroy_qp(_: *mut ibv_qp) -> c_int {
-    libc::EINVAL
+unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: `qp` came from `create_qp` (a leaked box) and is destroyed once (the provider
+    // consumes its VQp).
+    drop(unsafe { Box::from_raw(qp) });
+    0
 }
 unsafe extern "C" fn reg_mr(_: *mut ibv_pd, _: *mut c_void, _: usize, _: c_int) -> *mut ibv_mr {
     core::ptr::null_mut()

@@ -11,11 +11,11 @@
 //! * QP connection details (modify retry, RoCE GRH / InfiniBand FLID routing, ECE) are in
 //!   [`super::qp`].
 //! * A device-fatal async event makes every later poll on the device fail; a QP or CQ error
-//!   only the polls of the comm owning it (see [`super::events`]).
+//!   only the polls of the comm owning it (see [`super::events`]), a QP error until a
+//!   failback's `reset_qp` of that QP, which never sleeps (one attempt per transition).
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use core::mem::MaybeUninit;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use ibnet_core::fifo::FifoRing;
@@ -23,8 +23,9 @@ use ibnet_core::provider::*;
 use ibnet_core::{Error, Result};
 
 use super::device::VerbsDev;
-use super::events::Failure;
+use super::events::{CommFlag, Failure};
 use super::loader::{errno_or, last_errno};
+use super::qp::Retry;
 use super::sys::*;
 
 /// One verbs device port, as a [`Provider`]. Cheap to clone.
@@ -68,9 +69,9 @@ fn note_ro_fallback(dev: &str) {
     });
 }
 
-/// A completion queue and its comm's async-error flag (set by the device's event thread for a
-/// CQ error or an error of a QP completing on it).
-pub struct VCq(*mut ibv_cq, Arc<AtomicBool>);
+/// A completion queue and its comm's async-error word (set by the device's event thread for a
+/// CQ error or an error of a QP completing on it; a QP's share cleared by `reset_qp`).
+pub struct VCq(*mut ibv_cq, CommFlag);
 /// A queue pair and its access rights.
 pub struct VQp {
     raw: *mut ibv_qp,
@@ -158,8 +159,10 @@ impl VerbsPort {
         attr: &mut ibv_qp_attr,
         mask: i32,
         what: &'static str,
+        retry: Retry,
     ) -> Result<()> {
-        super::qp::modify(self.v(), &self.qp, &self.dev.ctx.name, qp, attr, mask, what)
+        let (v, name) = (self.v(), &self.dev.ctx.name);
+        super::qp::modify(v, &self.qp, name, qp, attr, mask, what, retry)
     }
 
     /// The GID at `index` now (the table can change after init; the comm chose `index` when
@@ -236,11 +239,13 @@ impl VerbsPort {
     }
 
     /// INIT → RTR → RTS, connected to the remote QP `a` names; one INFO line of what was
-    /// negotiated. `rtr_warn`: a failed RTR also WARNs naming both GIDs (connection setup); a
-    /// failback's reset passes false: while the rail's link is still down RTR fails (RoCE
-    /// cannot resolve the peer's address), and the failed attempt is the core's to count, not
-    /// a WARN per attempt.
-    fn bring_up(&self, qp: &mut VQp, a: &ConnectAttr, rtr_warn: bool) -> Result<()> {
+    /// negotiated. `retry`: [`Retry::Nccl`] is connection setup: each transition retried as
+    /// NCCL does, and a failed RTR also WARNs naming both GIDs. A failback's reset passes
+    /// [`Retry::Never`]: one attempt per transition and no RTR WARN (while the rail's link is
+    /// still down RTR fails, RoCE cannot resolve the peer's address, and the failed attempt is
+    /// the core's to count and retry later, not a WARN or a sleep per attempt).
+    fn bring_up(&self, qp: &mut VQp, a: &ConnectAttr, retry: Retry) -> Result<()> {
+        let rtr_warn = retry == Retry::Nccl;
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
             pkey_index: a.pkey_index,
@@ -253,6 +258,7 @@ impl VerbsPort {
             &mut attr,
             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
             "ibv_modify_qp(INIT)",
+            retry,
         )?;
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_RTR,
@@ -275,6 +281,7 @@ impl VerbsPort {
                 | IBV_QP_MAX_DEST_RD_ATOMIC
                 | IBV_QP_MIN_RNR_TIMER,
             "ibv_modify_qp(RTR)",
+            retry,
         )
         .inspect_err(|_| {
             if rtr_warn {
@@ -300,6 +307,7 @@ impl VerbsPort {
                 | IBV_QP_SQ_PSN
                 | IBV_QP_MAX_QP_RD_ATOMIC,
             "ibv_modify_qp(RTS)",
+            retry,
         )?;
         // Connection setup, not the hot path: one line per QP says what was negotiated.
         crate::info!(
@@ -318,6 +326,23 @@ impl VerbsPort {
         );
         super::qp::log_connected(self.v(), &self.dev.ctx.name, qp.raw);
         Ok(())
+    }
+}
+
+impl VerbsPort {
+    /// One INFO per failed failback reset (not a WARN: while the rail's link is down every
+    /// attempt fails, and the core counts them).
+    fn note_failed_reset(&self, qp: &VQp, a: &ConnectAttr, e: &Error) {
+        crate::info!(
+            crate::log::NET,
+            "{}:{} QP {:#x}: failback reset to peer gid {} qpn {:#x} failed ({e}); the rail \
+             stays out of use until the next attempt",
+            self.dev.name.to_string_lossy(),
+            self.dev.port,
+            self.qp_num(qp),
+            std::net::Ipv6Addr::from(a.remote_gid.0),
+            a.remote_qpn
+        )
     }
 }
 
@@ -407,7 +432,7 @@ impl Provider for VerbsPort {
     }
 
     fn connect_qp(&self, qp: &mut VQp, a: &ConnectAttr) -> Result<()> {
-        self.bring_up(qp, a, true)
+        self.bring_up(qp, a, Retry::Nccl)
     }
 
     fn query_ece(&self, qp: &VQp) -> Result<Option<Ece>> {
@@ -680,27 +705,29 @@ impl Provider for VerbsPort {
 
     /// RESET, then INIT → RTR → RTS as `connect_qp` (the same remote QP and PSNs), without its
     /// RTR WARN: the outstanding WRs and posted receives are dropped by the device.
+    ///
+    /// It runs inside a data call (`test`, through the fused comm's failback), so it never
+    /// sleeps: one attempt per transition ([`Retry::Never`]); a failure is returned at once
+    /// and the core tries the reset again after its start delay.
+    ///
+    /// Once the QP is in RESET, the error an async event recorded for this QP is cleared
+    /// ([`Events::clear_qp`](super::events::Events::clear_qp)), so the rail's polls work
+    /// again. Only the QP's own: a CQ error on the comm's CQ and a device-fatal event stay
+    /// (the rule is `event_flags`' module docs).
     fn reset_qp(&self, qp: &mut VQp, a: &ConnectAttr) -> Result<()> {
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_RESET,
             ..Default::default()
         };
-        self.modify(qp.raw, &mut attr, IBV_QP_STATE, "ibv_modify_qp(RESET)")?;
-        // A failback attempt (not the hot path: the rail is out of use). While the rail's link
-        // is still down RTR fails; one INFO per failed attempt, no WARN (the rail stays out and
-        // the core tries again after its start delay).
-        self.bring_up(qp, a, false).inspect_err(|e| {
-            crate::info!(
-                crate::log::NET,
-                "{}:{} QP {:#x}: failback reset to peer gid {} qpn {:#x} failed ({e}); the \
-                 rail stays out of use until the next attempt",
-                self.dev.name.to_string_lossy(),
-                self.dev.port,
-                self.qp_num(qp),
-                std::net::Ipv6Addr::from(a.remote_gid.0),
-                a.remote_qpn
-            )
-        })
+        let what = "ibv_modify_qp(RESET)";
+        self.modify(qp.raw, &mut attr, IBV_QP_STATE, what, Retry::Never)
+            .inspect_err(|e| self.note_failed_reset(qp, a, e))?;
+        self.dev.ctx.events.clear_qp(qp.raw as usize);
+        // A failback attempt (the rail is out of use). While the rail's link is still down RTR
+        // fails; one INFO per failed attempt, no WARN (the rail stays out and the core tries
+        // again after its start delay).
+        self.bring_up(qp, a, Retry::Never)
+            .inspect_err(|e| self.note_failed_reset(qp, a, e))
     }
 
     fn destroy_qp(&self, qp: VQp) -> Result<()> {
@@ -796,6 +823,199 @@ mod tests {
         );
         // Unset: the same table keeps index 0, as NCCL.
         assert_eq!(port.dev.choose_gid().unwrap(), (0, ll));
+    }
+
+    /// A fake port whose QPs connect, with NCCL's default modify retry count (34 retries, no
+    /// sleep: a retry shows as injected faults consumed, never as time).
+    fn fake_qp_port() -> VerbsPort {
+        let mut p = fake_port(&Discovery::default());
+        p.qp = Arc::new(super::super::qp::QpOpts {
+            retry_cnt: 34,
+            ..Default::default()
+        });
+        p
+    }
+
+    /// A connected pair of QPs on one CQ of `port` (one comm's, as a fused rail's).
+    fn connected(port: &VerbsPort, at: &ConnectAttr) -> (VCq, VQp, VQp) {
+        let cq = port.create_cq(64).unwrap();
+        let qa = QpAttr {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_inline: 0,
+            access: Access::ALL,
+        };
+        let mut a = port.create_qp(&cq, &qa).unwrap();
+        let mut b = port.create_qp(&cq, &qa).unwrap();
+        port.connect_qp(&mut a, at).unwrap();
+        port.connect_qp(&mut b, at).unwrap();
+        (cq, a, b)
+    }
+
+    fn attr() -> ConnectAttr {
+        ConnectAttr {
+            remote_qpn: 0x42,
+            remote_lid: 0,
+            remote_gid: Gid([0; 16]),
+            remote_addr: ProviderAddr::EMPTY,
+            link_layer: LinkLayer::Ethernet,
+            mtu: Mtu::M1024,
+            gid_index: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            sl: 0,
+            tc: 0,
+            pkey_index: 0,
+        }
+    }
+
+    fn state(qp: &VQp) -> i32 {
+        // SAFETY: a live fake QP (`fake::create_qp`'s box).
+        unsafe { (*qp.raw).state }
+    }
+
+    fn poll(port: &VerbsPort, cq: &mut VCq) -> Result<usize> {
+        let mut wcs = [Completion::EMPTY; 4];
+        port.poll_cq(cq, &mut wcs)
+    }
+
+    fn event(port: &VerbsPort, ty: i32, element: usize) -> super::super::events::Handled {
+        use super::super::events::classify;
+        port.dev.ctx.events.handle(classify(ty), element)
+    }
+
+    /// A QP error event fails the rail's comm until `reset_qp` resets that QP; then its polls
+    /// work again (the failback's rail returns). Resetting another QP of the same CQ does not
+    /// clear it, two events on one QP count once, and a CQ error stays after every QP was
+    /// reset (no QP reset repairs the CQ).
+    #[test]
+    fn reset_qp_clears_the_async_error_of_its_qp_only() {
+        use super::super::events::Handled;
+        let port = fake_qp_port();
+        let at = attr();
+        let (mut cq, mut a, mut b) = connected(&port, &at);
+        assert_eq!(port.async_failure(&cq), None);
+        assert_eq!(poll(&port, &mut cq).unwrap(), 0);
+
+        let h = event(&port, IBV_EVENT_QP_FATAL, a.raw as usize);
+        assert_eq!(h, Handled::FailedComm);
+        assert_eq!(port.async_failure(&cq), Some(AsyncFailure::Comm));
+        let e = poll(&port, &mut cq).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Provider {
+                    errno: libc::EIO,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        port.reset_qp(&mut b, &at).unwrap();
+        assert_eq!(
+            port.async_failure(&cq),
+            Some(AsyncFailure::Comm),
+            "another QP's reset cleared A's error"
+        );
+
+        port.reset_qp(&mut a, &at).unwrap();
+        assert_eq!(state(&a), IBV_QPS_RTS);
+        assert_eq!(port.async_failure(&cq), None, "the reset QP's error stayed");
+        assert_eq!(poll(&port, &mut cq).unwrap(), 0);
+
+        // Two events of one QP, then its reset: cleared (counted once).
+        event(&port, IBV_EVENT_QP_REQ_ERR, b.raw as usize);
+        event(&port, IBV_EVENT_QP_ACCESS_ERR, b.raw as usize);
+        port.reset_qp(&mut b, &at).unwrap();
+        assert_eq!(port.async_failure(&cq), None);
+
+        // A CQ error is the CQ's: it stays.
+        assert_eq!(
+            event(&port, IBV_EVENT_CQ_ERR, cq.0 as usize),
+            Handled::FailedComm
+        );
+        port.reset_qp(&mut a, &at).unwrap();
+        port.reset_qp(&mut b, &at).unwrap();
+        assert_eq!(port.async_failure(&cq), Some(AsyncFailure::Comm));
+
+        port.destroy_qp(a).unwrap();
+        port.destroy_qp(b).unwrap();
+        port.destroy_cq(cq).unwrap();
+    }
+
+    /// A device-fatal event stays fatal whatever QP is reset.
+    #[test]
+    fn device_fatal_survives_reset_qp() {
+        let port = fake_qp_port();
+        let at = attr();
+        let (mut cq, mut a, b) = connected(&port, &at);
+        event(&port, IBV_EVENT_QP_FATAL, a.raw as usize);
+        event(&port, IBV_EVENT_DEVICE_FATAL, 0);
+        port.reset_qp(&mut a, &at).unwrap();
+        assert_eq!(port.async_failure(&cq), Some(AsyncFailure::Device));
+        let e = poll(&port, &mut cq).unwrap_err();
+        assert!(e.to_string().contains("fatal device error"), "{e}");
+        port.destroy_qp(a).unwrap();
+        port.destroy_qp(b).unwrap();
+        port.destroy_cq(cq).unwrap();
+    }
+
+    /// `reset_qp` runs inside a data call: a failed transition is returned at once (never
+    /// retried, so never slept on), and the core's next attempt goes on; connection setup
+    /// keeps NCCL's retry.
+    #[test]
+    fn reset_qp_never_retries_but_connect_does() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let port = fake_qp_port();
+        let at = attr();
+        let (cq, mut a, b) = connected(&port, &at);
+        let faults = &port.qp.fault_timeouts;
+        faults.store(2, Relaxed);
+        let e = port.reset_qp(&mut a, &at).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Provider {
+                    call: "ibv_modify_qp(RESET)",
+                    errno: libc::ETIMEDOUT
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(faults.load(Relaxed), 1, "the failed RESET was retried");
+        // The core's next attempt meets the second fault: again one attempt, failed.
+        let e = port.reset_qp(&mut a, &at).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Provider {
+                    errno: libc::ETIMEDOUT,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(faults.load(Relaxed), 0);
+        // The one after that goes through.
+        port.reset_qp(&mut a, &at).unwrap();
+        assert_eq!(state(&a), IBV_QPS_RTS);
+
+        // Connection setup retries as NCCL does: two timeouts absorbed.
+        let qa = QpAttr {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_inline: 0,
+            access: Access::ALL,
+        };
+        let mut c = port.create_qp(&cq, &qa).unwrap();
+        faults.store(2, Relaxed);
+        port.connect_qp(&mut c, &at).unwrap();
+        assert_eq!((faults.load(Relaxed), state(&c)), (0, IBV_QPS_RTS));
+        for q in [a, b, c] {
+            port.destroy_qp(q).unwrap();
+        }
+        port.destroy_cq(cq).unwrap();
     }
 
     #[test]

@@ -8,8 +8,11 @@
 //!                     ▼  retry? (ETIMEDOUT, or any with NCCL_IB_MQP_RETRY_ALL)
 //!                 attempt n+1 after n × NCCL_IB_MQP_RETRY_SLEEP_MSEC, up to 1 + NCCL_IB_MQP_RETRY_CNT
 //! ```
-//! The retry sleeps on the connect path only (NCCL's proxy thread sleeps there too); the data
-//! path never modifies a QP. Every retry is one INFO line; the final failure is the comm's error.
+//! The retry sleeps on the connect path only (NCCL's proxy thread sleeps there too). A
+//! failback's reset (`reset_qp`, which a data call such as `test` runs) makes one attempt per
+//! transition ([`Retry::Never`]): a failure is returned at once, and the failback protocol
+//! tries again after its own start delay, so no data call ever sleeps here. Every retry is one
+//! INFO line; the final failure is the comm's error.
 #![allow(unsafe_code)] // This module calls C through raw pointers (the FFI boundary); every block has a SAFETY comment.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -55,8 +58,19 @@ pub fn retry_after(o: &QpOpts, attempt: u32, errno: i32) -> Option<u64> {
     (retryable && attempt <= o.retry_cnt).then(|| u64::from(o.retry_sleep_ms) * u64::from(attempt))
 }
 
-/// `ibv_modify_qp` with NCCL 2.28's retry. `dev` and `what` name the call in logs and errors.
-/// `qp` must be a live QP (the callers own it through a `VQp`).
+/// Whether [`modify`] retries a failed transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// NCCL 2.28's sleeping retry ([`retry_after`]): connection setup.
+    Nccl,
+    /// One attempt, never a sleep: a failback's reset, run inside a data call (the failback
+    /// protocol retries the whole reset later, at its own pace).
+    Never,
+}
+
+/// `ibv_modify_qp`, retried as `retry` says. `dev` and `what` name the call in logs and
+/// errors. `qp` must be a live QP (the callers own it through a `VQp`).
+#[allow(clippy::too_many_arguments)] // the QP, its transition and how to name and retry it
 pub(crate) fn modify(
     v: &Verbs,
     o: &QpOpts,
@@ -65,6 +79,7 @@ pub(crate) fn modify(
     attr: &mut ibv_qp_attr,
     mask: i32,
     what: &'static str,
+    retry: Retry,
 ) -> Result<()> {
     let mut attempt = 1u32;
     loop {
@@ -78,7 +93,11 @@ pub(crate) fn modify(
             return Ok(());
         }
         let e = errno_or(rc);
-        let Some(ms) = retry_after(o, attempt, e) else {
+        let again = match retry {
+            Retry::Nccl => retry_after(o, attempt, e),
+            Retry::Never => None,
+        };
+        let Some(ms) = again else {
             return Err(Error::Provider {
                 call: what,
                 errno: e,

@@ -432,6 +432,8 @@ pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
 pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
 pub const IBV_EVENT_COMM_EST: c_int = 4;
 pub const IBV_EVENT_DEVICE_FATAL: c_int = 8;
+pub const IBV_EVENT_PORT_ACTIVE: c_int = 9;
+pub const IBV_EVENT_PORT_ERR: c_int = 10;
 pub const IBV_EVENT_GID_CHANGE: c_int = 18;
 pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 

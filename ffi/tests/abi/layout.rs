@@ -148,6 +148,8 @@ fn checks() -> Vec<(&'static str, i64)> {
         val!(IBV_EVENT_QP_ACCESS_ERR),
         val!(IBV_EVENT_COMM_EST),
         val!(IBV_EVENT_DEVICE_FATAL),
+        val!(IBV_EVENT_PORT_ACTIVE),
+        val!(IBV_EVENT_PORT_ERR),
         val!(IBV_EVENT_GID_CHANGE),
         val!(IBV_WC_WITH_IMM),
         ("IBV_WC_RECV_RDMA_WITH_IMM", 129),

@@ -4,6 +4,9 @@
 //! * A QP or CQ error fails only the comm owning it: a poll of that comm racing the event is
 //!   fine or failed (and stays failed), a poll of another comm is always fine, and every poll
 //!   after the event is handled fails.
+//! * A QP's reset (`clear_qp`, on the comm's thread) racing an error event of that QP: it
+//!   never clears another QP's error, and afterwards the comm is failed exactly when the
+//!   event was handled after the clear (the clear found nothing to take off).
 //! * A device-fatal event fails every comm on the device, the same way.
 //! * An event for a QP (or CQ) being destroyed never fails the comm that reuses its address
 //!   afterwards. The model plays libibverbs' part as its contract says: `ibv_destroy_qp` /
@@ -14,7 +17,7 @@
 #![cfg(loom)]
 
 use ibnet_atomics::event_flags::{Events, Failure, Handled, Scope};
-use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -27,9 +30,10 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 const CQ_A: usize = 0x1000;
 const CQ_B: usize = 0x2000;
 const QP_A: usize = 0x1100;
+const QP_B: usize = 0x1200;
 
 /// Two polls of one comm: the second is never fine once the first failed; returns both.
-fn two_polls(ev: &Events, flag: &AtomicBool) -> [Result<(), Failure>; 2] {
+fn two_polls(ev: &Events, flag: &AtomicU32) -> [Result<(), Failure>; 2] {
     let a = ev.check(flag);
     let b = ev.check(flag);
     if a.is_err() {
@@ -59,6 +63,54 @@ fn qp_error_fails_only_its_comm() {
         assert_eq!(ev.check(&fa), Err(Failure::Comm));
         assert_eq!(ev.check(&fb), Ok(()));
     });
+}
+
+/// QP A's reset races A's error event on the async thread, while a poller checks the comm
+/// (QP B of the same CQ failed before, or not).
+fn reset_races_a_qp_error(b_failed: bool) {
+    model(move || {
+        let ev = Arc::new(Events::default());
+        let f = ev.add_cq(CQ_A);
+        ev.add_qp(QP_A, CQ_A);
+        ev.add_qp(QP_B, CQ_A);
+        if b_failed {
+            assert_eq!(ev.handle(Scope::Qp, QP_B), Handled::FailedComm);
+        }
+        let e2 = ev.clone();
+        let async_thread = thread::spawn(move || e2.handle(Scope::Qp, QP_A));
+        let (e3, f3) = (ev.clone(), f.clone());
+        let poller = thread::spawn(move || {
+            for _ in 0..2 {
+                let r = e3.check(&f3);
+                if b_failed {
+                    assert_eq!(r, Err(Failure::Comm), "B's error was cleared");
+                } else {
+                    assert!(matches!(r, Ok(()) | Err(Failure::Comm)), "{r:?}");
+                }
+            }
+        });
+        let cleared = ev.clear_qp(QP_A);
+        assert_eq!(async_thread.join().unwrap(), Handled::FailedComm);
+        poller.join().unwrap();
+        // Not cleared: the event came after the clear, and A's error stands.
+        let a_left = !cleared;
+        let want = |failed| if failed { Err(Failure::Comm) } else { Ok(()) };
+        assert_eq!(ev.check(&f), want(a_left || b_failed));
+        if b_failed {
+            assert!(ev.clear_qp(QP_B));
+            assert_eq!(ev.check(&f), want(a_left));
+        }
+    });
+}
+
+#[test]
+fn reset_races_a_qp_error_alone() {
+    reset_races_a_qp_error(false);
+}
+
+#[test]
+fn reset_races_a_qp_error_next_to_another() {
+    reset_races_a_qp_error(true);
 }
 
 #[test]

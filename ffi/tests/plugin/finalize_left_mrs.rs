@@ -1,0 +1,66 @@
+//! Registrations NCCL leaves at `finalize` (it may finalize without deregistering everything)
+//! are deregistered and freed then, alone in its process: plugin lives that each close their
+//! comms with two registrations still made leave no soft registration behind, and each
+//! `finalize` says how many it found, in one INFO.
+
+use crate::util;
+
+use core::ffi::c_void;
+use nccl_net_ibnet::api;
+use nccl_net_ibnet::log::Level;
+use nccl_net_ibnet::nccl::types::ncclResult_t;
+
+#[test]
+fn finalize_deregisters_the_registrations_nccl_left() {
+    if util::ran_in_child() {
+        return;
+    }
+    std::env::set_var("IBNET_PROVIDER", "soft");
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    if let Err(u) = ibnet_soft::probe_with(false) {
+        eprintln!("SKIP: soft provider unavailable ({u:?})");
+        return;
+    }
+    nccl_net_ibnet::log::set_sink(util::note);
+    // Two one-page buffers, pages apart: two registrations, two memory regions.
+    let page = 4096usize;
+    let mut buf = vec![0u8; 5 * page];
+    let base = (buf.as_mut_ptr() as usize).next_multiple_of(page);
+    for life in 0..5 {
+        let mut ctx: *mut c_void = core::ptr::null_mut();
+        let rc = api::init(Some(&mut ctx), -1, None, None);
+        assert_eq!(rc, ncclResult_t::Success);
+        let (mut h, l) = util::listen();
+        let (s, r, _) = util::establish(&mut h, l, std::time::Duration::from_secs(20));
+        // The comms' own rings are registrations too (gone with the comms).
+        let rings = ibnet_soft::live_registrations();
+        for (c, at) in [(s, base), (r, base + 2 * page)] {
+            let mut mh = core::ptr::null_mut();
+            let rc = api::reg_mr(c, at as *mut c_void, page as u64, 0, None, &mut mh);
+            assert_eq!(rc, ncclResult_t::Success, "{:?}", util::take_log());
+        }
+        assert_eq!(ibnet_soft::live_registrations(), rings + 2, "life {life}");
+        // NCCL's error paths close comms without `deregMr`.
+        util::close(s, r, l);
+        util::take_log();
+        assert_eq!(api::finalize(ctx), ncclResult_t::Success);
+        assert_eq!(
+            ibnet_soft::live_registrations(),
+            0,
+            "life {life}: registrations left behind by finalize"
+        );
+        let lines: Vec<_> = util::take_log()
+            .into_iter()
+            .filter(|(_, l)| l.contains("did not deregister"))
+            .collect();
+        assert_eq!(lines.len(), 1, "life {life}: {lines:?}");
+        assert_eq!(lines[0].0, Level::Info);
+        assert!(
+            lines[0].1.contains(
+                "finalize: 2 registration(s) NCCL did not deregister (2 memory region(s))"
+            ),
+            "{}",
+            lines[0].1
+        );
+    }
+}
