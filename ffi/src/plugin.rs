@@ -75,9 +75,10 @@ impl Drop for Plugin {
     /// here, one INFO saying how many; without this each plugin life leaked them, and with
     /// them their provider (a verbs PD and context, a soft segment's memfd).
     fn drop(&mut self) {
-        // The fused NICs hold their rails' caches (their own caches hold only handles into
-        // those): gone first, so that each device cache is the plugin's alone.
-        self.fused = Default::default();
+        // The NICs hold their rails' caches (a virtual NIC's own cache holds only handles
+        // into those): gone first, so that each device cache is the plugin's alone (a NIC an
+        // open comm or listener holds keeps its caches: `drain_left` counts those).
+        self.nics = Default::default();
         drain_left(&mut self.caches);
     }
 }
@@ -93,8 +94,7 @@ fn drain_left(caches: &mut [Arc<MrCacheT>]) {
             continue;
         };
         let (r, m) = cache.drain_all(|v| {
-            // SAFETY: `raw` is the Box<AnyMr> leaked by a registration closure (`api::mr`,
-            // `nic`); the drain hands each live entry over once, and the cache is ours alone
+            // SAFETY: `raw` is the Box<AnyMr> leaked by a registration closure (`nic`); the drain hands each live entry over once, and the cache is ours alone
             // (no release can reclaim it too).
             #[allow(unsafe_code)]
             let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
