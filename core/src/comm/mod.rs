@@ -42,4 +42,4 @@ mod types;
 pub use events::{QpEvent, QpEvents, QpOp, Sink};
 pub use recv::RecvComm;
 pub use send::{Peeked, SendComm, MAX_MSG_SIZE};
-pub use types::{CommConfig, Done, RecvBuf, TruncNote, Truncation};
+pub use types::{CommConfig, Done, RecvBuf, RecvView, TruncNote, Truncation};

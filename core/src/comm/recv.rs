@@ -6,7 +6,7 @@
 
 use super::base::Base;
 use super::events::{QpEvent, QpOp, Sink};
-use super::types::{CommConfig, Done, RecvBuf};
+use super::types::{CommConfig, Done, RecvBuf, RecvView};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
 use crate::provider::{Access, Ece, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
@@ -204,7 +204,11 @@ impl<P: Provider> RecvComm<P> {
 
     /// [`RecvComm::irecv`] with the profiler parent of each buffer (NCCL's `phandles`; an
     /// entry of 0, or a missing one, is none).
-    pub fn irecv_under(&mut self, bufs: &[RecvBuf], parents: &[usize]) -> Result<Option<ReqId>> {
+    pub fn irecv_under<B: RecvView>(
+        &mut self,
+        bufs: &[B],
+        parents: &[usize],
+    ) -> Result<Option<ReqId>> {
         self.irecv_impl(bufs, parents, 0)
     }
 
@@ -215,9 +219,9 @@ impl<P: Provider> RecvComm<P> {
     }
 
     #[inline(always)]
-    fn irecv_impl(
+    fn irecv_impl<B: RecvView>(
         &mut self,
-        bufs: &[RecvBuf],
+        bufs: &[B],
         parents: &[usize],
         rails: u8,
     ) -> Result<Option<ReqId>> {
@@ -247,10 +251,10 @@ impl<P: Provider> RecvComm<P> {
         Ok(Some(id))
     }
 
-    fn post(
+    fn post<B: RecvView>(
         &mut self,
         id: ReqId,
-        bufs: &[RecvBuf],
+        bufs: &[B],
         parents: &[usize],
         nqps: usize,
         rails: u8,
@@ -268,10 +272,10 @@ impl<P: Provider> RecvComm<P> {
         let mut elems = [PostedRecv::default(); MAX_RECVS];
         for (e, b) in elems.iter_mut().zip(bufs) {
             *e = PostedRecv {
-                addr: b.addr,
-                size: b.size,
-                rkey: b.mr.rkey,
-                tag: b.tag,
+                addr: b.addr(),
+                size: b.size(),
+                rkey: b.mr().rkey,
+                tag: b.tag(),
             };
         }
         let seq = self.fifo_tail;
@@ -319,7 +323,7 @@ impl<P: Provider> RecvComm<P> {
 
     /// Flushes received data out of the NIC (GPU-direct receives): one RDMA READ from the last
     /// non-empty buffer. `Ok(None)` when there is nothing to flush.
-    pub fn iflush(&mut self, bufs: &[RecvBuf]) -> Result<Option<ReqId>> {
+    pub fn iflush<B: RecvView>(&mut self, bufs: &[B]) -> Result<Option<ReqId>> {
         self.base.check_live("iflush")?;
         if bufs.len() > MAX_RECVS {
             return Err(Error::OutOfRange {
@@ -329,7 +333,7 @@ impl<P: Provider> RecvComm<P> {
                 max: MAX_RECVS as i64,
             });
         }
-        let Some(last) = bufs.iter().rposition(|b| b.size != 0) else {
+        let Some(last) = bufs.iter().rposition(|b| b.size() != 0) else {
             return Ok(None);
         };
         let Some(qp) = self.flush.qp.as_mut() else {
@@ -344,8 +348,8 @@ impl<P: Provider> RecvComm<P> {
                 len: 1,
                 lkey: self.staging_keys.lkey,
             },
-            remote_addr: bufs[last].addr,
-            rkey: bufs[last].mr.rkey,
+            remote_addr: bufs[last].addr(),
+            rkey: bufs[last].mr().rkey,
             imm: 0,
             signaled: true,
             inline: false,

@@ -99,6 +99,40 @@ pub struct RecvBuf {
     pub mr: MrKeys,
 }
 
+/// A receive buffer as a comm of one rail reads it: its address, size, tag and the keys of
+/// its registration on that rail. A [`RecvBuf`] is one; a buffer of a comm of several rails
+/// ([`crate::rails::RailBuf`]) is one through its rail-0 keys, so a comm of one rail posts it
+/// as it is, with no copy.
+pub trait RecvView: Copy {
+    /// Address of the buffer.
+    fn addr(&self) -> u64;
+    /// Its size: the largest send it accepts.
+    fn size(&self) -> u64;
+    /// Tag the matching send must carry.
+    fn tag(&self) -> u32;
+    /// Keys of the registration covering the buffer (on the comm's rail).
+    fn mr(&self) -> MrKeys;
+}
+
+impl RecvView for RecvBuf {
+    #[inline(always)]
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.size
+    }
+    #[inline(always)]
+    fn tag(&self) -> u32 {
+        self.tag
+    }
+    #[inline(always)]
+    fn mr(&self) -> MrKeys {
+        self.mr
+    }
+}
+
 /// A completed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Done {

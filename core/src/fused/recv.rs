@@ -37,6 +37,26 @@ pub struct FusedBuf {
     pub mrs: [MrKeys; N],
 }
 
+/// A comm of one rail reads a buffer of several through its rail-0 keys.
+impl crate::comm::RecvView for FusedBuf {
+    #[inline(always)]
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.size
+    }
+    #[inline(always)]
+    fn tag(&self) -> u32 {
+        self.tag
+    }
+    #[inline(always)]
+    fn mr(&self) -> MrKeys {
+        self.mrs[0]
+    }
+}
+
 /// Where one rail's part of a receive stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leg {

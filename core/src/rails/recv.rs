@@ -3,8 +3,7 @@
 use core::net::SocketAddr;
 use core::ops::DerefMut;
 
-use crate::comm::{Done, RecvBuf, RecvComm, Sink};
-use crate::fifo::MAX_RECVS;
+use crate::comm::{Done, RecvComm, Sink};
 use crate::fused::{FusedRecv, Resilience, Weights};
 use crate::provider::Provider;
 use crate::request::ReqId;
@@ -103,10 +102,7 @@ impl<P: Provider + Clone, B: DerefMut<Target = FusedRecv<P>>> RailRecv<P, B> {
         now: impl FnOnce() -> u64,
     ) -> Result<Option<ReqId>> {
         match self {
-            Self::One(c) => {
-                let (one, n) = rail0(bufs)?;
-                c.irecv_under(&one[..n], parents)
-            }
+            Self::One(c) => c.irecv_under(bufs, parents),
             Self::Striped(f) => {
                 if f.wants_clock() {
                     f.tick(now());
@@ -119,10 +115,7 @@ impl<P: Provider + Clone, B: DerefMut<Target = FusedRecv<P>>> RailRecv<P, B> {
     /// Flushes the receives `bufs` (GPU-direct's RDMA READ; `Ok(None)`: nothing to flush).
     pub fn iflush(&mut self, bufs: &[RailBuf]) -> Result<Option<ReqId>> {
         match self {
-            Self::One(c) => {
-                let (one, n) = rail0(bufs)?;
-                c.iflush(&one[..n])
-            }
+            Self::One(c) => c.iflush(bufs),
             Self::Striped(f) => f.iflush(bufs),
         }
     }
@@ -189,27 +182,4 @@ impl<P: Provider + Clone, B: DerefMut<Target = FusedRecv<P>>> RailRecv<P, B> {
             Self::Striped(mut f) => f.close_in_place(),
         }
     }
-}
-
-/// A one-rail comm's view of `bufs`: each with its rail-0 keys, and how many.
-#[inline(always)]
-fn rail0(bufs: &[RailBuf]) -> Result<([RecvBuf; MAX_RECVS], usize)> {
-    if bufs.len() > MAX_RECVS {
-        return Err(Error::OutOfRange {
-            what: "receives in one irecv",
-            value: bufs.len() as i64,
-            min: 1,
-            max: MAX_RECVS as i64,
-        });
-    }
-    let mut one = [RecvBuf::default(); MAX_RECVS];
-    for (o, b) in one.iter_mut().zip(bufs) {
-        *o = RecvBuf {
-            addr: b.addr,
-            size: b.size,
-            tag: b.tag,
-            mr: b.mrs[0],
-        };
-    }
-    Ok((one, bufs.len()))
 }

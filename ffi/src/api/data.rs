@@ -115,17 +115,17 @@ fn size_at(sizes: Sizes, i: usize) -> Result<u64, Error> {
 
 /// NCCL's `n` buffers as the core's, each checked against its registration among `nic`'s
 /// (found from the buffer's `mhandle`: its keys on every rail and the range it covers).
-/// They are written into `bufs` (the caller's, so that the array is not copied on return);
-/// the result is how many.
+/// They are pushed onto `bufs` (the caller's, empty: so that nothing is copied on return,
+/// and only the `n` buffers NCCL passed are ever written).
 fn gather(
-    bufs: &mut [RailBuf; MAX_RECVS],
+    bufs: &mut Bufs,
     nic: &Nic,
     n: c_int,
     data: *mut *mut c_void,
     sizes: Sizes,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
-) -> Result<usize, Error> {
+) -> Result<(), Error> {
     if n < 1 || n as usize > MAX_RECVS {
         return Err(Error::OutOfRange {
             what: "n (receives in one irecv)",
@@ -138,7 +138,7 @@ fn gather(
     if data.is_null() || mhandles.is_null() {
         return Err(missing(if data.is_null() { "data" } else { "mhandles" }));
     }
-    for (i, b) in bufs.iter_mut().enumerate().take(n) {
+    for i in 0..n {
         // SAFETY: NCCL passes arrays of `n` entries; `i < n`.
         let (d, mh) = unsafe { (*data.add(i), *mhandles.add(i)) };
         let size = size_at(sizes, i)?;
@@ -153,15 +153,19 @@ fn gather(
             return Err(missing("data[i]"));
         }
         covers(&m, d as u64, size)?;
-        *b = RailBuf {
+        // Cannot fail: `n` ≤ MAX_RECVS, checked above, and `bufs` came empty.
+        let _ = bufs.push(RailBuf {
             addr: d as u64,
             size,
             tag: tag as u32,
             mrs: m.keys,
-        };
+        });
     }
-    Ok(n)
+    Ok(())
 }
+
+/// The buffers of one `irecv`/`iflush`, as the core takes them.
+type Bufs = heapless::Vec<RailBuf, MAX_RECVS>;
 
 /// `irecv`. On entry `*request` may hold NCCL's optional-completion hint (0x1); it is always
 /// overwritten. `phandles` (v10/v11; NULL: none) holds NCCL's profiler parent per buffer.
@@ -184,8 +188,9 @@ pub fn irecv(
         if tags.is_null() {
             return Err(missing("tags"));
         }
-        let mut bufs = [RailBuf::default(); MAX_RECVS];
-        let n = gather(&mut bufs, &r.nic, n, data, sizes, tags, mhandles)?;
+        let mut bufs = Bufs::new();
+        gather(&mut bufs, &r.nic, n, data, sizes, tags, mhandles)?;
+        let n = bufs.len();
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let (c, w) = unsafe { r.parts_mut() };
         if let Some(w) = w {
@@ -222,12 +227,12 @@ pub fn iflush(
         let r = recv_comm(comm, "iflush")?;
         *at = r.at();
         let no_tags = core::ptr::null();
-        let mut bufs = [RailBuf::default(); MAX_RECVS];
+        let mut bufs = Bufs::new();
         let sz = Sizes::Int(sizes);
-        let n = gather(&mut bufs, &r.nic, n, data, sz, no_tags, mhandles)?;
+        gather(&mut bufs, &r.nic, n, data, sz, no_tags, mhandles)?;
         // SAFETY: a data-path call; see `CommBox::comm_mut`.
         let c = unsafe { r.comm_mut() };
-        let res = c.iflush(&bufs[..n]);
+        let res = c.iflush(&bufs);
         rail_news(r, "receive", c);
         if let Some(id) = res? {
             *out = handles::request_token(comm as usize, id) as *mut c_void;
