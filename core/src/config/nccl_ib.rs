@@ -418,7 +418,7 @@ pub const VARS: &[Var] = &[
         Flag,
         "1",
         V(29),
-        "a fused NIC's failed rail hands its traffic to the other rails; 0: a rail failure fails the comm, as NCCL without failover (and as a plain comm). **Differs from NCCL**, whose default is off: in ibnet failover came with fusion and costs nothing until a rail fails, and a fused NIC that dies with any one of its rails is less reliable than one plain device. Only failures that say the path is gone fail over (`IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR` as in NCCL, plus `IBV_WC_RNR_RETRY_EXC_ERR`, `IBV_WC_LOC_QP_OP_ERR` (soft-RoCE's status for a send whose own link went down), a failed post and a fatal device event); any other completion error (access, protection, length) fails the comm, as NCCL",
+        "a virtual NIC's failed rail hands its traffic to the other rails; 0: a rail failure fails the comm, as NCCL without failover (and as a plain comm). **Differs from NCCL**, whose default is off: in ibnet failover came with fusion and costs nothing until a rail fails, and a fused NIC that dies with any one of its rails is less reliable than one plain device. Only failures that say the path is gone fail over (`IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR` as in NCCL, plus `IBV_WC_RNR_RETRY_EXC_ERR`, `IBV_WC_LOC_QP_OP_ERR` (soft-RoCE's status for a send whose own link went down), a failed post and a fatal device event); any other completion error (access, protection, length) fails the comm, as NCCL",
     )
     .shown("1 (NCCL: 0)"),
     Var::new(
@@ -442,7 +442,7 @@ pub const VARS: &[Var] = &[
         Flag,
         "0",
         V(30),
-        "1: failback: a fused NIC's failed rail is brought back once both ends see it healthy (the sender resets its QPs and says READY; the receiver reads that over a live rail, resets its own, proves the rail with an RDMA READ over it, and names the receive from which the rail carries parts again), then carries its share again, no byte lost or written twice; one INFO per side when a rail returns, naming rail, device and peer (protocol: `ibnet_core::fused::heal`)",
+        "1: failback: a virtual NIC's failed rail is brought back once both ends see it healthy (the sender resets its QPs and says READY; the receiver reads that over a live rail, resets its own, proves the rail with an RDMA READ over it, and names the receive from which the rail carries parts again), then carries its share again, no byte lost or written twice; one INFO per side when a rail returns, naming rail, device and peer (protocol: `ibnet_core::fused::heal`)",
     ),
     Var::new(
         "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY",

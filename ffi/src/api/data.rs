@@ -1,5 +1,6 @@
 //! The data path: `isend`, `irecv`, `iflush`, `test`. Lock-free and allocation-free: tokens
-//! are looked up in [`crate::handles`], registrations in the device cache.
+//! are looked up in [`crate::handles`], registrations in the comm's NIC (`Nic::keys`: the
+//! buffer's keys on every rail). One path per call, whatever the NIC's rail count.
 #![allow(unsafe_code)]
 // NCCL's arrays and out-pointers; every block has a SAFETY comment.
 // The C entry points' bodies: every pointer comes from NCCL and is NULL-checked before use.

@@ -1,7 +1,8 @@
-//! `regMr` / `regMrDmaBuf` / `deregMr` through the device's registration cache, and what the
-//! data path reads of a registration (`mhandle`s are [`crate::handles`] tokens).
+//! `regMr` / `regMrDmaBuf` / `deregMr` through the comm's NIC ([`crate::nic::Nic`]: one
+//! rail registers in its device's cache, several in the NIC's own over the rails'), and what
+//! the data path reads of a registration (`mhandle`s are [`crate::handles`] tokens).
 #![allow(unsafe_code)]
-// the boxed registrations and sysconf; every block has a SAFETY comment.
+// sysconf; every block has a SAFETY comment.
 // The C entry points' bodies: every pointer comes from NCCL and is NULL-checked before use.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
