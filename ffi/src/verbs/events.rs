@@ -113,7 +113,7 @@ pub fn line(
     })
 }
 
-/// Logs the line [`line`] makes of one event (the async thread: not a hot path).
+/// Logs the line [`line()`] makes of one event (the async thread: not a hot path).
 pub fn log(dev: &str, what: &str, event: (i32, usize), h: Handled, ports: &mut Ports) {
     match line(dev, what, event, h, ports) {
         Some((crate::log::Level::Warn, l)) => crate::warn!("{l}"),

@@ -58,7 +58,7 @@ pub fn retry_after(o: &QpOpts, attempt: u32, errno: i32) -> Option<u64> {
     (retryable && attempt <= o.retry_cnt).then(|| u64::from(o.retry_sleep_ms) * u64::from(attempt))
 }
 
-/// Whether [`modify`] retries a failed transition.
+/// Whether `modify` (this module's QP state transition) retries a failed transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
     /// NCCL 2.28's sleeping retry ([`retry_after`]): connection setup.
