@@ -188,6 +188,7 @@
 mod event;
 pub mod heal;
 mod notice;
+mod rail_set;
 mod recv;
 mod resilience;
 mod send;

@@ -15,7 +15,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Rails that returned to striping since the last call (each once per return), for the
     /// caller to log.
     pub fn take_returned(&mut self) -> Vec<u8, N> {
-        core::mem::take(&mut self.returned)
+        self.rails.take_returned()
     }
 
     /// One step of failback for every rail out of use here: once its start delay passed and
@@ -25,7 +25,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     #[inline]
     pub(super) fn heal_step(&mut self) {
         // Failback off (the default): one flag test, the rails' walk kept out of line.
-        if self.res.recovery {
+        if self.rails.res.recovery {
             self.heal_rails();
         }
     }
@@ -34,10 +34,10 @@ impl<P: Provider + Clone> FusedSend<P> {
     #[inline(never)]
     fn heal_rails(&mut self) {
         for i in 0..self.rails.len() {
-            if self.live[i]
+            if self.rails.live(i)
                 || self.ready[i]
-                || self.tries[i] >= self.res.attempts_max
-                || self.now < self.retry_at[i]
+                || self.tries[i] >= self.rails.res.attempts_max
+                || self.rails.now < self.retry_at[i]
                 || self.rail_busy(i)
             {
                 continue;
@@ -52,7 +52,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 }
                 Err(_) => {
                     self.tries[i] += 1;
-                    self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
+                    self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
                 }
             }
         }
@@ -98,7 +98,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             };
             let Some(at) = at.filter(|&at| at <= seq) else {
                 if at.is_none() {
-                    return Err(self.poison(Error::BadFifoElem {
+                    return Err(self.rails.poison(Error::BadFifoElem {
                         field: "rail JOIN from the receiver",
                         value: i as u64,
                         peer: Default::default(),
@@ -113,15 +113,12 @@ impl<P: Provider + Clone> FusedSend<P> {
             let begun = self.msgs.iter().any(|m| m.used && m.seq == seq);
             if at < seq || begun {
                 self.tries[i] += 1;
-                self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
+                self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
                 continue;
             }
             self.rails[i].set_fifo_head(at);
-            self.live[i] = true;
-            self.broken[i] = false;
             self.tries[i] = 0;
-            // Cannot fail: a rail returns once per generation, and is taken once per call.
-            let _ = self.returned.push(i as u8);
+            self.rails.bring_back(i);
             match self.rails[i].peek(tag) {
                 Ok(Some(p)) => peeks[i] = Some(p),
                 Ok(None) => return Ok(false),
