@@ -76,6 +76,11 @@ pub(super) struct RailSet<P: Provider, C> {
     pub(super) now: u64,
     /// Each rail's stripe weight (`set_rail_weights`; both ends hold the same).
     pub(super) weights: Weights,
+    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), when it
+    /// may be tried next, and failed attempts in a row.
+    pub(super) gen: [u32; N],
+    pub(super) retry_at: [u64; N],
+    pub(super) tries: [u32; N],
 }
 
 impl<P: Provider, C: Rail> RailSet<P, C> {
@@ -103,6 +108,9 @@ impl<P: Provider, C: Rail> RailSet<P, C> {
             addr_of_mut!((*p).res).write(Resilience::default());
             addr_of_mut!((*p).now).write(0);
             addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
+            addr_of_mut!((*p).gen).write([0; N]);
+            addr_of_mut!((*p).retry_at).write([0; N]);
+            addr_of_mut!((*p).tries).write([0; N]);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
@@ -121,6 +129,9 @@ impl<P: Provider, C: Rail> RailSet<P, C> {
                 res: _,
                 now: _,
                 weights: _,
+                gen: _,
+                retry_at: _,
+                tries: _,
             } = s;
         };
     }
@@ -236,16 +247,35 @@ impl<P: Provider, C: Rail> RailSet<P, C> {
         to
     }
 
-    /// Rail `i` returned (failback): in use again, no longer broken, reported once; the comm
-    /// is `Ready` again once every rail is back.
+    /// Rail `i` returned (failback): in use again, no longer broken, its failed attempts
+    /// forgotten, reported once; the comm is `Ready` again once every rail is back.
     pub(super) fn bring_back(&mut self, i: usize) {
         self.live[i] = true;
         self.broken[i] = false;
+        self.tries[i] = 0;
         if self.life == Lifecycle::RailDegraded {
             self.life = self.use_state();
         }
         // Cannot fail: a rail returns once per generation, and is taken once per call.
         let _ = self.returned.push(i as u8);
+    }
+
+    /// Rail `i`'s next return attempt waits the start delay from now.
+    pub(super) fn retry_later(&mut self, i: usize) {
+        self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
+    }
+
+    /// A return attempt of rail `i` failed: one more in a row, the next after the start
+    /// delay.
+    pub(super) fn attempt_failed(&mut self, i: usize) {
+        self.tries[i] += 1;
+        self.retry_later(i);
+    }
+
+    /// Whether rail `i` failed as many return attempts in a row as it may
+    /// ([`Resilience::attempts_max`]).
+    pub(super) fn gave_up(&self, i: usize) -> bool {
+        self.tries[i] >= self.res.attempts_max
     }
 
     /// The comm fails with `e` (the first failure's kind stays): returns `e`.

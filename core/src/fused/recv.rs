@@ -127,15 +127,12 @@ pub struct FusedRecv<P: Provider> {
     back_needed: u8,
     back_told: u8,
     back_pending: [Option<(u8, ReqId)>; N],
-    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), where its
-    /// round stands, when it may be tried next, when the round began, failed attempts in a
-    /// row, the first receive sequence number it carries since it returned, and the JOIN
-    /// write in flight (carrier, request).
-    gen: [u32; N],
+    /// Failback (`crate::fused::heal`), per rail: where its round stands, when the round
+    /// began, the first receive sequence number it carries since it returned, and the JOIN
+    /// write in flight (carrier, request); its generation, retry time and failed attempts
+    /// are the rail set's.
     phase: [Phase; N],
-    retry_at: [u64; N],
     round_at: [u64; N],
-    tries: [u32; N],
     joined_at: [u64; N],
     join_pending: [Option<(u8, ReqId)>; N],
 }
@@ -185,11 +182,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).back_needed).write(0);
             addr_of_mut!((*p).back_told).write(0);
             addr_of_mut!((*p).back_pending).write([None; N]);
-            addr_of_mut!((*p).gen).write([0; N]);
             addr_of_mut!((*p).phase).write([Phase::Idle; N]);
-            addr_of_mut!((*p).retry_at).write([0; N]);
             addr_of_mut!((*p).round_at).write([0; N]);
-            addr_of_mut!((*p).tries).write([0; N]);
             addr_of_mut!((*p).joined_at).write([0; N]);
             addr_of_mut!((*p).join_pending).write([None; N]);
         }
@@ -221,11 +215,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
             back_needed: _,
             back_told: _,
             back_pending: _,
-            gen: _,
             phase: _,
-            retry_at: _,
             round_at: _,
-            tries: _,
             joined_at: _,
             join_pending: _,
         } = s;
@@ -318,7 +309,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 bytes: 0,
                 mask: 0,
             };
-            let seq = ctl_seq(Ctl::Drop, d, self.gen[d]);
+            let seq = ctl_seq(Ctl::Drop, d, self.rails.gen[d]);
             let (off, len) = self.back_stage.publish(seq, &[notice.encode()]);
             let local = crate::provider::Sge {
                 addr: self.back_stage.base_addr() + off as u64,
@@ -412,14 +403,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 self.msgs[k].legs[i] = Leg::Done;
                 continue;
             }
-            for (s, b) in sub.iter_mut().zip(bufs) {
-                *s = RecvBuf {
-                    addr: b.addr,
-                    size: b.size,
-                    tag: b.tag,
-                    mr: b.mrs[i],
-                };
-            }
+            rail_bufs(bufs, i, &mut sub);
             self.msgs[k].legs[i] = match self.rails[i].irecv_rails(&sub[..n], posted) {
                 Ok(Some(r)) => Leg::Native(r),
                 Ok(None) => Leg::Notice,
@@ -454,14 +438,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             if !self.rails.live(i) {
                 continue;
             }
-            for (s, b) in sub.iter_mut().zip(bufs) {
-                *s = RecvBuf {
-                    addr: b.addr,
-                    size: b.size,
-                    tag: b.tag,
-                    mr: b.mrs[i],
-                };
-            }
+            rail_bufs(bufs, i, &mut sub);
             match self.rails[i].iflush(&sub[..bufs.len()]) {
                 Ok(Some(r)) => *leg = Leg::Native(r),
                 Ok(None) => {}
@@ -710,6 +687,18 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// rail closed and the rings released; what is left is dropped with nothing more to do.
     pub fn close_in_place(&mut self) -> Result<()> {
         self.rails.close()
+    }
+}
+
+/// `bufs` as rail `i` posts them (each with that rail's keys), into `out`'s first entries.
+fn rail_bufs(bufs: &[FusedBuf], i: usize, out: &mut [RecvBuf; MAX_RECVS]) {
+    for (s, b) in out.iter_mut().zip(bufs) {
+        *s = RecvBuf {
+            addr: b.addr,
+            size: b.size,
+            tag: b.tag,
+            mr: b.mrs[i],
+        };
     }
 }
 

@@ -159,13 +159,9 @@ pub struct FusedSend<P: Provider> {
     /// The time before which lost parts wait (the last failure + the probe delay; the
     /// caller's clock, ms).
     hold_until: u64,
-    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), when it
-    /// may be tried next, whether it is reset and waits for the receiver's JOIN, failed
-    /// attempts in a row.
-    gen: [u32; N],
-    retry_at: [u64; N],
+    /// Failback (`crate::fused::heal`), per rail: whether it is reset and waits for the
+    /// receiver's JOIN (its generation, retry time and failed attempts: the rail set's).
     ready: [bool; N],
-    tries: [u32; N],
     /// The first send cut to the posted receive's size, until the caller takes it.
     trunc: TruncNote,
 }
@@ -216,10 +212,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
             addr_of_mut!((*p).hold_until).write(0);
-            addr_of_mut!((*p).gen).write([0; N]);
-            addr_of_mut!((*p).retry_at).write([0; N]);
             addr_of_mut!((*p).ready).write([false; N]);
-            addr_of_mut!((*p).tries).write([0; N]);
             addr_of_mut!((*p).trunc).write(TruncNote::None);
         }
         // Every field written above: this pattern names them all, so a new field that the
@@ -237,10 +230,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 resent: _,
                 carried: _,
                 hold_until: _,
-                gen: _,
-                retry_at: _,
                 ready: _,
-                tries: _,
                 trunc: _,
             } = s;
         };
@@ -347,7 +337,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Whether the receiver reported rail `i` out of use on its side.
     fn dropped_by_peer(&self, i: usize) -> Result<bool> {
         let mut out = [PostedRecv::default(); MAX_RECVS];
-        match self.back.poll(ctl_seq(Ctl::Drop, i, self.gen[i]), &mut out) {
+        match self.back.poll(ctl_seq(Ctl::Drop, i, self.rails.gen[i]), &mut out) {
             Ok(None) => Ok(false),
             Ok(Some(_))
                 if Notice::decode(&out[0], 0, self.rails.len(), 0)
@@ -986,7 +976,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             return Err(self.rails.poison(e));
         }
         self.degraded = true;
-        self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
+        self.rails.retry_later(i);
         // A send of a multi-receive that waits on this rail for the group's other sends,
         // which will not come here now, is never posted: it is lost (nothing of it landed).
         for m in self.msgs.iter_mut().filter(|m| m.used) {

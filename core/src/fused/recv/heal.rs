@@ -33,7 +33,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
 
     /// Rail `i` went out of use here: its first return attempt waits the start delay.
     pub(super) fn went_out(&mut self, i: usize) {
-        self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
+        self.rails.retry_later(i);
         self.round_at[i] = 0;
         self.phase[i] = Phase::Idle;
     }
@@ -65,7 +65,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             }
         }
         for i in 0..self.rails.len() {
-            if self.rails.live(i) || self.tries[i] >= self.rails.res.attempts_max {
+            if self.rails.live(i) || self.rails.gave_up(i) {
                 continue;
             }
             match self.phase[i] {
@@ -98,16 +98,15 @@ impl<P: Provider + Clone> FusedRecv<P> {
 
     /// A round of rail `i` that failed: tried again after the start delay.
     fn attempt_failed(&mut self, i: usize) {
-        self.tries[i] += 1;
+        self.rails.attempt_failed(i);
         self.phase[i] = Phase::Idle;
         self.round_at[i] = 0;
-        self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
     }
 
     /// Where the READY word of rail `i` lies in the sender's back ring (and in the back
     /// stage, which a READ fills at the same offset): its sequence number and local bytes.
     fn ready_word(&self, i: usize, lkey: u32) -> (u64, Sge) {
-        let seq = ctl_seq(Ctl::Ready, i, self.gen[i]);
+        let seq = ctl_seq(Ctl::Ready, i, self.rails.gen[i]);
         let off = FifoRing::<MAX_REQUESTS>::slot_offset(FifoRing::<MAX_REQUESTS>::slot_of(seq));
         let sge = Sge {
             addr: self.back_stage.base_addr() + off as u64,
@@ -121,7 +120,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// drop, reads the sender's READY over the first live rail.
     fn read_ready(&mut self, i: usize) -> Result<()> {
         let bit = 1u8 << i;
-        if self.rails.now < self.retry_at[i] || self.back_needed & !self.back_told & bit != 0 {
+        if self.rails.now < self.rails.retry_at[i] || self.back_needed & !self.back_told & bit != 0 {
             return Ok(());
         }
         let Some(c) = self.rails.first_live() else {
@@ -156,10 +155,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
         let (seq, _) = self.ready_word(i, 0);
         let mut out = [PostedRecv::default(); MAX_RECVS];
         let ready = matches!(self.back_stage.poll(seq, &mut out), Ok(Some(_)))
-            && decode(&out[0], Ctl::Ready, i, self.gen[i]).is_some();
+            && decode(&out[0], Ctl::Ready, i, self.rails.gen[i]).is_some();
         self.phase[i] = Phase::Idle;
         if !ready {
-            self.retry_at[i] = self.rails.now + 1;
+            self.rails.retry_at[i] = self.rails.now + 1;
             return Ok(());
         }
         self.settle(i)?;
@@ -222,7 +221,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             self.attempt_failed(i);
             return Ok(());
         };
-        let (g, at) = (self.gen[i], self.seq);
+        let (g, at) = (self.rails.gen[i], self.seq);
         let (off, len) = self
             .back_stage
             .publish(ctl_seq(Ctl::Join, i, g), &[encode(Ctl::Join, i, g, at)]);
@@ -244,8 +243,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
         // clear-to-send is the one of `at`, at FIFO sequence number `at`.
         self.rails[i].set_fifo_tail(at);
         self.joined_at[i] = at;
-        self.gen[i] += 1;
-        self.tries[i] = 0;
+        self.rails.gen[i] += 1;
         self.phase[i] = Phase::Idle;
         self.back_needed &= !bit;
         self.back_told &= !bit;

@@ -36,8 +36,8 @@ impl<P: Provider + Clone> FusedSend<P> {
         for i in 0..self.rails.len() {
             if self.rails.live(i)
                 || self.ready[i]
-                || self.tries[i] >= self.rails.res.attempts_max
-                || self.rails.now < self.retry_at[i]
+                || self.rails.gave_up(i)
+                || self.rails.now < self.rails.retry_at[i]
                 || self.rail_busy(i)
             {
                 continue;
@@ -45,15 +45,12 @@ impl<P: Provider + Clone> FusedSend<P> {
             let head = self.rails[i].fifo_head();
             match self.rails[i].revive(head) {
                 Ok(()) => {
-                    let g = self.gen[i];
+                    let g = self.rails.gen[i];
                     self.back
                         .publish(ctl_seq(Ctl::Ready, i, g), &[encode(Ctl::Ready, i, g, 0)]);
                     self.ready[i] = true;
                 }
-                Err(_) => {
-                    self.tries[i] += 1;
-                    self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
-                }
+                Err(_) => self.rails.attempt_failed(i),
             }
         }
     }
@@ -89,7 +86,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             if !self.ready[i] || posted >> i & 1 == 0 {
                 continue;
             }
-            let g = self.gen[i];
+            let g = self.rails.gen[i];
             let mut out = [PostedRecv::default(); MAX_RECVS];
             let at = match self.back.poll(ctl_seq(Ctl::Join, i, g), &mut out) {
                 Ok(None) => continue,
@@ -107,17 +104,15 @@ impl<P: Provider + Clone> FusedSend<P> {
                 continue; // the rail rejoins at a later message
             };
             self.ready[i] = false;
-            self.gen[i] += 1;
+            self.rails.gen[i] += 1;
             // Only at the first send of a multi-receive's slot: a rail that missed an earlier
             // send of it would never complete the slot (its sends are posted together).
             let begun = self.msgs.iter().any(|m| m.used && m.seq == seq);
             if at < seq || begun {
-                self.tries[i] += 1;
-                self.retry_at[i] = self.rails.now.saturating_add(self.rails.res.start_delay_ms);
+                self.rails.attempt_failed(i);
                 continue;
             }
             self.rails[i].set_fifo_head(at);
-            self.tries[i] = 0;
             self.rails.bring_back(i);
             match self.rails[i].peek(tag) {
                 Ok(Some(p)) => peeks[i] = Some(p),
