@@ -337,7 +337,8 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Whether the receiver reported rail `i` out of use on its side.
     fn dropped_by_peer(&self, i: usize) -> Result<bool> {
         let mut out = [PostedRecv::default(); MAX_RECVS];
-        match self.back.poll(ctl_seq(Ctl::Drop, i, self.rails.gen[i]), &mut out) {
+        let seq = ctl_seq(Ctl::Drop, i, self.rails.gen[i]);
+        match self.back.poll(seq, &mut out) {
             Ok(None) => Ok(false),
             Ok(Some(_))
                 if Notice::decode(&out[0], 0, self.rails.len(), 0)

@@ -120,7 +120,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// drop, reads the sender's READY over the first live rail.
     fn read_ready(&mut self, i: usize) -> Result<()> {
         let bit = 1u8 << i;
-        if self.rails.now < self.rails.retry_at[i] || self.back_needed & !self.back_told & bit != 0 {
+        let early = self.rails.now < self.rails.retry_at[i];
+        if early || self.back_needed & !self.back_told & bit != 0 {
             return Ok(());
         }
         let Some(c) = self.rails.first_live() else {
