@@ -24,6 +24,8 @@ const N: usize = MAX_DEVS_PER_NIC;
 pub(super) trait Rail {
     /// The rail's own lifecycle (`Connecting` until its QPs are connected).
     fn lifecycle(&self) -> Lifecycle;
+    /// Applies every completion already in the rail's queue.
+    fn drain(&mut self) -> Result<()>;
     /// Closes the rail's comm.
     fn close(self) -> Result<()>;
 }
@@ -31,6 +33,9 @@ pub(super) trait Rail {
 impl<P: Provider> Rail for SendComm<P> {
     fn lifecycle(&self) -> Lifecycle {
         SendComm::lifecycle(self)
+    }
+    fn drain(&mut self) -> Result<()> {
+        SendComm::drain(self)
     }
     fn close(self) -> Result<()> {
         SendComm::close(self)
@@ -40,6 +45,9 @@ impl<P: Provider> Rail for SendComm<P> {
 impl<P: Provider> Rail for RecvComm<P> {
     fn lifecycle(&self) -> Lifecycle {
         RecvComm::lifecycle(self)
+    }
+    fn drain(&mut self) -> Result<()> {
+        RecvComm::drain(self)
     }
     fn close(self) -> Result<()> {
         RecvComm::close(self)
@@ -245,6 +253,31 @@ impl<P: Provider, C: Rail> RailSet<P, C> {
             to: to.map(|t| t as u8),
         });
         to
+    }
+
+    /// Rail `i`'s own comm failed with `e`. Where failover is off, or `e` is a failure no
+    /// other rail can mend (a bug, a hostile peer), the comm fails with `e` (returned).
+    /// Otherwise `Ok(true)` the first time: the rail is broken, and its completion queue
+    /// drained (every completion already there applied; a rail whose CQ cannot be read, a
+    /// fatal device event, says no more); `Ok(false)` for a rail broken already.
+    pub(super) fn break_rail(&mut self, i: usize, e: Error) -> Result<bool> {
+        if !self.res.fails_over(&e) {
+            return Err(self.poison(e));
+        }
+        if self.broken[i] {
+            return Ok(false);
+        }
+        self.broken[i] = true;
+        let _ = self.comms[i].drain();
+        Ok(true)
+    }
+
+    /// [`Self::take_out`], and with no rail left in use the comm fails with `e` (returned).
+    pub(super) fn drop_out(&mut self, i: usize, e: Error) -> Result<()> {
+        match self.take_out(i, e) {
+            Some(_) => Ok(()),
+            None => Err(self.poison(e)),
+        }
     }
 
     /// Rail `i` returned (failback): in use again, no longer broken, its failed attempts

@@ -642,15 +642,11 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// acknowledges a write it then drops), the others by their notices, whichever comes
     /// first (the module doc's "Receiver"). A flush has nothing left to wait for.
     fn rail_down(&mut self, i: usize, e: Error) -> Result<()> {
-        if !self.rails.res.fails_over(&e) {
-            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
-            return Err(self.rails.poison(e));
-        }
-        if !self.rails.broken[i] {
-            self.rails.broken[i] = true;
-            // Every completion already there is applied (`Base::drain`); a rail whose CQ cannot
-            // be read (a fatal device event) says no more, and its receives wait for notices.
-            let _ = self.rails[i].drain();
+        // Failover off, or a failure no other rail can mend: the comm's error. Broken the
+        // first time: every completion already there is applied (`Base::drain`); a rail whose
+        // CQ cannot be read (a fatal device event) says no more, and its receives wait for
+        // notices.
+        if self.rails.break_rail(i, e)? {
             for m in self
                 .msgs
                 .iter_mut()
@@ -664,13 +660,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
         if !self.rails.live(i) {
             return Ok(());
         }
-        let to = self.rails.take_out(i, e);
+        let r = self.rails.drop_out(i, e);
         self.went_out(i);
         self.back_needed |= 1 << i;
-        match to {
-            Some(_) => Ok(()),
-            None => Err(self.rails.poison(e)),
-        }
+        r
     }
 
     /// Fused requests in use (for tests and diagnostics).

@@ -910,18 +910,13 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// out of use ([`Self::drop_rail`]). Also for a rail already out of use (dropped by the
     /// receiver) whose parts were still in flight.
     fn fail_rail(&mut self, i: usize, e: Error) -> Result<()> {
-        if !self.rails.res.fails_over(&e) {
-            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
-            return Err(self.rails.poison(e));
-        }
-        if !self.rails.broken[i] {
-            self.rails.broken[i] = true;
+        // Failover off, or a failure no other rail can mend: the comm's error. Broken the
+        // first time: drained (a rail whose CQ cannot be read, a fatal device event, says no
+        // more: what it had not acknowledged is lost).
+        if self.rails.break_rail(i, e)? {
             self.degraded = true;
             self.hold_until = self.rails.now.saturating_add(self.rails.res.probe_delay_ms);
             let rail = &mut self.rails[i];
-            // A rail whose CQ cannot be read (a fatal device event) says no more: what it had
-            // not acknowledged is lost.
-            let _ = rail.drain();
             let mut acked = |id: ReqId| matches!(rail.completed(id), Ok(Some(_)));
             for m in self.msgs.iter_mut().filter(|m| m.used) {
                 for l in m.legs.iter_mut() {
@@ -987,10 +982,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 }
             }
         }
-        match self.rails.take_out(i, e) {
-            Some(_) => Ok(()),
-            None => Err(self.rails.poison(e)),
-        }
+        self.rails.drop_out(i, e)
     }
 
     /// Fused send requests in use (for tests and diagnostics).
