@@ -76,8 +76,8 @@ pub(super) struct RailSet<P: Provider, C> {
     pub(super) broken: [bool; N],
     life: Lifecycle,
     /// Rails taken out of use since `take_events`, and returned since `take_returned`.
-    pub(super) events: Vec<RailEvent, N>,
-    pub(super) returned: Vec<u8, N>,
+    events: Vec<RailEvent, N>,
+    returned: Vec<u8, N>,
     /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
     pub(super) res: Resilience,
     /// The caller's clock, ms (`tick`).
