@@ -8,6 +8,7 @@
 use ibnet_core::comm::{CommConfig, Done};
 use ibnet_core::error::{Error, ErrorKind};
 use ibnet_core::fused::{stripe, FusedBuf, FusedRecv, FusedSend, Resilience, MAX_DEVS_PER_NIC};
+use ibnet_core::lifecycle::Lifecycle;
 use ibnet_core::provider::{MrKeys, WcStatus};
 use ibnet_core::request::ReqId;
 use ibnet_testkit::{fill_pattern, AlignedBuf, Fault, Loopback};
@@ -277,7 +278,8 @@ fn the_variables_map_to_resilience() {
 /// Failback over loopback rails: rail 1 fails (retry exceeded) and fails over; past the start
 /// delay both sides bring it back (READY, reset, probe, JOIN); messages posted before the
 /// return (their masks name rail 1 or not) and after it all arrive whole, later messages
-/// are striped over rail 1 again, and each side reports the return once.
+/// are striped over rail 1 again, and each side reports the return once. Both ends' lifecycle
+/// follows: ready, rail-degraded while rail 1 is out, ready again once it returned.
 #[test]
 fn a_failed_rail_returns_once_both_sides_brought_it_back() {
     let mut p = pair(
@@ -293,6 +295,8 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
         p.r.tick(t);
     };
     clock(&mut p, 100);
+    let both = |p: &Pair| (p.s.lifecycle(), p.r.lifecycle());
+    assert_eq!(both(&p), (Lifecycle::Ready, Lifecycle::Ready));
     let size = (1 << 20) + 5;
     let (sid, rid, sb, rb) = start(&mut p, size, |r| {
         fail_next(&r[1], 0, WcStatus::RetryExceeded)
@@ -304,6 +308,7 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
     assert_eq!(finish(|| p.r.test(rid)).unwrap().sizes[0], size as u64);
     assert_eq!(rb.as_slice(), sb.as_slice());
     assert!(!p.s.rail_live(1) && !p.r.rail_live(1));
+    assert_eq!(both(&p), (Lifecycle::RailDegraded, Lifecycle::RailDegraded));
     // Before the start delay nothing comes back.
     let whole = |p: &mut Pair, n: usize| {
         let (sid, rid, sb, rb) = start(p, n, |_| {});
@@ -318,6 +323,7 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
         !p.s.rail_live(1) && !p.r.rail_live(1),
         "start delay not over"
     );
+    assert_eq!(both(&p), (Lifecycle::RailDegraded, Lifecycle::RailDegraded));
     // Past it: a receive posted now finds the sender READY, resets, probes and joins.
     let before = p.s.rail_bytes(1);
     for (t, n) in [1, 300, 70_000, 1 << 20].into_iter().enumerate() {
@@ -330,6 +336,11 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
         "both ends use rail 1 again"
     );
     assert!(p.s.rail_bytes(1) > before, "rail 1 carries its share again");
+    assert_eq!(
+        both(&p),
+        (Lifecycle::Ready, Lifecycle::Ready),
+        "every rail back"
+    );
     assert_eq!(
         p.s.take_returned().as_slice(),
         &[1],
@@ -351,6 +362,7 @@ fn a_failed_rail_returns_once_both_sides_brought_it_back() {
     assert_eq!(finish(|| p.r.test(rid)).unwrap().sizes[0], size as u64);
     assert_eq!(rb.as_slice(), sb.as_slice());
     assert!(!p.s.rail_live(1));
+    assert_eq!(p.s.lifecycle(), Lifecycle::RailDegraded);
     assert_eq!(p.s.requests_in_use(), 0);
     assert_eq!(p.r.requests_in_use(), 0);
 }

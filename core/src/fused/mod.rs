@@ -12,7 +12,13 @@
 //! A fused comm is one ordinary comm per rail ([`FusedSend`] holds a
 //! [`SendComm`](crate::comm::SendComm) per rail, [`FusedRecv`] a
 //! [`RecvComm`](crate::comm::RecvComm)), paired by rail index, each with its own CQ, QPs, FIFO
-//! and request pool, so a one-device comm pays nothing for fusion. A receive is posted on
+//! and request pool, so a one-device comm pays nothing for fusion. What both directions keep
+//! per rail lives once, in `rail_set.rs`'s `RailSet` (which rails are in use, the rail news
+//! for the caller, the resilience settings and clock, the stripe weights, failback's retry
+//! state, the rings' registrations) with the comm's stored
+//! [`Lifecycle`](crate::lifecycle::Lifecycle): connecting until every rail is connected,
+//! ready, rail-degraded while a rail is out of use (ready again once failback returned every
+//! rail), failed at the comm's first failure no rail mends. A receive is posted on
 //! every rail in use at the receiver (the whole buffer, with that rail's rkey): each rail's
 //! receiver writes its own clear-to-send into its own FIFO, as NCCL 2.28 sends clear-to-send
 //! per device, and every one of them carries the same **live-rail mask** `M` (bit `r`: rail
@@ -188,6 +194,7 @@
 mod event;
 pub mod heal;
 mod notice;
+mod rail_set;
 mod recv;
 mod resilience;
 mod send;

@@ -10,13 +10,14 @@ use heapless::Vec;
 use super::event::RailEvent;
 use super::heal::{ctl_seq, Ctl, Phase};
 use super::notice::{GroupNotice, Notice};
+use super::rail_set::RailSet;
 use super::resilience::Resilience;
-use super::stripe::{stripe_weighted, Weights, EQUAL_WEIGHTS};
+use super::stripe::stripe_weighted;
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, RecvBuf, RecvComm};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::provider::{Access, MrKeys, Provider, RegKind};
+use crate::provider::{Access, MrKeys, Provider};
 use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf};
 
@@ -105,20 +106,20 @@ impl Msg {
 
 /// The receiving side of a fused comm.
 pub struct FusedRecv<P: Provider> {
-    rails: Vec<RecvComm<P>, N>,
-    live: [bool; N],
+    /// The rails (first: dropped first, the registrations before the rings), which are in
+    /// use, the rail news, settings, clock, weights and lifecycle. A rail is `broken` once
+    /// its own comm failed here (drained once: see `rail_down`).
+    rails: RailSet<P, RecvComm<P>>,
     msgs: [Msg; MAX_REQUESTS],
     free: Vec<u8, MAX_REQUESTS>,
     /// Receives posted so far (the FIFO sequence number of the next one, on every rail).
     seq: u64,
-    /// The ring senders write notices into (registered on every rail).
+    /// The ring senders write notices into (registered on every rail: the set's notice
+    /// registrations).
     ring: P::Fifo,
-    ring_mrs: Vec<(P, P::Mr), N>,
-    ring_keys: [MrKeys; N],
-    /// Where "rail out of use" notices to the sender are staged (registered on every rail).
+    /// Where "rail out of use" notices to the sender are staged (registered on every rail:
+    /// the set's back registrations).
     back_stage: P::Fifo,
-    back_mrs: Vec<(P, P::Mr), N>,
-    back_keys: [MrKeys; N],
     /// The sender's back ring (`FusedSend::back_ring`), as each rail reaches it.
     back_ring: [RemoteBuf; N],
     /// Rails taken out of use here that the sender must hear of, those it has (acknowledged),
@@ -126,29 +127,14 @@ pub struct FusedRecv<P: Provider> {
     back_needed: u8,
     back_told: u8,
     back_pending: [Option<(u8, ReqId)>; N],
-    /// Rails whose own comm failed here (drained once: see `rail_down`).
-    broken: [bool; N],
-    /// The first failure's kind once the comm failed: later calls are refused, reported so.
-    poisoned: Option<ErrorKind>,
-    events: Vec<RailEvent, N>,
-    /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
-    res: Resilience,
-    /// The caller's clock, ms (`tick`).
-    now: u64,
-    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), where its
-    /// round stands, when it may be tried next, when the round began, failed attempts in a
-    /// row, the first receive sequence number it carries since it returned, and the JOIN
-    /// write in flight (carrier, request); and the rails returned since `take_returned`.
-    gen: [u32; N],
+    /// Failback (`crate::fused::heal`), per rail: where its round stands, when the round
+    /// began, the first receive sequence number it carries since it returned, and the JOIN
+    /// write in flight (carrier, request); its generation, retry time and failed attempts
+    /// are the rail set's.
     phase: [Phase; N],
-    retry_at: [u64; N],
     round_at: [u64; N],
-    tries: [u32; N],
     joined_at: [u64; N],
     join_pending: [Option<(u8, ReqId)>; N],
-    returned: Vec<u8, N>,
-    /// Each rail's stripe weight (`set_rail_weights`), as the sender's.
-    weights: Weights,
 }
 
 impl<P: Provider + Clone> FusedRecv<P> {
@@ -183,8 +169,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
         // read, never turned into a reference to an uninitialised value); `msgs`, the large
         // one, element by element.
         unsafe {
-            addr_of_mut!((*p).rails).write(Vec::new());
-            addr_of_mut!((*p).live).write([false; N]);
+            RailSet::write_new(addr_of_mut!((*p).rails));
             let msgs = addr_of_mut!((*p).msgs).cast::<Msg>();
             for i in 0..MAX_REQUESTS {
                 msgs.add(i).write(Msg::FREE);
@@ -192,29 +177,15 @@ impl<P: Provider + Clone> FusedRecv<P> {
             addr_of_mut!((*p).free).write((0..MAX_REQUESTS).rev().map(|i| i as u8).collect());
             addr_of_mut!((*p).seq).write(0);
             addr_of_mut!((*p).ring).write(ring);
-            addr_of_mut!((*p).ring_mrs).write(Vec::new());
-            addr_of_mut!((*p).ring_keys).write([MrKeys::default(); N]);
             addr_of_mut!((*p).back_stage).write(back_stage);
-            addr_of_mut!((*p).back_mrs).write(Vec::new());
-            addr_of_mut!((*p).back_keys).write([MrKeys::default(); N]);
             addr_of_mut!((*p).back_ring).write([RemoteBuf::default(); N]);
             addr_of_mut!((*p).back_needed).write(0);
             addr_of_mut!((*p).back_told).write(0);
             addr_of_mut!((*p).back_pending).write([None; N]);
-            addr_of_mut!((*p).broken).write([false; N]);
-            addr_of_mut!((*p).poisoned).write(None);
-            addr_of_mut!((*p).events).write(Vec::new());
-            addr_of_mut!((*p).res).write(Resilience::default());
-            addr_of_mut!((*p).now).write(0);
-            addr_of_mut!((*p).gen).write([0; N]);
             addr_of_mut!((*p).phase).write([Phase::Idle; N]);
-            addr_of_mut!((*p).retry_at).write([0; N]);
             addr_of_mut!((*p).round_at).write([0; N]);
-            addr_of_mut!((*p).tries).write([0; N]);
             addr_of_mut!((*p).joined_at).write([0; N]);
             addr_of_mut!((*p).join_pending).write([None; N]);
-            addr_of_mut!((*p).returned).write(Vec::new());
-            addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
         }
         // Every field written above: `names_every_field`'s pattern names them all.
         let _ = Self::names_every_field;
@@ -235,34 +206,19 @@ impl<P: Provider + Clone> FusedRecv<P> {
     fn names_every_field(s: &Self) {
         let Self {
             rails: _,
-            live: _,
             msgs: _,
             free: _,
             seq: _,
             ring: _,
-            ring_mrs: _,
-            ring_keys: _,
             back_stage: _,
-            back_mrs: _,
-            back_keys: _,
             back_ring: _,
             back_needed: _,
             back_told: _,
             back_pending: _,
-            broken: _,
-            poisoned: _,
-            events: _,
-            res: _,
-            now: _,
-            gen: _,
             phase: _,
-            retry_at: _,
             round_at: _,
-            tries: _,
             joined_at: _,
             join_pending: _,
-            returned: _,
-            weights: _,
         } = s;
     }
 
@@ -270,8 +226,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// the notice ring and back stage on each rail (dropping `self` releases what was made).
     fn set_up(&mut self, devs: &[P], cfg: CommConfig, remote: &[QpInfo]) -> Result<()> {
         for (d, r) in devs.iter().zip(remote) {
-            // Cannot fail: at most N rails (checked by `init`).
-            let _ = self.rails.push(RecvComm::new(d.clone(), cfg, r)?);
+            self.rails.push(RecvComm::new(d.clone(), cfg, r)?);
         }
         let remote_access = Access {
             local_write: true,
@@ -283,25 +238,17 @@ impl<P: Provider + Clone> FusedRecv<P> {
             ..Access::default()
         };
         let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
-        for (i, d) in devs.iter().enumerate() {
-            let mr = d.reg_mr(self.ring.base_addr(), bytes, remote_access, RegKind::Plain)?;
-            self.ring_keys[i] = d.mr_keys(&mr);
-            // Cannot fail: one entry per rail.
-            let _ = self.ring_mrs.push((d.clone(), mr));
-            let mr = d.reg_mr(self.back_stage.base_addr(), bytes, local, RegKind::Plain)?;
-            self.back_keys[i] = d.mr_keys(&mr);
-            // Cannot fail: one entry per rail.
-            let _ = self.back_mrs.push((d.clone(), mr));
-        }
-        for l in self.live.iter_mut().take(devs.len()) {
-            *l = true;
-        }
+        let (ring, back) = (self.ring.base_addr(), self.back_stage.base_addr());
+        self.rails
+            .register(devs, bytes, (ring, remote_access), (back, local))?;
+        // Each rail's comm connected as it was made.
+        self.rails.connected();
         Ok(())
     }
 
     /// Sets how rail failures are handled (default: [`Resilience::default`]).
     pub fn set_resilience(&mut self, r: Resilience) {
-        self.res = r;
+        self.rails.res = r;
     }
 
     /// Rail `i`'s answer to the sender.
@@ -314,7 +261,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
         (0..self.rails.len())
             .map(|i| RemoteBuf {
                 addr: self.ring.base_addr(),
-                rkey: self.ring_keys[i].rkey,
+                rkey: self.rails.notice_keys[i].rkey,
             })
             .collect()
     }
@@ -353,7 +300,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 }
                 continue;
             }
-            let Some(c) = (0..self.rails.len()).find(|&t| self.live[t]) else {
+            let Some(c) = self.rails.first_live() else {
                 continue;
             };
             let notice = Notice {
@@ -362,12 +309,12 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 bytes: 0,
                 mask: 0,
             };
-            let seq = ctl_seq(Ctl::Drop, d, self.gen[d]);
+            let seq = ctl_seq(Ctl::Drop, d, self.rails.gen[d]);
             let (off, len) = self.back_stage.publish(seq, &[notice.encode()]);
             let local = crate::provider::Sge {
                 addr: self.back_stage.base_addr() + off as u64,
                 len: len as u32,
-                lkey: self.back_keys[c].lkey,
+                lkey: self.rails.back_keys[c].lkey,
             };
             let ring = self.back_ring[c];
             match self.rails[c].iwrite(local, ring.addr + off as u64, ring.rkey) {
@@ -381,54 +328,39 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// The comm failed outside the core (its caller found the peer gone): every later call is
     /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
     pub fn fail(&mut self, e: &Error) {
-        self.poisoned.get_or_insert(e.kind());
+        self.rails.fail(e);
     }
 
     /// Sets each rail's stripe weight (rail order), the sender's
     /// (`FusedSend::set_rail_weights`): a multi-receive's notice is cut with them. Control
     /// path: call it before the first receive.
     pub fn set_rail_weights(&mut self, w: &[u32]) {
-        for (d, s) in self.weights.iter_mut().zip(w) {
-            *d = *s;
-        }
+        self.rails.set_weights(w);
     }
 
     /// Rail `i`'s stripe weight ([`Self::set_rail_weights`]; 0 past the most rails).
     pub fn rail_weight(&self, i: usize) -> u32 {
-        self.weights.get(i).copied().unwrap_or(0)
+        self.rails.weight(i)
     }
 
     /// Rails taken out of use since the last call (each once), for the caller to log.
     pub fn take_events(&mut self) -> Vec<RailEvent, N> {
-        core::mem::take(&mut self.events)
+        self.rails.take_events()
     }
 
     /// Whether [`Self::take_events`] or [`Self::take_returned`] has anything to give (one test
     /// per data call, so that neither is taken, nor its vector moved, when nothing happened).
     #[inline]
     pub fn has_rail_news(&self) -> bool {
-        !self.events.is_empty() || !self.returned.is_empty()
+        self.rails.has_rail_news()
     }
 
-    /// Where the comm is in its life: failed (a failure no rail could mend), connecting
-    /// (a rail's QPs not connected yet), rail-degraded (a rail out of use) or ready.
+    /// Where the comm is in its life: connecting (a rail's QPs not connected yet), ready,
+    /// rail-degraded (a rail out of use) or failed (a failure no rail could mend); stored,
+    /// moved as those happen.
+    #[inline]
     pub fn lifecycle(&self) -> crate::lifecycle::Lifecycle {
-        use crate::lifecycle::Lifecycle;
-        if let Some(k) = self.poisoned {
-            return Lifecycle::Failed(k);
-        }
-        if self
-            .rails
-            .iter()
-            .any(|r| r.lifecycle() == Lifecycle::Connecting)
-        {
-            return Lifecycle::Connecting;
-        }
-        if self.live[..self.rails.len()].iter().all(|&l| l) {
-            Lifecycle::Ready
-        } else {
-            Lifecycle::RailDegraded
-        }
+        self.rails.lifecycle()
     }
 
     /// How many rails.
@@ -438,20 +370,13 @@ impl<P: Provider + Clone> FusedRecv<P> {
 
     /// Whether rail `i` is still in use here.
     pub fn rail_live(&self, i: usize) -> bool {
-        self.live.get(i).copied().unwrap_or(false)
-    }
-
-    fn check(&self, op: &'static str) -> Result<()> {
-        if let Some(cause) = self.poisoned {
-            return Err(Error::Poisoned { op, cause });
-        }
-        Ok(())
+        self.rails.live(i)
     }
 
     /// Posts a (multi-)receive of `bufs` (1..=8) on every live rail; each rail's
     /// clear-to-send carries the live rails as a mask, the rails the sender may stripe over.
     pub fn irecv(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
-        self.check("irecv")?;
+        self.rails.check("irecv")?;
         self.heal_step()?;
         let n = bufs.len();
         if n == 0 || n > MAX_RECVS {
@@ -465,9 +390,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
         let (k, id) = self.alloc(Kind::Recv, n as u8)?;
         // The same mask on every rail, even if a rail fails below: the sender learns of that
         // rail from the back notice and tells its (empty) part back.
-        let posted = (0..self.rails.len())
-            .filter(|&i| self.live[i])
-            .fold(0u8, |m, i| m | 1 << i);
+        let posted = self.rails.live_mask();
         self.msgs[k].seq = self.seq;
         self.msgs[k].posted = posted;
         for (c, b) in self.msgs[k].caps.iter_mut().zip(bufs) {
@@ -480,14 +403,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 self.msgs[k].legs[i] = Leg::Done;
                 continue;
             }
-            for (s, b) in sub.iter_mut().zip(bufs) {
-                *s = RecvBuf {
-                    addr: b.addr,
-                    size: b.size,
-                    tag: b.tag,
-                    mr: b.mrs[i],
-                };
-            }
+            rail_bufs(bufs, i, &mut sub);
             self.msgs[k].legs[i] = match self.rails[i].irecv_rails(&sub[..n], posted) {
                 Ok(Some(r)) => Leg::Native(r),
                 Ok(None) => Leg::Notice,
@@ -507,7 +423,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// Flushes every live rail's writes to `bufs` (GPU-direct); `Ok(None)` when no rail has
     /// anything to flush.
     pub fn iflush(&mut self, bufs: &[FusedBuf]) -> Result<Option<ReqId>> {
-        self.check("iflush")?;
+        self.rails.check("iflush")?;
         if bufs.len() > MAX_RECVS {
             return Err(Error::OutOfRange {
                 what: "buffers in one iflush",
@@ -519,17 +435,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
         let mut legs = [Leg::Done; N];
         let mut sub = [RecvBuf::default(); MAX_RECVS];
         for (i, leg) in legs.iter_mut().enumerate().take(self.rails.len()) {
-            if !self.live[i] {
+            if !self.rails.live(i) {
                 continue;
             }
-            for (s, b) in sub.iter_mut().zip(bufs) {
-                *s = RecvBuf {
-                    addr: b.addr,
-                    size: b.size,
-                    tag: b.tag,
-                    mr: b.mrs[i],
-                };
-            }
+            rail_bufs(bufs, i, &mut sub);
             match self.rails[i].iflush(&sub[..bufs.len()]) {
                 Ok(Some(r)) => *leg = Leg::Native(r),
                 Ok(None) => {}
@@ -562,7 +471,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
 
     /// Polls for completion of `id`.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        self.check("test")?;
+        self.rails.check("test")?;
         self.heal_step()?;
         if self.back_needed & !self.back_told != 0 {
             self.tell_back()?;
@@ -576,14 +485,14 @@ impl<P: Provider + Clone> FusedRecv<P> {
             let Leg::Native(sub) = self.msgs[k].legs[i] else {
                 continue;
             };
-            let r = if self.broken[i] {
+            let r = if self.rails.broken[i] {
                 // A rail failed here still completes the receives the sender had
                 // acknowledged: its completions are drained (`rail_down`).
                 let _ = self.rails[i].drain();
                 // An error here is the part's own (its sizes fail `recv_done`: hostile), and
                 // the request is freed already: the comm fails, it never waits on.
                 match self.rails[i].completed(sub) {
-                    Err(e) => return Err(self.poison(e)),
+                    Err(e) => return Err(self.rails.poison(e)),
                     ok => ok,
                 }
             } else {
@@ -631,7 +540,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             Ok(None) => return Ok(()),
             Ok(Some(n)) => n,
             Err(f) => {
-                return Err(self.poison(Error::BadFifoElem {
+                return Err(self.rails.poison(Error::BadFifoElem {
                     field: f.field,
                     value: f.value,
                     peer: Default::default(),
@@ -648,7 +557,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             let decoded = Notice::decode(e, seq, self.rails.len(), cap);
             // A rail outside the receive's mask had no part to tell of.
             let Some(nt) = decoded.filter(|nt| posted >> nt.rail & 1 == 1) else {
-                return Err(self.poison(Error::BadFifoElem {
+                return Err(self.rails.poison(Error::BadFifoElem {
                     field: "notice",
                     value: e.rkey.into(),
                     peer: Default::default(),
@@ -684,7 +593,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
         }
         let rails = got[0].map_or(0, |g| g.rails);
         if elems.len() != n || got[..n].iter().any(|g| g.is_none_or(|g| g.rails != rails)) {
-            return Err(self.poison(Error::BadFifoElem {
+            return Err(self.rails.poison(Error::BadFifoElem {
                 field: "multi-receive notice",
                 value: seq,
                 peer: Default::default(),
@@ -702,7 +611,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             let mut sizes = [0; MAX_RECVS];
             for (s, g) in sizes.iter_mut().zip(&got[..n]) {
                 *s = g.map_or(0, |g| {
-                    stripe_weighted(g.size, g.stripe, &self.weights)[r].len
+                    stripe_weighted(g.size, g.stripe, &self.rails.weights)[r].len
                 });
             }
             add_sizes(m, &sizes);
@@ -713,21 +622,17 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// Takes rail `r` out of use here because the sender moved its traffic (a notice named
     /// it); reported once.
     fn moved_by_peer(&mut self, r: usize) {
-        if !self.live[r] {
+        if !self.rails.live(r) {
             return;
         }
-        self.live[r] = false;
-        self.went_out(r);
-        let _ = self.events.push(RailEvent {
-            rail: r as u8,
-            error: Error::BadState {
+        self.rails.take_out(
+            r,
+            Error::BadState {
                 op: "rail",
                 state: "the sender moved this rail's traffic to another rail",
             },
-            to: (0..self.rails.len())
-                .find(|&t| self.live[t])
-                .map(|t| t as u8),
-        });
+        );
+        self.went_out(r);
     }
 
     /// Takes rail `i` out of use here after `e` (its comm failed here; also a rail a notice
@@ -737,15 +642,11 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// acknowledges a write it then drops), the others by their notices, whichever comes
     /// first (the module doc's "Receiver"). A flush has nothing left to wait for.
     fn rail_down(&mut self, i: usize, e: Error) -> Result<()> {
-        if !self.res.fails_over(&e) {
-            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
-            return Err(self.poison(e));
-        }
-        if !self.broken[i] {
-            self.broken[i] = true;
-            // Every completion already there is applied (`Base::drain`); a rail whose CQ cannot
-            // be read (a fatal device event) says no more, and its receives wait for notices.
-            let _ = self.rails[i].drain();
+        // Failover off, or a failure no other rail can mend: the comm's error. Broken the
+        // first time: every completion already there is applied (`Base::drain`); a rail whose
+        // CQ cannot be read (a fatal device event) says no more, and its receives wait for
+        // notices.
+        if self.rails.break_rail(i, e)? {
             for m in self
                 .msgs
                 .iter_mut()
@@ -756,27 +657,13 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 }
             }
         }
-        if !self.live[i] {
+        if !self.rails.live(i) {
             return Ok(());
         }
-        self.live[i] = false;
+        let r = self.rails.drop_out(i, e);
         self.went_out(i);
-        let to = (0..self.rails.len()).find(|&t| self.live[t]);
-        let _ = self.events.push(RailEvent {
-            rail: i as u8,
-            error: e,
-            to: to.map(|t| t as u8),
-        });
         self.back_needed |= 1 << i;
-        match to {
-            Some(_) => Ok(()),
-            None => Err(self.poison(e)),
-        }
-    }
-
-    fn poison(&mut self, e: Error) -> Error {
-        self.poisoned.get_or_insert(e.kind());
-        e
+        r
     }
 
     /// Fused requests in use (for tests and diagnostics).
@@ -792,20 +679,19 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// [`Self::close`] of a comm that stays where it is (in a box the caller frees): every
     /// rail closed and the rings released; what is left is dropped with nothing more to do.
     pub fn close_in_place(&mut self) -> Result<()> {
-        let mut first = Ok(());
-        while let Some(r) = self.rails.pop() {
-            let x = r.close();
-            if first.is_ok() {
-                first = x;
-            }
-        }
-        while let Some((d, mr)) = self.ring_mrs.pop().or_else(|| self.back_mrs.pop()) {
-            let x = d.dereg_mr(mr);
-            if first.is_ok() {
-                first = x;
-            }
-        }
-        first
+        self.rails.close()
+    }
+}
+
+/// `bufs` as rail `i` posts them (each with that rail's keys), into `out`'s first entries.
+fn rail_bufs(bufs: &[FusedBuf], i: usize, out: &mut [RecvBuf; MAX_RECVS]) {
+    for (s, b) in out.iter_mut().zip(bufs) {
+        *s = RecvBuf {
+            addr: b.addr,
+            size: b.size,
+            tag: b.tag,
+            mr: b.mrs[i],
+        };
     }
 }
 
@@ -814,13 +700,5 @@ impl<P: Provider + Clone> FusedRecv<P> {
 fn add_sizes(m: &mut Msg, part: &[u64; MAX_RECVS]) {
     for (s, p) in m.sizes.iter_mut().zip(part).take(m.n.max(1) as usize) {
         *s += *p;
-    }
-}
-
-impl<P: Provider> Drop for FusedRecv<P> {
-    fn drop(&mut self) {
-        while let Some((d, mr)) = self.ring_mrs.pop().or_else(|| self.back_mrs.pop()) {
-            let _ = d.dereg_mr(mr);
-        }
     }
 }

@@ -10,13 +10,14 @@ use heapless::Vec;
 use super::event::RailEvent;
 use super::heal::{ctl_seq, Ctl};
 use super::notice::{GroupNotice, Notice};
+use super::rail_set::RailSet;
 use super::resilience::Resilience;
-use super::stripe::{stripe_weighted, Part, Weights, EQUAL_WEIGHTS};
+use super::stripe::{stripe_weighted, Part};
 use super::vnic::MAX_DEVS_PER_NIC;
 use crate::comm::{CommConfig, Done, Peeked, SendComm, TruncNote, Truncation};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::provider::{Access, MrKeys, Provider, RegKind, Sge};
+use crate::provider::{Access, MrKeys, Provider, Sge};
 use crate::request::ReqId;
 use crate::wire::{QpInfo, RemoteBuf};
 
@@ -130,54 +131,39 @@ impl Msg {
 
 /// The sending side of a fused comm.
 pub struct FusedSend<P: Provider> {
-    rails: Vec<SendComm<P>, N>,
-    live: [bool; N],
-    /// Rails whose own comm failed here (drained once: see `fail_rail`).
-    broken: [bool; N],
+    /// The rails (first: dropped first, the registrations before the rings), which are in
+    /// use, the rail news, settings, clock, weights and lifecycle. A rail is `broken` once
+    /// its own comm failed here (drained once: see `fail_rail`).
+    rails: RailSet<P, SendComm<P>>,
     msgs: [Msg; MAX_REQUESTS],
     free: Vec<u8, MAX_REQUESTS>,
     /// The message slot of each send of a multi-receive: row `seq % MAX_REQUESTS`, column
     /// the receive's index (checked against the message before use).
     by_seq: [[u8; MAX_RECVS]; MAX_REQUESTS],
-    /// Where notices are staged before they are written (registered on every rail).
+    /// Where notices are staged before they are written (registered on every rail: the
+    /// set's notice registrations).
     stage: P::Fifo,
-    stage_mrs: Vec<(P, P::Mr), N>,
-    stage_keys: [MrKeys; N],
     /// The receiver's notice ring, as each rail reaches it.
     ring: [RemoteBuf; N],
     /// Where the receiver says a rail is out of use on its side (slot = rail; registered on
-    /// every rail).
+    /// every rail: the set's back registrations).
     back: P::Fifo,
-    back_mrs: Vec<(P, P::Mr), N>,
-    back_keys: [MrKeys; N],
     /// Some message has failover work (`Msg::failing_over`): `test` also moves other
     /// messages' parts along. Cleared once none has, so a comm that lost a rail long ago
-    /// pays nothing for it.
+    /// pays nothing for it. Not `Lifecycle::RailDegraded`: that lasts while a rail is out of
+    /// use; this, while a message has failover work.
     degraded: bool,
-    /// The first failure's kind once the comm failed: later calls are refused, reported so.
-    poisoned: Option<ErrorKind>,
-    events: Vec<RailEvent, N>,
     resent: u64,
     /// Bytes each rail carried (its own parts and parts it wrote again for a failed rail).
     carried: [u64; N],
-    /// Failover settings (`NCCL_IB_RESILIENCY_PORT_FAILOVER*`).
-    res: Resilience,
-    /// The caller's clock, ms (`tick`), and the time before which lost parts wait
-    /// (the last failure + the probe delay).
-    now: u64,
+    /// The time before which lost parts wait (the last failure + the probe delay; the
+    /// caller's clock, ms).
     hold_until: u64,
-    /// Failback (`crate::fused::heal`), per rail: its generation (returns so far), when it
-    /// may be tried next, whether it is reset and waits for the receiver's JOIN, failed
-    /// attempts in a row; and the rails returned since `take_returned`.
-    gen: [u32; N],
-    retry_at: [u64; N],
+    /// Failback (`crate::fused::heal`), per rail: whether it is reset and waits for the
+    /// receiver's JOIN (its generation, retry time and failed attempts: the rail set's).
     ready: [bool; N],
-    tries: [u32; N],
-    returned: Vec<u8, N>,
     /// The first send cut to the posted receive's size, until the caller takes it.
     trunc: TruncNote,
-    /// Each rail's stripe weight (`set_rail_weights`).
-    weights: Weights,
 }
 
 impl<P: Provider + Clone> FusedSend<P> {
@@ -212,9 +198,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         // read, never turned into a reference to an uninitialised value); `msgs`, the large
         // one, element by element.
         unsafe {
-            addr_of_mut!((*p).rails).write(Vec::new());
-            addr_of_mut!((*p).live).write([false; N]);
-            addr_of_mut!((*p).broken).write([false; N]);
+            RailSet::write_new(addr_of_mut!((*p).rails));
             let msgs = addr_of_mut!((*p).msgs).cast::<Msg>();
             for i in 0..MAX_REQUESTS {
                 msgs.add(i).write(Msg::FREE);
@@ -222,60 +206,32 @@ impl<P: Provider + Clone> FusedSend<P> {
             addr_of_mut!((*p).free).write((0..MAX_REQUESTS).rev().map(|i| i as u8).collect());
             addr_of_mut!((*p).by_seq).write([[0; MAX_RECVS]; MAX_REQUESTS]);
             addr_of_mut!((*p).stage).write(stage);
-            addr_of_mut!((*p).stage_mrs).write(Vec::new());
-            addr_of_mut!((*p).stage_keys).write([MrKeys::default(); N]);
             addr_of_mut!((*p).ring).write([RemoteBuf::default(); N]);
             addr_of_mut!((*p).back).write(back);
-            addr_of_mut!((*p).back_mrs).write(Vec::new());
-            addr_of_mut!((*p).back_keys).write([MrKeys::default(); N]);
             addr_of_mut!((*p).degraded).write(false);
-            addr_of_mut!((*p).poisoned).write(None);
-            addr_of_mut!((*p).events).write(Vec::new());
             addr_of_mut!((*p).resent).write(0);
             addr_of_mut!((*p).carried).write([0; N]);
-            addr_of_mut!((*p).res).write(Resilience::default());
-            addr_of_mut!((*p).now).write(0);
             addr_of_mut!((*p).hold_until).write(0);
-            addr_of_mut!((*p).gen).write([0; N]);
-            addr_of_mut!((*p).retry_at).write([0; N]);
             addr_of_mut!((*p).ready).write([false; N]);
-            addr_of_mut!((*p).tries).write([0; N]);
-            addr_of_mut!((*p).returned).write(Vec::new());
             addr_of_mut!((*p).trunc).write(TruncNote::None);
-            addr_of_mut!((*p).weights).write(EQUAL_WEIGHTS);
         }
         // Every field written above: this pattern names them all, so a new field that the
         // writes above miss does not compile.
         let _ = |s: &Self| {
             let Self {
                 rails: _,
-                live: _,
-                broken: _,
                 msgs: _,
                 free: _,
                 by_seq: _,
                 stage: _,
-                stage_mrs: _,
-                stage_keys: _,
                 ring: _,
                 back: _,
-                back_mrs: _,
-                back_keys: _,
                 degraded: _,
-                poisoned: _,
-                events: _,
                 resent: _,
                 carried: _,
-                res: _,
-                now: _,
                 hold_until: _,
-                gen: _,
-                retry_at: _,
                 ready: _,
-                tries: _,
-                returned: _,
                 trunc: _,
-                weights: _,
             } = s;
         };
         // SAFETY: every field of `*p` was written above.
@@ -294,8 +250,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// the notice stage and back ring on each rail (dropping `self` releases what was made).
     fn set_up(&mut self, devs: &[P], cfg: CommConfig) -> Result<()> {
         for d in devs {
-            // Cannot fail: at most N rails (checked by `init`).
-            let _ = self.rails.push(SendComm::new(d.clone(), cfg)?);
+            self.rails.push(SendComm::new(d.clone(), cfg)?);
         }
         let local = Access {
             local_write: true,
@@ -309,39 +264,28 @@ impl<P: Provider + Clone> FusedSend<P> {
             ..Access::default()
         };
         let bytes = FifoRing::<MAX_REQUESTS>::BYTES as u64;
-        for (i, d) in devs.iter().enumerate() {
-            let mr = d.reg_mr(self.stage.base_addr(), bytes, local, RegKind::Plain)?;
-            self.stage_keys[i] = d.mr_keys(&mr);
-            // Cannot fail: one entry per rail.
-            let _ = self.stage_mrs.push((d.clone(), mr));
-            let mr = d.reg_mr(self.back.base_addr(), bytes, remote, RegKind::Plain)?;
-            self.back_keys[i] = d.mr_keys(&mr);
-            // Cannot fail: one entry per rail.
-            let _ = self.back_mrs.push((d.clone(), mr));
-        }
-        for l in self.live.iter_mut().take(devs.len()) {
-            *l = true;
-        }
-        Ok(())
+        let (stage, back) = (self.stage.base_addr(), self.back.base_addr());
+        self.rails
+            .register(devs, bytes, (stage, local), (back, remote))
     }
 
     /// Sets how rail failures are handled (default: [`Resilience::default`]).
     pub fn set_resilience(&mut self, r: Resilience) {
-        self.res = r;
+        self.rails.res = r;
     }
 
     /// The caller's monotonic clock, in ms (the core reads none): a probe delay
     /// ([`Resilience::probe_delay_ms`]) counts in it. Call before `isend`/`test`.
     #[inline]
     pub fn tick(&mut self, now_ms: u64) {
-        self.now = now_ms;
+        self.rails.now = now_ms;
     }
 
     /// Whether the comm counts time (a probe delay is set): the caller then feeds
     /// [`Self::tick`] before each call, and may skip reading its clock otherwise.
     #[inline]
     pub fn wants_clock(&self) -> bool {
-        self.res.wants_clock()
+        self.rails.res.wants_clock()
     }
 
     /// How many rails the comm has.
@@ -362,7 +306,9 @@ impl<P: Provider + Clone> FusedSend<P> {
             min: 0,
             max: N as i64 - 1,
         })?;
-        r.connect(remote)
+        r.connect(remote)?;
+        self.rails.connected();
+        Ok(())
     }
 
     /// The receiver's notice ring as each rail reaches it (`FusedRecv::notice_ring`).
@@ -383,7 +329,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         (0..self.rails.len())
             .map(|i| RemoteBuf {
                 addr: self.back.base_addr(),
-                rkey: self.back_keys[i].rkey,
+                rkey: self.rails.back_keys[i].rkey,
             })
             .collect()
     }
@@ -391,7 +337,8 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Whether the receiver reported rail `i` out of use on its side.
     fn dropped_by_peer(&self, i: usize) -> Result<bool> {
         let mut out = [PostedRecv::default(); MAX_RECVS];
-        match self.back.poll(ctl_seq(Ctl::Drop, i, self.gen[i]), &mut out) {
+        let seq = ctl_seq(Ctl::Drop, i, self.rails.gen[i]);
+        match self.back.poll(seq, &mut out) {
             Ok(None) => Ok(false),
             Ok(Some(_))
                 if Notice::decode(&out[0], 0, self.rails.len(), 0)
@@ -410,19 +357,19 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// The comm failed outside the core (its caller found the peer gone): every later call is
     /// refused at once with `Error::Poisoned`, reported as `e` was (the first failure stays).
     pub fn fail(&mut self, e: &Error) {
-        self.poisoned.get_or_insert(e.kind());
+        self.rails.fail(e);
     }
 
     /// Rails that failed since the last call (each once), for the caller to log.
     pub fn take_events(&mut self) -> Vec<RailEvent, N> {
-        core::mem::take(&mut self.events)
+        self.rails.take_events()
     }
 
     /// Whether [`Self::take_events`] or [`Self::take_returned`] has anything to give (one test
     /// per data call, so that neither is taken, nor its vector moved, when nothing happened).
     #[inline]
     pub fn has_rail_news(&self) -> bool {
-        !self.events.is_empty() || !self.returned.is_empty()
+        self.rails.has_rail_news()
     }
 
     /// Sets each rail's stripe weight (rail order; its speed, in units both ends share): a
@@ -431,14 +378,12 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// exchanges in the handshake's rail lists. Rails past `w` keep theirs (1 by default:
     /// equal shares). Control path: call it before the first message.
     pub fn set_rail_weights(&mut self, w: &[u32]) {
-        for (d, s) in self.weights.iter_mut().zip(w) {
-            *d = *s;
-        }
+        self.rails.set_weights(w);
     }
 
     /// Rail `i`'s stripe weight ([`Self::set_rail_weights`]; 0 past the most rails).
     pub fn rail_weight(&self, i: usize) -> u32 {
-        self.weights.get(i).copied().unwrap_or(0)
+        self.rails.weight(i)
     }
 
     /// The comm's first send cut to the size of its receive, once (see
@@ -459,48 +404,17 @@ impl<P: Provider + Clone> FusedSend<P> {
         self.carried.get(i).copied().unwrap_or(0)
     }
 
-    /// Where the comm is in its life: failed (a failure no rail could mend), connecting
-    /// (a rail's QPs not connected yet), rail-degraded (a rail out of use) or ready.
+    /// Where the comm is in its life: connecting (a rail's QPs not connected yet), ready,
+    /// rail-degraded (a rail out of use) or failed (a failure no rail could mend); stored,
+    /// moved as those happen.
+    #[inline]
     pub fn lifecycle(&self) -> crate::lifecycle::Lifecycle {
-        use crate::lifecycle::Lifecycle;
-        if let Some(k) = self.poisoned {
-            return Lifecycle::Failed(k);
-        }
-        if self
-            .rails
-            .iter()
-            .any(|r| r.lifecycle() == Lifecycle::Connecting)
-        {
-            return Lifecycle::Connecting;
-        }
-        if self.live[..self.rails.len()].iter().all(|&l| l) {
-            Lifecycle::Ready
-        } else {
-            Lifecycle::RailDegraded
-        }
+        self.rails.lifecycle()
     }
 
     /// Whether rail `i` is still in use.
     pub fn rail_live(&self, i: usize) -> bool {
-        self.live.get(i).copied().unwrap_or(false)
-    }
-
-    fn check(&self, op: &'static str) -> Result<()> {
-        if let Some(cause) = self.poisoned {
-            return Err(Error::Poisoned { op, cause });
-        }
-        Ok(())
-    }
-
-    fn first_live(&self) -> Option<usize> {
-        (0..self.rails.len()).find(|&i| self.live[i])
-    }
-
-    /// The rails in use here, as a mask (bit `i`: rail `i`).
-    fn live_mask(&self) -> u8 {
-        (0..self.rails.len())
-            .filter(|&i| self.live[i])
-            .fold(0, |m, i| m | 1 << i)
+        self.rails.live(i)
     }
 
     /// Sends `size` bytes at `addr` to the receive tagged `tag`, striped over the rails of the
@@ -513,7 +427,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         tag: u32,
         mrs: &[MrKeys],
     ) -> Result<Option<ReqId>> {
-        self.check("isend")?;
+        self.rails.check("isend")?;
         self.heal_step();
         let nr = self.rails.len();
         if mrs.len() != nr {
@@ -527,9 +441,9 @@ impl<P: Provider + Clone> FusedSend<P> {
         let Some((peeks, posted)) = self.peek_all(tag)? else {
             return Ok(None);
         };
-        let set = posted & self.live_mask();
+        let set = posted & self.rails.live_mask();
         let Some(first) = peeks.iter().flatten().next().copied().filter(|_| set != 0) else {
-            return Err(self.poison(Error::BadState {
+            return Err(self.rails.poison(Error::BadState {
                 op: "isend",
                 state: "no healthy rail left",
             }));
@@ -539,7 +453,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             .flatten()
             .any(|p| p.seq != first.seq || p.index != first.index)
         {
-            return Err(self.poison(Error::Wire {
+            return Err(self.rails.poison(Error::Wire {
                 what: "fused receiver posted different receives on its rails",
                 value: first.seq,
             }));
@@ -570,7 +484,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             size,
             posted,
             set,
-            parts: stripe_weighted(size, set, &self.weights),
+            parts: stripe_weighted(size, set, &self.rails.weights),
             ..Msg::FREE
         };
         m.mrs[..nr].copy_from_slice(mrs);
@@ -609,7 +523,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 self.msgs[k].legs[i] = Leg::Native(sub);
                 Ok(())
             }
-            Ok(None) => Err(self.poison(Error::BadState {
+            Ok(None) => Err(self.rails.poison(Error::BadState {
                 op: "isend",
                 state: "a peeked receive did not match",
             })),
@@ -629,7 +543,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         let mut peeks = [None; N];
         let nr = self.rails.len();
         for (i, slot) in peeks.iter_mut().enumerate().take(nr) {
-            if !self.live[i] {
+            if !self.rails.live(i) {
                 continue;
             }
             match self.rails[i].peek(tag) {
@@ -647,7 +561,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             }
         }
         for (i, p) in peeks.iter().enumerate().take(nr) {
-            if !self.live[i] || p.is_some() {
+            if !self.rails.live(i) || p.is_some() {
                 continue;
             }
             if posted.is_some_and(|m| m >> i & 1 == 0) {
@@ -659,7 +573,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 Err(e) => self.fail_rail(i, e)?,
                 // The receiver took the rail out of use: it posts there no more.
                 // A hostile back notice fails the comm (every later call refused).
-                Ok(()) if self.dropped_by_peer(i).map_err(|e| self.poison(e))? => {
+                Ok(()) if self.dropped_by_peer(i).map_err(|e| self.rails.poison(e))? => {
                     self.drop_rail(i, Self::DROPPED)?
                 }
                 // A healthy rail whose receive is not posted yet: try again later.
@@ -668,7 +582,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         }
         match posted {
             Some(m) => Ok(Some((peeks, m))),
-            None => Err(self.poison(Error::BadState {
+            None => Err(self.rails.poison(Error::BadState {
                 op: "isend",
                 state: "no healthy rail left",
             })),
@@ -691,7 +605,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             let Some(p) = p else { continue };
             let m = *mask.get_or_insert(p.rails);
             if m != p.rails || m & !all != 0 || m >> i & 1 == 0 {
-                return Err(self.poison(Error::BadFifoElem {
+                return Err(self.rails.poison(Error::BadFifoElem {
                     field: "live-rail mask of a fused clear-to-send",
                     value: p.rails.into(),
                     peer: Default::default(),
@@ -704,7 +618,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Polls for completion of `id`: done when every rail's part is acknowledged (on its own
     /// rail, or on another one and the receiver told).
     pub fn test(&mut self, id: ReqId) -> Result<Option<Done>> {
-        self.check("test")?;
+        self.rails.check("test")?;
         self.heal_step();
         let k = self.lookup(id)?;
         self.advance(k)?;
@@ -779,13 +693,13 @@ impl<P: Provider + Clone> FusedSend<P> {
             self.msgs[k].legs[i] = Leg::Moved;
             return Ok(());
         }
-        if self.now < self.hold_until {
+        if self.rails.now < self.hold_until {
             // The probe delay since the last failure has not passed: the part stays lost.
             return Ok(());
         }
-        let carrier = (0..self.rails.len()).find(|&c| self.live[c] && m.dst[c].is_some());
+        let carrier = (0..self.rails.len()).find(|&c| self.rails.live(c) && m.dst[c].is_some());
         let Some(c) = carrier else {
-            return Err(self.poison(Error::BadState {
+            return Err(self.rails.poison(Error::BadState {
                 op: "rail failover",
                 state: "no healthy rail left for a message in flight",
             }));
@@ -965,8 +879,8 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Writes the notice `elems` for message `k` (telling rails `moved`) into its slot of the
     /// receiver's ring, on the first live rail; `k` keeps it in flight.
     fn write_notice(&mut self, k: usize, elems: &[PostedRecv], moved: u8) -> Result<()> {
-        let Some(c) = self.first_live() else {
-            return Err(self.poison(Error::BadState {
+        let Some(c) = self.rails.first_live() else {
+            return Err(self.rails.poison(Error::BadState {
                 op: "rail failover",
                 state: "no healthy rail left",
             }));
@@ -975,7 +889,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         let local = Sge {
             addr: self.stage.base_addr() + off as u64,
             len: len as u32,
-            lkey: self.stage_keys[c].lkey,
+            lkey: self.rails.notice_keys[c].lkey,
         };
         let ring = self.ring[c];
         match self.rails[c].iwrite(local, ring.addr + off as u64, ring.rkey) {
@@ -996,18 +910,13 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// out of use ([`Self::drop_rail`]). Also for a rail already out of use (dropped by the
     /// receiver) whose parts were still in flight.
     fn fail_rail(&mut self, i: usize, e: Error) -> Result<()> {
-        if !self.res.fails_over(&e) {
-            // Failover off, or a failure no other rail can mend (a bug, a hostile peer).
-            return Err(self.poison(e));
-        }
-        if !self.broken[i] {
-            self.broken[i] = true;
+        // Failover off, or a failure no other rail can mend: the comm's error. Broken the
+        // first time: drained (a rail whose CQ cannot be read, a fatal device event, says no
+        // more: what it had not acknowledged is lost).
+        if self.rails.break_rail(i, e)? {
             self.degraded = true;
-            self.hold_until = self.now.saturating_add(self.res.probe_delay_ms);
+            self.hold_until = self.rails.now.saturating_add(self.rails.res.probe_delay_ms);
             let rail = &mut self.rails[i];
-            // A rail whose CQ cannot be read (a fatal device event) says no more: what it had
-            // not acknowledged is lost.
-            let _ = rail.drain();
             let mut acked = |id: ReqId| matches!(rail.completed(id), Ok(Some(_)));
             for m in self.msgs.iter_mut().filter(|m| m.used) {
                 for l in m.legs.iter_mut() {
@@ -1037,7 +946,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 }
             }
         }
-        let max = self.res.max_attempts.map_or(u32::MAX, |m| m);
+        let max = self.rails.res.max_attempts.map_or(u32::MAX, |m| m);
         if self
             .msgs
             .iter()
@@ -1045,7 +954,7 @@ impl<P: Provider + Clone> FusedSend<P> {
         {
             // More failed attempts at one message than NCCL_IB_RESILIENCY_PORT_FAILOVER_
             // MAX_ATTEMPTS allows: the comm fails with the failure that made one too many.
-            return Err(self.poison(e));
+            return Err(self.rails.poison(e));
         }
         self.drop_rail(i, e)
     }
@@ -1056,15 +965,14 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// ([`Self::fail_rail`]), and only a failed part is written again, so a part never lands
     /// twice (the module doc's "Sender").
     fn drop_rail(&mut self, i: usize, e: Error) -> Result<()> {
-        if !self.live[i] {
+        if !self.rails.live(i) {
             return Ok(());
         }
-        if !self.res.failover {
-            return Err(self.poison(e));
+        if !self.rails.res.failover {
+            return Err(self.rails.poison(e));
         }
-        self.live[i] = false;
         self.degraded = true;
-        self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
+        self.rails.retry_later(i);
         // A send of a multi-receive that waits on this rail for the group's other sends,
         // which will not come here now, is never posted: it is lost (nothing of it landed).
         for m in self.msgs.iter_mut().filter(|m| m.used) {
@@ -1074,22 +982,7 @@ impl<P: Provider + Clone> FusedSend<P> {
                 }
             }
         }
-        let to = self.first_live();
-        // Cannot fail: each rail is reported once, and there are at most N.
-        let _ = self.events.push(RailEvent {
-            rail: i as u8,
-            error: e,
-            to: to.map(|t| t as u8),
-        });
-        match to {
-            Some(_) => Ok(()),
-            None => Err(self.poison(e)),
-        }
-    }
-
-    fn poison(&mut self, e: Error) -> Error {
-        self.poisoned.get_or_insert(e.kind());
-        e
+        self.rails.drop_out(i, e)
     }
 
     /// Fused send requests in use (for tests and diagnostics).
@@ -1105,32 +998,6 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// [`Self::close`] of a comm that stays where it is (in a box the caller frees): every
     /// rail closed and the rings released; what is left is dropped with nothing more to do.
     pub fn close_in_place(&mut self) -> Result<()> {
-        let mut first = Ok(());
-        while let Some(r) = self.rails.pop() {
-            let x = r.close();
-            if first.is_ok() {
-                first = x;
-            }
-        }
-        first.and(self.release())
-    }
-
-    fn release(&mut self) -> Result<()> {
-        let mut first = Ok(());
-        while let Some((d, mr)) = self.stage_mrs.pop().or_else(|| self.back_mrs.pop()) {
-            let x = d.dereg_mr(mr);
-            if first.is_ok() {
-                first = x;
-            }
-        }
-        first
-    }
-}
-
-impl<P: Provider> Drop for FusedSend<P> {
-    fn drop(&mut self) {
-        while let Some((d, mr)) = self.stage_mrs.pop().or_else(|| self.back_mrs.pop()) {
-            let _ = d.dereg_mr(mr);
-        }
+        self.rails.close()
     }
 }

@@ -16,24 +16,24 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// [`Self::wants_clock`].
     #[inline]
     pub fn tick(&mut self, now_ms: u64) {
-        self.now = now_ms;
+        self.rails.now = now_ms;
     }
 
     /// Whether the comm counts time (failback on): the caller then feeds [`Self::tick`].
     #[inline]
     pub fn wants_clock(&self) -> bool {
-        self.res.wants_clock()
+        self.rails.res.wants_clock()
     }
 
     /// Rails that returned to striping since the last call (each once per return), for the
     /// caller to log.
     pub fn take_returned(&mut self) -> Vec<u8, N> {
-        core::mem::take(&mut self.returned)
+        self.rails.take_returned()
     }
 
     /// Rail `i` went out of use here: its first return attempt waits the start delay.
     pub(super) fn went_out(&mut self, i: usize) {
-        self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
+        self.rails.retry_later(i);
         self.round_at[i] = 0;
         self.phase[i] = Phase::Idle;
     }
@@ -42,7 +42,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
     #[inline]
     pub(super) fn heal_step(&mut self) -> Result<()> {
         // Failback off (the default): one flag test, the rails' walk kept out of line.
-        if self.res.recovery {
+        if self.rails.res.recovery {
             self.heal_rails()
         } else {
             Ok(())
@@ -65,7 +65,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
             }
         }
         for i in 0..self.rails.len() {
-            if self.live[i] || self.tries[i] >= self.res.attempts_max {
+            if self.rails.live(i) || self.rails.gave_up(i) {
                 continue;
             }
             match self.phase[i] {
@@ -73,7 +73,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 Phase::Reading { carrier, id, since } => {
                     let c = carrier as usize;
                     match self.rails[c].test(id) {
-                        Ok(None) if self.now >= since + self.res.ack_timeout_ms => {
+                        Ok(None) if self.rails.now >= since + self.rails.res.ack_timeout_ms => {
                             self.attempt_failed(i)
                         }
                         Ok(None) => {}
@@ -86,7 +86,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 }
                 Phase::Probing { id, since } => match self.rails[i].test(id) {
                     Ok(Some(_)) => self.join(i)?,
-                    Ok(None) if self.now < since + self.res.ack_timeout_ms => {}
+                    Ok(None) if self.rails.now < since + self.rails.res.ack_timeout_ms => {}
                     // The path does not work yet (or no longer): the QPs went to the error
                     // state again; the next round resets them again.
                     _ => self.attempt_failed(i),
@@ -98,16 +98,15 @@ impl<P: Provider + Clone> FusedRecv<P> {
 
     /// A round of rail `i` that failed: tried again after the start delay.
     fn attempt_failed(&mut self, i: usize) {
-        self.tries[i] += 1;
+        self.rails.attempt_failed(i);
         self.phase[i] = Phase::Idle;
         self.round_at[i] = 0;
-        self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
     }
 
     /// Where the READY word of rail `i` lies in the sender's back ring (and in the back
     /// stage, which a READ fills at the same offset): its sequence number and local bytes.
     fn ready_word(&self, i: usize, lkey: u32) -> (u64, Sge) {
-        let seq = ctl_seq(Ctl::Ready, i, self.gen[i]);
+        let seq = ctl_seq(Ctl::Ready, i, self.rails.gen[i]);
         let off = FifoRing::<MAX_REQUESTS>::slot_offset(FifoRing::<MAX_REQUESTS>::slot_of(seq));
         let sge = Sge {
             addr: self.back_stage.base_addr() + off as u64,
@@ -121,20 +120,21 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// drop, reads the sender's READY over the first live rail.
     fn read_ready(&mut self, i: usize) -> Result<()> {
         let bit = 1u8 << i;
-        if self.now < self.retry_at[i] || self.back_needed & !self.back_told & bit != 0 {
+        let early = self.rails.now < self.rails.retry_at[i];
+        if early || self.back_needed & !self.back_told & bit != 0 {
             return Ok(());
         }
-        let Some(c) = (0..self.rails.len()).find(|&t| self.live[t]) else {
+        let Some(c) = self.rails.first_live() else {
             return Ok(());
         };
         if self.round_at[i] == 0 {
-            self.round_at[i] = self.now.max(1);
-        } else if self.now >= self.round_at[i] + self.res.ack_timeout_ms {
+            self.round_at[i] = self.rails.now.max(1);
+        } else if self.rails.now >= self.round_at[i] + self.rails.res.ack_timeout_ms {
             // No READY for a whole ack timeout: the sender is not there yet (or never).
             self.attempt_failed(i);
             return Ok(());
         }
-        let (_, local) = self.ready_word(i, self.back_keys[c].lkey);
+        let (_, local) = self.ready_word(i, self.rails.back_keys[c].lkey);
         let off = local.addr - self.back_stage.base_addr();
         let ring = self.back_ring[c];
         match self.rails[c].iread(local, ring.addr + off, ring.rkey) {
@@ -142,7 +142,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                 self.phase[i] = Phase::Reading {
                     carrier: c as u8,
                     id,
-                    since: self.now,
+                    since: self.rails.now,
                 };
                 Ok(())
             }
@@ -156,10 +156,10 @@ impl<P: Provider + Clone> FusedRecv<P> {
         let (seq, _) = self.ready_word(i, 0);
         let mut out = [PostedRecv::default(); MAX_RECVS];
         let ready = matches!(self.back_stage.poll(seq, &mut out), Ok(Some(_)))
-            && decode(&out[0], Ctl::Ready, i, self.gen[i]).is_some();
+            && decode(&out[0], Ctl::Ready, i, self.rails.gen[i]).is_some();
         self.phase[i] = Phase::Idle;
         if !ready {
-            self.retry_at[i] = self.now + 1;
+            self.rails.retry_at[i] = self.rails.now + 1;
             return Ok(());
         }
         self.settle(i)?;
@@ -172,14 +172,14 @@ impl<P: Provider + Clone> FusedRecv<P> {
             self.attempt_failed(i);
             return Ok(());
         }
-        let (_, local) = self.ready_word(i, self.back_keys[i].lkey);
+        let (_, local) = self.ready_word(i, self.rails.back_keys[i].lkey);
         let off = local.addr - self.back_stage.base_addr();
         let ring = self.back_ring[i];
         match self.rails[i].iread(local, ring.addr + off, ring.rkey) {
             Ok(id) => {
                 self.phase[i] = Phase::Probing {
                     id,
-                    since: self.now,
+                    since: self.rails.now,
                 }
             }
             Err(_) => self.attempt_failed(i),
@@ -208,7 +208,7 @@ impl<P: Provider + Clone> FusedRecv<P> {
                     add_sizes(m, &d.sizes);
                 }
                 Ok(None) => self.msgs[k].legs[i] = Leg::Notice,
-                Err(e) => return Err(self.poison(e)),
+                Err(e) => return Err(self.rails.poison(e)),
             }
         }
         Ok(())
@@ -218,18 +218,18 @@ impl<P: Provider + Clone> FusedRecv<P> {
     /// rail (before that rail's clear-to-send of the next receive, on the same QP), and the
     /// rail is live again from the next receive on.
     fn join(&mut self, i: usize) -> Result<()> {
-        let Some(c) = (0..self.rails.len()).find(|&t| self.live[t]) else {
+        let Some(c) = self.rails.first_live() else {
             self.attempt_failed(i);
             return Ok(());
         };
-        let (g, at) = (self.gen[i], self.seq);
+        let (g, at) = (self.rails.gen[i], self.seq);
         let (off, len) = self
             .back_stage
             .publish(ctl_seq(Ctl::Join, i, g), &[encode(Ctl::Join, i, g, at)]);
         let local = Sge {
             addr: self.back_stage.base_addr() + off as u64,
             len: len as u32,
-            lkey: self.back_keys[c].lkey,
+            lkey: self.rails.back_keys[c].lkey,
         };
         let ring = self.back_ring[c];
         match self.rails[c].iwrite(local, ring.addr + off as u64, ring.rkey) {
@@ -243,17 +243,13 @@ impl<P: Provider + Clone> FusedRecv<P> {
         // Receives were posted on the other rails since the reset: the rail's first
         // clear-to-send is the one of `at`, at FIFO sequence number `at`.
         self.rails[i].set_fifo_tail(at);
-        self.live[i] = true;
-        self.broken[i] = false;
         self.joined_at[i] = at;
-        self.gen[i] += 1;
-        self.tries[i] = 0;
+        self.rails.gen[i] += 1;
         self.phase[i] = Phase::Idle;
         self.back_needed &= !bit;
         self.back_told &= !bit;
         self.back_pending[i] = None;
-        // Cannot fail: a rail returns once per generation, and is taken once per call.
-        let _ = self.returned.push(i as u8);
+        self.rails.bring_back(i);
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     /// Rails that returned to striping since the last call (each once per return), for the
     /// caller to log.
     pub fn take_returned(&mut self) -> Vec<u8, N> {
-        core::mem::take(&mut self.returned)
+        self.rails.take_returned()
     }
 
     /// One step of failback for every rail out of use here: once its start delay passed and
@@ -25,7 +25,7 @@ impl<P: Provider + Clone> FusedSend<P> {
     #[inline]
     pub(super) fn heal_step(&mut self) {
         // Failback off (the default): one flag test, the rails' walk kept out of line.
-        if self.res.recovery {
+        if self.rails.res.recovery {
             self.heal_rails();
         }
     }
@@ -34,10 +34,10 @@ impl<P: Provider + Clone> FusedSend<P> {
     #[inline(never)]
     fn heal_rails(&mut self) {
         for i in 0..self.rails.len() {
-            if self.live[i]
+            if self.rails.live(i)
                 || self.ready[i]
-                || self.tries[i] >= self.res.attempts_max
-                || self.now < self.retry_at[i]
+                || self.rails.gave_up(i)
+                || self.rails.now < self.rails.retry_at[i]
                 || self.rail_busy(i)
             {
                 continue;
@@ -45,15 +45,12 @@ impl<P: Provider + Clone> FusedSend<P> {
             let head = self.rails[i].fifo_head();
             match self.rails[i].revive(head) {
                 Ok(()) => {
-                    let g = self.gen[i];
+                    let g = self.rails.gen[i];
                     self.back
                         .publish(ctl_seq(Ctl::Ready, i, g), &[encode(Ctl::Ready, i, g, 0)]);
                     self.ready[i] = true;
                 }
-                Err(_) => {
-                    self.tries[i] += 1;
-                    self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
-                }
+                Err(_) => self.rails.attempt_failed(i),
             }
         }
     }
@@ -89,7 +86,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             if !self.ready[i] || posted >> i & 1 == 0 {
                 continue;
             }
-            let g = self.gen[i];
+            let g = self.rails.gen[i];
             let mut out = [PostedRecv::default(); MAX_RECVS];
             let at = match self.back.poll(ctl_seq(Ctl::Join, i, g), &mut out) {
                 Ok(None) => continue,
@@ -98,7 +95,7 @@ impl<P: Provider + Clone> FusedSend<P> {
             };
             let Some(at) = at.filter(|&at| at <= seq) else {
                 if at.is_none() {
-                    return Err(self.poison(Error::BadFifoElem {
+                    return Err(self.rails.poison(Error::BadFifoElem {
                         field: "rail JOIN from the receiver",
                         value: i as u64,
                         peer: Default::default(),
@@ -107,21 +104,16 @@ impl<P: Provider + Clone> FusedSend<P> {
                 continue; // the rail rejoins at a later message
             };
             self.ready[i] = false;
-            self.gen[i] += 1;
+            self.rails.gen[i] += 1;
             // Only at the first send of a multi-receive's slot: a rail that missed an earlier
             // send of it would never complete the slot (its sends are posted together).
             let begun = self.msgs.iter().any(|m| m.used && m.seq == seq);
             if at < seq || begun {
-                self.tries[i] += 1;
-                self.retry_at[i] = self.now.saturating_add(self.res.start_delay_ms);
+                self.rails.attempt_failed(i);
                 continue;
             }
             self.rails[i].set_fifo_head(at);
-            self.live[i] = true;
-            self.broken[i] = false;
-            self.tries[i] = 0;
-            // Cannot fail: a rail returns once per generation, and is taken once per call.
-            let _ = self.returned.push(i as u8);
+            self.rails.bring_back(i);
             match self.rails[i].peek(tag) {
                 Ok(Some(p)) => peeks[i] = Some(p),
                 Ok(None) => return Ok(false),
