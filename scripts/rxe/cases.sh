@@ -97,10 +97,13 @@ t fifo-tc 120 "FAULTS_VERBOSE=1 NCCL_IB_TC=40 NCCL_IB_FIFO_TC=96 $faults data 2>
 # GID chosen per connection: NCCL_IB_ADDR_RANGE=10.12.0.0/24 matches 10.12.0.1 at init; after
 # init the address moves to 10.12.0.2 (added first, then 10.12.0.1 removed, so one address in the
 # range exists at every moment: a GID outside NCCL_IB_ADDR_RANGE is never a fallback, a port with
-# none is not used). The new GID is the one the connections then use (logged), every byte still
+# none is not used). promote_secondaries=1 keeps that true: without it, removing the primary
+# 10.12.0.1 also removes the secondary 10.12.0.2 of its subnet, and the case passed only when the
+# other process's hook added 10.12.0.2 again after that (a race both processes' hooks ran). The new GID is the one the connections then use (logged), every byte still
 # moves. (Before GID selection moved to core, nothing in range at init fell back to index 1.)
 gid_wait='for i in $(seq 50); do grep -q "$1" /sys/class/infiniband/rxe0/ports/1/gids/* 2>/dev/null && break; sleep 0.1; done'
-t gid-per-connection 120 "ip addr replace 10.12.0.1/24 dev $NETDEV && bash -c '$gid_wait' _ ffff:0a0c:0001 && \
+t gid-per-connection 120 "echo 1 > /proc/sys/net/ipv4/conf/$NETDEV/promote_secondaries && \
+  ip addr replace 10.12.0.1/24 dev $NETDEV && bash -c '$gid_wait' _ ffff:0a0c:0001 && \
   FAULTS_VERBOSE=1 NCCL_IB_ADDR_RANGE=10.12.0.0/24 \
   env 'FAULTS_AFTER_INIT=ip addr replace 10.12.0.2/24 dev $NETDEV; ip addr del 10.12.0.1/24 dev $NETDEV 2>/dev/null; sleep 2' \
   $faults data 2>&1 | tee /tmp/gid-per-connection.log; rc=\$?; \
