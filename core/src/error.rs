@@ -233,6 +233,13 @@ pub enum Error {
         /// The first failure's kind: this refusal is reported the same way.
         cause: ErrorKind,
     },
+    /// The peer took a rail of a comm of several rails out of use (it failed at its end, or
+    /// its traffic went to another rail there): this end takes the rail out of use too.
+    RailDroppedByPeer {
+        /// What the peer did, as a phrase ("the sender moved this rail's traffic to another
+        /// rail").
+        what: &'static str,
+    },
     /// The peer closed or stopped responding.
     PeerGone {
         /// The peer.
@@ -279,6 +286,7 @@ impl Error {
                 ErrorKind::InvalidUsage
             }
             Self::Completion { .. } | Self::PeerGone { .. } => ErrorKind::Remote,
+            Self::RailDroppedByPeer { .. } => ErrorKind::Remote,
             // NCCL's `ncclIbStatsCheckFatalCount` returns `ncclSystemError`.
             Self::Provider { .. } | Self::Wire { .. } | Self::AsyncEvent { .. } => {
                 ErrorKind::System
@@ -359,6 +367,7 @@ impl fmt::Display for Error {
                 )
             }
             Self::PeerGone { peer } => write!(f, "peer {peer} is gone"),
+            Self::RailDroppedByPeer { what } => f.write_str(what),
             Self::NoGid {
                 dev,
                 port,

@@ -215,6 +215,18 @@ fn a_failed_rail_hands_its_parts_to_a_healthy_one_and_no_byte_is_lost() {
     assert_eq!(rb.as_slice(), sb.as_slice(), "every byte");
     let ev = p.r.take_events();
     assert_eq!((ev.len(), ev[0].rail, ev[0].to), (1, 1, Some(0)));
+    // The receiver learned it from the sender's notice: the event says so, readably (the
+    // plugin's WARN quotes it), and is the peer's doing (reported as remote).
+    assert!(
+        matches!(ev[0].error, Error::RailDroppedByPeer { .. }),
+        "{:?}",
+        ev[0].error
+    );
+    assert_eq!(
+        ev[0].error.to_string(),
+        "the sender moved this rail's traffic to another rail"
+    );
+    assert_eq!(ev[0].error.kind(), ErrorKind::Remote);
     assert!(!p.r.rail_live(1));
 
     // Later messages go over rail 0 alone: nothing of theirs is written again, no notice.

@@ -627,9 +627,8 @@ impl<P: Provider + Clone> FusedRecv<P> {
         }
         self.rails.take_out(
             r,
-            Error::BadState {
-                op: "rail",
-                state: "the sender moved this rail's traffic to another rail",
+            Error::RailDroppedByPeer {
+                what: "the sender moved this rail's traffic to another rail",
             },
         );
         self.went_out(r);

@@ -118,6 +118,8 @@ pub fn recoverable(e: &Error) -> bool {
                 | WcStatus::LocalQpOpError
         ),
         Error::Provider { .. } | Error::BadState { .. } => true,
+        // The peer took the rail out of use: its traffic goes to the live rails.
+        Error::RailDroppedByPeer { .. } => true,
         // A rail already failed (its comm poisoned) was classified when it failed.
         Error::Poisoned { .. } => true,
         _ => false,

@@ -590,9 +590,8 @@ impl<P: Provider + Clone> FusedSend<P> {
     }
 
     /// What a rail the receiver took out of use fails with here.
-    const DROPPED: Error = Error::BadState {
-        op: "rail",
-        state: "the receiver took this rail out of use",
+    const DROPPED: Error = Error::RailDroppedByPeer {
+        what: "the receiver took this rail out of use",
     };
 
     /// The receiver's live-rail mask, as the clear-to-sends in `peeks` carry it (`None`: no
