@@ -66,17 +66,24 @@ fn connect_to_soft1_from(dev: i32) -> (u8, Vec<String>, [[u8; 16]; 2]) {
     (d, infos, advertised)
 }
 
+/// Initialises the plugin over soft0 (10.0.0.1) and soft1 (10.0.1.1) with `extra` set too
+/// (false: the soft provider is unavailable here).
+fn init_two(extra: &[(&str, &str)]) -> bool {
+    let mut vars = vec![
+        ("NCCL_SOCKET_IFNAME", "lo"),
+        ("IBNET_SOFT_DEVICES", "2"),
+        GIDS,
+    ];
+    vars.extend_from_slice(extra);
+    init_soft(&vars)
+}
+
 #[test]
 fn routing_on_moves_the_connect_to_the_device_on_the_listeners_subnet() {
     if util::ran_in_child() {
         return;
     }
-    if !init_soft(&[
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        GIDS,
-        ("NCCL_IB_SUBNET_AWARE_ROUTING", "1"),
-    ]) {
+    if !init_two(&[("NCCL_IB_SUBNET_AWARE_ROUTING", "1")]) {
         return;
     }
     let (d, infos, advertised) = connect_to_soft1_from(0);
@@ -101,12 +108,7 @@ fn a_fused_nic_with_a_rail_off_the_subnet_gives_way_to_a_device_on_it() {
     if util::ran_in_child() {
         return;
     }
-    if !init_soft(&[
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        GIDS,
-        ("NCCL_IB_SUBNET_AWARE_ROUTING", "1"),
-    ]) {
+    if !init_two(&[("NCCL_IB_SUBNET_AWARE_ROUTING", "1")]) {
         return;
     }
     let fused = fuse_first_two();
@@ -133,11 +135,7 @@ fn routing_off_keeps_the_device_nccl_asked_for() {
     if util::ran_in_child() {
         return;
     }
-    if !init_soft(&[
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        GIDS,
-    ]) {
+    if !init_two(&[]) {
         return;
     }
     let (d, infos, advertised) = connect_to_soft1_from(0);
@@ -150,10 +148,7 @@ fn a_prefix_len_that_joins_the_subnets_keeps_the_asked_device() {
     if util::ran_in_child() {
         return;
     }
-    if !init_soft(&[
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        GIDS,
+    if !init_two(&[
         ("NCCL_IB_SUBNET_AWARE_ROUTING", "1"),
         ("NCCL_IB_SUBNET_PREFIX_LEN", "16"),
     ]) {
@@ -168,10 +163,7 @@ fn an_out_of_range_prefix_len_is_one_warn_and_the_default_routes() {
     if util::ran_in_child() {
         return;
     }
-    if !init_soft(&[
-        ("NCCL_SOCKET_IFNAME", "lo"),
-        ("IBNET_SOFT_DEVICES", "2"),
-        GIDS,
+    if !init_two(&[
         ("NCCL_IB_SUBNET_AWARE_ROUTING", "1"),
         ("NCCL_IB_SUBNET_PREFIX_LEN", "33"),
     ]) {
