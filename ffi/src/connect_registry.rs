@@ -23,7 +23,7 @@ use ibnet_core::wire::{HANDLE_SCRATCH_LEN, HANDLE_SCRATCH_OFFSET};
 use ibnet_core::Error;
 
 use crate::dev::{AnySend, Infos};
-use crate::nccl::types::NCCL_NET_HANDLE_MAXSIZE;
+use ibnet_nccl::types::NCCL_NET_HANDLE_MAXSIZE;
 
 /// Offset of the connector's progress token in the handle: the first 8 bytes of the scratch
 /// area, which the handle leaves to the connecting side.

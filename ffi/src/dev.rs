@@ -110,14 +110,14 @@ pub const MAX_COMMS: i32 = props_policy::MAX_COMMS;
 const _: () = assert!(ibnet_soft::budget::MAX_CQS as i32 == MAX_COMMS);
 // Core's pointer kinds are NCCL's.
 const _: () = assert!(
-    props_policy::PTR_HOST == crate::nccl::types::NCCL_PTR_HOST
-        && props_policy::PTR_CUDA == crate::nccl::types::NCCL_PTR_CUDA
-        && props_policy::PTR_DMABUF == crate::nccl::types::NCCL_PTR_DMABUF
+    props_policy::PTR_HOST == ibnet_nccl::types::NCCL_PTR_HOST
+        && props_policy::PTR_CUDA == ibnet_nccl::types::NCCL_PTR_CUDA
+        && props_policy::PTR_DMABUF == ibnet_nccl::types::NCCL_PTR_DMABUF
 );
 /// `soft0`'s GUID as reported in the properties (it has no hardware GUID).
 const SOFT_GUID: u64 = 0x4942_4e45_5453_4f46; // "IBNETSOF"
 
-pub use crate::nccl::props::Props;
+pub use ibnet_nccl::props::Props;
 
 impl Dev {
     /// `maxComms`: send and receive comms together that fit in the device's QP budget (verbs:
@@ -195,8 +195,8 @@ impl Dev {
                     force_flush: false,
                     vprops: Default::default(),
                     // From NCCL_IB_HCA: `Plugin::props`.
-                    rail: crate::nccl::types::NCCL_NET_ID_UNDEF,
-                    plane: crate::nccl::types::NCCL_NET_ID_UNDEF,
+                    rail: ibnet_nccl::types::NCCL_NET_ID_UNDEF,
+                    plane: ibnet_nccl::types::NCCL_NET_ID_UNDEF,
                 }
             }
             // Host memory only: NCCL stages GPU buffers through host memory for this device.
@@ -204,7 +204,7 @@ impl Dev {
                 name: self.name().as_ptr(),
                 pci_path: core::ptr::null(),
                 guid: SOFT_GUID,
-                ptr_support: crate::nccl::types::NCCL_PTR_HOST,
+                ptr_support: ibnet_nccl::types::NCCL_PTR_HOST,
                 reg_is_global: true,
                 speed: self.speed_mbps(),
                 port: 1,
@@ -213,8 +213,8 @@ impl Dev {
                 max_recvs: ibnet_core::fifo::MAX_RECVS as i32,
                 force_flush: false,
                 vprops: Default::default(),
-                rail: crate::nccl::types::NCCL_NET_ID_UNDEF,
-                plane: crate::nccl::types::NCCL_NET_ID_UNDEF,
+                rail: ibnet_nccl::types::NCCL_NET_ID_UNDEF,
+                plane: ibnet_nccl::types::NCCL_NET_ID_UNDEF,
             },
         }
     }

@@ -37,12 +37,12 @@ impl GpuDirect {
 pub fn gpu_direct() -> &'static GpuDirect {
     static G: OnceLock<GpuDirect> = OnceLock::new();
     // The runtime's variables come from the one reader (`env.rs`).
-    let host = Host::system().with_env(Env::Lookup(crate::env::var));
+    let host = Host::system().with_env(Env::Lookup(ibnet_nccl::env::var));
     G.get_or_init(|| match GpuRuntime::detect_on(host) {
         Ok(rt) => {
             let gdr = rt.gdr_support();
-            crate::info!(
-                crate::log::INIT | crate::log::NET,
+            ibnet_nccl::info!(
+                ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
                 "{}; GPU Direct RDMA {} ({})",
                 rt.describe(),
                 if gdr.enabled { "enabled" } else { "disabled" },
@@ -52,8 +52,8 @@ pub fn gpu_direct() -> &'static GpuDirect {
                 Vendor::Nvidia => true,
                 Vendor::Amd => {
                     let d = rt.dmabuf_support(0);
-                    crate::info!(
-                        crate::log::INIT | crate::log::NET,
+                    ibnet_nccl::info!(
+                        ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
                         "DMA-BUF on the GPU side {} ({})",
                         if d.enabled { "enabled" } else { "disabled" },
                         d.reason
@@ -69,16 +69,18 @@ pub fn gpu_direct() -> &'static GpuDirect {
         // A value that cannot be used (IBNET_GPU other than auto, cuda, hip, rocm or none) is
         // the user's error: one WARN. No runtime on the host is not: INFO.
         Err(e @ ibnet_hip::Error::InvalidArgument { .. }) => {
-            let v = crate::env::var("IBNET_GPU").unwrap_or_default();
-            crate::warn!("GPU runtime not chosen ({e}; IBNET_GPU={v:?}): GPU Direct RDMA disabled");
+            let v = ibnet_nccl::env::var("IBNET_GPU").unwrap_or_default();
+            ibnet_nccl::warn!(
+                "GPU runtime not chosen ({e}; IBNET_GPU={v:?}): GPU Direct RDMA disabled"
+            );
             GpuDirect {
                 gdr: false,
                 dmabuf_gpu_side: false,
             }
         }
         Err(e) => {
-            crate::info!(
-                crate::log::INIT | crate::log::NET,
+            ibnet_nccl::info!(
+                ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
                 "no GPU runtime ({e}): GPU Direct RDMA disabled"
             );
             GpuDirect {

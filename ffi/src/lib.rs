@@ -52,18 +52,13 @@
 
 pub mod abi;
 pub mod api;
-pub mod boundary;
 pub mod boxed;
 pub mod connect_registry;
 pub mod dev;
-pub mod env;
-pub mod foreign;
 pub mod gpu;
 pub mod handles;
 pub mod handshake_io;
 pub mod ifaddr;
-pub mod log;
-pub mod nccl;
 pub mod nic;
 pub mod plugin;
 pub mod profiler;

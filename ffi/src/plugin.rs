@@ -25,7 +25,7 @@ use ibnet_soft::SoftProvider;
 use crate::dev::{AnyMr, Dev, MrCacheT};
 use crate::verbs::discovery::Discovery;
 use crate::verbs::provider::VerbsPort;
-use crate::{info, warn};
+use ibnet_nccl::{info, warn};
 
 /// The initialised plugin.
 pub struct Plugin {
@@ -111,14 +111,14 @@ fn drain_left(caches: &mut [Arc<MrCacheT>]) {
             String::new()
         };
         info!(
-            crate::log::INIT | crate::log::NET,
+            ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
             "finalize: {regs} registration(s) NCCL did not deregister ({mrs} memory region(s)); \
              deregistered them{fail}"
         );
     }
     if kept > 0 {
         info!(
-            crate::log::INIT | crate::log::NET,
+            ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
             "finalize: {kept} registration(s) of comms still open are left to them"
         );
     }
@@ -229,7 +229,7 @@ fn discover(p: &Params) -> Vec<Dev> {
             );
         } else {
             info!(
-                crate::log::INIT | crate::log::NET,
+                ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
                 "no verbs devices: {why}; reporting 0 devices"
             );
         }
@@ -267,7 +267,7 @@ fn discover(p: &Params) -> Vec<Dev> {
 /// attach to each other's memory, else zero devices with a WARN naming the cause and the fix.
 /// `IBNET_SOFT_FAULTS` arms every soft device, or with `IBNET_SOFT_FAULTS_DEV=N` only `softN`.
 fn soft(p: &Params) -> Vec<Dev> {
-    let (scfg, bad) = ibnet_soft::Config::from_lookup(crate::env::var);
+    let (scfg, bad) = ibnet_soft::Config::from_lookup(ibnet_nccl::env::var);
     for e in bad {
         warn!("IBNET_PROVIDER=soft: {e}");
     }
@@ -284,7 +284,7 @@ fn soft(p: &Params) -> Vec<Dev> {
         match SoftProvider::open_as(c, i) {
             Ok(p) => {
                 info!(
-                    crate::log::INIT | crate::log::NET,
+                    ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
                     "IBNET_PROVIDER=soft: using soft{i} (software RDMA, same host only, host memory only; {} copy worker(s){})",
                     c.workers,
                     if c.faults == ibnet_soft::faults::Faults::OFF { "" } else { "; faults armed" }
@@ -306,7 +306,7 @@ fn bootstrap_addr(p: &Params) -> Option<SocketAddr> {
     let family = p.socket_family.map(crate::verbs::discovery::family);
     let a = crate::ifaddr::choose(&all, ifname, family)?;
     info!(
-        crate::log::INIT | crate::log::NET,
+        ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
         "bootstrap on {} {}",
         a.name,
         a.addr.ip()
@@ -341,12 +341,12 @@ impl State {
 }
 
 fn create() -> Arc<Plugin> {
-    let (params, notes) = crate::env::load();
+    let (params, notes) = ibnet_nccl::env::load();
     for n in &notes {
         if n.is_warn() {
             warn!("{n}");
         } else {
-            info!(crate::log::ENV, "{n}");
+            info!(ibnet_nccl::log::ENV, "{n}");
         }
     }
     let bind = bootstrap_addr(&params);

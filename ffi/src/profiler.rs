@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use ibnet_core::comm::{QpEvent, QpEvents, QpOp, Sink};
 use ibnet_core::fifo::MAX_REQUESTS;
 
-use crate::nccl::types::{ncclProfilerCallback_t, ProfilerFn};
+use ibnet_nccl::types::{ncclProfilerCallback_t, ProfilerFn};
 
 /// `ncclProfilerNetEventStart`.
 pub const EVENT_START: c_int = 0;
@@ -222,7 +222,7 @@ impl QpEvents for NcclEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl::types::ncclResult_t;
+    use ibnet_nccl::types::ncclResult_t;
 
     static STARTS: AtomicUsize = AtomicUsize::new(0);
     static STOPS: AtomicUsize = AtomicUsize::new(0);

@@ -14,7 +14,7 @@ pub fn news(nic: &Nic, peer: Option<SocketAddr>, side: &str, news: RailNews) {
     let peer = peer.map_or("?".into(), |a| a.to_string());
     for e in news.failed {
         match e.to {
-            Some(to) => crate::warn!(
+            Some(to) => ibnet_nccl::warn!(
                 "{side} comm to {peer}: rail {} ({}) of the virtual NIC failed ({}); its \
                  traffic moved to rail {to} ({})",
                 e.rail,
@@ -24,8 +24,8 @@ pub fn news(nic: &Nic, peer: Option<SocketAddr>, side: &str, news: RailNews) {
             ),
             // The last rail: the call fails with the comm's error, whose WARN (`entry_at`,
             // naming the peer) is the failure's one WARN; this line adds which rail, at INFO.
-            None => crate::info!(
-                crate::log::NET,
+            None => ibnet_nccl::info!(
+                ibnet_nccl::log::NET,
                 "{side} comm to {peer}: rail {} ({}) of the virtual NIC failed ({}); no \
                  healthy rail left: the comm fails",
                 e.rail,
@@ -35,8 +35,8 @@ pub fn news(nic: &Nic, peer: Option<SocketAddr>, side: &str, news: RailNews) {
         }
     }
     for r in news.returned {
-        crate::info!(
-            crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::NET,
             "{side} comm to {peer}: rail {r} ({}) of the virtual NIC is healthy again at \
              both ends: it carries its share of the traffic again",
             nic.rail_name(r)
@@ -61,8 +61,8 @@ pub fn closed(nic: &Nic, peer: Option<SocketAddr>, send: bool, stats: Option<Rai
             rails += &format!(" rail {i} ({name}) {state};");
         }
     }
-    crate::info!(
-        crate::log::NET,
+    ibnet_nccl::info!(
+        ibnet_nccl::log::NET,
         "{side} comm to {peer} closed: virtual NIC [{}]:{rails} {} bytes re-sent",
         nic.index,
         s.resent

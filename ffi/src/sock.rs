@@ -120,8 +120,8 @@ pub fn connect_start_from(
                 Some(libc::EADDRNOTAVAIL | libc::EADDRINUSE)
             ) =>
         {
-            crate::info!(
-                crate::log::NET,
+            ibnet_nccl::info!(
+                ibnet_nccl::log::NET,
                 "NCCL_IB_SOCK_CLIENT_PORT_REUSE: {} to {to} is taken ({e}); using an ephemeral port",
                 local.unwrap_or(first)
             );

@@ -24,10 +24,10 @@ use ibnet_core::Result;
 
 use crate::connect_registry::TOKEN_OFF;
 use crate::dev::Dev;
-use crate::info;
-use crate::nccl::types::NCCL_NET_HANDLE_MAXSIZE;
 use crate::nic::Nic;
 use crate::plugin::Plugin;
+use ibnet_nccl::info;
+use ibnet_nccl::types::NCCL_NET_HANDLE_MAXSIZE;
 
 /// Where `connect` remembers the device routing chose: 4 bytes after the connector's token,
 /// the device NCCL asked for and the one chosen, each plus one, 16-bit little-endian (0: not
@@ -96,7 +96,7 @@ pub fn route(
         Route::Other(i) => {
             let i = c_int::try_from(i).unwrap_or(dev);
             info!(
-                crate::log::NET,
+                ibnet_nccl::log::NET,
                 "subnet-aware routing: connect to {} uses dev {i} ({}) instead of dev {dev} ({}), \
                  not all of whose RoCE rails are on a subnet of the listener's GIDs {} \
                  (NCCL_IB_SUBNET_PREFIX_LEN={prefix})",

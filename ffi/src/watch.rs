@@ -59,7 +59,7 @@ impl Watch {
     pub fn new(sock: TcpStream, addr: SocketAddr, peer: PeerId, stall_warn_s: u64) -> Self {
         let (idle, intvl, cnt) = KEEPALIVE;
         if let Err(e) = crate::sock::keepalive(&sock, idle, intvl, cnt) {
-            crate::warn!("TCP keepalive on the bootstrap socket of {addr}: {e} (a silent host will not be noticed)");
+            ibnet_nccl::warn!("TCP keepalive on the bootstrap socket of {addr}: {e} (a silent host will not be noticed)");
         }
         Self {
             sock: Some(sock),
@@ -93,7 +93,7 @@ impl Watch {
         match self.live.look(now(), || closed(sock.as_ref())) {
             Look::Waiting => {}
             Look::Dead => return Err(Error::PeerGone { peer: self.peer }),
-            Look::Stalled(waited) => crate::warn!(
+            Look::Stalled(waited) => ibnet_nccl::warn!(
                 "comm or request {comm:#x} has waited {}s for {what} from peer {} ({}), tag {:#x}: \
                  the peer is alive but not progressing (IBNET_STALL_WARN)",
                 waited.as_secs(),

@@ -20,7 +20,7 @@ use ibnet_core::wire::{ConnectHandle, HANDLE_SCRATCH_OFFSET, NCCL_NET_HANDLE_MAX
 use ibnet_core::Error;
 use libfuzzer_sys::fuzz_target;
 use nccl_net_ibnet::abi::exports::ncclNetPlugin_v11 as NET;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
+use ibnet_nccl::types::ncclResult_t;
 
 struct Env {
     ctx: usize,

@@ -6,7 +6,7 @@
 //! same and records *where* the value came from, so decisions can say why they were taken.
 //!
 //! The source is the caller's: `ibnet-ffi` passes its one reader of the process environment
-//! (`Env::Lookup(ibnet_ffi::env::var)`, which reads only the variables declared in
+//! (`Env::Lookup(ibnet_nccl::env::var)`, which reads only the variables declared in
 //! `ibnet_core::config::gpu`), tests a fixed map. This crate never reads the process
 //! environment itself; without a source ([`Env::default`]) every variable is unset.
 
@@ -16,7 +16,7 @@ use std::fmt;
 /// Where environment variables are read from.
 #[derive(Debug, Clone)]
 pub enum Env {
-    /// The caller's reader (the plugin's: `ibnet_ffi::env::var`).
+    /// The caller's reader (the plugin's: `ibnet_nccl::env::var`).
     Lookup(fn(&str) -> Option<String>),
     /// A fixed set of variables; anything absent is unset. Used by tests.
     Fixed(BTreeMap<String, String>),

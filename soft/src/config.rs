@@ -15,7 +15,7 @@
 //!   with a worker that sleeps at once after helping an idle QP, against 71–101 µs spinning 50 µs.
 //!
 //! The values come from the caller ([`Config::from_lookup`]): the plugin passes its one reader
-//! of the environment (`ibnet_ffi::env::var`); this crate never reads the environment itself.
+//! of the environment (`ibnet_nccl::env::var`); this crate never reads the environment itself.
 //! Values are integers as NCCL reads its own ([`ibnet_core::params::parse_int`]: an optional
 //! sign, then decimal, `0x` hexadecimal or leading-`0` octal; surrounding whitespace ignored).
 

@@ -55,7 +55,7 @@ pub fn find_near(exe: &Path) -> Option<PathBuf> {
 /// ibnet's plugin: `IBNET_PLUGIN`, else next to the running executable; an error telling how
 /// to build it otherwise.
 pub fn default_plugin() -> Result<PathBuf, Error> {
-    if let Some(p) = ibnet_ffi::env::var_os("IBNET_PLUGIN") {
+    if let Some(p) = ibnet_nccl::env::var_os("IBNET_PLUGIN") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;

@@ -1,5 +1,5 @@
 //! An NCCL net plugin `.so` as the tools drive it: ibnet-ffi's one loader
-//! ([`ibnet_ffi::foreign::ForeignPlugin`]: newest table of v12 … v6, as NCCL 2.30 prefers
+//! ([`ibnet_nccl::foreign::ForeignPlugin`]: newest table of v12 … v6, as NCCL 2.30 prefers
 //! them) with the tools' types and one-line errors.
 //!
 //! Every pointer handed to the plugin is either one it gave us (comm, mhandle, request) or
@@ -9,11 +9,11 @@
 use core::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 
-use ibnet_ffi::foreign::calls::Buf;
-use ibnet_ffi::foreign::{CallError, ForeignPlugin, LoadError};
-use ibnet_ffi::nccl::types::{NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST};
+use ibnet_nccl::foreign::calls::Buf;
+use ibnet_nccl::foreign::{CallError, ForeignPlugin, LoadError};
+use ibnet_nccl::types::{NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST};
 
-pub use ibnet_ffi::foreign::Version;
+pub use ibnet_nccl::foreign::Version;
 
 use crate::Error;
 
@@ -71,7 +71,7 @@ pub struct RecvSpec {
 }
 
 /// Most receives in one `irecv` (`NCCL_NET_IB_MAX_RECVS`).
-pub const MAX_RECVS: usize = ibnet_ffi::foreign::calls::MAX_RECVS;
+pub const MAX_RECVS: usize = ibnet_nccl::foreign::calls::MAX_RECVS;
 
 /// The `commId` passed to a v11/v12 `init` (any value; NCCL passes its communicator's hash).
 const COMM_ID: u64 = 0x1b4e_7065_7266;

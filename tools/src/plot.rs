@@ -19,7 +19,7 @@ pub const FONT_PATHS: [&str; 4] = [
 fn register_font() -> Result<(), Error> {
     static DONE: std::sync::OnceLock<Result<(), Error>> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
-        let cands: Vec<String> = ibnet_ffi::env::var("IBNET_FONT")
+        let cands: Vec<String> = ibnet_nccl::env::var("IBNET_FONT")
             .into_iter()
             .chain(FONT_PATHS.iter().map(|s| s.to_string()))
             .collect();

@@ -220,7 +220,7 @@ impl<'p> Endpoint<'p> {
     ) -> Result<Self, Error> {
         let (h, listen) = net.listen(dev)?;
         let peer = swap(h.to_vec())?;
-        let mut ph = [0u8; ibnet_ffi::nccl::types::NCCL_NET_HANDLE_MAXSIZE];
+        let mut ph = [0u8; ibnet_nccl::types::NCCL_NET_HANDLE_MAXSIZE];
         if peer.len() != ph.len() {
             return Err(Error(format!("peer handle of {} bytes", peer.len())));
         }

@@ -5,14 +5,14 @@
 #![allow(unsafe_code)] // `#[no_mangle]` statics: the exported symbols NCCL looks up by name.
 
 use super::shims::*;
-use crate::nccl::props::{Props11, Props12, Props6, Props7, Props8, Props9};
-use crate::nccl::tables::{
+use ibnet_nccl::props::{Props11, Props12, Props6, Props7, Props8, Props9};
+use ibnet_nccl::tables::{
     ncclNet_v10_t, ncclNet_v11_t, ncclNet_v12_t, ncclNet_v6_t, ncclNet_v7_t, ncclNet_v8_t,
     ncclNet_v9_t,
 };
 
 /// Exports table `$name` of type `$ty`: the version's own shims are given in the order of
-/// [`crate::nccl::tables::sig`] (init, listen, connect, accept, regMr, isend, irecv), then its
+/// [`ibnet_nccl::tables::sig`] (init, listen, connect, accept, regMr, isend, irecv), then its
 /// tail; the entries every version shares with one shim are filled here.
 macro_rules! export {
     (

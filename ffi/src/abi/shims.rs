@@ -8,8 +8,8 @@
 use core::ffi::{c_int, c_void};
 
 use crate::api;
-use crate::nccl::props::VersionProps;
-use crate::nccl::types::*;
+use ibnet_nccl::props::VersionProps;
+use ibnet_nccl::types::*;
 
 type V = *mut c_void;
 type PV = *mut *mut c_void;

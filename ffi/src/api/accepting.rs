@@ -190,8 +190,8 @@ impl Pending {
                 Ok(Step::Done(r)) => {
                     self.nonce.completed();
                     let a = self.conns.swap_remove(i);
-                    crate::info!(
-                        crate::log::NET,
+                    ibnet_nccl::info!(
+                        ibnet_nccl::log::NET,
                         "accept: connection from {} handshaken",
                         a.peer
                     );
@@ -229,8 +229,8 @@ impl Pending {
         drop(a.stream);
         let others = self.conns.iter().any(|c| c.machine.nonce_seen());
         if self.nonce.holder_died((e, at), others) {
-            crate::info!(
-                crate::log::NET,
+            ibnet_nccl::info!(
+                ibnet_nccl::log::NET,
                 "accept: {}; another connection carrying this listener's nonce is in progress: \
                  waiting for it",
                 AtPeer(&e, at)
@@ -243,7 +243,7 @@ impl Pending {
         if self.quiet() {
             return;
         }
-        crate::warn!("accept: {e}; still accepting");
+        ibnet_nccl::warn!("accept: {e}; still accepting");
     }
 
     /// Whether a drop message now would exceed one per [`nonce::DROP_LOG_EVERY`] (then it is
@@ -267,7 +267,7 @@ impl Pending {
         if self.quiet() {
             return;
         }
-        crate::warn!(
+        ibnet_nccl::warn!(
             "accept: dropped the connection from {}{}: {}; still accepting ({} other \
              connection(s) dropped since the last such message)",
             at.peer,
@@ -351,8 +351,8 @@ fn rail_local(nic: &Nic, peer_rails: &RailList, remote: PeerId) {
         usize::from(u16::MAX),
     );
     if v.is_ok_and(|v| v.rails_differ(&theirs)) {
-        crate::info!(
-            crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::NET,
             "accept from {remote}: the peer's physical devices {theirs:?} are not this side's \
              {ours:?} (NCCL_IB_WARN_RAIL_LOCAL=1; set 0 to stop this line)"
         );

@@ -19,9 +19,9 @@ use super::entry::entry;
 use crate::dev::{AnyRecv, AnySend};
 use crate::handles::{self, Kind};
 use crate::handshake_io::{Where, CONNECTED};
-use crate::nccl::types::ncclResult_t;
 use crate::nic::Nic;
 use crate::watch::Watch;
+use ibnet_nccl::types::ncclResult_t;
 
 /// A send or receive comm handed to NCCL (as a [`crate::handles`] token, whose slot also
 /// holds the comm's lifecycle).
@@ -89,7 +89,7 @@ impl<C> CommBox<C> {
     #[cold]
     pub(crate) fn warn_truncated(&self, t: ibnet_core::comm::Truncation) {
         let peer = self.addr.map_or("?".into(), |a| a.to_string());
-        crate::warn!(
+        ibnet_nccl::warn!(
             "isend: send of {} bytes (tag {:#x}) to {peer} truncated to the {} bytes its \
              receive posted (a size mismatch between the two ranks; later truncations on this \
              comm are not logged)",

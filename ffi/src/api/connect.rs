@@ -23,10 +23,10 @@ use crate::connect_registry::{self as registry, ConnectStage, Connecting};
 use crate::dev::AnySend;
 use crate::handles::Kind;
 use crate::handshake_io::{pump, stalled, Where};
-use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::nic::Nic;
 use crate::sock;
 use crate::watch::Watch;
+use ibnet_nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 
 /// A finished connect: the comm, its bootstrap socket (kept to watch the peer) and the peer.
 type Connected = (Box<AnySend>, TcpStream, PeerId);

@@ -19,11 +19,11 @@ use super::entry::entry_at;
 use super::mr::{covers, mr_get};
 use crate::dev::{AnyRecv, AnySend};
 use crate::handles;
-use crate::nccl::types::ncclResult_t;
 use crate::nic::Nic;
 use crate::watch::Watch;
 use ibnet_core::rails::{RailBuf, RailNews};
 use ibnet_core::request::ReqId;
+use ibnet_nccl::types::ncclResult_t;
 
 /// `isend`. While the receiver has posted no matching receive (no clear-to-send yet) it
 /// returns no request; that wait is watched ([`crate::watch`]): a dead receiver is an error.

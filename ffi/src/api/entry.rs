@@ -1,4 +1,4 @@
-//! The frame of every plugin entry point, over [`crate::boundary`] (panics caught, one WARN per
+//! The frame of every plugin entry point, over [`ibnet_nccl::boundary`] (panics caught, one WARN per
 //! failure, errors mapped to `ncclResult_t`): a caught panic poisons the comm it ran on, and a
 //! data or connect call's WARN names its peer.
 
@@ -6,12 +6,12 @@ use core::ffi::c_void;
 
 use ibnet_core::Error;
 
-use crate::boundary::{guard, log_failure};
 use crate::handles;
 use crate::handshake_io::{AtPeer, Where};
-use crate::nccl::types::ncclResult_t;
+use ibnet_nccl::boundary::{guard, log_failure};
+use ibnet_nccl::types::ncclResult_t;
 
-pub use crate::boundary::to_nccl;
+pub use ibnet_nccl::boundary::to_nccl;
 
 /// Runs `f`, catching panics and mapping errors; one WARN per failure.
 pub fn entry(name: &str, f: impl FnOnce() -> Result<(), Error>) -> ncclResult_t {

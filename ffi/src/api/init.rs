@@ -13,10 +13,10 @@ use ibnet_core::Error;
 use super::common::{device, missing, out_ptr, plugin};
 use super::entry::entry;
 use crate::dev::Props;
-use crate::nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclResult_t, VDevProps};
 use crate::plugin as state;
 use crate::vdev::Made;
 use ibnet_core::policy::merge::Refused;
+use ibnet_nccl::types::{ncclDebugLogger_t, ncclNetAttr_t, ncclResult_t, VDevProps};
 
 /// Per-`init` context (v11): the communicator's traffic class.
 #[repr(C)]
@@ -37,9 +37,9 @@ pub fn init(
     ctx: Option<*mut *mut c_void>,
     traffic_class: i32,
     logger: ncclDebugLogger_t,
-    prof: crate::nccl::types::ncclProfilerCallback_t,
+    prof: ibnet_nccl::types::ncclProfilerCallback_t,
 ) -> ncclResult_t {
-    crate::log::set_logger(logger);
+    ibnet_nccl::log::set_logger(logger);
     crate::profiler::set(prof);
     entry("init", || {
         let out = match ctx {
@@ -55,8 +55,8 @@ pub fn init(
                 state: "no IP interface found (see NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY)",
             });
         }
-        crate::info!(
-            crate::log::INIT | crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
             "ibnet {} initialised: {} device(s), provider {:?}",
             env!("CARGO_PKG_VERSION"),
             p.devs.len(),
@@ -157,8 +157,8 @@ pub fn make_vdevice<const N: usize>(d: *mut c_int, props: *const VDevProps<N>) -
                 Ok(())
             }
             Err(Made::Refused(Refused::MergeNicsOff)) => {
-                crate::info!(
-                    crate::log::NET,
+                ibnet_nccl::info!(
+                    ibnet_nccl::log::NET,
                     "skipping makeVDevice of {} devices: NCCL_IB_MERGE_NICS=0",
                     pr.ndevs
                 );
@@ -174,7 +174,7 @@ pub fn make_vdevice<const N: usize>(d: *mut c_int, props: *const VDevProps<N>) -
                         .map_or("?".into(), |d| d.name().to_string_lossy().into_owned())
                 };
                 let (an, bn) = (name(a), name(b));
-                crate::warn!(
+                ibnet_nccl::warn!(
                     "makeVDevice: cannot merge [{a}]{an} and [{b}]{bn}: different link layers; \
                      select NICs of one link type with NCCL_IB_HCA"
                 );

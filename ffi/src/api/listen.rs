@@ -18,10 +18,10 @@ use super::entry::{entry, entry_at};
 use super::shared_listen::SharedListener;
 use crate::dev::AnyRecv;
 use crate::handles::{self, Kind};
-use crate::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use crate::nic::Nic;
 use crate::plugin::Plugin;
 use crate::sock;
+use ibnet_nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 
 /// What `listen` returns (NCCL holds its [`crate::handles`] token, whose slot also holds the
 /// comm's lifecycle).

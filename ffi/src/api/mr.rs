@@ -19,8 +19,8 @@ use super::comm::{comm_ref, CommRef};
 use super::common::{missing, out_ptr};
 use super::entry::entry_on;
 use crate::handles::{mh_decode, mh_encode};
-use crate::nccl::types::ncclResult_t;
 use crate::nic::{MrInfo, Nic};
+use ibnet_nccl::types::ncclResult_t;
 
 /// The registration of `mhandle` among the NIC's (lock-free, no allocation): its keys on
 /// every rail and its range.

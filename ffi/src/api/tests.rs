@@ -13,7 +13,7 @@ use super::mr::mr_get;
 use super::*;
 use crate::dev::{AnySend, Dev};
 use crate::handles;
-use crate::nccl::types::ncclResult_t;
+use ibnet_nccl::types::ncclResult_t;
 
 /// The NIC of one rail over `d`, device number 0.
 fn one_rail_nic(d: Dev) -> std::sync::Arc<crate::nic::Nic> {

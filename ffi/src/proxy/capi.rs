@@ -22,9 +22,9 @@ use ibnet_proxy::{
 };
 
 use super::foreign_net::ForeignNet;
-use crate::boundary::call;
-use crate::foreign::Table;
-use crate::nccl::types::ncclResult_t;
+use ibnet_nccl::boundary::call;
+use ibnet_nccl::foreign::Table;
+use ibnet_nccl::types::ncclResult_t;
 use ibnet_proxy::capi::cprofiler::CProfiler;
 use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 

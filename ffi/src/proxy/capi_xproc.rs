@@ -20,8 +20,8 @@ use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnId, Dir};
 
 use super::capi::{missing, out, proxy, CDeviceView, CProxy};
-use crate::boundary::call;
-use crate::nccl::types::{ncclResult_t, DebugLogFn};
+use ibnet_nccl::boundary::call;
+use ibnet_nccl::types::{ncclResult_t, DebugLogFn};
 pub use ibnet_proxy::capi::cprofiler::{CEvent, CProfiler};
 use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
@@ -61,7 +61,7 @@ pub unsafe extern "C" fn ibnet_proxy_set_profiler(
 pub unsafe extern "C" fn ibnet_proxy_set_logger(logger: Option<DebugLogFn>) -> ncclResult_t {
     call("ibnet_proxy_set_logger", || {
         let l = logger.ok_or(missing("logger"))?;
-        crate::log::set_logger(Some(l));
+        ibnet_nccl::log::set_logger(Some(l));
         Ok(())
     })
 }

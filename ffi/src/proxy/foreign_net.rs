@@ -1,7 +1,7 @@
 //! [`ForeignNet`]: the proxy engine's [`Net`] over any NCCL net plugin's C table, loaded from
 //! a path or given as a table (this library's own `ncclNetPlugin_v11` for the C API's NULL
 //! path). Named "foreign" because it reaches the plugin only through its C ABI, unlike the
-//! core's own `InProcessNet` over ibnet's comms; loading and calling are [`crate::foreign`]'s,
+//! core's own `InProcessNet` over ibnet's comms; loading and calling are [`ibnet_nccl::foreign`]'s,
 //! this file only adapts the engine's types.
 //!
 //! ```text
@@ -30,9 +30,9 @@ use std::path::Path;
 use ibnet_core::{Error, Result};
 use ibnet_proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 
-use crate::foreign::calls::{Buf, MAX_RECVS};
-use crate::foreign::{ForeignPlugin, Table, Version};
-use crate::nccl::types::{NCCL_PTR_CUDA, NCCL_PTR_DMABUF, NCCL_PTR_HOST};
+use ibnet_nccl::foreign::calls::{Buf, MAX_RECVS};
+use ibnet_nccl::foreign::{ForeignPlugin, Table, Version};
+use ibnet_nccl::types::{NCCL_PTR_CUDA, NCCL_PTR_DMABUF, NCCL_PTR_HOST};
 
 /// A plugin's opaque pointer (listen comm, send/recv comm, `mhandle` or request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl ForeignNet {
     /// The engine's buffers as the plugin's; tags are converted for `irecv` only (`iflush`
     /// has none).
     fn bufs(bufs: &[NetBuf<Ptr>], tags: bool, out: &mut [Buf; MAX_RECVS]) -> Result<usize> {
-        crate::foreign::calls::count(bufs.len())?;
+        ibnet_nccl::foreign::calls::count(bufs.len())?;
         for (o, b) in out.iter_mut().zip(bufs) {
             *o = Buf {
                 data: b.addr as *mut c_void,

@@ -2,7 +2,7 @@
 //! `capi`, on by default).
 //!
 //! * [`foreign_net`]: [`ForeignNet`], the engine's `Net` over a plugin loaded by
-//!   [`crate::foreign`] (from a path, or this library's own `ncclNetPlugin_v11`);
+//!   [`ibnet_nccl::foreign`] (from a path, or this library's own `ncclNetPlugin_v11`);
 //! * [`capi`]: `ibnet_proxy_*`, declared and documented with a complete example in
 //!   `include/ibnet.h`; [`capi_xproc`]: its cross-process, logger and profiler functions;
 //! * [`mem`], [`shm`], [`cprofiler`]: the engine's memory behind the C API, shared-memory
@@ -10,7 +10,7 @@
 //!   re-exported here.
 //!
 //! These three files stay here, not in `ibnet-proxy`, because they need ffi's foreign loader,
-//! NCCL types, logger, panic boundary ([`crate::boundary`]) and the plugin's own table
+//! NCCL types, logger, panic boundary ([`ibnet_nccl::boundary`]) and the plugin's own table
 //! (`ibnet-proxy` depending on ffi would be a cycle).
 #![allow(unsafe_code)]
 
@@ -19,7 +19,7 @@ pub mod capi_xproc;
 pub mod foreign_net;
 pub use ibnet_proxy::capi::{cprofiler, mem, shm};
 
-pub use crate::foreign::Version;
 pub use foreign_net::{ForeignNet, Ptr};
+pub use ibnet_nccl::foreign::Version;
 pub use mem::{CMemTable, ProxyMem};
 pub use shm::{PeerWatch, ShmBank};

@@ -28,8 +28,8 @@ use ibnet_core::policy::merge;
 use ibnet_core::Error;
 
 use crate::dev::Props;
-use crate::nccl::types::ncclNetVDeviceProps_v12_t;
 use crate::plugin::Plugin;
+use ibnet_nccl::types::ncclNetVDeviceProps_v12_t;
 
 /// The most fused vNICs one process makes (NCCL 2.28's `MAX_IB_VDEVS`).
 pub const MAX_VNICS: usize = 128;
@@ -153,8 +153,8 @@ pub fn make(p: &Plugin, ndevs: c_int, all: &[c_int]) -> Result<c_int, Made> {
         name: Box::leak(name.into_boxed_c_str()),
     });
     let d = p.devs.len() + t.len() - 1;
-    crate::info!(
-        crate::log::NET,
+    ibnet_nccl::info!(
+        ibnet_nccl::log::NET,
         "made virtual device [{d}] name={} speed={} ndevs={}",
         fused_name,
         fused.speed,

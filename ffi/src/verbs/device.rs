@@ -25,12 +25,12 @@ use std::thread::JoinHandle;
 use super::loader::{self, Verbs};
 use super::sys::*;
 use crate::verbs::discovery::Discovery as Config;
-use crate::{info, warn};
 use ibnet_core::hca::HcaFilter;
 use ibnet_core::policy::gid::{self as gid_policy, Auto, NoMatch};
 use ibnet_core::policy::merge;
 use ibnet_core::provider::DevName;
 use ibnet_core::Error;
+use ibnet_nccl::{info, warn};
 
 pub use ibnet_core::policy::gid::{select_auto as select_gid, Candidate};
 
@@ -193,7 +193,7 @@ impl VerbsDev {
         let mut last = self.logged_gid.lock().unwrap_or_else(|e| e.into_inner());
         if *last != (idx, gid) {
             info!(
-                crate::log::NET,
+                ibnet_nccl::log::NET,
                 "{name}:{} GID for new connections: index {idx} {} (was index {} {}){}",
                 self.port,
                 std::net::Ipv6Addr::from(gid),
@@ -373,7 +373,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Arc<VerbsDev>>, Why> {
         .collect();
     let ro = cfg.relaxed_ordering != 0 && v.reg_mr_iova2.is_some();
     info!(
-        crate::log::INIT | crate::log::NET,
+        ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
         "Using {}{}",
         line.join(" "),
         if ro { " [RO]" } else { "" }
@@ -676,7 +676,7 @@ fn log_gid(name: &str, port: u8, (idx, gid): (u8, &[u8; 16]), link_layer: u8, no
         )
     };
     info!(
-        crate::log::INIT | crate::log::NET,
+        ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
         "{name}:{port} using GID index {idx}: {} ({kind}){note}",
         std::net::Ipv6Addr::from(*gid)
     );

@@ -78,8 +78,8 @@ pub fn line(
     (ty, element): (i32, usize),
     h: Handled,
     ports: &mut Ports,
-) -> Option<(crate::log::Level, String)> {
-    use crate::log::Level::{Info, Warn};
+) -> Option<(ibnet_nccl::log::Level, String)> {
+    use ibnet_nccl::log::Level::{Info, Warn};
     Some(match h {
         Handled::Quiet => return None,
         Handled::Logged if ty == IBV_EVENT_PORT_ACTIVE || ty == IBV_EVENT_PORT_ERR => {
@@ -116,8 +116,8 @@ pub fn line(
 /// Logs the line [`line()`] makes of one event (the async thread: not a hot path).
 pub fn log(dev: &str, what: &str, event: (i32, usize), h: Handled, ports: &mut Ports) {
     match line(dev, what, event, h, ports) {
-        Some((crate::log::Level::Warn, l)) => crate::warn!("{l}"),
-        Some((_, l)) => crate::info!(crate::log::NET, "{l}"),
+        Some((ibnet_nccl::log::Level::Warn, l)) => ibnet_nccl::warn!("{l}"),
+        Some((_, l)) => ibnet_nccl::info!(ibnet_nccl::log::NET, "{l}"),
         None => {}
     }
 }
@@ -248,7 +248,7 @@ mod tests {
     /// two); going down is one WARN; each port on its own.
     #[test]
     fn a_port_change_is_logged_once() {
-        use crate::log::Level::{Info, Warn};
+        use ibnet_nccl::log::Level::{Info, Warn};
         let mut ports = Ports::default();
         let mut log = |ty: i32, port: usize| {
             let ev = Events::default();

@@ -4,7 +4,7 @@
 //! variable is never replaced by the system's); else NCCL 2.30's `NCCL_IBVERBS_LIB` when set,
 //! then the system's, as NCCL does (one INFO when the named one cannot be loaded and the
 //! system's is used); else `libibverbs.so.1`, then `libibverbs.so`. Both variables are read
-//! through `crate::env::ibverbs_lib`. Base calls
+//! through `ibnet_nccl::env::ibverbs_lib`. Base calls
 //! are pinned to `IBVERBS_1.1` with `dlvsym` (the library also exports legacy `IBVERBS_1.0`
 //! versions with a different ABI). `ibv_reg_mr_iova2` (`IBVERBS_1.8`), `ibv_query_ece` /
 //! `ibv_set_ece` (`IBVERBS_1.10`), `ibv_reg_dmabuf_mr` (`IBVERBS_1.12`) and
@@ -78,7 +78,7 @@ unsafe impl Sync for Verbs {}
 /// configuration error (the caller WARNs naming the variable). One named by `NCCL_IBVERBS_LIB`
 /// falls back to the system's, as NCCL does ([`falls_back`]).
 pub fn named_path() -> Option<(&'static str, std::ffi::OsString)> {
-    crate::env::ibverbs_lib()
+    ibnet_nccl::env::ibverbs_lib()
 }
 
 /// Whether a library named by `var` (from [`named_path`]) that cannot be loaded is replaced by
@@ -119,8 +119,8 @@ fn open() -> Result<*mut c_void, String> {
         Err(e) => e,
     };
     let h = open_first(system.iter().copied()).map_err(|e| format!("{named_err}; {e}"))?;
-    crate::info!(
-        crate::log::INIT | crate::log::ENV,
+    ibnet_nccl::info!(
+        ibnet_nccl::log::INIT | ibnet_nccl::log::ENV,
         "{var}={}: cannot be loaded ({named_err}); using the system's libibverbs, as NCCL does",
         p.to_string_lossy()
     );

@@ -62,8 +62,8 @@ impl VerbsPort {
 fn note_ro_fallback(dev: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        crate::info!(
-            crate::log::INIT | crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
             "{dev}: relaxed-ordering registration refused (EINVAL); registering without it"
         )
     });
@@ -225,7 +225,7 @@ impl VerbsPort {
         } else {
             ""
         };
-        crate::warn!(
+        ibnet_nccl::warn!(
             "{}:{} QP {:#x} cannot connect to peer gid {} qpn {:#x} from local GID index {} \
              ({}){hint}",
             self.dev.name.to_string_lossy(),
@@ -310,8 +310,8 @@ impl VerbsPort {
             retry,
         )?;
         // Connection setup, not the hot path: one line per QP says what was negotiated.
-        crate::info!(
-            crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::NET,
             "{}:{} QP {:#x} connected to peer gid {} qpn {:#x}: path MTU {} (the minimum of both \
              ports' active MTU), local GID index {}, timeout {} retry {}",
             self.dev.name.to_string_lossy(),
@@ -333,8 +333,8 @@ impl VerbsPort {
     /// One INFO per failed failback reset (not a WARN: while the rail's link is down every
     /// attempt fails, and the core counts them).
     fn note_failed_reset(&self, qp: &VQp, a: &ConnectAttr, e: &Error) {
-        crate::info!(
-            crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::NET,
             "{}:{} QP {:#x}: failback reset to peer gid {} qpn {:#x} failed ({e}); the rail \
              stays out of use until the next attempt",
             self.dev.name.to_string_lossy(),

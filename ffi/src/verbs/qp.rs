@@ -103,8 +103,8 @@ pub(crate) fn modify(
                 errno: e,
             });
         };
-        crate::info!(
-            crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::NET,
             "{dev}: {what} failed with errno {e} ({}), retrying {attempt}/{} after {ms} ms",
             std::io::Error::from_raw_os_error(e),
             o.retry_cnt
@@ -133,7 +133,7 @@ pub fn ib_route(local: &[u8; 16], remote: &[u8; 16], remote_lid: u16) -> (u16, b
     }
     match flid(remote) {
         0 => {
-            crate::warn!(
+            ibnet_nccl::warn!(
                 "remote FLID is 0 though the endpoints are on different subnets \
                  ({:#x} vs {:#x}); using its LID {remote_lid}",
                 subnet(local),
@@ -149,8 +149,8 @@ pub fn ib_route(local: &[u8; 16], remote: &[u8; 16], remote_lid: u16) -> (u16, b
 fn note_no_ece(dev: &str, why: &str) {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        crate::info!(
-            crate::log::INIT | crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
             "{dev}: ECE not available ({why}); connecting without it"
         )
     });
@@ -198,8 +198,8 @@ pub(crate) fn set_ece(v: &Verbs, dev: &str, qp: *mut ibv_qp, ece: &Ece) -> Resul
     let rc = unsafe { f(qp, &mut e) };
     match rc {
         0 => {
-            crate::info!(
-                crate::log::NET,
+            ibnet_nccl::info!(
+                ibnet_nccl::log::NET,
                 "{dev}: qpn {:#x} set_ece vendor_id {:#x} options {:#x}",
                 // SAFETY: `qp` is live; `qp_num` is in the stable prefix.
                 unsafe { (*qp).qp_num },
@@ -234,16 +234,16 @@ pub(crate) fn log_connected(v: &Verbs, dev: &str, qp: *mut ibv_qp) {
     // SAFETY: `qp` is live; `qp_num` is in the stable prefix.
     let qpn = unsafe { (*qp).qp_num };
     if rc != 0 {
-        crate::info!(
-            crate::log::NET,
+        ibnet_nccl::info!(
+            ibnet_nccl::log::NET,
             "{dev}: qpn {qpn:#x} connected (ibv_query_qp: errno {})",
             errno_or(rc)
         );
         return;
     }
     let ah = attr.ah_attr;
-    crate::info!(
-        crate::log::NET,
+    ibnet_nccl::info!(
+        ibnet_nccl::log::NET,
         "{dev}: qpn {qpn:#x} -> qpn {:#x} state {} dlid {} sl {} global {} traffic_class {} sgid_index {}",
         attr.dest_qp_num,
         attr.qp_state,

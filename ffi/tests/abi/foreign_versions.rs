@@ -9,9 +9,9 @@
 use core::ffi::c_void;
 use std::path::Path;
 
-use nccl_net_ibnet::foreign::calls::Buf;
-use nccl_net_ibnet::foreign::{ForeignPlugin, Version};
-use nccl_net_ibnet::nccl::types::{NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST};
+use ibnet_nccl::foreign::calls::Buf;
+use ibnet_nccl::foreign::{ForeignPlugin, Version};
+use ibnet_nccl::types::{NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_HOST};
 
 fn so_path() -> String {
     if let Ok(p) = std::env::var("IBNET_TEST_PLUGIN_SO") {

@@ -20,14 +20,14 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ibnet_nccl::log;
+use ibnet_nccl::props::Props12;
+use ibnet_nccl::tables::ncclNet_v12_t;
+use ibnet_nccl::types::DebugLogFn;
+use ibnet_nccl::types::{ncclResult_t, NCCL_NET_ID_UNDEF};
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
 use ibnet_proxy::{HandleKind, OpEvent, StepEvent};
-use nccl_net_ibnet::log;
-use nccl_net_ibnet::nccl::props::Props12;
-use nccl_net_ibnet::nccl::tables::ncclNet_v12_t;
-use nccl_net_ibnet::nccl::types::DebugLogFn;
-use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_ID_UNDEF};
 use nccl_net_ibnet::proxy::capi::*;
 use nccl_net_ibnet::proxy::capi_xproc::*;
 use nccl_net_ibnet::proxy::CMemTable;
@@ -311,7 +311,7 @@ fn constants() -> Vec<Check> {
         k("IBNET_MAX_RECVS", MAX_RECVS as i64),
         k(
             "IBNET_HANDLE_MAXSIZE",
-            nccl_net_ibnet::nccl::types::NCCL_NET_HANDLE_MAXSIZE as i64,
+            ibnet_nccl::types::NCCL_NET_HANDLE_MAXSIZE as i64,
         ),
         k("sizeof(ibnet_result_t)", size_of::<ncclResult_t>() as i64),
         k("IBNET_PROXY_MAP_BYTES", XMap::BYTES as i64),

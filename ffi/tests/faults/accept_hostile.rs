@@ -11,8 +11,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// IBNET_HANDSHAKE_TIMEOUT for this test (seconds): idle connections time out after it.
@@ -65,7 +65,7 @@ fn junk_conns(
         .collect()
 }
 
-fn warned_drop(log: &[(nccl_net_ibnet::log::Level, String)]) -> bool {
+fn warned_drop(log: &[(ibnet_nccl::log::Level, String)]) -> bool {
     log.iter()
         .any(|(_, l)| l.contains("accept: dropped the connection from 127.0.0.1:"))
 }
@@ -384,7 +384,7 @@ fn a_connector_dying_mid_handshake_fails_accept() {
         assert_eq!(rc, ncclResult_t::RemoteError, "{state}: {log:?}");
         let warns: Vec<_> = log
             .iter()
-            .filter(|(lv, _)| *lv == nccl_net_ibnet::log::Level::Warn)
+            .filter(|(lv, _)| *lv == ibnet_nccl::log::Level::Warn)
             .map(|(_, m)| m)
             .collect();
         assert_eq!(warns.len(), 1, "{state}: one WARN: {warns:?}");
@@ -496,7 +496,7 @@ fn a_death_waits_for_the_other_nonce_holder() {
     let log = take_log();
     let warns: Vec<_> = log
         .iter()
-        .filter(|(lv, _)| *lv == nccl_net_ibnet::log::Level::Warn)
+        .filter(|(lv, _)| *lv == ibnet_nccl::log::Level::Warn)
         .collect();
     assert_eq!(warns.len(), 1, "{log:?}");
     assert!(warns[0].1.contains(&dead.to_string()), "{warns:?}");

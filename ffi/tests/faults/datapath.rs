@@ -16,9 +16,9 @@ use core::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// The soft device the fatal-event test kills (the others stay healthy).

@@ -21,8 +21,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 const ROLE: &str = "IBNET_DEADPEER_ROLE";
@@ -49,7 +49,7 @@ fn init() -> bool {
         return init_soft(&[("NCCL_SOCKET_IFNAME", "lo")]);
     }
     std::env::set_var("IBNET_PROVIDER", "verbs");
-    nccl_net_ibnet::log::set_sink(note);
+    ibnet_nccl::log::set_sink(note);
     assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);
@@ -368,9 +368,9 @@ fn accept_from(role: &str) -> (Child, *mut c_void, *mut c_void) {
     (c, r, l)
 }
 
-fn warns(log: &[(nccl_net_ibnet::log::Level, String)]) -> Vec<&String> {
+fn warns(log: &[(ibnet_nccl::log::Level, String)]) -> Vec<&String> {
     log.iter()
-        .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn)
+        .filter(|(l, _)| *l == ibnet_nccl::log::Level::Warn)
         .map(|(_, m)| m)
         .collect()
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ibnet_core::provider::{Gid, LinkLayer, Mtu};
 use ibnet_core::wire::{ConnectHandle, Hello, QpInfo, RemoteBuf, QP_INFO_MAX_LEN};
-use nccl_net_ibnet::nccl::types::ncclResult_t;
+use ibnet_nccl::types::ncclResult_t;
 use util::*;
 
 /// Calls connect with `h` until it fails; returns the WARN lines logged.

@@ -5,10 +5,10 @@
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::props::Props12;
+use ibnet_nccl::types::{ncclNetVDeviceProps_v12_t, ncclResult_t};
 use nccl_net_ibnet::abi::exports::ncclNetPlugin_v12;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::props::Props12;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_v12_t, ncclResult_t};
 
 use crate::util::{post_recv, reg, take_log};
 

@@ -9,8 +9,8 @@ use crate::util;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use util::*;
 
 fn pair(dev: c_int) -> (*mut c_void, *mut c_void, *mut c_void) {
@@ -220,7 +220,7 @@ fn a_fused_nic_through_the_api() {
     assert!(api::rail_stats(s).is_some());
     let no_warn = take_log()
         .into_iter()
-        .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn);
+        .filter(|(l, _)| *l == ibnet_nccl::log::Level::Warn);
     assert_eq!(no_warn.count(), 0, "no WARN on a healthy fused comm");
     close(s, r, l);
     let (h2s, h2r, h2l) = {
@@ -263,7 +263,7 @@ fn a_failed_fused_comm_refuses_new_work(d: c_int) {
     assert_eq!(api::test(req, &mut done, core::ptr::null_mut()), first);
     let warns = take_log()
         .into_iter()
-        .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn)
+        .filter(|(l, _)| *l == ibnet_nccl::log::Level::Warn)
         .count();
     assert_eq!(warns, 0, "the refusals are INFO lines");
     assert_eq!(api::dereg_mr(r, mh), ncclResult_t::Success);

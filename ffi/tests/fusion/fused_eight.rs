@@ -10,9 +10,9 @@ use crate::util;
 use std::time::Duration;
 
 use eight::{fuse_eight, message, props12, HCA};
+use ibnet_nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use nccl_net_ibnet::abi::exports::ncclNetPlugin_v11;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use util::*;
 
 #[test]
@@ -98,7 +98,7 @@ fn eight_soft_devices_fused_through_v12() {
     println!("per-rail bytes: {:?}", st.rail_bytes);
     let warns: Vec<_> = take_log()
         .into_iter()
-        .filter(|(l, _)| *l == nccl_net_ibnet::log::Level::Warn)
+        .filter(|(l, _)| *l == ibnet_nccl::log::Level::Warn)
         .collect();
     assert!(
         warns.is_empty(),

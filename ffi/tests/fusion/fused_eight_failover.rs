@@ -9,8 +9,8 @@ use crate::util;
 use std::time::Duration;
 
 use eight::{fuse_eight, message, HCA};
+use ibnet_nccl::log::Level;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
 use util::*;
 
 #[test]

@@ -9,8 +9,8 @@ use crate::util;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use util::*;
 
 const WINDOW: usize = 4;

@@ -8,8 +8,8 @@ use crate::util;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// Drives `req` one step; whether it is done (`sizes`: a receive's sizes out, or NULL).

@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// Pairs per direction.

@@ -9,8 +9,8 @@ use crate::util;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 #[test]

@@ -8,9 +8,9 @@ use crate::util;
 use core::ffi::c_int;
 use std::time::Duration;
 
+use ibnet_nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::dev::Dev;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t};
 use util::*;
 
 /// Makes soft device `dev` report `mbps`.

@@ -6,10 +6,10 @@
 
 use crate::util;
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::props::{Props11, VersionProps};
+use ibnet_nccl::types::{ncclNetVDeviceProps_t, ncclNetVDeviceProps_v12_t, ncclResult_t};
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::props::{Props11, VersionProps};
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclNetVDeviceProps_v12_t, ncclResult_t};
 
 #[test]
 fn make_vdevice_through_the_api() {

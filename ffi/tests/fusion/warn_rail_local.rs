@@ -8,9 +8,9 @@ use crate::util;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use util::*;
 
 /// Listens on `ldev`, connects from `cdev`; returns the rail-local lines logged by accept and

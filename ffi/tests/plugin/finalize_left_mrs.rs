@@ -6,9 +6,9 @@
 use crate::util;
 
 use core::ffi::c_void;
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 #[test]
 fn finalize_deregisters_the_registrations_nccl_left() {
@@ -21,7 +21,7 @@ fn finalize_deregisters_the_registrations_nccl_left() {
         eprintln!("SKIP: soft provider unavailable ({u:?})");
         return;
     }
-    nccl_net_ibnet::log::set_sink(util::note);
+    ibnet_nccl::log::set_sink(util::note);
     // Two one-page buffers, pages apart: two registrations, two memory regions.
     let page = 4096usize;
     let mut buf = vec![0u8; 5 * page];

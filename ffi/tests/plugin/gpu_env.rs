@@ -4,7 +4,7 @@
 
 use crate::util;
 
-use nccl_net_ibnet::log::Level;
+use ibnet_nccl::log::Level;
 
 #[test]
 fn a_malformed_ibnet_gpu_is_one_warn_and_gpu_direct_off() {
@@ -12,7 +12,7 @@ fn a_malformed_ibnet_gpu_is_one_warn_and_gpu_direct_off() {
         return;
     }
     std::env::set_var("IBNET_GPU", "cdua");
-    nccl_net_ibnet::log::set_sink(util::note);
+    ibnet_nccl::log::set_sink(util::note);
     let g = nccl_net_ibnet::gpu::gpu_direct();
     assert!(!g.possible(true), "GPU-direct must be off");
     let warns: Vec<String> = util::take_log()

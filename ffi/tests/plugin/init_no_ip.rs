@@ -6,8 +6,8 @@ use crate::util;
 
 use std::ffi::c_void;
 
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::abi::exports::ncclNetPlugin_v11 as NET;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 #[test]
 fn init_fails_without_an_ip_interface_and_reports_no_device() {

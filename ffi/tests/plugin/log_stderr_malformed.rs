@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use nccl_net_ibnet::env::{self, Note};
+use ibnet_nccl::env::{self, Note};
 
 const CHILD: &str = "IBNET_TEST_LOG_STDERR_CHILD";
 const TEST: &str = "a_malformed_log_stderr_is_one_warn_on_stderr";
@@ -16,7 +16,7 @@ fn a_malformed_log_stderr_is_one_warn_on_stderr() {
     if std::env::var_os(CHILD).is_some() {
         // No logger was installed: every line below goes to stderr or nowhere.
         for i in 0..3 {
-            nccl_net_ibnet::warn!("line {i} that stderr must not show");
+            ibnet_nccl::warn!("line {i} that stderr must not show");
         }
         let (_, notes) = env::load();
         let bad: Vec<_> = notes
@@ -33,7 +33,7 @@ fn a_malformed_log_stderr_is_one_warn_on_stderr() {
             .collect();
         assert_eq!(bad.len(), 1, "{notes:?}");
         // As plugin::create logs its notes.
-        nccl_net_ibnet::warn!("{}", bad[0]);
+        ibnet_nccl::warn!("{}", bad[0]);
         return;
     }
     let name = crate::util::test_path(module_path!(), TEST);

@@ -18,9 +18,9 @@ use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use ibnet_core::comm::MAX_MSG_SIZE;
+use ibnet_nccl::props::{Props12, VersionProps};
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::props::{Props12, VersionProps};
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 /// The send pattern's period: 64 MiB + one page.

@@ -9,9 +9,9 @@ use crate::util;
 
 use std::ffi::c_void;
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::abi::exports::ncclNetPlugin_v11 as NET;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 /// (variable, value, WARNs naming it, a word the WARN must carry).
 const ROWS: &[(&str, &str, usize, &str)] = &[
@@ -112,7 +112,7 @@ fn each_refused_variable_is_one_warn_naming_it() {
     }
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     std::env::remove_var("IBNET_PROVIDER");
-    nccl_net_ibnet::log::set_sink(util::note);
+    ibnet_nccl::log::set_sink(util::note);
     let mut bad = Vec::new();
     for &(name, value, want, word) in ROWS {
         let warns = warns_with(name, value);

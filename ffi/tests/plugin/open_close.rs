@@ -5,8 +5,8 @@
 use crate::util;
 
 use core::ffi::c_void;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 fn rss_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use nccl_net_ibnet::nccl::types::ncclResult_t;
+use ibnet_nccl::types::ncclResult_t;
 use util::*;
 
 #[test]

@@ -9,10 +9,10 @@ use crate::util;
 
 use std::time::Duration;
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
 use nccl_net_ibnet::handles::mh_decode;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use util::*;
 
 const GIDS: (&str, &str) = ("IBNET_SOFT_GIDS", "10.0.0.1,10.0.1.1");

@@ -16,8 +16,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::abi::exports::ncclNetPlugin_v9 as NET;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 struct Counting;
 
@@ -323,8 +323,8 @@ fn reg_hits_allocate_nothing(c: *mut c_void, buf: &mut [u8], what: &str) {
 
 /// A connected send/receive pair over the fused NIC of soft0 and soft1, and its listener.
 fn fused_pair() -> (*mut c_void, *mut c_void, *mut c_void) {
+    use ibnet_nccl::types::NCCL_NET_HANDLE_MAXSIZE;
     use nccl_net_ibnet::api;
-    use nccl_net_ibnet::nccl::types::NCCL_NET_HANDLE_MAXSIZE;
     let d = util::fuse_first_two();
     let mut h = [0u8; NCCL_NET_HANDLE_MAXSIZE];
     let hp = h.as_mut_ptr() as *mut c_void;

@@ -13,9 +13,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
+use ibnet_nccl::types::ncclResult_t;
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::BankDesc;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use nccl_net_ibnet::proxy::capi::*;
 use nccl_net_ibnet::proxy::capi_xproc::*;
 use nccl_net_ibnet::proxy::{CMemTable, ShmBank};

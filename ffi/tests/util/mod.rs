@@ -15,9 +15,9 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 use nccl_net_ibnet::api::{self, Sizes};
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::{ncclNetVDeviceProps_t, ncclResult_t, NCCL_NET_HANDLE_MAXSIZE};
 
 /// A listen handle.
 pub type Handle = [u8; NCCL_NET_HANDLE_MAXSIZE];
@@ -48,7 +48,7 @@ pub fn init_soft(env: &[(&str, &str)]) -> bool {
         eprintln!("SKIP: soft provider unavailable ({u:?})");
         return false;
     }
-    nccl_net_ibnet::log::set_sink(note);
+    ibnet_nccl::log::set_sink(note);
     assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);

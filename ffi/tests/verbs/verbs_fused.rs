@@ -28,7 +28,7 @@ use nccl_net_ibnet::verbs::qp::QpOpts;
 fn rails() -> Option<(Vec<VerbsPort>, CommConfig)> {
     let want = std::env::var("IBNET_FUSED_DEVS").unwrap_or_else(|_| "rxe0,rxe1".into());
     let require = std::env::var("IBNET_FUSED_REQUIRE").is_ok_and(|v| v == "1");
-    let (params, _) = nccl_net_ibnet::env::load();
+    let (params, _) = ibnet_nccl::env::load();
     let cfg = Discovery::from_params(&params);
     let found = device::discover(&cfg).unwrap_or_default();
     let qp = Arc::new(QpOpts {

@@ -4,9 +4,9 @@
 
 use crate::util;
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 #[test]
 fn a_named_libibverbs_that_cannot_load_is_one_warn_and_no_devices() {
@@ -16,7 +16,7 @@ fn a_named_libibverbs_that_cannot_load_is_one_warn_and_no_devices() {
     let path = "/nonexistent/ibnet-test/libibverbs-missing.so.1";
     std::env::remove_var("IBNET_PROVIDER");
     std::env::set_var("IBNET_IBVERBS_PATH", path);
-    nccl_net_ibnet::log::set_sink(util::note);
+    ibnet_nccl::log::set_sink(util::note);
     assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = -1;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);

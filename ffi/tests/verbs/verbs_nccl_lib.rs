@@ -7,9 +7,9 @@
 
 use crate::util;
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 use nccl_net_ibnet::verbs::loader;
 
 /// Whether this host's dynamic loader finds a system libibverbs (what the fallback loads).
@@ -31,7 +31,7 @@ fn nccl_ibverbs_lib_falls_back_to_the_system_libibverbs() {
     std::env::remove_var("IBNET_IBVERBS_PATH");
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     std::env::set_var("NCCL_IBVERBS_LIB", path);
-    nccl_net_ibnet::log::set_sink(util::note);
+    ibnet_nccl::log::set_sink(util::note);
     assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = -1;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);

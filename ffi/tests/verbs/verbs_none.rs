@@ -2,9 +2,9 @@
 
 use crate::util;
 
+use ibnet_nccl::log::Level;
+use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::log::Level;
-use nccl_net_ibnet::nccl::types::ncclResult_t;
 
 #[test]
 fn verbs_without_a_device_warns_once() {
@@ -12,7 +12,7 @@ fn verbs_without_a_device_warns_once() {
         return;
     }
     std::env::set_var("IBNET_PROVIDER", "verbs");
-    nccl_net_ibnet::log::set_sink(util::note);
+    ibnet_nccl::log::set_sink(util::note);
     assert_eq!(api::init(None, -1, None, None), ncclResult_t::Success);
     let mut n = 0;
     assert_eq!(api::devices(&mut n), ncclResult_t::Success);

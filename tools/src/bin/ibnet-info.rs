@@ -11,9 +11,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ibnet_core::params::ProviderKind as ProviderChoice;
-use ibnet_ffi::env::Note;
 use ibnet_ffi::verbs::device::{self, VerbsDev};
 use ibnet_ffi::verbs::discovery::Discovery as Config;
+use ibnet_nccl::env::Note;
 use ibnet_tools::net::{DevProps, Plugin};
 use ibnet_tools::{errln, locate, log, out, outln, Error};
 
@@ -166,7 +166,7 @@ fn memlock() -> String {
 }
 
 fn env_line(name: &str) -> Result<(), Error> {
-    match ibnet_ffi::env::var(name) {
+    match ibnet_nccl::env::var(name) {
         Some(v) => outln!("  {name}={v}"),
         None => outln!("  {name} (unset)"),
     }
@@ -175,10 +175,10 @@ fn env_line(name: &str) -> Result<(), Error> {
 /// One plugin device `d` as NCCL sees it (`pr`: its properties).
 fn show_device(d: i32, pr: &DevProps) -> Result<(), Error> {
     let mut ptr = vec!["HOST"];
-    if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_CUDA != 0 {
+    if pr.ptr_support & ibnet_nccl::types::NCCL_PTR_CUDA != 0 {
         ptr.push("CUDA");
     }
-    if pr.ptr_support & ibnet_ffi::nccl::types::NCCL_PTR_DMABUF != 0 {
+    if pr.ptr_support & ibnet_nccl::types::NCCL_PTR_DMABUF != 0 {
         ptr.push("DMABUF");
     }
     // v12's railId/planeId, shown when set (from NCCL_IB_HCA's dev:port:rail:plane).
@@ -202,7 +202,7 @@ fn show_device(d: i32, pr: &DevProps) -> Result<(), Error> {
 /// The GPU runtime found, and whether GPU-direct RDMA is possible.
 fn show_gpu() -> Result<(), Error> {
     match ibnet_hip::GpuRuntime::detect_on(
-        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(ibnet_ffi::env::var)),
+        ibnet_hip::Host::system().with_env(ibnet_hip::Env::Lookup(ibnet_nccl::env::var)),
     ) {
         Ok(rt) => {
             let g = rt.gdr_support();
@@ -303,8 +303,8 @@ fn run(a: &Args) -> Result<(), Error> {
     };
     let path = locate::absolute(&path);
     // The plugin's own configuration: its variables and the soft provider's, read as it does.
-    let (params, notes) = ibnet_ffi::env::load();
-    let (scfg, soft_errs) = ibnet_soft::Config::from_lookup(ibnet_ffi::env::var);
+    let (params, notes) = ibnet_nccl::env::load();
+    let (scfg, soft_errs) = ibnet_soft::Config::from_lookup(ibnet_nccl::env::var);
     let cfg = Config::from_params(&params);
 
     show_env(&notes, &soft_errs)?;

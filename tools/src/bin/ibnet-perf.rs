@@ -146,7 +146,7 @@ impl Drop for PeerGuard {
 fn rdma_nic() -> Result<usize, String> {
     // The notes (malformed or refused variables) are not printed here: the plugin's `init`,
     // which follows at once, WARNs each of them through this tool's logger (stderr, always).
-    let (params, _notes) = ibnet_ffi::env::load();
+    let (params, _notes) = ibnet_nccl::env::load();
     let cfg = ibnet_ffi::verbs::discovery::Discovery::from_params(&params);
     match ibnet_ffi::verbs::device::discover(&cfg) {
         Ok(v) if !v.is_empty() => Ok(v.len()),
@@ -162,7 +162,7 @@ fn load(path: &std::path::Path) -> Result<(Plugin, i32, Option<String>), Error> 
     let mut note = None;
     if p.is_ibnet() {
         // Set to nothing counts as unset, as the plugin reads it.
-        note = Some(match ibnet_ffi::env::var("IBNET_PROVIDER") {
+        note = Some(match ibnet_nccl::env::var("IBNET_PROVIDER") {
             Some(v) => format!("{v} (IBNET_PROVIDER)"),
             None => match rdma_nic() {
                 Ok(n) => format!("auto: verbs ({n} port(s))"),

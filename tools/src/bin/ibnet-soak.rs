@@ -243,7 +243,7 @@ fn spawn_peer(
 fn driver(a: &Args) -> Result<(), Error> {
     let plugin = plugin_path(a)?;
     // Unset or set to nothing (which the plugin reads as unset): the soft provider.
-    if ibnet_ffi::env::var("IBNET_PROVIDER").is_none() {
+    if ibnet_nccl::env::var("IBNET_PROVIDER").is_none() {
         // Single-threaded here; the peer inherits it. The plugin reads it at init.
         std::env::set_var("IBNET_PROVIDER", "soft");
     }
@@ -262,7 +262,7 @@ fn driver(a: &Args) -> Result<(), Error> {
         a.max_width,
         a.window,
         if a.loose_sizes { "loose (multi-receive: <= posted, exact if > 1)" } else { "exact" },
-        ibnet_ffi::env::var("IBNET_PROVIDER").unwrap_or_default(),
+        ibnet_nccl::env::var("IBNET_PROVIDER").unwrap_or_default(),
         plugin.display()
     )?;
     let (links, mut guard) = spawn_peer(a, &plugin, seed)?;

@@ -12,7 +12,7 @@ use core::ffi::{c_int, c_ulong};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// NCCL's `ncclDebugLogger_t` (non-NULL).
-pub use crate::nccl::types::DebugLogFn as Logger;
+pub use crate::types::DebugLogFn as Logger;
 
 /// `ncclDebugLogLevel` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The one loader of NCCL net plugins from a `.so`, shared by the proxy engine's
-//! [`ForeignNet`](crate::proxy::ForeignNet) and `ibnet-perf`/`ibnet-info` (ibnet-tools).
+//! `ForeignNet` (ibnet-proxy's `capi` feature) and `ibnet-perf`/`ibnet-info` (ibnet-tools).
 //! "Foreign" means reached only through the plugin's C table, whoever wrote it (ibnet's own
 //! library included).
 //!
@@ -30,9 +30,9 @@ use core::ffi::{c_int, c_void, CStr};
 use std::ffi::CString;
 use std::path::Path;
 
-use crate::nccl::props::{Props, VersionProps};
-use crate::nccl::tables::*;
-use crate::nccl::types::{
+use crate::props::{Props, VersionProps};
+use crate::tables::*;
+use crate::types::{
     ncclDebugLogger_t, ncclNetCommConfig_t, ncclResult_t, VDevProps, NCCL_NET_MAX_DEVS_PER_NIC,
     NCCL_NET_MAX_DEVS_PER_NIC_V12, NCCL_NET_TRAFFIC_CLASS_UNDEF,
 };

@@ -190,7 +190,7 @@ pub type ProfilerFn = unsafe extern "C" fn(
     plugin_id: i64,
     ext_data: *mut c_void,
 ) -> ncclResult_t;
-/// `ncclProfilerCallback_t` (see [`crate::profiler`]).
+/// `ncclProfilerCallback_t` (ibnet-ffi's `profiler` module).
 #[allow(non_camel_case_types)]
 pub type ncclProfilerCallback_t = Option<ProfilerFn>;
 

@@ -5,7 +5,7 @@
 use core::ffi::{c_int, c_void};
 
 use super::{by_version, check, need, shared, CallError, CallResult, ForeignPlugin};
-use crate::nccl::types::{
+use crate::types::{
     ncclNetCommConfig_t, ncclNetDeviceHandle_t, NCCL_NET_HANDLE_MAXSIZE,
     NCCL_NET_TRAFFIC_CLASS_UNDEF,
 };

@@ -1,14 +1,15 @@
 //! The one panic boundary of every `extern "C"` function the library exports (the plugin
-//! table's entry points, `crate::api::entry`, and the proxy C API, `crate::proxy::capi`): panics
+//! table's entry points, ibnet-ffi's `api::entry`, and the proxy C API, ibnet-ffi's
+//! `proxy::capi`): panics
 //! caught, one WARN per failure (a refusal of an already failed comm is INFO), errors mapped to
 //! `ncclResult_t`.
 //!
-//! On the ground floor of the crate: it imports nothing of ibnet-ffi but the NCCL types and the
-//! logger, so either API can use it without depending on the other.
+//! It imports only the NCCL types and the logger, so either API can use it without depending on
+//! the other.
 
 use ibnet_core::{Error, ErrorKind};
 
-use crate::nccl::types::ncclResult_t;
+use crate::types::ncclResult_t;
 use crate::warn;
 
 /// Maps an error kind to `ncclResult_t`.
