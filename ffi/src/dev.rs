@@ -16,7 +16,7 @@ use ibnet_core::{Error, Result};
 
 use ibnet_soft::{SoftMr, SoftProvider};
 
-use crate::verbs::provider::{VMr, VerbsPort};
+use ibnet_verbs::provider::{VMr, VerbsPort};
 
 /// A plugin device: one provider port.
 #[derive(Clone)]
@@ -231,7 +231,7 @@ impl Dev {
     }
 
     /// This device for one new comm, with the GID chosen for it now (verbs:
-    /// [`VerbsDev::choose_gid`](crate::verbs::device::VerbsDev::choose_gid), which fails with
+    /// [`VerbsDev::choose_gid`](ibnet_verbs::device::VerbsDev::choose_gid), which fails with
     /// `Error::NoGid` when no GID matches the `NCCL_IB_ADDR_FAMILY`/`_RANGE` the user set any
     /// more; soft: nothing to choose). The comm is made from the returned copy, so a
     /// concurrent connect's choice never reaches it.

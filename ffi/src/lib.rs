@@ -69,5 +69,4 @@ pub use ibnet_atomics::slot;
 pub mod sock;
 pub mod subnet;
 pub mod vdev;
-pub mod verbs;
 pub mod watch;

@@ -23,9 +23,9 @@ use ibnet_core::params::{Params, ProviderKind};
 use ibnet_soft::SoftProvider;
 
 use crate::dev::{AnyMr, Dev, MrCacheT};
-use crate::verbs::discovery::Discovery;
-use crate::verbs::provider::VerbsPort;
 use ibnet_nccl::{info, warn};
+use ibnet_verbs::discovery::Discovery;
+use ibnet_verbs::provider::VerbsPort;
 
 /// The initialised plugin.
 pub struct Plugin {
@@ -202,7 +202,7 @@ extern "C" fn on_unload() {
 static ON_UNLOAD: extern "C" fn() = on_unload;
 
 fn discover(p: &Params) -> Vec<Dev> {
-    let qp = Arc::new(crate::verbs::qp::QpOpts {
+    let qp = Arc::new(ibnet_verbs::qp::QpOpts {
         retry_all: p.ib_mqp_retry_all,
         retry_cnt: p.ib_mqp_retry_cnt,
         retry_sleep_ms: p.ib_mqp_retry_sleep_msec,
@@ -216,8 +216,8 @@ fn discover(p: &Params) -> Vec<Dev> {
     // unless NCCL_IB_DISABLE, so `get` returns the cached result).
     let asked = p.provider == ProviderKind::Verbs;
     let named_lib_failed = || {
-        let named = crate::verbs::loader::named_path();
-        named.filter(|_| !p.ib_disable && crate::verbs::loader::get().is_err())
+        let named = ibnet_verbs::loader::named_path();
+        named.filter(|_| !p.ib_disable && ibnet_verbs::loader::get().is_err())
     };
     let none = |why: &dyn core::fmt::Display| {
         if asked {
@@ -234,7 +234,7 @@ fn discover(p: &Params) -> Vec<Dev> {
             );
         }
     };
-    let verbs = || match crate::verbs::device::discover(&cfg) {
+    let verbs = || match ibnet_verbs::device::discover(&cfg) {
         Ok(v) if v.is_empty() => {
             none(&"libibverbs lists no usable port");
             Vec::new()
@@ -303,7 +303,7 @@ fn soft(p: &Params) -> Vec<Dev> {
 fn bootstrap_addr(p: &Params) -> Option<SocketAddr> {
     let all = crate::ifaddr::list();
     let ifname = (!p.socket_ifname.trim().is_empty()).then_some(&p.ifname);
-    let family = p.socket_family.map(crate::verbs::discovery::family);
+    let family = p.socket_family.map(ibnet_verbs::discovery::family);
     let a = crate::ifaddr::choose(&all, ifname, family)?;
     info!(
         ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
@@ -360,7 +360,7 @@ fn create() -> Arc<Plugin> {
             "No IP interface found for the bootstrap sockets (NCCL_SOCKET_IFNAME={:?}, \
              NCCL_SOCKET_FAMILY={:?}); reporting no device",
             ifname,
-            params.socket_family.map(crate::verbs::discovery::family)
+            params.socket_family.map(ibnet_verbs::discovery::family)
         );
         Vec::new()
     };

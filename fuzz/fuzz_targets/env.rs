@@ -62,7 +62,7 @@ fn params(name: &str, v: &str) {
             if let Some(r) = p.gid_addr_range() {
                 let _ = r.contains_gid(&Gid([0xAB; 16]));
             }
-            let d = nccl_net_ibnet::verbs::discovery::Discovery::from_params(&p);
+            let d = ibnet_verbs::discovery::Discovery::from_params(&p);
             assert_eq!(d.gid_index, p.ib_gid_index.map_or(-1, i64::from));
             // Setting it again with the same value is the same.
             let mut q = Params::default();
@@ -226,7 +226,7 @@ fn ifaddr(v: &str) {
         .set("NCCL_SOCKET_FAMILY", v)
         .ok()
         .and_then(|_| p.socket_family)
-        .map(nccl_net_ibnet::verbs::discovery::family);
+        .map(ibnet_verbs::discovery::family);
     // NCCL_SOCKET_IFNAME as the plugin applies it: parsed once, by `Params::set`.
     let mut q = Params::default();
     let ifname = q

@@ -16,8 +16,7 @@
 
 pub mod capi;
 pub mod capi_xproc;
-pub mod foreign_net;
-pub use ibnet_proxy::capi::{cprofiler, mem, shm};
+pub use ibnet_proxy::capi::{cprofiler, foreign_net, mem, shm};
 
 pub use foreign_net::{ForeignNet, Ptr};
 pub use ibnet_nccl::foreign::Version;

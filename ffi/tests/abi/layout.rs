@@ -5,7 +5,7 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use nccl_net_ibnet::verbs::sys::*;
+use ibnet_verbs::sys::*;
 
 /// `(C expression, Rust value)`.
 fn checks() -> Vec<(&'static str, i64)> {

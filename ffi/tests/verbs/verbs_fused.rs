@@ -19,10 +19,10 @@ use ibnet_core::fused::{stripe, FusedBuf, FusedRecv, FusedSend, MAX_DEVS_PER_NIC
 use ibnet_core::provider::{Access, MrKeys, Provider, RegKind};
 use ibnet_core::request::ReqId;
 use ibnet_testkit::{fill_pattern, AlignedBuf};
-use nccl_net_ibnet::verbs::device;
-use nccl_net_ibnet::verbs::discovery::Discovery;
-use nccl_net_ibnet::verbs::provider::VerbsPort;
-use nccl_net_ibnet::verbs::qp::QpOpts;
+use ibnet_verbs::device;
+use ibnet_verbs::discovery::Discovery;
+use ibnet_verbs::provider::VerbsPort;
+use ibnet_verbs::qp::QpOpts;
 
 /// The rails, or `None` (skip) when this host lacks them.
 fn rails() -> Option<(Vec<VerbsPort>, CommConfig)> {

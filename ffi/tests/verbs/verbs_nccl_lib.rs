@@ -9,8 +9,8 @@ use crate::util;
 
 use ibnet_nccl::log::Level;
 use ibnet_nccl::types::ncclResult_t;
+use ibnet_verbs::loader;
 use nccl_net_ibnet::api;
-use nccl_net_ibnet::verbs::loader;
 
 /// Whether this host's dynamic loader finds a system libibverbs (what the fallback loads).
 fn system_libibverbs() -> bool {

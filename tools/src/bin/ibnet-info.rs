@@ -11,11 +11,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ibnet_core::params::ProviderKind as ProviderChoice;
-use ibnet_ffi::verbs::device::{self, VerbsDev};
-use ibnet_ffi::verbs::discovery::Discovery as Config;
 use ibnet_nccl::env::Note;
 use ibnet_tools::net::{DevProps, Plugin};
 use ibnet_tools::{errln, locate, log, out, outln, Error};
+use ibnet_verbs::device::{self, VerbsDev};
+use ibnet_verbs::discovery::Discovery as Config;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -147,8 +147,8 @@ fn rdma_nic() -> Result<usize, String> {
     // The notes (malformed or refused variables) are not printed here: the plugin's `init`,
     // which follows at once, WARNs each of them through this tool's logger (stderr, always).
     let (params, _notes) = ibnet_nccl::env::load();
-    let cfg = ibnet_ffi::verbs::discovery::Discovery::from_params(&params);
-    match ibnet_ffi::verbs::device::discover(&cfg) {
+    let cfg = ibnet_verbs::discovery::Discovery::from_params(&params);
+    match ibnet_verbs::device::discover(&cfg) {
         Ok(v) if !v.is_empty() => Ok(v.len()),
         Ok(_) => Err("no usable RDMA port".into()),
         Err(why) => Err(why),

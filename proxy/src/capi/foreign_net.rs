@@ -27,8 +27,8 @@
 use core::ffi::{c_int, c_void};
 use std::path::Path;
 
+use crate::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 use ibnet_core::{Error, Result};
-use ibnet_proxy::{CommRef, Net, NetBuf, NetHandle, NetProps, PtrType, SizeReport};
 
 use ibnet_nccl::foreign::calls::{Buf, MAX_RECVS};
 use ibnet_nccl::foreign::{ForeignPlugin, Table, Version};

@@ -1,6 +1,11 @@
-//! libibverbs, bound by hand and loaded with `dlopen` (see `shared/reference/verbs-binding.md`).
+//! # ibnet-verbs
 //!
-//! * [`sys`]: `#[repr(C)]` declarations, checked against `verbs.h` by `tests/abi/layout.rs`.
+//! The verbs provider of the ibnet plugin: libibverbs, bound by hand and loaded with `dlopen`
+//! (see `shared/reference/verbs-binding.md`), and core's `Provider` over it. ibnet-ffi
+//! discovers devices with it and builds comms on its ports, as it does on ibnet-soft's.
+//!
+//! * [`sys`]: `#[repr(C)]` declarations, checked against `verbs.h` by ibnet-ffi's
+//!   `tests/abi/layout.rs`.
 //! * [`loader`]: `dlopen` + `dlvsym` of the calls used; the inline data-path calls go through
 //!   `context->ops`.
 //! * [`device`]: discovery of ports, GIDs, speeds and PCI paths as NCCL does it;
@@ -10,6 +15,9 @@
 //! * [`provider`]: the [`ibnet_core::provider::Provider`] implementation.
 //! * [`qp`]: connecting a QP (modify retry, routing, ECE).
 //! * `fake` (tests only): a libibverbs table over a GID table the test sets.
+
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod device;
 pub mod discovery;

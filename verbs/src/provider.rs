@@ -754,7 +754,7 @@ impl Provider for VerbsPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::discovery::Discovery;
+    use crate::discovery::Discovery;
 
     /// A port of the fake libibverbs (`super::super::fake`), auto-selecting its GID under
     /// `cfg`.

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 
 use super::loader::{self, Verbs};
 use super::sys::*;
-use crate::verbs::discovery::Discovery as Config;
+use crate::discovery::Discovery as Config;
 use ibnet_core::hca::HcaFilter;
 use ibnet_core::policy::gid::{self as gid_policy, Auto, NoMatch};
 use ibnet_core::policy::merge;
