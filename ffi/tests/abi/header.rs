@@ -25,12 +25,13 @@ use ibnet_nccl::props::Props12;
 use ibnet_nccl::tables::ncclNet_v12_t;
 use ibnet_nccl::types::DebugLogFn;
 use ibnet_nccl::types::{ncclResult_t, NCCL_NET_ID_UNDEF};
+use ibnet_proxy::capi::entry::*;
+use ibnet_proxy::capi::entry_xproc::*;
+use ibnet_proxy::capi::CMemTable;
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnFifo, Protocol, MAX_RECVS, NUM_PROTOCOLS, STEPS};
 use ibnet_proxy::{HandleKind, OpEvent, StepEvent};
-use nccl_net_ibnet::proxy::capi::*;
-use nccl_net_ibnet::proxy::capi_xproc::*;
-use nccl_net_ibnet::proxy::CMemTable;
+use nccl_net_ibnet::proxy::ibnet_proxy_create;
 
 /// A Rust FFI type's spelling in `ibnet.h`'s terms (a C type name usable in `__typeof__`).
 trait CType {

@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 use ibnet_nccl::types::ncclResult_t;
+use ibnet_proxy::capi::entry::*;
+use ibnet_proxy::capi::entry_xproc::*;
+use ibnet_proxy::capi::{CMemTable, ShmBank};
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::BankDesc;
-use nccl_net_ibnet::proxy::capi::*;
-use nccl_net_ibnet::proxy::capi_xproc::*;
-use nccl_net_ibnet::proxy::{CMemTable, ShmBank};
+use nccl_net_ibnet::proxy::ibnet_proxy_create;
 
 static ENV: Once = Once::new();
 /// The tests share the library's process-wide state: one at a time.

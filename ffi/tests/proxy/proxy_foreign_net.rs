@@ -15,13 +15,14 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
+use ibnet_nccl::foreign::Version;
+use ibnet_proxy::capi::entry::{CConfig, CDeviceView, COp, CProxy, CSetup};
+use ibnet_proxy::capi::{CMemTable, ForeignNet, ProxyMem};
 use ibnet_proxy::lines::{ll128_flag, ll_flag, LL128_DATA_ELEMS, LL128_LINE, LL_LINE};
 use ibnet_proxy::{
     ConnId, DeviceRecv, DeviceSend, DeviceView, Dir, NetHandle, Protocol, ProxyConfig, ProxyOp,
     ProxyState, SetupReq, SubArgs, STEPS,
 };
-use nccl_net_ibnet::proxy::capi::{CConfig, CDeviceView, COp, CProxy, CSetup};
-use nccl_net_ibnet::proxy::{CMemTable, ForeignNet, ProxyMem, Version};
 
 fn so_path() -> String {
     if let Ok(p) = std::env::var("IBNET_TEST_PLUGIN_SO") {

@@ -26,6 +26,7 @@ use crate::util;
 
 use ibnet_core::Error;
 use ibnet_proxy::attach::Attached;
+use ibnet_proxy::capi::{PeerWatch, ProxyMem};
 use ibnet_proxy::xmap::XMap;
 use ibnet_proxy::{ConnId, DeviceView, Dir, Protocol, ProxyConfig};
 use ibnet_soft::SoftProvider;
@@ -33,7 +34,6 @@ use ibnet_testkit::proxy::{
     cfg, connect_pairs, drive_op, gpu_recv, gpu_send, new_px_with, op_payload, slice_payload, OpIo,
     PxWith, Scenario,
 };
-use nccl_net_ibnet::proxy::{PeerWatch, ProxyMem};
 
 struct Counting;
 thread_local!(static COUNT: Cell<Option<usize>> = const { Cell::new(None) });

@@ -15,18 +15,18 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-use ibnet_core::{Error, Result};
-use ibnet_proxy::{
+use crate::{
     ConnId, Dir, NetHandle, Protocol, ProxyConfig, ProxyOp, ProxyState, SetupReq, SubArgs,
     NUM_PROTOCOLS,
 };
+use ibnet_core::{Error, Result};
 
+use super::cprofiler::CProfiler;
 use super::foreign_net::ForeignNet;
+use super::mem::{CMemTable, ProxyMem};
 use ibnet_nccl::boundary::call;
 use ibnet_nccl::foreign::Table;
 use ibnet_nccl::types::ncclResult_t;
-use ibnet_proxy::capi::cprofiler::CProfiler;
-use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
 /// Connections one C-API proxy holds.
 pub const PROXY_CONNS: usize = 64;
@@ -67,7 +67,7 @@ pub struct CSetup {
     pub shared: c_int,
     pub use_gdr: c_int,
     pub need_flush: c_int,
-    /// The GPU process's [`ibnet_proxy_process_id`](super::capi_xproc::ibnet_proxy_process_id); 0: this process.
+    /// The GPU process's [`ibnet_proxy_process_id`](super::entry_xproc::ibnet_proxy_process_id); 0: this process.
     pub gpu_process: u64,
 }
 
@@ -187,13 +187,15 @@ fn config(c: Option<&CConfig>) -> ProxyConfig {
     cfg
 }
 
-/// `ibnet_proxy_create`.
+/// `ibnet_proxy_create`, over `own` when `plugin_path` is NULL: ibnet-ffi exports it with its
+/// own `ncclNetPlugin_v11` as `own` (`ffi/src/proxy.rs`; this crate cannot name that table).
 ///
 /// # Safety
 /// Pointers are valid or NULL; `plugin_path` is NUL-terminated; `mem` callbacks follow
-/// [`CMemTable`]'s contract while the proxy lives.
-#[no_mangle]
-pub unsafe extern "C" fn ibnet_proxy_create(
+/// [`CMemTable`]'s contract while the proxy lives; `own` is a plugin table whose entries may be
+/// called.
+pub unsafe fn create(
+    own: Table,
     plugin_path: *const c_char,
     cfg: *const CConfig,
     mem: *const CMemTable,
@@ -203,9 +205,8 @@ pub unsafe extern "C" fn ibnet_proxy_create(
         let o = out(px, "proxy out-pointer")?;
         *o = core::ptr::null_mut();
         let net = if plugin_path.is_null() {
-            let t = Table::V11(crate::abi::exports::ncclNetPlugin_v11);
-            // SAFETY: a copy of this library's own static v11 table (static name, our code).
-            unsafe { ForeignNet::from_table(t) }?
+            // SAFETY: the caller vouches for `own` (this function's contract).
+            unsafe { ForeignNet::from_table(own) }?
         } else {
             // SAFETY: the caller passes a NUL-terminated string.
             let p = unsafe { core::ffi::CStr::from_ptr(plugin_path) };

@@ -14,16 +14,16 @@
 
 use core::ffi::{c_int, c_void};
 
+use crate::attach::Attached;
+use crate::xmap::XMap;
+use crate::{ConnId, Dir};
 use ibnet_core::Error;
-use ibnet_proxy::attach::Attached;
-use ibnet_proxy::xmap::XMap;
-use ibnet_proxy::{ConnId, Dir};
 
-use super::capi::{missing, out, proxy, CDeviceView, CProxy};
+pub use super::cprofiler::{CEvent, CProfiler};
+use super::entry::{missing, out, proxy, CDeviceView, CProxy};
+use super::mem::{CMemTable, ProxyMem};
 use ibnet_nccl::boundary::call;
 use ibnet_nccl::types::{ncclResult_t, DebugLogFn};
-pub use ibnet_proxy::capi::cprofiler::{CEvent, CProfiler};
-use ibnet_proxy::capi::mem::{CMemTable, ProxyMem};
 
 const ATTACH_TAG: u64 = 0x4942_4e45_5441_5443; // "IBNETATC"
 const DEAD: u64 = 0xdead_dead_dead_dead;
@@ -73,7 +73,7 @@ pub unsafe extern "C" fn ibnet_proxy_set_logger(logger: Option<DebugLogFn>) -> n
 #[no_mangle]
 pub unsafe extern "C" fn ibnet_proxy_process_id(id: *mut u64) -> ncclResult_t {
     call("ibnet_proxy_process_id", || {
-        *out(id, "id out-pointer")? = super::capi::process_id();
+        *out(id, "id out-pointer")? = super::entry::process_id();
         Ok(())
     })
 }
