@@ -1,11 +1,16 @@
 //! "env.rs is the only reader" and "every variable is declared once", checked on the sources:
-//! no code in the crates' `src` outside `ffi/src/env.rs` reads the process environment, and
+//! no code in the crates' `src` outside `nccl/src/env.rs` reads the process environment, and
 //! every variable name the sources spell is declared in `ibnet_core::config`.
 
 use std::path::{Path, PathBuf};
 
 const CRATES: &[&str] = &[
     "core/src",
+    "nccl/src",
+    "verbs/src",
+    "proxy/src",
+    "atomics/src",
+    "testkit/src",
     "ffi/src",
     "soft/src",
     "hip-shim/src",
@@ -43,10 +48,10 @@ fn all_sources() -> Vec<(String, String)> {
 }
 
 #[test]
-fn only_ffi_env_reads_the_environment() {
+fn only_the_env_reader_reads_the_environment() {
     let mut readers = Vec::new();
     for (file, text) in all_sources() {
-        if file == "ffi/src/env.rs" {
+        if file == "nccl/src/env.rs" {
             continue;
         }
         for (i, line) in text.lines().enumerate() {
@@ -61,7 +66,7 @@ fn only_ffi_env_reads_the_environment() {
     }
     assert!(
         readers.is_empty(),
-        "reads the environment outside ffi/src/env.rs:\n{}",
+        "reads the environment outside nccl/src/env.rs:\n{}",
         readers.join("\n")
     );
 }

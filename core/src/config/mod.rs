@@ -21,7 +21,7 @@
 //!  config::{nccl_ib, ibnet, soft, gpu}   Var { name, kind, default, since, reader, doc }
 //!        │ find(name), Kind::parse(value), refusal(var, value)
 //!        ▼
-//!  ffi/src/env.rs   getenv(name) for each declared name ─▶ Params::set / soft / hip-shim Env
+//!  nccl/src/env.rs  getenv(name) for each declared name ─▶ Params::set / soft / hip-shim Env
 //! ```
 //!
 //! To add a variable: add one [`Var`] to the file of its concern (and, when the plugin stores

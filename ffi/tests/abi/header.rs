@@ -1,5 +1,5 @@
 //! Checks the hand-written `include/ibnet.h` against the Rust code of the proxy engine's C API
-//! (`ffi/src/proxy/capi.rs`, `proxy/mem.rs`):
+//! (`proxy/src/capi/entry.rs`, `proxy/src/capi/mem.rs`):
 //!
 //! * every `ibnet_proxy_*` function: the header declares exactly the functions the library
 //!   exports, and each declaration's type (return and parameter types, pointer constness) is
@@ -7,7 +7,7 @@
 //! * every struct of that API: size, alignment, and each field's offset, size and type; the
 //!   Rust field lists must tile their structs (no field forgotten here);
 //! * the API's constants; and the NCCL table structs' sizes and key offsets (NCCL 2.28's
-//!   figures, and 2.30.7's for v12, which `ffi/src/nccl/tables.rs` and `props.rs` assert at
+//!   figures, and 2.30.7's for v12, which `nccl/src/tables.rs` and `props.rs` assert at
 //!   compile time on the Rust side).
 //!
 //! A generated C program prints one value per check; each must equal Rust's. Type checks use
@@ -358,7 +358,7 @@ fn constants() -> Vec<Check> {
             "IBNET_PROF_STEP_RECV_GPU_WAIT",
             StepEvent::RecvGpuWait as i64,
         ),
-        // NCCL 2.30.7's net_v12.h figures (`ffi/src/nccl/props.rs` asserts them on the Rust side).
+        // NCCL 2.30.7's net_v12.h figures (`nccl/src/props.rs` asserts them on the Rust side).
         k(
             "sizeof(ibnet_properties_v12_t)",
             size_of::<Props12>() as i64,
