@@ -1,33 +1,36 @@
 //! # ibnet-ffi
 //!
-//! The NCCL/RCCL net plugin `libnccl-net-ibnet.so` (and `libibnet.a` for static linking):
+//! The NCCL/RCCL net plugin `libnccl-net-ibnet.so` (and `libibnet.a` for static linking): NCCL's
+//! entry points over a provider's comms.
 //!
 //! ```text
-//!  abi/          exported ncclNetPlugin_v6..v11 tables (exports) of thin shims per signature
+//!  abi/          exported ncclNetPlugin_v6..v12 tables (exports) of thin shims per signature
 //!      │
-//!  api/          version-agnostic entry points, one concern a file: entry (over boundary;
-//!      │         a caught panic poisons the comm), init, listen, connect, comm, mr, data
+//!  api/          version-agnostic entry points, one concern a file: entry (over ibnet-nccl's
+//!      │         boundary; a caught panic poisons the comm), init, listen, connect, comm, mr,
+//!      │         data
 //!      ├── handles           comm/request/mhandle tokens; a lock-free slot table whose slot
 //!      │                     state is each comm's lifecycle (live, poisoned)
 //!      ├── connect_registry  connects in progress between NCCL's connect calls
 //!      ├── handshake_io      the socket I/O and deadline of the core's handshake machines
 //!      ├── sock, ifaddr      non-blocking TCP bootstrap on NCCL's interface
 //!      ├── watch             a connected comm's peer liveness (its kept bootstrap socket)
+//!      ├── subnet            NCCL_IB_SUBNET_AWARE_ROUTING: the listen handle's GIDs
+//!      └── rail_log          one line per rail event of a virtual NIC
 //!  plugin        init/finalize refcount, device discovery, bootstrap address
-//!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv, AnyMr, registration cache types
-//!      ├── nic, vdev virtual NICs (makeVDevice, merging rules) and a fused NIC's registrations
-//!      ├── boxed     fused comms built in place on the heap (never whole on the stack)
-//!      ├── verbs/    libibverbs via dlopen: sys, loader, device discovery, Provider impl
-//!      ├── (soft)    ibnet-soft's soft0 as dev::Dev::Soft (IBNET_PROVIDER=soft; no module here)
-//!      └── env, log  NCCL variables; logging through NCCL's logger ("NET/IBNET")
-//!  proxy/        (feature capi) ibnet-proxy's engine over a plugin's C table (ForeignNet)
-//!                and its C API, ibnet_proxy_*
-//!      └── foreign/  the one loader of plugin .so files (v11..v6), also used by ibnet-tools
-//!  boundary      the one panic boundary of every exported function (catch_unwind, one
-//!                WARN, error → ncclResult_t); imports only nccl and log
-//!  nccl/         ground floor: ncclResult_t and ABI types, ncclNetProperties_vN_t,
-//!                ncclNet_v6_t..v11_t (each defined once, for export and import)
+//!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv (verbs or soft)
+//!      ├── nic, vdev a virtual NIC of 1..=8 devices (makeVDevice, merging rules) and its
+//!      │             registrations
+//!      ├── boxed     striped comms built in place on the heap (never whole on the stack)
+//!      └── gpu, profiler  the GPU runtime's DMA-BUF probe; NCCL's profiler callback
+//!  proxy         (feature capi) ibnet_proxy_create over this library's own table; the rest
+//!                of the proxy C API is ibnet-proxy's `capi` feature, linked in
 //! ```
+//!
+//! Below it: ibnet-core (comms, rails, policy, configuration table), ibnet-nccl (NCCL's ABI
+//! types and tables, the environment reader, the logger, the panic boundary, the plugin
+//! loader), the providers ibnet-verbs (libibverbs via `dlopen`) and ibnet-soft (soft0,
+//! `IBNET_PROVIDER=soft`), ibnet-atomics and ibnet-hip.
 //!
 //! Runtime dependencies: libc only. libibverbs is loaded with `dlopen` when present; without it
 //! (or without RDMA devices) the plugin loads and reports zero devices.
@@ -42,11 +45,12 @@
 //! `extern "C"`; a caught one poisons the comm it happened on. Nothing is written to stdout.
 //!
 //! `unsafe` code is denied at the crate root and allowed only where C is called or C's pointers
-//! are taken: the ABI shims and exported statics (`abi/`), the table types' `Sync`
-//! (`nccl::tables`), `api/` (NCCL's pointers, the boxes behind tokens; not `api::entry`),
-//! `foreign` (dlopen and calls into a plugin), `sock`/`ifaddr` (libc sockets), `log` (NCCL's
-//! logger), `verbs::{loader, device, provider}`, `proxy`, and the `.fini_array` hook and
-//! `malloc_trim` at the last close in `plugin`; every block has a `SAFETY` comment.
+//! are taken: the ABI shims and exported statics (`abi/`), `api/` (NCCL's pointers, the boxes
+//! behind tokens; not `api::entry`), `sock`/`ifaddr` (libc sockets), `profiler` (NCCL's
+//! callback), `boxed` (a striped comm built in place on the heap), `nic` (a registration's box, reclaimed
+//! once), `proxy`
+//! (`ibnet_proxy_create`), and the `.fini_array` hook and `malloc_trim` at the last close in
+//! `plugin`; every block has a `SAFETY` comment.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
