@@ -37,7 +37,11 @@ pub(super) struct Base<P: Provider> {
 }
 
 /// A comm's life (see the module doc of [`super`]).
+///
+/// `repr(u8)`: a tag byte of its own, so the data calls' state checks are one byte compare
+/// (without it the tag hides in `ErrorKind`'s niche, and each check decodes it first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(super) enum Life {
     /// Created; a send comm waits for the acceptor's answer (`connect`).
     Unconnected,
@@ -287,15 +291,26 @@ impl<P: Provider> Base<P> {
 
     /// A data call (`op`) needs a connected comm that is not poisoned, and whose device (and
     /// QPs and CQ) no async event made unusable ([`Self::check_events`]).
-    #[inline]
+    #[inline(always)]
     pub fn check_connected(&mut self, op: &'static str) -> Result<()> {
+        // The common case first, one compare; the refusals out of line.
+        if matches!(self.life, Life::Connected) {
+            return self.check_events();
+        }
+        Err(self.not_connected(op))
+    }
+
+    /// [`Self::check_connected`]'s refusal of a comm that is not connected (`Unconnected`, or
+    /// `Poisoned`, reported as it was).
+    #[cold]
+    #[inline(never)]
+    fn not_connected(&self, op: &'static str) -> Error {
         match self.life {
-            Life::Connected => self.check_events(),
-            Life::Unconnected => Err(Error::BadState {
+            Life::Poisoned(cause) => Error::Poisoned { op, cause },
+            _ => Error::BadState {
                 op,
                 state: "not connected",
-            }),
-            Life::Poisoned(cause) => Err(Error::Poisoned { op, cause }),
+            },
         }
     }
 
