@@ -1,5 +1,5 @@
 //! The state a verbs device's async-event thread shares with its comms: the lock-free half of
-//! `ibnet_ffi::verbs::events`, on its own so that the loom model (`tests/loom/tests/loom_events.rs`)
+//! `ibnet_verbs::events`, on its own so that the loom model (`tests/loom/tests/loom_events.rs`)
 //! runs this very code.
 //!
 //! ```text

@@ -9,8 +9,8 @@
 //!   and device-fatal failure flags, the CQ/QP registries).
 //!
 //! Atomics come from `ibnet_core::sync`, `Arc`/`Mutex` from std; both switch to loom's under
-//! `--cfg loom`. `ibnet-ffi` re-exports the modules where they used to live
-//! (`ibnet_ffi::slot`, `ibnet_ffi::verbs::event_flags`).
+//! `--cfg loom`. Their users re-export them where they used to live
+//! (`ibnet_ffi::slot`, `ibnet_verbs::event_flags`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

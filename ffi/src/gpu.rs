@@ -4,7 +4,7 @@
 //!   `nv_peer_mem`/`nvidia-peermem`, AMD `amdkfd` memory peers, `RCCL_FORCE_ENABLE_GDRDMA`),
 //!   as the seed's `ncclIbGdrSupport` and NCCL 2.28 decide it.
 //! * DMA-BUF (`NCCL_PTR_DMABUF`): the NIC side is the per-device `ibv_reg_dmabuf_mr(fd=-1)`
-//!   probe (in `verbs::device`); on ROCm, RCCL additionally requires HSA's DMA-BUF support, its
+//!   probe (in `ibnet_verbs::device`); on ROCm, RCCL additionally requires HSA's DMA-BUF support, its
 //!   export symbol, the kernel config and `NCCL_DMABUF_ENABLE=1`, decided here. On CUDA, NCCL
 //!   itself checks the GPU side.
 //!

@@ -3,7 +3,7 @@
 //!
 //! Input: parser byte, variable byte, value (see `ibnet_fuzz::seeds_env` and `ENV_PARSERS`).
 //! Oracles: no panic; a refused value leaves the parsed state unchanged; a value `Params::set`
-//! accepts is one its consumers (`hca_filter`, `socket_ifname_filter`, ffi's verbs `Discovery`)
+//! accepts is one its consumers (`hca_filter`, `socket_ifname_filter`, ibnet-verbs' `Discovery`)
 //! can use; a refused variable's check never panics;
 //! the core's and hip-shim's C-integer parsers agree; the socket-interface filter that
 //! validates `NCCL_SOCKET_IFNAME` (core) selects the same interfaces as the one that applies
@@ -102,7 +102,7 @@ fn filters(v: &str) {
     if let Ok(f) = HcaFilter::parse_names(v) {
         assert!(f.entries().iter().all(|e| e.port == -1));
     }
-    // NCCL_IB_HCA is parsed once, by `Params::set`, and that filter is what ffi's verbs
+    // NCCL_IB_HCA is parsed once, by `Params::set`, and that filter is what ibnet-verbs'
     // discovery applies: the stored text parses to the same filter.
     let mut p = Params::default();
     if p.set("NCCL_IB_HCA", v).is_ok() {
@@ -220,7 +220,7 @@ fn ifaddr(v: &str) {
         a("docker0", "172.17.0.1"),
         a("eth1", "2001:db8::1"),
     ];
-    // NCCL_SOCKET_FAMILY has one parser, the core's; ffi's Config turns it into an AF_*.
+    // NCCL_SOCKET_FAMILY has one parser, the core's; ibnet-verbs' `discovery::family` turns it into an AF_*.
     let mut p = Params::default();
     let family = p
         .set("NCCL_SOCKET_FAMILY", v)

@@ -1,7 +1,6 @@
 //! The one panic boundary of every `extern "C"` function the library exports (the plugin
-//! table's entry points, ibnet-ffi's `api::entry`, and the proxy C API, ibnet-ffi's
-//! `proxy::capi`): panics
-//! caught, one WARN per failure (a refusal of an already failed comm is INFO), errors mapped to
+//! table's entry points, ibnet-ffi's `api::entry`, and the proxy C API, ibnet-proxy's
+//! `capi::entry` and `capi::entry_xproc`): panics caught, one WARN per failure (a refusal of an already failed comm is INFO), errors mapped to
 //! `ncclResult_t`.
 //!
 //! It imports only the NCCL types and the logger, so either API can use it without depending on

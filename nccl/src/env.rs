@@ -8,10 +8,10 @@
 //! * [`var`] is the getter for the other readers, which take their values from here: the soft
 //!   provider's config (`ibnet_soft::Config::from_lookup(env::var)`), the GPU runtime's `Env`
 //!   (`ibnet_hip::Env::Lookup(env::var)`), the libibverbs loader ([`ibverbs_lib`]), the logger
-//!   ([`log_stderr`]) and `gpu.rs`'s WARN.
+//!   ([`log_stderr`]) and ibnet-ffi's `gpu.rs` WARN.
 //!
 //! This file logs nothing itself (the logger reads `IBNET_LOG_STDERR` through it): [`load`]
-//! returns its notes and `plugin.rs` logs them, one line each. A malformed `IBNET_LOG_STDERR`
+//! returns its notes and ibnet-ffi's `plugin.rs` logs them, one line each. A malformed `IBNET_LOG_STDERR`
 //! is such a note too; with no NCCL logger, `log.rs` writes its WARN to stderr once instead.
 //!
 //! ```text

@@ -2,7 +2,7 @@
 //! properties both directions go through:
 //!
 //! ```text
-//!  export (abi/vN):  plugin device ── Props ── PropsN::from_props(p, dev) ──▶ NCCL's struct
+//!  export (ffi's abi/):  plugin device ── Props ── PropsN::from_props(p, dev) ──▶ NCCL's struct
 //!  import (foreign): plugin's struct ── PropsN::to_props() ── Props ──▶ ForeignNet / ibnet-perf
 //! ```
 //! v10's struct is v9's. Fields a version lacks read as their v12 meaning's neutral value

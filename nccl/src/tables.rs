@@ -1,5 +1,5 @@
 //! `ncclNet_v6_t` … `ncclNet_v12_t`, each defined once by `net_table!` and used in both
-//! directions: ibnet exports one of each (`abi/vN`), and [`crate::foreign`] reads whichever a
+//! directions: ibnet exports one of each (ibnet-ffi's `abi/exports.rs`), and [`crate::foreign`] reads whichever a
 //! plugin `.so` exports (ibnet's own included).
 //!
 //! Every entry is an `Option<unsafe extern "C" fn …>`: the NULL niche gives it the layout of

@@ -26,7 +26,7 @@
 //! [`buf`] (its own aligned allocation), [`log`] (the C logger sink `extern "C"` and its C
 //! strings), [`net`] (plugin strings and the `unsafe fn`s that pass memory to the plugin),
 //! [`sweep`] and [`soak::lane`] (call those with the buffers they own). Loading and calling a plugin is
-//! ibnet-ffi's `foreign` loader. Every block has a `SAFETY` comment.
+//! ibnet-nccl's `foreign` loader. Every block has a `SAFETY` comment.
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]

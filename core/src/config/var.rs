@@ -163,9 +163,9 @@ pub enum Reader {
     Soft,
     /// The GPU runtime (`ibnet-hip`'s `Env`).
     Gpu,
-    /// ffi's libibverbs loader (`verbs/loader.rs`).
+    /// ibnet-verbs' libibverbs loader (`verbs/src/loader.rs`).
     Loader,
-    /// ffi's logger (`log.rs`).
+    /// ibnet-nccl's logger (`nccl/src/log.rs`).
     Log,
     /// The tools (`ibnet-perf`, `ibnet-info`, `ibnet-soak`).
     Tools,

@@ -1,4 +1,4 @@
-//! Checks `verbs::sys` against the system's `<infiniband/verbs.h>`: a generated C program prints
+//! Checks `ibnet_verbs::sys` against the system's `<infiniband/verbs.h>`: a generated C program prints
 //! sizes, offsets and enum values; each must equal Rust's. Skips with a message when the header
 //! (package `libibverbs-dev`) or a C compiler is missing.
 

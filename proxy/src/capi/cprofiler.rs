@@ -1,5 +1,5 @@
 //! The profiler of the C API: `ibnet_proxy_event_t` and `ibnet_proxy_profiler_t`, and how the
-//! engine's op and step events reach a C callback. `capi` holds one per proxy; `capi_xproc`
+//! engine's op and step events reach a C callback. [`super::entry`] holds one per proxy; [`super::entry_xproc`]
 //! installs it (`ibnet_proxy_set_profiler`).
 
 use core::ffi::{c_int, c_void};

@@ -1,7 +1,7 @@
 //! [`ForeignNet`]: the proxy engine's [`Net`] over any NCCL net plugin's C table, loaded from
 //! a path or given as a table (this library's own `ncclNetPlugin_v11` for the C API's NULL
 //! path). Named "foreign" because it reaches the plugin only through its C ABI, unlike the
-//! core's own `InProcessNet` over ibnet's comms; loading and calling are [`ibnet_nccl::foreign`]'s,
+//! testkit's `InProcessNet` over ibnet's comms; loading and calling are [`ibnet_nccl::foreign`]'s,
 //! this file only adapts the engine's types.
 //!
 //! ```text
