@@ -9,13 +9,17 @@ use super::events::{QpEvent, QpOp, Sink};
 use super::types::{CommConfig, Done, RecvBuf, RecvView};
 use crate::error::{Error, ReqType, Result};
 use crate::fifo::{FifoRing, PostedRecv, MAX_RECVS, MAX_REQUESTS};
-use crate::provider::{Access, Ece, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode};
+use crate::provider::{
+    Access, ConnectAttr, Ece, MrKeys, Mtu, Provider, QpAttr, SendWr, Sge, WrOpcode,
+};
 use crate::request::{ReqId, Request};
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
 /// The RDMA READ flush: a loopback QP and a one-byte read into registered scratch memory.
 struct Flush<P: Provider> {
     qp: Option<P::Qp>,
+    /// How `qp` is connected to itself, for a failback's reset ([`RecvComm::revive`]).
+    attr: Option<ConnectAttr>,
 }
 
 /// The receiving side of a connection.
@@ -129,17 +133,24 @@ impl<P: Provider> RecvComm<P> {
             sizes_keys,
             rem_fifo,
             fifo_tail: 0,
-            flush: Flush { qp: None },
+            flush: Flush {
+                qp: None,
+                attr: None,
+            },
             ece,
         };
         if cfg.gdr_flush {
-            comm.flush.qp = Some(comm.loopback_qp()?);
+            let (qp, attr) = comm.loopback_qp()?;
+            comm.flush = Flush {
+                qp: Some(qp),
+                attr: Some(attr),
+            };
         }
         Ok(comm)
     }
 
-    /// A QP connected to itself, for the flush READ.
-    fn loopback_qp(&mut self) -> Result<P::Qp> {
+    /// A QP connected to itself, for the flush READ, and how it is connected.
+    fn loopback_qp(&mut self) -> Result<(P::Qp, ConnectAttr)> {
         let attr = QpAttr {
             max_send_wr: MAX_REQUESTS as u32,
             max_recv_wr: 1,
@@ -173,7 +184,7 @@ impl<P: Provider> RecvComm<P> {
             let _ = self.base.dev.destroy_qp(qp);
             return Err(e);
         }
-        Ok(qp)
+        Ok((qp, a))
     }
 
     /// Records the peer's socket address (the bootstrap connection's far end), so errors name it.
@@ -396,10 +407,15 @@ impl<P: Provider> RecvComm<P> {
         self.one_sided(WrOpcode::Read, local, remote_addr, rkey)
     }
 
-    /// A fused comm's failback of this rail (`Base::revive`): QPs reset, requests given up,
-    /// connected again; the next receive is posted at FIFO sequence number `tail` (the fused
-    /// comm's, so every rail's clear-to-send of a receive has the same one).
+    /// A fused comm's failback of this rail (`Base::revive`): QPs reset (the flush's loopback
+    /// QP too: a flush that failed left it in the error state), requests given up, connected
+    /// again; the next receive is posted at FIFO sequence number `tail` (the fused comm's, so
+    /// every rail's clear-to-send of a receive has the same one).
     pub fn revive(&mut self, tail: u64) -> Result<()> {
+        // Before `Base::revive`, which then throws away what the CQ holds from both.
+        if let (Some(qp), Some(a)) = (self.flush.qp.as_mut(), self.flush.attr.as_ref()) {
+            self.base.dev.reset_qp(qp, a)?;
+        }
         let cq = 2 * MAX_REQUESTS * self.base.qps.len() + MAX_REQUESTS;
         self.base.revive(cq / 4 + 2)?;
         self.fifo_tail = tail;
