@@ -19,6 +19,7 @@
 //!      └── rail_log          one line per rail event of a virtual NIC
 //!  plugin        init/finalize refcount, device discovery, bootstrap address
 //!      ├── dev       provider dispatch: Dev, AnySend, AnyRecv (verbs or soft)
+//!      ├── dev_cache a device's registration cache; its last holder deregisters what is left
 //!      ├── nic, vdev a virtual NIC of 1..=8 devices (makeVDevice, merging rules) and its
 //!      │             registrations
 //!      ├── boxed     striped comms built in place on the heap (never whole on the stack)
@@ -47,8 +48,8 @@
 //! `unsafe` code is denied at the crate root and allowed only where C is called or C's pointers
 //! are taken: the ABI shims and exported statics (`abi/`), `api/` (NCCL's pointers, the boxes
 //! behind tokens; not `api::entry`), `sock`/`ifaddr` (libc sockets), `profiler` (NCCL's
-//! callback), `boxed` (a striped comm built in place on the heap), `nic` (a registration's box, reclaimed
-//! once), `proxy`
+//! callback), `boxed` (a striped comm built in place on the heap), `nic` and `dev_cache` (a registration's
+//! box, reclaimed once; the cache built in place), `proxy`
 //! (`ibnet_proxy_create`), and the `.fini_array` hook and `malloc_trim` at the last close in
 //! `plugin`; every block has a `SAFETY` comment.
 #![deny(unsafe_code)]
@@ -59,6 +60,7 @@ pub mod api;
 pub mod boxed;
 pub mod connect_registry;
 pub mod dev;
+pub mod dev_cache;
 pub mod gpu;
 pub mod handles;
 pub mod handshake_io;

@@ -32,6 +32,7 @@ use ibnet_core::wire::{QpInfo, RailList};
 use ibnet_core::{Error, Result};
 
 use crate::dev::{AnyMr, AnyRecv, AnySend, CachedMr, Dev, MrCacheT, MR_CACHE_CAPACITY};
+use crate::dev_cache::DevCache;
 
 /// One registration of a NIC of several rails: the keys and rail-cache handle on each rail.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +74,7 @@ pub struct Nic {
     /// The rails' devices, rail order.
     pub devs: Vec<Dev>,
     /// The rails' registration caches, rail order.
-    caches: Vec<Arc<MrCacheT>>,
+    caches: Vec<Arc<DevCache>>,
     /// Several rails: the NIC's own registrations (one rail registers in its device's).
     own: Option<Arc<NicCacheT>>,
 }
@@ -83,7 +84,7 @@ pub struct Nic {
 pub struct Nics(Mutex<Vec<Arc<Nic>>>);
 
 /// A plugin's physical devices and their caches (same index).
-pub type Phys<'a> = (&'a [Dev], &'a [Arc<MrCacheT>]);
+pub type Phys<'a> = (&'a [Dev], &'a [Arc<DevCache>]);
 
 impl Nics {
     /// The NIC device number `dev` names, the vNIC `v` (see `crate::vdev::lookup`), over the
@@ -116,7 +117,7 @@ impl Nic {
         };
         let pick = |d: &u16| devs.get(usize::from(*d)).ok_or_else(|| gone(d));
         let rails: Result<Vec<Dev>> = vnic.devs().iter().map(|d| pick(d).cloned()).collect();
-        let caches: Result<Vec<Arc<MrCacheT>>> = vnic
+        let caches: Result<Vec<Arc<DevCache>>> = vnic
             .devs()
             .iter()
             .map(|d| caches.get(usize::from(*d)).cloned().ok_or_else(|| gone(d)))

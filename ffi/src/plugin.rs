@@ -10,7 +10,8 @@
 //! and monitor threads are joined; later calls on comms left open fail), and the device table is
 //! dropped, which stops and joins the verbs async-event threads once no comm holds a device any
 //! more (comms keep their device alive through an `Arc`); registrations NCCL left are
-//! deregistered and freed then (`Plugin`'s `Drop`). A later `init` discovers devices again,
+//! deregistered and freed then (`Plugin`'s `Drop`), those of a comm still open when that comm
+//! closes ([`crate::dev_cache`]). A later `init` discovers devices again,
 //! so the plugin can be finalized and re-initialised in one process. The state lock is taken only
 //! on the control path (init, finalize, listen, connect setup).
 
@@ -22,7 +23,8 @@ use ibnet_core::params::{Params, ProviderKind};
 
 use ibnet_soft::SoftProvider;
 
-use crate::dev::{AnyMr, Dev, MrCacheT};
+use crate::dev::Dev;
+use crate::dev_cache::DevCache;
 use ibnet_nccl::{info, warn};
 use ibnet_verbs::discovery::Discovery;
 use ibnet_verbs::provider::VerbsPort;
@@ -35,7 +37,7 @@ pub struct Plugin {
     /// Devices.
     pub devs: Vec<Dev>,
     /// One registration cache per device (same index as `devs`).
-    pub caches: Vec<Arc<MrCacheT>>,
+    pub caches: Vec<Arc<DevCache>>,
     /// The bootstrap address (port 0) listeners bind to.
     pub bind: Option<SocketAddr>,
     /// The NICs comms were set up on (made on first use; see [`crate::nic`]).
@@ -84,25 +86,17 @@ impl Drop for Plugin {
 }
 
 /// Deregisters and frees what the device caches `caches` still hold (each one only this
-/// plugin holds; a comm still open keeps its device's registrations); one INFO when there
-/// was any.
-fn drain_left(caches: &mut [Arc<MrCacheT>]) {
+/// plugin holds; a comm still open keeps its device's registrations, deregistered when it
+/// closes: `DevCache`'s `Drop`); one INFO when there was any.
+fn drain_left(caches: &mut [Arc<DevCache>]) {
     let (mut regs, mut mrs, mut failed, mut kept) = (0, 0, 0, 0);
     for c in caches.iter_mut() {
         let Some(cache) = Arc::get_mut(c) else {
             kept += c.registrations();
             continue;
         };
-        let (r, m) = cache.drain_all(|v| {
-            // SAFETY: `raw` is the Box<AnyMr> leaked by a registration closure (`nic`); the drain hands each live entry over once, and the cache is ours alone
-            // (no release can reclaim it too).
-            #[allow(unsafe_code)]
-            let mr = unsafe { Box::from_raw(v.raw as *mut AnyMr) };
-            if mr.dereg().is_err() {
-                failed += 1;
-            }
-        });
-        (regs, mrs) = (regs + r, mrs + m);
+        let (r, m, f) = cache.deregister_all();
+        (regs, mrs, failed) = (regs + r, mrs + m, failed + f);
     }
     if regs > 0 {
         let fail = if failed > 0 {
@@ -119,7 +113,7 @@ fn drain_left(caches: &mut [Arc<MrCacheT>]) {
     if kept > 0 {
         info!(
             ibnet_nccl::log::INIT | ibnet_nccl::log::NET,
-            "finalize: {kept} registration(s) of comms still open are left to them"
+            "finalize: {kept} registration(s) of comms still open are left to them (deregistered when they close)"
         );
     }
 }
@@ -315,8 +309,8 @@ fn bootstrap_addr(p: &Params) -> Option<SocketAddr> {
 }
 
 /// A device's registration cache, built in place on the heap (1 MiB: never on the stack).
-pub fn new_mr_cache() -> Arc<MrCacheT> {
-    crate::boxed::mr_cache()
+pub fn new_mr_cache() -> Arc<DevCache> {
+    DevCache::new()
 }
 
 /// Takes a reference, initialising the plugin on the first one.

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use ibnet_core::Error;
 
-use crate::dev::{Dev, MrCacheT};
+use crate::dev::Dev;
+use crate::dev_cache::DevCache;
 use crate::plugin::{self, Plugin};
 
 /// `Missing { what }`: a NULL argument.
@@ -58,7 +59,7 @@ pub fn device(p: &Plugin, dev: c_int) -> Result<Dev, Error> {
 }
 
 /// The registration cache of device `dev` of `p`.
-pub fn dev_cache(p: &Plugin, dev: c_int) -> Result<Arc<MrCacheT>, Error> {
+pub fn dev_cache(p: &Plugin, dev: c_int) -> Result<Arc<DevCache>, Error> {
     usize::try_from(dev)
         .ok()
         .and_then(|d| p.caches.get(d).cloned())

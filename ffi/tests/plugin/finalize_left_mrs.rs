@@ -64,3 +64,71 @@ fn finalize_deregisters_the_registrations_nccl_left() {
         );
     }
 }
+
+/// A comm still open at `finalize` keeps its device's registrations (later calls on it fail,
+/// but NCCL may still close it); they are deregistered when it closes, one INFO saying how
+/// many. Before, they leaked with their soft segment.
+#[test]
+fn a_comm_closed_after_finalize_deregisters_what_nccl_left() {
+    if util::ran_in_child() {
+        return;
+    }
+    std::env::set_var("IBNET_PROVIDER", "soft");
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    if let Err(u) = ibnet_soft::probe_with(false) {
+        eprintln!("SKIP: soft provider unavailable ({u:?})");
+        return;
+    }
+    ibnet_nccl::log::set_sink(util::note);
+    let page = 4096usize;
+    let mut buf = vec![0u8; 5 * page];
+    let base = (buf.as_mut_ptr() as usize).next_multiple_of(page);
+    let mut ctx: *mut c_void = core::ptr::null_mut();
+    assert_eq!(
+        api::init(Some(&mut ctx), -1, None, None),
+        ncclResult_t::Success
+    );
+    let (mut h, l) = util::listen();
+    let (s, r, _) = util::establish(&mut h, l, std::time::Duration::from_secs(20));
+    for (c, at) in [(s, base), (r, base + 2 * page)] {
+        let mut mh = core::ptr::null_mut();
+        let rc = api::reg_mr(c, at as *mut c_void, page as u64, 0, None, &mut mh);
+        assert_eq!(rc, ncclResult_t::Success, "{:?}", util::take_log());
+    }
+    // The listen comm holds the plugin itself: closed first, so that `finalize` drops the
+    // plugin while the two comms (which hold only their device) stay open.
+    assert_eq!(api::close_listen(l), ncclResult_t::Success);
+    let held = ibnet_soft::live_registrations();
+    util::take_log();
+    assert_eq!(api::finalize(ctx), ncclResult_t::Success);
+    assert_eq!(
+        ibnet_soft::live_registrations(),
+        held,
+        "finalize left the open comms' registrations alone"
+    );
+    let kept = util::take_log()
+        .into_iter()
+        .filter(|(_, l)| l.contains("2 registration(s) of comms still open are left to them"))
+        .count();
+    assert_eq!(kept, 1, "one INFO at finalize");
+    assert_eq!(api::close_send(s), ncclResult_t::Success);
+    assert_eq!(api::close_recv(r), ncclResult_t::Success);
+    assert_eq!(
+        ibnet_soft::live_registrations(),
+        0,
+        "registrations left behind by the comms closed after finalize"
+    );
+    let lines: Vec<_> = util::take_log()
+        .into_iter()
+        .filter(|(_, l)| l.contains("a comm closed after finalize"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].0, Level::Info);
+    assert!(
+        lines[0]
+            .1
+            .contains("2 registration(s) NCCL did not deregister (2 memory region(s))"),
+        "{}",
+        lines[0].1
+    );
+}
