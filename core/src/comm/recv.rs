@@ -15,6 +15,9 @@ use crate::provider::{
 use crate::request::{ReqId, Request};
 use crate::wire::{QpInfo, RemoteBuf, MAX_QPS};
 
+/// A registration and its keys.
+type Reg<P> = (<P as Provider>::Mr, MrKeys);
+
 /// The RDMA READ flush: a loopback QP and a one-byte read into registered scratch memory.
 struct Flush<P: Provider> {
     qp: Option<P::Qp>,
@@ -97,29 +100,8 @@ impl<P: Provider> RecvComm<P> {
         };
 
         let staging = base.dev.alloc_fifo()?;
-        let access = Access {
-            local_write: true,
-            remote_read: true,
-            ..Access::default()
-        };
-        let (staging_mr, staging_keys) =
-            base.reg(staging.base_addr(), FifoRing::<MAX_REQUESTS>::BYTES, access)?;
-        let sizes_access = Access {
-            local_write: true,
-            remote_write: true,
-            ..Access::default()
-        };
-        let (sizes_mr, sizes_keys) = match base.reg(
-            staging.sizes_base(),
-            FifoRing::<MAX_REQUESTS>::SIZES_BYTES,
-            sizes_access,
-        ) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = base.dev.dereg_mr(staging_mr);
-                return Err(e);
-            }
-        };
+        let ((staging_mr, staging_keys), (sizes_mr, sizes_keys)) =
+            Self::reg_staging(&base, &staging)?;
         let mut comm = Self {
             base,
             cfg,
@@ -147,6 +129,34 @@ impl<P: Provider> RecvComm<P> {
             };
         }
         Ok(comm)
+    }
+
+    /// Registers the staging ring (written by the flush's READ, read by the peer) and its sizes
+    /// FIFO (written by the peer); on a failure nothing stays registered.
+    fn reg_staging(base: &Base<P>, staging: &P::Fifo) -> Result<(Reg<P>, Reg<P>)> {
+        let ring_access = Access {
+            local_write: true,
+            remote_read: true,
+            ..Access::default()
+        };
+        let ring = base.reg(
+            staging.base_addr(),
+            FifoRing::<MAX_REQUESTS>::BYTES,
+            ring_access,
+        )?;
+        let sizes_access = Access {
+            local_write: true,
+            remote_write: true,
+            ..Access::default()
+        };
+        let sizes_len = FifoRing::<MAX_REQUESTS>::SIZES_BYTES;
+        match base.reg(staging.sizes_base(), sizes_len, sizes_access) {
+            Ok(sizes) => Ok((ring, sizes)),
+            Err(e) => {
+                let _ = base.dev.dereg_mr(ring.0);
+                Err(e)
+            }
+        }
     }
 
     /// A QP connected to itself, for the flush READ, and how it is connected.
