@@ -10,22 +10,40 @@ use ibnet_nccl::log::Level;
 use ibnet_nccl::types::ncclResult_t;
 use nccl_net_ibnet::api;
 
-#[test]
-fn finalize_deregisters_the_registrations_nccl_left() {
+const PAGE: usize = 4096;
+
+/// Makes this process a soft-provider plugin process logging to `util::note`, and returns a
+/// buffer of five pages; `None` in the parent of the test's child, or where soft is unavailable.
+fn soft_plugin_process() -> Option<Vec<u8>> {
     if util::ran_in_child() {
-        return;
+        return None;
     }
     std::env::set_var("IBNET_PROVIDER", "soft");
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     if let Err(u) = ibnet_soft::probe_with(false) {
         eprintln!("SKIP: soft provider unavailable ({u:?})");
-        return;
+        return None;
     }
     ibnet_nccl::log::set_sink(util::note);
-    // Two one-page buffers, pages apart: two registrations, two memory regions.
-    let page = 4096usize;
-    let mut buf = vec![0u8; 5 * page];
-    let base = (buf.as_mut_ptr() as usize).next_multiple_of(page);
+    Some(vec![0u8; 5 * PAGE])
+}
+
+/// Registers one page of `buf` on each comm, the pages apart: two registrations, two memory
+/// regions, never deregistered.
+fn reg_a_page_each(s: *mut c_void, r: *mut c_void, buf: &mut [u8]) {
+    let base = (buf.as_mut_ptr() as usize).next_multiple_of(PAGE);
+    for (c, at) in [(s, base), (r, base + 2 * PAGE)] {
+        let mut mh = core::ptr::null_mut();
+        let rc = api::reg_mr(c, at as *mut c_void, PAGE as u64, 0, None, &mut mh);
+        assert_eq!(rc, ncclResult_t::Success, "{:?}", util::take_log());
+    }
+}
+
+#[test]
+fn finalize_deregisters_the_registrations_nccl_left() {
+    let Some(mut buf) = soft_plugin_process() else {
+        return;
+    };
     for life in 0..5 {
         let mut ctx: *mut c_void = core::ptr::null_mut();
         let rc = api::init(Some(&mut ctx), -1, None, None);
@@ -34,11 +52,7 @@ fn finalize_deregisters_the_registrations_nccl_left() {
         let (s, r, _) = util::establish(&mut h, l, std::time::Duration::from_secs(20));
         // The comms' own rings are registrations too (gone with the comms).
         let rings = ibnet_soft::live_registrations();
-        for (c, at) in [(s, base), (r, base + 2 * page)] {
-            let mut mh = core::ptr::null_mut();
-            let rc = api::reg_mr(c, at as *mut c_void, page as u64, 0, None, &mut mh);
-            assert_eq!(rc, ncclResult_t::Success, "{:?}", util::take_log());
-        }
+        reg_a_page_each(s, r, &mut buf);
         assert_eq!(ibnet_soft::live_registrations(), rings + 2, "life {life}");
         // NCCL's error paths close comms without `deregMr`.
         util::close(s, r, l);
@@ -70,19 +84,9 @@ fn finalize_deregisters_the_registrations_nccl_left() {
 /// many. Before, they leaked with their soft segment.
 #[test]
 fn a_comm_closed_after_finalize_deregisters_what_nccl_left() {
-    if util::ran_in_child() {
+    let Some(mut buf) = soft_plugin_process() else {
         return;
-    }
-    std::env::set_var("IBNET_PROVIDER", "soft");
-    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
-    if let Err(u) = ibnet_soft::probe_with(false) {
-        eprintln!("SKIP: soft provider unavailable ({u:?})");
-        return;
-    }
-    ibnet_nccl::log::set_sink(util::note);
-    let page = 4096usize;
-    let mut buf = vec![0u8; 5 * page];
-    let base = (buf.as_mut_ptr() as usize).next_multiple_of(page);
+    };
     let mut ctx: *mut c_void = core::ptr::null_mut();
     assert_eq!(
         api::init(Some(&mut ctx), -1, None, None),
@@ -90,11 +94,7 @@ fn a_comm_closed_after_finalize_deregisters_what_nccl_left() {
     );
     let (mut h, l) = util::listen();
     let (s, r, _) = util::establish(&mut h, l, std::time::Duration::from_secs(20));
-    for (c, at) in [(s, base), (r, base + 2 * page)] {
-        let mut mh = core::ptr::null_mut();
-        let rc = api::reg_mr(c, at as *mut c_void, page as u64, 0, None, &mut mh);
-        assert_eq!(rc, ncclResult_t::Success, "{:?}", util::take_log());
-    }
+    reg_a_page_each(s, r, &mut buf);
     // The listen comm holds the plugin itself: closed first, so that `finalize` drops the
     // plugin while the two comms (which hold only their device) stay open.
     assert_eq!(api::close_listen(l), ncclResult_t::Success);
