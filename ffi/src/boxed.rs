@@ -9,7 +9,6 @@
 //! plain comm is made.
 
 use core::mem::MaybeUninit;
-use std::sync::Arc;
 
 use ibnet_core::comm::CommConfig;
 use ibnet_core::fused::{FusedRecv, FusedSend};
@@ -41,15 +40,16 @@ pub fn recv<P: Provider + Clone>(
     Ok(unsafe { b.assume_init() })
 }
 
-/// An empty registration cache, built in place on the heap.
+/// An empty registration cache, built in place on the heap (a caller wanting it shared makes
+/// an `Arc` of it: `Arc::from` moves it from heap to heap, a byte copy, never through the
+/// stack).
 #[allow(unsafe_code)]
-pub fn mr_cache<M: Copy, const N: usize>() -> Arc<MrCache<M, N>> {
+pub fn mr_cache<M: Copy, const N: usize>() -> Box<MrCache<M, N>> {
     let mut b: Box<MaybeUninit<MrCache<M, N>>> = Box::new_uninit();
     // SAFETY: `b` is a fresh allocation, valid and aligned for one cache; `init_in_place`
-    // initialises all of it, so `assume_init` holds. `Arc::from` moves the value from heap
-    // to heap (a byte copy, never through the stack).
+    // initialises all of it, so `assume_init` holds.
     unsafe {
         MrCache::init_in_place(b.as_mut_ptr());
-        Arc::from(b.assume_init())
+        b.assume_init()
     }
 }

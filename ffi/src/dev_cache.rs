@@ -14,25 +14,21 @@ use crate::dev::{AnyMr, MrCacheT};
 use ibnet_nccl::info;
 
 /// A device's registration cache; dropping the last reference deregisters what it holds.
-// `repr(transparent)`: `new` builds the cache in place as a `MrCacheT` (1 MiB, never on the
-// stack), which this layout makes a `DevCache`.
+// `repr(transparent)`: `new` takes the cache `boxed::mr_cache` built in place as a `MrCacheT`
+// (1 MiB, never on the stack), which this layout makes a `DevCache`.
 #[repr(transparent)]
 pub struct DevCache(MrCacheT);
 
 impl DevCache {
-    /// An empty cache, built in place on the heap.
+    /// An empty cache, built in place on the heap ([`crate::boxed::mr_cache`]).
     #[allow(unsafe_code)]
     pub fn new() -> Arc<Self> {
-        let mut b: Box<core::mem::MaybeUninit<Self>> = Box::new_uninit();
-        // SAFETY: `b` is a fresh allocation, valid and aligned for one `DevCache`, which is
-        // `repr(transparent)` over its one field, so it is valid and aligned for that
-        // `MrCacheT` too; `init_in_place` initialises all of it, so `assume_init` holds.
-        // `Arc::from` moves the value from heap to heap (a byte copy, never through the
-        // stack).
-        unsafe {
-            ibnet_core::mr_cache::MrCache::init_in_place(b.as_mut_ptr().cast::<MrCacheT>());
-            Arc::from(b.assume_init())
-        }
+        let cache: *mut MrCacheT = Box::into_raw(crate::boxed::mr_cache());
+        // SAFETY: `cache` is a live, owned `MrCacheT` from `Box::into_raw`; `DevCache` is
+        // `repr(transparent)` over that one field, so the allocation is valid, aligned and of
+        // the right layout for a `DevCache`, and `Box::from_raw` takes the ownership back.
+        // `Arc::from` moves it from heap to heap (a byte copy, never through the stack).
+        Arc::from(unsafe { Box::from_raw(cache.cast::<Self>()) })
     }
 
     /// Deregisters and frees every registration the cache holds (it is the caller's alone):

@@ -127,7 +127,7 @@ impl Nic {
             index,
             devs: rails?,
             caches: caches?,
-            own: vnic.is_fused().then(crate::boxed::mr_cache),
+            own: vnic.is_fused().then(|| Arc::from(crate::boxed::mr_cache())),
         })
     }
 

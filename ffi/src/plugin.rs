@@ -308,11 +308,6 @@ fn bootstrap_addr(p: &Params) -> Option<SocketAddr> {
     Some(a.addr)
 }
 
-/// A device's registration cache, built in place on the heap (1 MiB: never on the stack).
-pub fn new_mr_cache() -> Arc<DevCache> {
-    DevCache::new()
-}
-
 /// Takes a reference, initialising the plugin on the first one.
 pub fn acquire() -> Arc<Plugin> {
     let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
@@ -366,7 +361,7 @@ fn create() -> Arc<Plugin> {
                 .set_return_events(params.ib_return_async_events);
         }
     }
-    let caches = devs.iter().map(|_| new_mr_cache()).collect();
+    let caches = devs.iter().map(|_| DevCache::new()).collect();
     Arc::new(Plugin {
         params,
         devs,

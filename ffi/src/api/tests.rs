@@ -17,7 +17,7 @@ use ibnet_nccl::types::ncclResult_t;
 
 /// The NIC of one rail over `d`, device number 0.
 fn one_rail_nic(d: Dev) -> std::sync::Arc<crate::nic::Nic> {
-    let caches = [crate::plugin::new_mr_cache()];
+    let caches = [crate::dev_cache::DevCache::new()];
     let nics = crate::nic::Nics::default();
     let v = ibnet_core::rails::VNic::single(0);
     nics.resolve((&[d], &caches), 0, v).unwrap()
@@ -94,7 +94,7 @@ fn mhandles_of_another_device_are_not_looked_up() {
         eprintln!("SKIP: soft provider unavailable (cross-memory attach refused)");
         return;
     };
-    let caches = [crate::plugin::new_mr_cache()];
+    let caches = [crate::dev_cache::DevCache::new()];
     let nics = crate::nic::Nics::default();
     let d = Dev::Soft(sp.clone(), 0);
     let nic1 = nics
